@@ -1,0 +1,38 @@
+# Threadkeeper: `make run` and `make test` set themselves up on a machine with Python 3.11+ and make.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS ?= test,plot,bench
+
+.PHONY: run test install bench eval console clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+	  { echo "Threadkeeper needs Python 3.11 or newer: run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/threadkeeper run
+
+console: $(STAMP)
+	$(BIN)/threadkeeper console
+
+test: $(STAMP)
+	$(BIN)/python tests/ensure_redis.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python tests/ensure_redis.py
+	$(BIN)/threadkeeper bench
+
+eval: $(STAMP)
+	$(BIN)/threadkeeper eval continuity
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

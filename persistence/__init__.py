@@ -1,0 +1,44 @@
+"""Durable conversation state on Redis: checkpoints, head, inbox, lease, dedup.
+
+Knows no Slack and no LLM. Public entry points: :class:`CheckpointStore`, :class:`Inbox`,
+:class:`LeaseManager`, :func:`connect`, and the models in :mod:`persistence.models`.
+"""
+
+from .connection import IN_PROCESS_URL, connect, ping
+from .errors import (
+    CorruptRecordError,
+    HeadConflictError,
+    InvalidTransitionError,
+    NotFoundError,
+    StoreUnavailableError,
+    ThreadkeeperError,
+)
+from .inbox import Inbox, Lease, LeaseManager
+from .keys import ConversationKeys
+from .models import (
+    Checkpoint,
+    CheckpointKind,
+    CheckpointMeta,
+    CheckpointOutcome,
+    CheckpointStatus,
+    ConversationState,
+    History,
+    ImagePart,
+    InboxItem,
+    LineageEntry,
+    Message,
+    MessageFlags,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from .store import CheckpointStore, new_id
+
+__all__ = [
+    "IN_PROCESS_URL", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
+    "CheckpointStore", "ConversationKeys", "ConversationState", "CorruptRecordError", "HeadConflictError", "History",
+    "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "LineageEntry", "Message",
+    "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
+    "ToolResultPart", "Usage", "connect", "new_id", "ping",
+]

@@ -1,0 +1,45 @@
+"""Redis connections: the real server at ``REDIS_URL``, or an in-process fakeredis with Lua."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .errors import StoreUnavailableError
+
+log = logging.getLogger("threadkeeper.persistence")
+_warned_in_process = False
+
+IN_PROCESS_URL = "memory://"
+
+
+def connect(url: str | None, *, server: Any = None) -> aioredis.Redis:
+    """Return an async Redis client for ``url``, or an in-process stand-in when ``url`` is empty.
+
+    The stand-in is fakeredis with Lua support: the same store code runs on it, but nothing it
+    holds survives the process. That is logged once.
+    """
+    global _warned_in_process
+    if not url or url == IN_PROCESS_URL:
+        import fakeredis
+
+        if not _warned_in_process:
+            log.warning(
+                "REDIS_URL is not set: using an in-process Redis stand-in; conversation state is "
+                "not durable and is lost when the process exits"
+            )
+            _warned_in_process = True
+        return fakeredis.FakeAsyncRedis(server=server or fakeredis.FakeServer())
+    return aioredis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+
+
+async def ping(client: aioredis.Redis, url: str) -> None:
+    """Fail with one clear message naming ``REDIS_URL`` when Redis cannot be reached."""
+    try:
+        await client.ping()
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise StoreUnavailableError(url, exc) from exc

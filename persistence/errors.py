@@ -1,0 +1,46 @@
+"""Errors raised by Threadkeeper. Every message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class ThreadkeeperError(Exception):
+    """Base class of every error Threadkeeper raises on purpose."""
+
+
+class StoreUnavailableError(ThreadkeeperError):
+    """Redis cannot be reached."""
+
+    def __init__(self, url: str, cause: BaseException | None = None) -> None:
+        detail = f": {cause}" if cause else ""
+        super().__init__(
+            f"cannot reach Redis at REDIS_URL={url}{detail}. Start Redis or point REDIS_URL at a "
+            "reachable server (unset REDIS_URL to use the in-process, non-durable stand-in)."
+        )
+        self.url = url
+
+
+class CorruptRecordError(ThreadkeeperError):
+    """A stored record does not parse or validate. It is never silently replaced."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"stored record {key!r} is unreadable: {detail}. It was left untouched.")
+        self.key = key
+
+
+class NotFoundError(ThreadkeeperError):
+    """A conversation or checkpoint does not exist."""
+
+
+class InvalidTransitionError(ThreadkeeperError):
+    """A checkpoint was asked to do something its status forbids."""
+
+
+class HeadConflictError(ThreadkeeperError):
+    """The head moved since the writer started; nothing was overwritten."""
+
+    def __init__(self, conversation_id: str, expected: str | None, actual: str | None) -> None:
+        super().__init__(
+            f"head of {conversation_id} moved: expected {expected or '(none)'}, found {actual or '(none)'}"
+        )
+        self.expected = expected
+        self.actual = actual

@@ -1,0 +1,78 @@
+"""Per-conversation inbox (durable append with dedup), and the lease that makes one worker own a thread."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from .errors import CorruptRecordError
+from .models import InboxItem
+from .store import RedisStore
+
+
+class Inbox(RedisStore):
+    """Inbound events wait here until a turn takes them; they leave only when that turn completes."""
+
+    async def append(self, conversation_id: str, item: InboxItem, *, dedup_keys: list[str] | tuple[str, ...] = (),
+                     dedup_ttl_seconds: int = 86_400) -> bool:
+        """Append ``item`` durably unless any of ``dedup_keys`` was seen; returns whether it was appended.
+
+        Dedup keys (Slack ``event_id``, message ``ts``) are set in the same atomic step, so a retried
+        event can never be appended twice.
+        """
+        keys = self.keys(conversation_id)
+        dkeys = [keys.dedup(k) for k in dedup_keys if k]
+        appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
+                                   [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds,
+                                    time.time()])
+        return bool(int(appended))
+
+    async def peek(self, conversation_id: str, *, start: int = 0) -> list[InboxItem]:
+        """Items waiting, oldest first, from ``start`` on. Nothing is removed."""
+        keys = self.keys(conversation_id)
+        raw = await self._call(self.client.lrange(keys.inbox, start, -1))
+        items: list[InboxItem] = []
+        for offset, value in enumerate(raw):
+            try:
+                items.append(InboxItem.model_validate_json(value))
+            except ValidationError as exc:
+                raise CorruptRecordError(f"{keys.inbox}[{start + offset}]", str(exc).splitlines()[0]) from None
+        return items
+
+    async def size(self, conversation_id: str) -> int:
+        return int(await self._call(self.client.llen(self.keys(conversation_id).inbox)))
+
+
+@dataclass(frozen=True)
+class Lease:
+    conversation_id: str
+    token: str
+    expires_at: float
+
+
+class LeaseManager(RedisStore):
+    """One worker per conversation: a token with an expiry, renewable and releasable only by its holder."""
+
+    async def acquire(self, conversation_id: str, ttl_seconds: float) -> Lease | None:
+        """Take the lease if nobody holds it (or the holder's lease expired); None otherwise."""
+        token = secrets.token_hex(12)
+        ms = max(1, int(ttl_seconds * 1000))
+        ok = await self._call(self.client.set(self.keys(conversation_id).lease, token, nx=True, px=ms))
+        return Lease(conversation_id, token, time.time() + ttl_seconds) if ok else None
+
+    async def renew(self, lease: Lease, ttl_seconds: float) -> Lease | None:
+        """Extend a held lease; None when it was lost (expired and taken over)."""
+        ms = max(1, int(ttl_seconds * 1000))
+        ok = await self._run("RENEW_LEASE", [self.keys(lease.conversation_id).lease], [lease.token, ms])
+        return Lease(lease.conversation_id, lease.token, time.time() + ttl_seconds) if int(ok) else None
+
+    async def release(self, lease: Lease) -> bool:
+        """Release a held lease; a stale holder cannot release someone else's."""
+        return bool(int(await self._run("RELEASE_LEASE", [self.keys(lease.conversation_id).lease], [lease.token])))
+
+    async def holder(self, conversation_id: str) -> str | None:
+        raw = await self._call(self.client.get(self.keys(conversation_id).lease))
+        return raw.decode() if isinstance(raw, bytes) else raw

@@ -1,0 +1,70 @@
+"""Key layout. Every key of one conversation shares the hash tag ``{conversation_id}``.
+
+``<prefix>:{<conversation>}:state``  hash  head, version, active turn, timestamps
+``<prefix>:{<conversation>}:cp``     hash  ``<id>:meta|status|n|tok|out|consumed|parent|kind``
+``<prefix>:{<conversation>}:msgs``   hash  ``<id>:<index>`` → message JSON
+``<prefix>:{<conversation>}:order``  list  checkpoint ids in creation order
+``<prefix>:{<conversation>}:inbox``  list  inbox items waiting for the next turn
+``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, transcript)
+``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
+``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ThreadkeeperError
+
+
+@dataclass(frozen=True)
+class ConversationKeys:
+    prefix: str
+    conversation_id: str
+
+    def __post_init__(self) -> None:
+        if not self.conversation_id or any(c in self.conversation_id for c in "{}\n\r"):
+            raise ThreadkeeperError(
+                f"invalid conversation id {self.conversation_id!r}: it must be non-empty and contain "
+                "no braces or line breaks"
+            )
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.conversation_id}}}"
+
+    @property
+    def state(self) -> str:
+        return f"{self.base}:state"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.base}:cp"
+
+    @property
+    def messages(self) -> str:
+        return f"{self.base}:msgs"
+
+    @property
+    def order(self) -> str:
+        return f"{self.base}:order"
+
+    @property
+    def inbox(self) -> str:
+        return f"{self.base}:inbox"
+
+    @property
+    def notes(self) -> str:
+        return f"{self.base}:notes"
+
+    @property
+    def lease(self) -> str:
+        return f"{self.base}:lease"
+
+    def dedup(self, key: str) -> str:
+        return f"{self.base}:dedup:{key}"
+
+    @property
+    def durable(self) -> list[str]:
+        """The conversation's keys that live for the retention period (order matters to Lua)."""
+        return [self.state, self.checkpoints, self.messages, self.order, self.inbox, self.notes]

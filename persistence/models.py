@@ -1,0 +1,216 @@
+"""Stored shapes: messages, checkpoints, conversation state and inbox items.
+
+Every record carries a schema version ``v``. Records are validated when read back; a record that
+fails validation raises :class:`~persistence.errors.CorruptRecordError` naming its key.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TextPart(_Record):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(_Record):
+    """An image: a reference (URL or Slack file id) and, rarely, an inline base64 payload."""
+
+    type: Literal["image"] = "image"
+    url: str | None = None
+    mime: str | None = None
+    data_b64: str | None = None
+
+
+class ToolCallPart(_Record):
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ToolResultPart(_Record):
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str
+    truncated: bool = False
+
+
+ContentPart = Annotated[TextPart | ImagePart | ToolCallPart | ToolResultPart, Field(discriminator="type")]
+
+Role = Literal["user", "assistant", "system", "tool"]
+
+
+class MessageFlags(_Record):
+    runtime: bool = False
+    """Per-turn runtime context (time, participants, channel); never kept by compaction."""
+    handoff: bool = False
+    """The handoff message a compaction wrote."""
+    pinned: bool = False
+    """A Slack-pinned message, kept verbatim across compactions within the pin budget."""
+
+
+class Message(_Record):
+    v: int = SCHEMA_VERSION
+    id: str
+    """Stable id: the Slack ``ts`` for Slack messages, a generated id otherwise."""
+    role: Role
+    parts: list[ContentPart]
+    author: str | None = None
+    flags: MessageFlags = MessageFlags()
+    tokens: int = Field(ge=0)
+    """Token count, computed once when the message is written."""
+    created_at: float = Field(default_factory=time.time)
+    source_ids: list[str] = Field(default_factory=list)
+    """Input message ids this message carries (a handoff: every id it cites)."""
+
+    @property
+    def text(self) -> str:
+        """The message's text parts joined; tool calls and results rendered briefly."""
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, TextPart):
+                out.append(part.text)
+            elif isinstance(part, ToolResultPart):
+                out.append(part.content)
+            elif isinstance(part, ToolCallPart):
+                out.append(f"[tool call {part.name}({part.arguments})]")
+            elif isinstance(part, ImagePart):
+                out.append(f"[image {part.url or 'inline'}]")
+        return "\n".join(out)
+
+
+class CheckpointKind(StrEnum):
+    TURN = "turn"
+    COMPACTION = "compaction"
+
+
+class CheckpointStatus(StrEnum):
+    RUNNING = "running"
+    AWAITING_RESUME = "awaiting_resume"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"
+
+
+class CheckpointMeta(_Record):
+    """What is fixed when a checkpoint is created."""
+
+    v: int = SCHEMA_VERSION
+    id: str
+    conversation_id: str
+    kind: CheckpointKind
+    parent_id: str | None = None
+    forked_from: str | None = None
+    covered_ids: list[str] = Field(default_factory=list)
+    """Compaction only: the message ids the summary covers."""
+    created_at: float = Field(default_factory=time.time)
+    info: dict[str, Any] = Field(default_factory=dict)
+    """Free-form facts about how the checkpoint was made (compaction reason, strategy, tokens)."""
+
+
+class Usage(_Record):
+    """What a provider reported for one model call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class CheckpointOutcome(_Record):
+    """What is recorded when a checkpoint stops running."""
+
+    v: int = SCHEMA_VERSION
+    at: float = Field(default_factory=time.time)
+    usage: Usage | None = None
+    """Usage of the last model call of the turn: ground truth for a prefix of the history."""
+    usage_covered_messages: int = 0
+    """How many history messages (from the start of the epoch) that call's input covered."""
+    error: str | None = None
+    trace_id: str | None = None
+    resume: dict[str, Any] | None = None
+    """For ``awaiting_resume``: what the turn needs to continue (reason, pending tool call)."""
+
+
+class Checkpoint(_Record):
+    meta: CheckpointMeta
+    status: CheckpointStatus
+    message_count: int
+    """Messages this checkpoint itself stores (a turn: only what it added)."""
+    token_count: int
+    outcome: CheckpointOutcome | None = None
+    inbox_consumed: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    @property
+    def kind(self) -> CheckpointKind:
+        return self.meta.kind
+
+
+class History(_Record):
+    """The full message history at a checkpoint: its epoch's messages in order."""
+
+    checkpoint: Checkpoint
+    messages: list[Message]
+    chain: list[str]
+    """Checkpoint ids from the epoch start (a compaction or the first turn) to ``checkpoint``."""
+
+    @property
+    def token_total(self) -> int:
+        return sum(m.tokens for m in self.messages)
+
+
+class ConversationState(_Record):
+    conversation_id: str
+    head_checkpoint_id: str | None
+    active_turn_id: str | None
+    version: int
+    created_at: float
+    updated_at: float
+
+
+class InboxItem(_Record):
+    """One inbound event waiting for the next turn, in arrival order."""
+
+    v: int = SCHEMA_VERSION
+    kind: Literal["message", "edit", "delete", "pin", "unpin"] = "message"
+    event_id: str | None = None
+    message: Message | None = None
+    """For ``message`` and ``edit``: the message (an edit carries the new text under the same id)."""
+    target_id: str | None = None
+    """For ``delete``, ``pin`` and ``unpin``: the message id the event is about."""
+    reply_expected: bool = True
+    received_at: float = Field(default_factory=time.time)
+
+
+class LineageEntry(_Record):
+    """One row of ``threadkeeper history``."""
+
+    id: str
+    kind: CheckpointKind
+    status: CheckpointStatus
+    parent: str | None
+    forked_from: str | None
+    message_count: int
+    """Messages in the history at this checkpoint (what a turn from it would load)."""
+    token_total: int
+    created_at: float
+    is_head: bool
+
+
+MESSAGES = TypeAdapter(list[Message])

@@ -1,0 +1,197 @@
+"""Lua scripts: every multi-key update of a conversation is one atomic script.
+
+All scripts take ``KEYS = ConversationKeys.durable`` (state, cp, msgs, order, inbox, notes) so
+they touch only keys sharing one hash tag, and refresh the retention TTL of all of them.
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local K_STATE, K_CP, K_MSGS, K_ORDER, K_INBOX, K_NOTES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local function touch(ttl)
+  ttl = tonumber(ttl)
+  if ttl and ttl > 0 then
+    for i = 1, #KEYS do
+      if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ttl) end
+    end
+  end
+end
+local function append(id, first, last_arg)
+  -- ARGV[first], ARGV[first+1] ... are (message json, tokens) pairs
+  local n = tonumber(redis.call('HGET', K_CP, id .. ':n'))
+  local added_tokens = 0
+  local i = first
+  while i < last_arg do
+    redis.call('HSET', K_MSGS, id .. ':' .. n, ARGV[i])
+    added_tokens = added_tokens + tonumber(ARGV[i + 1])
+    n = n + 1
+    i = i + 2
+  end
+  redis.call('HSET', K_CP, id .. ':n', n)
+  redis.call('HINCRBY', K_CP, id .. ':tok', added_tokens)
+  return n
+end
+"""
+
+# ARGV: id, kind, parent ('' for none), meta json, now, ttl, [msg json, tokens]...
+CREATE = _PRELUDE + """
+local id, kind, parent, meta, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
+  return redis.error_reply('checkpoint ' .. id .. ' already exists')
+end
+if parent ~= '' and redis.call('HEXISTS', K_CP, parent .. ':meta') == 0 then
+  return redis.error_reply('parent checkpoint ' .. parent .. ' does not exist')
+end
+redis.call('HSET', K_CP, id .. ':meta', meta, id .. ':status', 'running', id .. ':n', 0,
+  id .. ':tok', 0, id .. ':consumed', 0, id .. ':parent', parent, id .. ':kind', kind)
+redis.call('RPUSH', K_ORDER, id)
+if redis.call('HSETNX', K_STATE, 'created_at', now) == 1 then
+  redis.call('HSET', K_STATE, 'version', 0)
+end
+redis.call('HSET', K_STATE, 'updated_at', now)
+if kind == 'turn' then redis.call('HSET', K_STATE, 'active', id) end
+append(id, 7, #ARGV)
+touch(ttl)
+return 1
+"""
+
+# ARGV: id, consumed increment, ttl, [msg json, tokens]...
+APPEND = _PRELUDE + """
+local id, consumed, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local status = redis.call('HGET', K_CP, id .. ':status')
+if not status then return redis.error_reply('checkpoint ' .. id .. ' does not exist') end
+if status ~= 'running' then
+  return redis.error_reply('checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint takes messages')
+end
+local n = append(id, 4, #ARGV)
+if consumed > 0 then redis.call('HINCRBY', K_CP, id .. ':consumed', consumed) end
+touch(ttl)
+return n
+"""
+
+# ARGV: id, expected head ('' for none), outcome json, now, ttl
+# Returns {1, version} on success, {0, actual head} when the head moved.
+COMMIT = _PRELUDE + """
+local id, expected, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local status = redis.call('HGET', K_CP, id .. ':status')
+if not status then return redis.error_reply('checkpoint ' .. id .. ' does not exist') end
+if status ~= 'running' then
+  return redis.error_reply('checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint can complete')
+end
+local head = redis.call('HGET', K_STATE, 'head') or ''
+if head ~= expected then return {0, head} end
+redis.call('HSET', K_CP, id .. ':status', 'completed', id .. ':out', outcome)
+local consumed = tonumber(redis.call('HGET', K_CP, id .. ':consumed') or '0')
+if consumed > 0 then redis.call('LTRIM', K_INBOX, consumed, -1) end
+redis.call('HSET', K_STATE, 'head', id, 'updated_at', now)
+if redis.call('HGET', K_STATE, 'active') == id then redis.call('HDEL', K_STATE, 'active') end
+local version = redis.call('HINCRBY', K_STATE, 'version', 1)
+touch(ttl)
+return {1, version}
+"""
+
+# ARGV: id, new status, outcome json ('' to keep), now, ttl
+TRANSITION = _PRELUDE + """
+local id, new, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local status = redis.call('HGET', K_CP, id .. ':status')
+if not status then return redis.error_reply('checkpoint ' .. id .. ' does not exist') end
+local allowed = {
+  running = {failed = true, awaiting_resume = true, superseded = true},
+  awaiting_resume = {running = true, failed = true, superseded = true},
+}
+if not (allowed[status] and allowed[status][new]) then
+  return redis.error_reply('checkpoint ' .. id .. ' is ' .. status .. '; it cannot become ' .. new)
+end
+redis.call('HSET', K_CP, id .. ':status', new)
+if outcome ~= '' then redis.call('HSET', K_CP, id .. ':out', outcome) end
+if new == 'running' or new == 'awaiting_resume' then
+  redis.call('HSET', K_STATE, 'active', id)
+elseif redis.call('HGET', K_STATE, 'active') == id then
+  redis.call('HDEL', K_STATE, 'active')
+end
+redis.call('HSET', K_STATE, 'updated_at', now)
+touch(ttl)
+return status
+"""
+
+# ARGV: expected head ('' for none), new head, now, ttl
+CAS_HEAD = _PRELUDE + """
+local expected, new, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local status = redis.call('HGET', K_CP, new .. ':status')
+if status ~= 'completed' then
+  return redis.error_reply('checkpoint ' .. new .. ' is ' .. tostring(status) .. '; the head must be a completed checkpoint')
+end
+local head = redis.call('HGET', K_STATE, 'head') or ''
+if head ~= expected then return {0, head} end
+redis.call('HSET', K_STATE, 'head', new, 'updated_at', now)
+local version = redis.call('HINCRBY', K_STATE, 'version', 1)
+touch(ttl)
+return {1, version}
+"""
+
+# ARGV: checkpoint id. Returns {chain ids..., '', record fields of the checkpoint (5), messages...}
+LOAD = """
+local K_CP, K_MSGS = KEYS[2], KEYS[3]
+local id = ARGV[1]
+if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
+  return redis.error_reply('checkpoint ' .. id .. ' does not exist')
+end
+local chain = {}
+local cur = id
+while true do
+  table.insert(chain, 1, cur)
+  if redis.call('HGET', K_CP, cur .. ':kind') == 'compaction' then break end
+  local parent = redis.call('HGET', K_CP, cur .. ':parent')
+  if not parent or parent == '' then break end
+  cur = parent
+end
+local out = {}
+for i = 1, #chain do out[#out + 1] = chain[i] end
+out[#out + 1] = ''
+local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out', id .. ':consumed')
+for i = 1, 6 do out[#out + 1] = rec[i] or false end
+for c = 1, #chain do
+  local cid = chain[c]
+  local n = tonumber(redis.call('HGET', K_CP, cid .. ':n'))
+  local start = 0
+  while start < n do
+    local stop = math.min(start + 500, n) - 1
+    local fields = {}
+    for j = start, stop do fields[#fields + 1] = cid .. ':' .. j end
+    local vals = redis.call('HMGET', K_MSGS, unpack(fields))
+    for j = 1, #vals do out[#out + 1] = vals[j] end
+    start = stop + 1
+  end
+end
+return out
+"""
+
+# ARGV: item json, dedup ttl, retention ttl, now, dedup key count, dedup keys... (in KEYS after 6)
+ENQUEUE = _PRELUDE + """
+local item, dedup_ttl, ttl, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+for i = 7, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
+end
+for i = 7, #KEYS do redis.call('SET', KEYS[i], '1', 'EX', dedup_ttl) end
+local len = redis.call('RPUSH', K_INBOX, item)
+if redis.call('HSETNX', K_STATE, 'created_at', now) == 1 then
+  redis.call('HSET', K_STATE, 'version', 0)
+end
+redis.call('HSET', K_STATE, 'updated_at', now)
+touch(ttl)
+return len
+"""
+
+RENEW_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""

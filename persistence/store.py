@@ -1,0 +1,294 @@
+"""The checkpoint store: durable, forked agent history per conversation on Redis.
+
+A ``turn`` checkpoint stores only the messages it adds to its parent; a ``compaction`` checkpoint
+starts a new epoch with its replacement history. Completed checkpoints never change. The head moves
+only by compare-and-set. Every multi-key update is one Lua script over keys sharing a hash tag.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .errors import (
+    CorruptRecordError,
+    HeadConflictError,
+    InvalidTransitionError,
+    NotFoundError,
+    StoreUnavailableError,
+    ThreadkeeperError,
+)
+from .keys import ConversationKeys
+from .models import (
+    MESSAGES,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointMeta,
+    CheckpointOutcome,
+    CheckpointStatus,
+    ConversationState,
+    History,
+    LineageEntry,
+    Message,
+)
+from . import scripts
+
+DAY = 86_400
+
+
+def new_id(prefix: str = "cp") -> str:
+    """A sortable unique id: milliseconds since the epoch, then randomness."""
+    return f"{prefix}_{int(time.time() * 1000):013x}{uuid.uuid4().hex[:12]}"
+
+
+def _text(raw: bytes | str | None) -> str | None:
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+class RedisStore:
+    """Shared plumbing for the stores: key layout, scripts, error translation, retention."""
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "tk", retention_days: float = 30,
+                 url: str = "") -> None:
+        self.client = client
+        self.prefix = prefix
+        self.retention_seconds = max(1, int(retention_days * DAY))
+        self.url = url or "(in-process)"
+        self._scripts: dict[str, Any] = {}
+
+    def keys(self, conversation_id: str) -> ConversationKeys:
+        return ConversationKeys(self.prefix, conversation_id)
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self.client.register_script(getattr(scripts, name))
+        try:
+            return await script(keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            message = str(exc)
+            if "does not exist" in message:
+                raise NotFoundError(message) from None
+            if "only a running" in message or "cannot become" in message or "must be a completed" in message:
+                raise InvalidTransitionError(message) from None
+            raise ThreadkeeperError(f"Redis rejected {name.lower()}: {message}") from exc
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailableError(self.url, exc) from exc
+
+    async def _call(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailableError(self.url, exc) from exc
+
+
+def _message_args(messages: Iterable[Message]) -> list[Any]:
+    args: list[Any] = []
+    for message in messages:
+        args.append(message.model_dump_json())
+        args.append(message.tokens)
+    return args
+
+
+class CheckpointStore(RedisStore):
+    """Checkpoints, the head and the conversation state of every conversation."""
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def start_turn(self, conversation_id: str, *, parent_id: str | None = None,
+                         from_head: bool = True, info: dict[str, Any] | None = None) -> Checkpoint:
+        """Start a running ``turn`` checkpoint extending ``parent_id`` (by default the head)."""
+        if from_head and parent_id is None:
+            state = await self.get_state(conversation_id)
+            parent_id = state.head_checkpoint_id if state else None
+        meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.TURN,
+                              parent_id=parent_id, info=info or {})
+        await self._create(meta, [])
+        return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=0, token_count=0)
+
+    async def fork_compaction(self, conversation_id: str, *, forked_from: str, messages: Sequence[Message],
+                              covered_ids: Sequence[str], info: dict[str, Any] | None = None) -> Checkpoint:
+        """Create a running ``compaction`` checkpoint: a new epoch whose history is ``messages``.
+
+        ``forked_from`` (the summarized checkpoint) and its ancestors are not touched.
+        """
+        meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.COMPACTION,
+                              parent_id=forked_from, forked_from=forked_from, covered_ids=list(covered_ids),
+                              info=info or {})
+        await self._create(meta, messages)
+        return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=len(messages),
+                          token_count=sum(m.tokens for m in messages))
+
+    async def _create(self, meta: CheckpointMeta, messages: Sequence[Message]) -> None:
+        keys = self.keys(meta.conversation_id)
+        await self._run("CREATE", keys.durable, [meta.id, meta.kind.value, meta.parent_id or "",
+                                                 meta.model_dump_json(), time.time(), self.retention_seconds,
+                                                 *_message_args(messages)])
+
+    async def append(self, conversation_id: str, checkpoint_id: str, messages: Sequence[Message], *,
+                     inbox_consumed: int = 0) -> int:
+        """Append messages to a running checkpoint; returns its message count.
+
+        ``inbox_consumed`` counts inbox items these messages came from: they leave the inbox only
+        when the checkpoint completes, so a crash before then loses nothing.
+        """
+        keys = self.keys(conversation_id)
+        return int(await self._run("APPEND", keys.durable, [checkpoint_id, inbox_consumed, self.retention_seconds,
+                                                            *_message_args(messages)]))
+
+    async def commit(self, conversation_id: str, checkpoint_id: str, *, expected_head: str | None,
+                     outcome: CheckpointOutcome | None = None) -> int:
+        """Complete a running checkpoint and move the head to it, if the head is still ``expected_head``.
+
+        Returns the new state version. Raises :class:`HeadConflictError` (and changes nothing) when the
+        head moved; the caller retries from the new head or marks its checkpoint superseded.
+        """
+        keys = self.keys(conversation_id)
+        outcome = outcome or CheckpointOutcome()
+        ok, value = await self._run("COMMIT", keys.durable, [checkpoint_id, expected_head or "",
+                                                             outcome.model_dump_json(), time.time(),
+                                                             self.retention_seconds])
+        if not int(ok):
+            raise HeadConflictError(conversation_id, expected_head, _text(value) or None)
+        return int(value)
+
+    async def _transition(self, conversation_id: str, checkpoint_id: str, status: CheckpointStatus,
+                          outcome: CheckpointOutcome | None) -> None:
+        keys = self.keys(conversation_id)
+        await self._run("TRANSITION", keys.durable, [checkpoint_id, status.value,
+                                                     outcome.model_dump_json() if outcome else "",
+                                                     time.time(), self.retention_seconds])
+
+    async def fail(self, conversation_id: str, checkpoint_id: str, *, error: str, trace_id: str | None = None) -> None:
+        await self._transition(conversation_id, checkpoint_id, CheckpointStatus.FAILED,
+                               CheckpointOutcome(error=error, trace_id=trace_id))
+
+    async def pause(self, conversation_id: str, checkpoint_id: str, *, resume: dict[str, Any],
+                    outcome: CheckpointOutcome | None = None) -> None:
+        """Save a running turn as ``awaiting_resume``; ``resume`` says what it waits for."""
+        base = outcome or CheckpointOutcome()
+        await self._transition(conversation_id, checkpoint_id, CheckpointStatus.AWAITING_RESUME,
+                               base.model_copy(update={"resume": resume}))
+
+    async def resume(self, conversation_id: str, checkpoint_id: str) -> None:
+        """Set an ``awaiting_resume`` checkpoint running again, with exactly the history it had."""
+        await self._transition(conversation_id, checkpoint_id, CheckpointStatus.RUNNING, None)
+
+    async def supersede(self, conversation_id: str, checkpoint_id: str) -> None:
+        await self._transition(conversation_id, checkpoint_id, CheckpointStatus.SUPERSEDED, None)
+
+    async def cas_head(self, conversation_id: str, *, expected: str | None, new: str) -> int:
+        """Move the head from ``expected`` to the completed checkpoint ``new``; returns the version."""
+        keys = self.keys(conversation_id)
+        ok, value = await self._run("CAS_HEAD", keys.durable, [expected or "", new, time.time(),
+                                                               self.retention_seconds])
+        if not int(ok):
+            raise HeadConflictError(conversation_id, expected, _text(value) or None)
+        return int(value)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def get_state(self, conversation_id: str) -> ConversationState | None:
+        keys = self.keys(conversation_id)
+        raw = await self._call(self.client.hgetall(keys.state))
+        if not raw:
+            return None
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        try:
+            return ConversationState(
+                conversation_id=conversation_id,
+                head_checkpoint_id=fields.get("head") or None,
+                active_turn_id=fields.get("active") or None,
+                version=int(fields.get("version") or 0),
+                created_at=float(fields["created_at"]),  # type: ignore[arg-type]
+                updated_at=float(fields.get("updated_at") or fields["created_at"]),  # type: ignore[arg-type]
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptRecordError(keys.state, f"{type(exc).__name__}: {exc}") from None
+
+    async def require_state(self, conversation_id: str) -> ConversationState:
+        state = await self.get_state(conversation_id)
+        if state is None:
+            raise NotFoundError(f"no conversation {conversation_id!r} in this store "
+                                f"(prefix {self.prefix!r}); check the id and THREADKEEPER_KEY_PREFIX")
+        return state
+
+    def _checkpoint(self, keys: ConversationKeys, checkpoint_id: str, rec: Sequence[Any]) -> Checkpoint:
+        meta_raw, status, n, tok, out, consumed = rec
+        if meta_raw is None:
+            raise NotFoundError(f"no checkpoint {checkpoint_id!r} in conversation {keys.conversation_id!r}")
+        where = f"{keys.checkpoints} field {checkpoint_id}"
+        try:
+            return Checkpoint(
+                meta=CheckpointMeta.model_validate_json(meta_raw),
+                status=CheckpointStatus(_text(status)),
+                message_count=int(n),
+                token_count=int(tok),
+                outcome=CheckpointOutcome.model_validate_json(out) if out else None,
+                inbox_consumed=int(consumed or 0),
+            )
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise CorruptRecordError(where, str(exc).splitlines()[0]) from None
+
+    async def get(self, conversation_id: str, checkpoint_id: str) -> Checkpoint:
+        keys = self.keys(conversation_id)
+        fields = [f"{checkpoint_id}:{f}" for f in ("meta", "status", "n", "tok", "out", "consumed")]
+        rec = await self._call(self.client.hmget(keys.checkpoints, fields))
+        return self._checkpoint(keys, checkpoint_id, rec)
+
+    async def load_history(self, conversation_id: str, checkpoint_id: str | None = None) -> History:
+        """The full history at ``checkpoint_id`` (default: the head) in one round trip."""
+        if checkpoint_id is None:
+            state = await self.require_state(conversation_id)
+            if state.head_checkpoint_id is None:
+                raise NotFoundError(f"conversation {conversation_id!r} has no completed checkpoint yet")
+            checkpoint_id = state.head_checkpoint_id
+        keys = self.keys(conversation_id)
+        out = await self._run("LOAD", keys.durable, [checkpoint_id])
+        split = out.index(b"") if b"" in out else out.index("")
+        chain = [_text(c) for c in out[:split]]
+        checkpoint = self._checkpoint(keys, checkpoint_id, out[split + 1:split + 7])
+        raw = out[split + 7:]
+        if any(r is None for r in raw):
+            raise CorruptRecordError(keys.messages, f"messages of checkpoint chain ending {checkpoint_id} are missing")
+        try:
+            messages = MESSAGES.validate_json(b"[" + b",".join(raw) + b"]")
+        except ValidationError as exc:
+            raise CorruptRecordError(keys.messages, str(exc).splitlines()[0]) from None
+        return History(checkpoint=checkpoint, messages=messages, chain=chain)  # type: ignore[arg-type]
+
+    async def lineage(self, conversation_id: str) -> list[LineageEntry]:
+        """Every checkpoint of the conversation, oldest first, with history sizes and the head."""
+        state = await self.require_state(conversation_id)
+        keys = self.keys(conversation_id)
+        ids = [_text(i) for i in await self._call(self.client.lrange(keys.order, 0, -1))]
+        if not ids:
+            return []
+        fields = [f"{i}:{f}" for i in ids for f in ("meta", "status", "n", "tok", "out", "consumed")]
+        rec = await self._call(self.client.hmget(keys.checkpoints, fields))
+        rows: list[LineageEntry] = []
+        totals: dict[str, tuple[int, int]] = {}
+        for index, cid in enumerate(ids):
+            cp = self._checkpoint(keys, cid, rec[index * 6:index * 6 + 6])  # type: ignore[arg-type]
+            base = (0, 0)
+            if cp.kind is CheckpointKind.TURN and cp.meta.parent_id:
+                base = totals.get(cp.meta.parent_id, (0, 0))
+            totals[cid] = (base[0] + cp.message_count, base[1] + cp.token_count)  # type: ignore[index]
+            rows.append(LineageEntry(id=cid, kind=cp.kind, status=cp.status, parent=cp.meta.parent_id,  # type: ignore[arg-type]
+                                     forked_from=cp.meta.forked_from, message_count=totals[cid][0],  # type: ignore[index]
+                                     token_total=totals[cid][1], created_at=cp.meta.created_at,  # type: ignore[index]
+                                     is_head=cid == state.head_checkpoint_id))
+        return rows
+
+    async def conversation_exists(self, conversation_id: str) -> bool:
+        return bool(await self._call(self.client.exists(self.keys(conversation_id).state)))

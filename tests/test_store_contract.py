@@ -1,0 +1,282 @@
+"""The checkpoint store contract, run against fakeredis and the real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from persistence import (
+    CheckpointKind,
+    CheckpointOutcome,
+    CheckpointStatus,
+    CheckpointStore,
+    CorruptRecordError,
+    HeadConflictError,
+    Inbox,
+    InboxItem,
+    InvalidTransitionError,
+    LeaseManager,
+    NotFoundError,
+    StoreUnavailableError,
+    Usage,
+    connect,
+    ping,
+)
+
+from factories import msg
+
+CONV = "slack:T1:C1:1700000000.000100"
+
+
+@pytest.fixture
+def store(client, prefix) -> CheckpointStore:
+    return CheckpointStore(client, prefix=prefix, retention_days=1)
+
+
+async def turn(store: CheckpointStore, texts: list[str], conv: str = CONV) -> str:
+    state = await store.get_state(conv)
+    head = state.head_checkpoint_id if state else None
+    cp = await store.start_turn(conv)
+    await store.append(conv, cp.id, [msg(t) for t in texts])
+    await store.commit(conv, cp.id, expected_head=head)
+    return cp.id
+
+
+async def test_turn_checkpoint_stores_only_added_messages(store: CheckpointStore) -> None:
+    first = await turn(store, ["a", "b"])
+    second = await turn(store, ["c"])
+    assert (await store.get(CONV, first)).message_count == 2
+    assert (await store.get(CONV, second)).message_count == 1
+    history = await store.load_history(CONV)
+    assert [m.text for m in history.messages] == ["a", "b", "c"]
+    assert history.chain == [first, second]
+    assert history.checkpoint.id == second
+
+
+async def test_compaction_forks_and_leaves_parent_untouched(store: CheckpointStore, client, prefix) -> None:
+    first = await turn(store, ["a", "b"])
+    second = await turn(store, ["c", "d"])
+    before_cp = await client.hgetall(f"{prefix}:{{{CONV}}}:cp")
+    before_msgs = await client.hgetall(f"{prefix}:{{{CONV}}}:msgs")
+    fork = await store.fork_compaction(CONV, forked_from=second, messages=[msg("summary", handoff=True), msg("d")],
+                                       covered_ids=["a", "b", "c"], info={"reason": "manual"})
+    await store.commit(CONV, fork.id, expected_head=second)
+    after_cp = await client.hgetall(f"{prefix}:{{{CONV}}}:cp")
+    after_msgs = await client.hgetall(f"{prefix}:{{{CONV}}}:msgs")
+    for field, value in before_cp.items():
+        assert after_cp[field] == value, field
+    for field, value in before_msgs.items():
+        assert after_msgs[field] == value, field
+    head = await store.load_history(CONV)
+    assert [m.text for m in head.messages] == ["summary", "d"]
+    assert head.chain == [fork.id]
+    assert head.checkpoint.meta.forked_from == second
+    assert head.checkpoint.meta.covered_ids == ["a", "b", "c"]
+    old = await store.load_history(CONV, second)
+    assert [m.text for m in old.messages] == ["a", "b", "c", "d"]
+    after_fork = await turn(store, ["e"])
+    assert [m.text for m in (await store.load_history(CONV)).messages] == ["summary", "d", "e"]
+    assert (await store.get(CONV, after_fork)).meta.parent_id == fork.id
+    assert first in [row.id for row in await store.lineage(CONV)]
+
+
+async def test_commit_with_stale_head_changes_nothing(store: CheckpointStore) -> None:
+    base = await turn(store, ["a"])
+    slow = await store.start_turn(CONV)
+    await store.append(CONV, slow.id, [msg("slow")])
+    fast = await turn(store, ["fast"])
+    with pytest.raises(HeadConflictError) as info:
+        await store.commit(CONV, slow.id, expected_head=base)
+    assert info.value.actual == fast
+    state = await store.require_state(CONV)
+    assert state.head_checkpoint_id == fast
+    assert (await store.get(CONV, slow.id)).status is CheckpointStatus.RUNNING
+    await store.supersede(CONV, slow.id)
+    superseded = await store.get(CONV, slow.id)
+    assert superseded.status is CheckpointStatus.SUPERSEDED
+    assert superseded.message_count == 1
+
+
+async def test_completed_checkpoints_refuse_changes(store: CheckpointStore) -> None:
+    done = await turn(store, ["a"])
+    with pytest.raises(InvalidTransitionError):
+        await store.append(CONV, done, [msg("late")])
+    for change in (store.supersede(CONV, done), store.fail(CONV, done, error="x"), store.resume(CONV, done)):
+        with pytest.raises(InvalidTransitionError):
+            await change
+    with pytest.raises(InvalidTransitionError):
+        await store.commit(CONV, done, expected_head=done)
+    assert [m.text for m in (await store.load_history(CONV)).messages] == ["a"]
+
+
+async def test_head_only_moves_to_completed_checkpoints(store: CheckpointStore) -> None:
+    base = await turn(store, ["a"])
+    running = await store.start_turn(CONV)
+    with pytest.raises(InvalidTransitionError):
+        await store.cas_head(CONV, expected=base, new=running.id)
+    other = await store.start_turn(CONV, parent_id=base)
+    await store.commit(CONV, other.id, expected_head=base)
+    with pytest.raises(HeadConflictError):
+        await store.cas_head(CONV, expected=base, new=base)
+    await store.cas_head(CONV, expected=other.id, new=base)
+    assert (await store.require_state(CONV)).head_checkpoint_id == base
+
+
+async def test_awaiting_resume_round_trip(store: CheckpointStore) -> None:
+    base = await turn(store, ["a"])
+    cp = await store.start_turn(CONV)
+    await store.append(CONV, cp.id, [msg("please deploy"), msg("needs approval", role="assistant")])
+    await store.pause(CONV, cp.id, resume={"reason": "authorization", "tool": "deploy"},
+                      outcome=CheckpointOutcome(usage=Usage(input_tokens=10)))
+    paused = await store.get(CONV, cp.id)
+    assert paused.status is CheckpointStatus.AWAITING_RESUME
+    assert paused.outcome and paused.outcome.resume == {"reason": "authorization", "tool": "deploy"}
+    assert (await store.require_state(CONV)).active_turn_id == cp.id
+    with pytest.raises(InvalidTransitionError):
+        await store.append(CONV, cp.id, [msg("not while paused")])
+    await store.resume(CONV, cp.id)
+    await store.append(CONV, cp.id, [msg("approved")])
+    await store.commit(CONV, cp.id, expected_head=base)
+    history = await store.load_history(CONV)
+    assert [m.text for m in history.messages] == ["a", "please deploy", "needs approval", "approved"]
+    assert (await store.require_state(CONV)).active_turn_id is None
+
+
+async def test_failed_turn_records_error_and_leaves_head(store: CheckpointStore) -> None:
+    base = await turn(store, ["a"])
+    cp = await store.start_turn(CONV)
+    await store.fail(CONV, cp.id, error="provider timeout", trace_id="t-1")
+    failed = await store.get(CONV, cp.id)
+    assert failed.status is CheckpointStatus.FAILED
+    assert failed.outcome and failed.outcome.error == "provider timeout" and failed.outcome.trace_id == "t-1"
+    assert (await store.require_state(CONV)).head_checkpoint_id == base
+
+
+async def test_lineage_lists_every_checkpoint_with_head(store: CheckpointStore) -> None:
+    first = await turn(store, ["a", "b"])
+    second = await turn(store, ["c"])
+    fork = await store.fork_compaction(CONV, forked_from=second, messages=[msg("s", tokens=5)], covered_ids=["a"])
+    await store.commit(CONV, fork.id, expected_head=second)
+    rows = await store.lineage(CONV)
+    assert [r.id for r in rows] == [first, second, fork.id]
+    assert [r.message_count for r in rows] == [2, 3, 1]
+    assert rows[2].token_total == 5 and rows[2].kind is CheckpointKind.COMPACTION
+    assert [r.is_head for r in rows] == [False, False, True]
+    assert rows[2].forked_from == second and rows[1].parent == first
+
+
+async def test_unknown_conversation_and_checkpoint_are_clear_errors(store: CheckpointStore) -> None:
+    with pytest.raises(NotFoundError, match="no conversation"):
+        await store.lineage("slack:T:C:nope")
+    await turn(store, ["a"])
+    with pytest.raises(NotFoundError):
+        await store.get(CONV, "cp_missing")
+    with pytest.raises(NotFoundError):
+        await store.load_history(CONV, "cp_missing")
+    with pytest.raises(NotFoundError):
+        await store.start_turn(CONV, parent_id="cp_missing")
+
+
+async def test_corrupt_record_names_its_key_and_is_left_alone(store: CheckpointStore, client, prefix) -> None:
+    cp = await turn(store, ["a"])
+    key = f"{prefix}:{{{CONV}}}:msgs"
+    await client.hset(key, f"{cp}:0", b"{not json")
+    with pytest.raises(CorruptRecordError, match="msgs"):
+        await store.load_history(CONV)
+    assert await client.hget(key, f"{cp}:0") == b"{not json"
+    await client.hset(f"{prefix}:{{{CONV}}}:cp", f"{cp}:meta", b'{"v": 1}')
+    with pytest.raises(CorruptRecordError, match=cp):
+        await store.get(CONV, cp)
+
+
+async def test_retention_ttl_on_every_key_refreshed_on_activity(client, prefix) -> None:
+    store = CheckpointStore(client, prefix=prefix, retention_days=1)
+    inbox = Inbox(client, prefix=prefix, retention_days=1)
+    await inbox.append(CONV, InboxItem(message=msg("x")), dedup_keys=["ev1"])
+    await turn(store, ["a"])
+    keys = [k async for k in client.scan_iter(match=f"{prefix}:*")]
+    assert len(keys) >= 5
+    for key in keys:
+        ttl = await client.ttl(key)
+        assert 0 < ttl <= 86_400, key
+    state_key = f"{prefix}:{{{CONV}}}:state"
+    await client.expire(state_key, 100)
+    await turn(store, ["b"])
+    assert await client.ttl(state_key) > 86_000
+
+
+async def test_inbox_dedups_and_keeps_items_until_the_turn_completes(client, prefix) -> None:
+    store = CheckpointStore(client, prefix=prefix)
+    inbox = Inbox(client, prefix=prefix)
+    assert await inbox.append(CONV, InboxItem(event_id="E1", message=msg("one", id="1.1")), dedup_keys=["E1", "1.1"])
+    assert not await inbox.append(CONV, InboxItem(event_id="E1", message=msg("one", id="1.1")),
+                                  dedup_keys=["E1", "1.1"])
+    assert not await inbox.append(CONV, InboxItem(event_id="E9", message=msg("one", id="1.1")),
+                                  dedup_keys=["E9", "1.1"])
+    assert await inbox.append(CONV, InboxItem(event_id="E2", message=msg("two", id="1.2")), dedup_keys=["E2", "1.2"])
+    items = await inbox.peek(CONV)
+    assert [i.message.text for i in items if i.message] == ["one", "two"]
+    cp = await store.start_turn(CONV)
+    await store.append(CONV, cp.id, [i.message for i in items if i.message], inbox_consumed=len(items))
+    assert await inbox.size(CONV) == 2, "items stay until the turn completes"
+    await inbox.append(CONV, InboxItem(event_id="E3", message=msg("three", id="1.3")), dedup_keys=["E3"])
+    await store.commit(CONV, cp.id, expected_head=None)
+    left = await inbox.peek(CONV)
+    assert [i.message.text for i in left if i.message] == ["three"]
+
+
+async def test_lease_single_holder_renew_release_takeover(client, prefix) -> None:
+    leases = LeaseManager(client, prefix=prefix)
+    held = await leases.acquire(CONV, 30)
+    assert held is not None
+    assert await leases.acquire(CONV, 30) is None
+    assert await leases.renew(held, 30) is not None
+    stale = held.__class__(CONV, "not-the-token", 0)
+    assert not await leases.release(stale)
+    assert await leases.holder(CONV) == held.token
+    assert await leases.release(held)
+    short = await leases.acquire(CONV, 0.05)
+    assert short is not None
+    for _ in range(200):
+        if await leases.holder(CONV) is None:
+            break
+        await asyncio.sleep(0.01)
+    taken = await leases.acquire(CONV, 30)
+    assert taken is not None and taken.token != short.token
+    assert await leases.renew(short, 30) is None
+    assert not await leases.release(short)
+    assert await leases.holder(CONV) == taken.token
+
+
+async def test_unreachable_redis_names_redis_url() -> None:
+    client = connect("redis://127.0.0.1:1/0")
+    with pytest.raises(StoreUnavailableError, match="REDIS_URL=redis://127.0.0.1:1/0"):
+        await ping(client, "redis://127.0.0.1:1/0")
+    store = CheckpointStore(client, url="redis://127.0.0.1:1/0")
+    with pytest.raises(StoreUnavailableError, match="REDIS_URL"):
+        await store.lineage(CONV)
+    await client.aclose()
+
+
+async def test_twenty_concurrent_writers_exactly_one_wins(store: CheckpointStore) -> None:
+    base = await turn(store, ["base"])
+
+    async def writer(n: int) -> tuple[str, bool]:
+        cp = await store.start_turn(CONV, parent_id=base)
+        await store.append(CONV, cp.id, [msg(f"w{n}-{i}") for i in range(3)])
+        try:
+            await store.commit(CONV, cp.id, expected_head=base)
+            return cp.id, True
+        except HeadConflictError:
+            await store.supersede(CONV, cp.id)
+            return cp.id, False
+
+    results = await asyncio.gather(*(writer(n) for n in range(20)))
+    winners = [cid for cid, won in results if won]
+    assert len(winners) == 1
+    assert (await store.require_state(CONV)).head_checkpoint_id == winners[0]
+    for n, (cid, won) in enumerate(results):
+        history = await store.load_history(CONV, cid)
+        assert [m.text for m in history.messages][-3:] == [f"w{n}-{i}" for i in range(3)]
+        assert history.checkpoint.status is (CheckpointStatus.COMPLETED if won else CheckpointStatus.SUPERSEDED)

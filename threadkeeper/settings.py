@@ -1,0 +1,77 @@
+"""Settings from the environment (and an optional ``.env``). Invalid values fail at start-up naming the variable."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from persistence import ThreadkeeperError
+
+
+class SettingsError(ThreadkeeperError):
+    """A setting has an invalid value."""
+
+
+class Settings(BaseSettings):
+    """Every variable Threadkeeper reads. Field ``x_y`` is the variable ``X_Y``."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore",
+                                      case_sensitive=False)
+
+    redis_url: str | None = None
+    threadkeeper_key_prefix: str = Field(default="tk", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    threadkeeper_retention_days: float = Field(default=30.0, gt=0, le=3650)
+    threadkeeper_lease_seconds: float = Field(default=120.0, ge=5, le=3600)
+    threadkeeper_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    ai_model: str = Field(default="offline", min_length=1)
+    ai_fast_model: str | None = None
+    ai_model_context_window_tokens: int | None = Field(default=None, ge=1024, le=100_000_000)
+    ai_fast_model_context_window_tokens: int | None = Field(default=None, ge=1024, le=100_000_000)
+    ai_max_output_tokens: int | None = Field(default=None, ge=64, le=1_000_000)
+    ai_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+
+    slack_bot_token: str | None = None
+    slack_app_token: str | None = None
+    slack_signing_secret: str | None = None
+    slack_api_base_url: str | None = None
+
+    @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
+                     "slack_api_base_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("threadkeeper_log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("redis://", "rediss://", "unix://", "memory://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @property
+    def fast_model(self) -> str:
+        return self.ai_fast_model or self.ai_model
+
+    @property
+    def slack_configured(self) -> bool:
+        return bool(self.slack_bot_token and (self.slack_app_token or self.slack_signing_secret))
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings; raise :class:`SettingsError` naming each invalid variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = str(err["loc"][0]).upper() if err["loc"] else "?"
+            problems.append(f"{name}={err.get('input')!r}: {err['msg']}")
+        raise SettingsError("invalid configuration: " + "; ".join(problems)) from None
