@@ -129,13 +129,17 @@ touch(ttl)
 return {1, version}
 """
 
-# ARGV: checkpoint id. Returns {chain ids..., '', record fields of the checkpoint (5), messages...}
+# ARGV: checkpoint id, then ids of completed checkpoints whose messages the caller has cached.
+# Returns {chain ids..., '', the checkpoint's 6 record fields, then per chain element:
+#          status, message count (or -1 when cached: messages omitted), messages...}
 LOAD = """
 local K_CP, K_MSGS = KEYS[2], KEYS[3]
 local id = ARGV[1]
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
   return redis.error_reply('checkpoint ' .. id .. ' does not exist')
 end
+local cached = {}
+for i = 2, #ARGV do cached[ARGV[i]] = true end
 local chain = {}
 local cur = id
 while true do
@@ -152,15 +156,22 @@ local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n'
 for i = 1, 6 do out[#out + 1] = rec[i] or false end
 for c = 1, #chain do
   local cid = chain[c]
-  local n = tonumber(redis.call('HGET', K_CP, cid .. ':n'))
-  local start = 0
-  while start < n do
-    local stop = math.min(start + 500, n) - 1
-    local fields = {}
-    for j = start, stop do fields[#fields + 1] = cid .. ':' .. j end
-    local vals = redis.call('HMGET', K_MSGS, unpack(fields))
-    for j = 1, #vals do out[#out + 1] = vals[j] end
-    start = stop + 1
+  local status = redis.call('HGET', K_CP, cid .. ':status')
+  out[#out + 1] = status
+  if cached[cid] and status == 'completed' then
+    out[#out + 1] = -1
+  else
+    local n = tonumber(redis.call('HGET', K_CP, cid .. ':n'))
+    out[#out + 1] = n
+    local start = 0
+    while start < n do
+      local stop = math.min(start + 500, n) - 1
+      local fields = {}
+      for j = start, stop do fields[#fields + 1] = cid .. ':' .. j end
+      local vals = redis.call('HMGET', K_MSGS, unpack(fields))
+      for j = 1, #vals do out[#out + 1] = vals[j] end
+      start = stop + 1
+    end
   end
 end
 return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -100,8 +101,54 @@ def _message_args(messages: Iterable[Message]) -> list[Any]:
     return args
 
 
+class SegmentCache:
+    """Parsed messages of completed checkpoints. They never change, so a cached copy is always right.
+
+    Bounded by a total message count, least recently used first out.
+    """
+
+    def __init__(self, max_messages: int = 200_000) -> None:
+        self.max_messages = max_messages
+        self._items: OrderedDict[tuple[str, str], list[Message]] = OrderedDict()
+        self._by_conversation: dict[str, set[str]] = {}
+        self._size = 0
+
+    def known(self, conversation_id: str) -> list[str]:
+        return sorted(self._by_conversation.get(conversation_id, ()))
+
+    def get(self, conversation_id: str, checkpoint_id: str) -> list[Message] | None:
+        key = (conversation_id, checkpoint_id)
+        segment = self._items.get(key)
+        if segment is not None:
+            self._items.move_to_end(key)
+        return segment
+
+    def put(self, conversation_id: str, checkpoint_id: str, segment: list[Message]) -> None:
+        if len(segment) > self.max_messages:
+            return
+        key = (conversation_id, checkpoint_id)
+        if key in self._items:
+            return
+        self._items[key] = segment
+        self._by_conversation.setdefault(conversation_id, set()).add(checkpoint_id)
+        self._size += len(segment)
+        while self._size > self.max_messages:
+            (conv, cid), old = self._items.popitem(last=False)
+            self._size -= len(old)
+            ids = self._by_conversation.get(conv)
+            if ids is not None:
+                ids.discard(cid)
+                if not ids:
+                    del self._by_conversation[conv]
+
+
 class CheckpointStore(RedisStore):
     """Checkpoints, the head and the conversation state of every conversation."""
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "tk", retention_days: float = 30, url: str = "",
+                 cache_messages: int = 200_000) -> None:
+        super().__init__(client, prefix=prefix, retention_days=retention_days, url=url)
+        self._segments = SegmentCache(cache_messages)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -254,17 +301,33 @@ class CheckpointStore(RedisStore):
                 raise NotFoundError(f"conversation {conversation_id!r} has no completed checkpoint yet")
             checkpoint_id = state.head_checkpoint_id
         keys = self.keys(conversation_id)
-        out = await self._run("LOAD", keys.durable, [checkpoint_id])
+        known = self._segments.known(conversation_id)
+        out = await self._run("LOAD", keys.durable, [checkpoint_id, *known])
         split = out.index(b"") if b"" in out else out.index("")
         chain = [_text(c) for c in out[:split]]
         checkpoint = self._checkpoint(keys, checkpoint_id, out[split + 1:split + 7])
-        raw = out[split + 7:]
-        if any(r is None for r in raw):
-            raise CorruptRecordError(keys.messages, f"messages of checkpoint chain ending {checkpoint_id} are missing")
-        try:
-            messages = MESSAGES.validate_json(b"[" + b",".join(raw) + b"]")
-        except ValidationError as exc:
-            raise CorruptRecordError(keys.messages, str(exc).splitlines()[0]) from None
+        pos = split + 7
+        messages: list[Message] = []
+        for cid in chain:
+            status, count = _text(out[pos]), int(out[pos + 1])
+            pos += 2
+            if count < 0:
+                cached = self._segments.get(conversation_id, cid)  # type: ignore[arg-type]
+                if cached is None:  # evicted between the two steps: read it again
+                    return await self.load_history(conversation_id, checkpoint_id)
+                messages.extend(cached)
+                continue
+            raw = out[pos:pos + count]
+            pos += count
+            if any(r is None for r in raw):
+                raise CorruptRecordError(keys.messages, f"messages of checkpoint {cid} are missing")
+            try:
+                segment = MESSAGES.validate_json(b"[" + b",".join(raw) + b"]")
+            except ValidationError as exc:
+                raise CorruptRecordError(f"{keys.messages} (checkpoint {cid})", str(exc).splitlines()[0]) from None
+            if status == CheckpointStatus.COMPLETED.value:
+                self._segments.put(conversation_id, cid, segment)  # type: ignore[arg-type]
+            messages.extend(segment)
         return History(checkpoint=checkpoint, messages=messages, chain=chain)  # type: ignore[arg-type]
 
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:

@@ -8,13 +8,19 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 from datetime import datetime, timezone
 
 
 from persistence import ThreadkeeperError, ping
 
-from .root import Stores, build_stores
-from .settings import Settings, load_settings
+from bot import run_console
+from bot.render import context_text, lineage_text
+from services import Pipeline, load_thread, replay
+from services.replay import default_conversation_id
+
+from .root import Stores, build_pipeline, build_stores
+from .settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("threadkeeper")
 
@@ -54,6 +60,102 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(_with_stores(settings, work))
 
 
+async def _pipeline_run(settings: Settings, work: Callable[[Stores, Pipeline], Awaitable[int]], *,
+                        model: str | None = None, context_window: int | None = None) -> int:
+    async def inner(stores: Stores) -> int:
+        return await work(stores, build_pipeline(settings, stores, model=model, context_window=context_window))
+
+    return await _with_stores(settings, inner)
+
+
+def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
+        b = pipeline.budget
+        where = "in-process Redis stand-in (not durable)" if not settings.redis_url else "Redis at REDIS_URL"
+        banner = (f"threadkeeper console: conversation {args.conversation}, model {pipeline.executor.model.model} "
+                  f"(window {b.window_tokens:,} tokens, compacts at {b.trigger_tokens:,}), {where}")
+        return await run_console(pipeline, args.conversation, sys.stdin, sys.stdout, banner=banner)
+
+    return asyncio.run(_pipeline_run(settings, work, context_window=args.context_window))
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.slack_configured:
+        if not settings.redis_url:
+            raise SettingsError("Slack tokens are set but REDIS_URL is not: the bot needs a durable Redis; "
+                                "set REDIS_URL (or unset the Slack variables to use the local console)")
+        serve = getattr(sys.modules[__name__], "cmd_serve", None)
+        if serve is not None:
+            args.socket = bool(settings.slack_app_token)
+            args.http = not args.socket
+            args.port = None
+            return serve(args, settings)
+    missing = [n for n, v in (("SLACK_BOT_TOKEN", settings.slack_bot_token),
+                              ("SLACK_APP_TOKEN or SLACK_SIGNING_SECRET",
+                               settings.slack_app_token or settings.slack_signing_secret)) if not v]
+    print(f"No Slack credentials ({', '.join(missing)} unset): starting the local console instead.",
+          file=sys.stderr)
+    args.conversation = "console:local"
+    args.context_window = None
+    return cmd_console(args, settings)
+
+
+def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
+        report = await pipeline.context(args.conversation_id)
+        if args.json:
+            out = report.as_dict()
+            print(json.dumps(out, indent=2, ensure_ascii=False))
+        else:
+            print(context_text(report))
+        return 0
+
+    return asyncio.run(_pipeline_run(settings, work, model=args.model, context_window=args.context_window))
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    thread = load_thread(args.thread_file)
+    conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
+
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=_stderr_console(), transient=True,
+                      disable=len(thread.messages) < 50) as bar:
+            task = bar.add_task("replay", total=len(thread.messages))
+            result = await replay(pipeline, thread, conversation_id=conversation_id, turn_every=args.turn_every,
+                                  progress=lambda done, total: bar.update(task, completed=done))
+        text = json.dumps(result, indent=2, ensure_ascii=False)
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+            print(f"replayed {result['messages']:,} messages in {result['turns']:,} turns into {conversation_id}; "
+                  f"{len(result['compactions'])} compactions; next context {result['context_tokens']:,} tokens "
+                  f"-> {args.out}", file=sys.stderr)
+        else:
+            print(text)
+        return 0
+
+    return asyncio.run(_pipeline_run(settings, work, model=args.model, context_window=args.context_window))
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="threadkeeper", description="A Slack bot that never loses the thread.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +164,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("conversation_id")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("run", help="the main job: the Slack bot when configured, otherwise the local console")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("console", help="a line-based local chat on the real pipeline (works with piped stdin)")
+    p.add_argument("--conversation", default="console:local", help="conversation id (default console:local)")
+    p.add_argument("--context-window", type=_positive, help="override the model's context window (tokens)")
+    p.set_defaults(func=cmd_console)
+
+    p = sub.add_parser("context", help="what the next turn of a conversation would send to the model")
+    p.add_argument("conversation_id")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--model", help="model whose budget applies (default AI_MODEL)")
+    p.add_argument("--context-window", type=_positive, help="override the model's context window (tokens)")
+    p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("replay", help="feed a recorded thread through the pipeline; print the next context")
+    p.add_argument("thread_file")
+    p.add_argument("--context-window", type=_positive, help="override the main model's window for this run")
+    p.add_argument("--model", help="model to use (default AI_MODEL)")
+    p.add_argument("--turn-every", type=_positive, default=1, help="run a turn every K messages (default 1)")
+    p.add_argument("--conversation", help="conversation id (default: from the file, or derived from it)")
+    p.add_argument("--out", help="write the JSON report here instead of stdout")
+    p.set_defaults(func=cmd_replay)
     return parser
 
 

@@ -12,6 +12,21 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from persistence import CheckpointStore, Inbox, LeaseManager, connect
+from services import (
+    SYSTEM_PROMPT,
+    ContextBudget,
+    ExecutorConfig,
+    ModelClient,
+    Pipeline,
+    ReplyExecutor,
+    Tokenizer,
+    Tool,
+    ToolRegistry,
+    is_offline,
+    resolve_max_output,
+    resolve_window,
+)
+from services.tokens import MESSAGE_OVERHEAD
 
 from .settings import Settings
 
@@ -33,3 +48,24 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
                   url=settings.redis_url or "")
     return Stores(client=client, checkpoints=CheckpointStore(client, **common), inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common))
+
+
+def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
+                   context_window: int | None = None, tools: list[Tool] | None = None,
+                   compactor: Any = None, retry_wait_seconds: float = 1.0) -> Pipeline:
+    """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override."""
+    model_name = model or settings.ai_model
+    override = context_window or (settings.ai_model_context_window_tokens if model is None or
+                                  model == settings.ai_model else None)
+    tokenizer = Tokenizer("gpt-4o" if is_offline(model_name) else model_name)
+    max_output = resolve_max_output(model_name, settings.ai_max_output_tokens)
+    client = ModelClient(model_name, timeout_seconds=settings.ai_timeout_seconds, max_output_tokens=max_output,
+                         attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds)
+    registry = ToolRegistry(tools or [])
+    fixed = tokenizer.count(SYSTEM_PROMPT) + MESSAGE_OVERHEAD + tokenizer.count_tools(registry.schemas())
+    budget = ContextBudget.derive(resolve_window(model_name, override), fixed_prompt_tokens=fixed,
+                                  max_output_tokens=max_output)
+    config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds)
+    executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
+                             budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor)
+    return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)

@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     ai_fast_model_context_window_tokens: int | None = Field(default=None, ge=1024, le=100_000_000)
     ai_max_output_tokens: int | None = Field(default=None, ge=64, le=1_000_000)
     ai_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    ai_retry_attempts: int = Field(default=3, ge=1, le=10)
 
     slack_bot_token: str | None = None
     slack_app_token: str | None = None

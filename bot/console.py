@@ -1,0 +1,63 @@
+"""The console transport: a line-based local chat on the same pipeline the Slack bot uses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TextIO
+
+from services import Pipeline
+
+from .render import context_text, lineage_text
+
+HELP = "commands: /history (checkpoint lineage), /context (what the model sees next), /help, /quit"
+
+
+class ConsoleEvents:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    async def status(self, conversation_id: str, text: str | None) -> None:
+        if text and self.out.isatty():
+            print(f"  … {text}", file=self.out, flush=True)
+
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
+        print(f"threadkeeper> {text}", file=self.out, flush=True)
+
+
+async def run_console(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out: TextIO, *,
+                      author: str = "you", banner: str = "") -> int:
+    """Read lines until EOF or /quit; each line is a message, answered by one turn."""
+    events = ConsoleEvents(out)
+    if banner:
+        print(banner, file=out, flush=True)
+    print(HELP, file=out, flush=True)
+    while True:
+        if stdin.isatty():
+            print(f"{author}> ", end="", file=out, flush=True)
+        line = await asyncio.to_thread(stdin.readline)
+        if not line:
+            return 0
+        text = line.rstrip("\n")
+        if not text.strip():
+            continue
+        command = text.strip().lower()
+        if command in ("/quit", "/exit"):
+            return 0
+        if command == "/help":
+            print(HELP, file=out, flush=True)
+        elif command == "/history":
+            if not await pipeline.checkpoints.conversation_exists(conversation_id):
+                print("(no history yet: say something first)", file=out, flush=True)
+            else:
+                print(lineage_text(conversation_id, await pipeline.checkpoints.lineage(conversation_id)), file=out,
+                      flush=True)
+        elif command == "/context":
+            if not await pipeline.checkpoints.conversation_exists(conversation_id):
+                print("(no history yet: say something first)", file=out, flush=True)
+            else:
+                print(context_text(await pipeline.context(conversation_id)), file=out, flush=True)
+        elif command.startswith("/"):
+            print(f"unknown command {text.strip()!r}; {HELP}", file=out, flush=True)
+        else:
+            await pipeline.submit(conversation_id, text, author=author)
+            await pipeline.run(conversation_id, events)

@@ -1,0 +1,39 @@
+"""Text renderings for people: lineage tables and context listings."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from persistence import LineageEntry
+from services import ContextReport
+
+
+def _stamp(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def lineage_text(conversation_id: str, rows: list[LineageEntry]) -> str:
+    lines = [f"lineage of {conversation_id} (oldest first, {len(rows)} checkpoints)",
+             f"  {'':4} {'checkpoint':30} {'kind':10} {'status':15} {'msgs':>6} {'tokens':>8}  {'created':19}  from"]
+    for r in rows:
+        origin = f"forked from {r.forked_from}" if r.forked_from else (f"parent {r.parent}" if r.parent else "-")
+        lines.append(f"  {'HEAD' if r.is_head else '':4} {r.id:30} {r.kind.value:10} {r.status.value:15} "
+                     f"{r.message_count:>6,} {r.token_total:>8,}  {_stamp(r.created_at)}  {origin}")
+    return "\n".join(lines)
+
+
+def context_text(report: ContextReport, *, width: int = 100) -> str:
+    b = report.budget
+    lines = [f"context of {report.conversation_id}: {report.context_tokens:,} tokens in {len(report.context)} messages",
+             f"budget: window {b.window_tokens:,} = output reserve {b.output_reserve_tokens:,} + fixed prompt "
+             f"{b.fixed_prompt_tokens:,} + usable {b.usable_tokens:,}; trigger {b.trigger_tokens:,}, target "
+             f"{b.target_tokens:,}, retained user {b.retained_user_tokens:,}, summary cap {b.summary_cap_tokens:,}",
+             f"history now: {report.history_tokens:,} tokens"
+             + (" (the next turn compacts first; shown after compaction)" if report.would_compact else "")]
+    for i, entry in enumerate(report.context):
+        text = " ".join(entry.text.split())
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        ids = ",".join(entry.source_ids[:3]) + ("…" if len(entry.source_ids) > 3 else "")
+        lines.append(f"{i:>4} {entry.role:9} {entry.tokens:>6,} tok  [{ids}] {text}")
+    return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""Context budgets: every threshold is a fraction of the model's usable window.
+
+``usable = window - output reserve - fixed prompt (system prompt + tool schemas, measured)``.
+
+Defaults and why:
+
+* **trigger 0.80**: compaction runs before a turn once the history reaches 80% of the usable
+  window. The remaining 20% absorbs the turn's new input, tool output and the runtime context
+  without hitting the hard guard.
+* **target 0.50**: after compaction the history must sit at or under half the usable window, so
+  one compaction buys at least 30% of the window of new conversation before the next.
+* **retained user messages 0.25, summary cap 0.15, pins 0.10**: the three parts of the
+  replacement history add up to the target (0.25 + 0.15 + 0.10 = 0.50), so a compaction that fills
+  every part still lands on it. Recent words of people get the largest share because they are what
+  the next answer most depends on; the handoff is bounded so it cannot crowd them out.
+* **output reserve 10% of the window**, at least 256 tokens and at most the model's maximum
+  output (``AI_MAX_OUTPUT_TOKENS`` overrides): enough for a long answer on small windows without
+  reserving 100k tokens on a 1M model.
+
+The same fractions give an 8k model about 1.6k tokens of retained user messages and a 1M model
+about 220k: nothing is a fixed count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from persistence import ThreadkeeperError
+
+from ._litellm import litellm
+
+OFFLINE_WINDOW_TOKENS = 32_000
+"""The offline model's window when ``AI_MODEL_CONTEXT_WINDOW_TOKENS`` does not say otherwise."""
+
+
+class BudgetError(ThreadkeeperError):
+    """The window is unknown or too small to hold the fixed prompt and a reply."""
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    trigger: float = 0.80
+    target: float = 0.50
+    retained_user: float = 0.25
+    summary_cap: float = 0.15
+    pins: float = 0.10
+    output_reserve: float = 0.10
+    min_output_reserve: int = 256
+    max_output_reserve: int = 8_192
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    window_tokens: int
+    output_reserve_tokens: int
+    fixed_prompt_tokens: int
+    usable_tokens: int
+    trigger_tokens: int
+    target_tokens: int
+    retained_user_tokens: int
+    summary_cap_tokens: int
+    pin_tokens: int
+
+    @classmethod
+    def derive(cls, window_tokens: int, *, fixed_prompt_tokens: int, max_output_tokens: int | None = None,
+               policy: BudgetPolicy = BudgetPolicy()) -> ContextBudget:
+        cap = max_output_tokens or policy.max_output_reserve
+        reserve = int(min(max(window_tokens * policy.output_reserve, policy.min_output_reserve), cap))
+        usable = window_tokens - reserve - fixed_prompt_tokens
+        if usable < 256:
+            raise BudgetError(
+                f"a {window_tokens:,}-token window leaves {usable:,} tokens for the conversation after "
+                f"{reserve:,} reserved for output and {fixed_prompt_tokens:,} for the system prompt and tools; "
+                "use a model with a larger window (or raise AI_MODEL_CONTEXT_WINDOW_TOKENS if it is set too low)"
+            )
+        return cls(
+            window_tokens=window_tokens,
+            output_reserve_tokens=reserve,
+            fixed_prompt_tokens=fixed_prompt_tokens,
+            usable_tokens=usable,
+            trigger_tokens=int(usable * policy.trigger),
+            target_tokens=int(usable * policy.target),
+            retained_user_tokens=int(usable * policy.retained_user),
+            summary_cap_tokens=int(usable * policy.summary_cap),
+            pin_tokens=int(usable * policy.pins),
+        )
+
+    @property
+    def request_limit_tokens(self) -> int:
+        """The most input tokens a request may carry: the window less the output reserve."""
+        return self.window_tokens - self.output_reserve_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def resolve_window(model: str, override: int | None, *, variable: str = "AI_MODEL_CONTEXT_WINDOW_TOKENS") -> int:
+    """The model's input window: the override, else litellm's model info; unknown is an error."""
+    if override:
+        return override
+    if is_offline(model):
+        return OFFLINE_WINDOW_TOKENS
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # litellm raises several types for unmapped models
+        info = {}
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    if not window:
+        raise BudgetError(f"the context window of model {model!r} is unknown to litellm; set {variable} "
+                          "to its input window in tokens")
+    return int(window)
+
+
+def resolve_max_output(model: str, override: int | None) -> int | None:
+    if override:
+        return override
+    if is_offline(model):
+        return None
+    try:
+        return litellm.get_model_info(model).get("max_output_tokens")
+    except Exception:
+        return None
+
+
+def is_offline(model: str) -> bool:
+    return model.split("/", 1)[-1] == "offline" and model.split("/", 1)[0] in ("offline", "threadkeeper-offline")

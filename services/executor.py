@@ -1,0 +1,403 @@
+"""The reply executor: one entry point that runs a conversation's turns under its lease.
+
+For each turn: load the head history, compact it first if it reached the trigger, start a turn
+checkpoint, take the inbox items that arrived since the last turn (in order), add the per-turn
+runtime context, call the model with tools (bounded steps, guarded against oversized requests),
+append the reply, complete the checkpoint and move the head by compare-and-set, then post the reply.
+It loops while the inbox has items and releases the lease at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol
+
+from persistence import (
+    Checkpoint,
+    CheckpointOutcome,
+    CheckpointStatus,
+    CheckpointStore,
+    HeadConflictError,
+    History,
+    Inbox,
+    InboxItem,
+
+    LeaseManager,
+    Message,
+    MessageFlags,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+    new_id,
+)
+
+from .budget import ContextBudget
+from .context import measure, to_chat, visible
+from .llm import ModelClient, ModelError, ModelTimeoutError
+from .tokens import Tokenizer
+from .tools import ToolContext, ToolRegistry, bound_text
+
+log = logging.getLogger("threadkeeper.executor")
+
+TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
+_APPROVAL = re.compile(r"^\s*(yes|y|approve[d]?|ok|okay|go ahead|do it|confirm(ed)?)\b", re.IGNORECASE)
+
+
+class Compactor(Protocol):
+    """Called before a turn with the head history and the turn's new input; returns the history to use."""
+
+    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
+                          budget: ContextBudget) -> tuple[History | None, Any]: ...
+
+
+class NoCompaction:
+    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
+                          budget: ContextBudget) -> tuple[History | None, Any]:
+        return history, None
+
+
+class InboxEffects(Protocol):
+    """Applies non-message inbox items (edits, deletes, pins) to conversation notes."""
+
+    async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None: ...
+
+
+class TurnEvents(Protocol):
+    """What a transport (Slack, console) hears from a turn."""
+
+    async def status(self, conversation_id: str, text: str | None) -> None: ...
+
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None: ...
+
+
+class SilentEvents:
+    async def status(self, conversation_id: str, text: str | None) -> None:
+        return None
+
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
+        return None
+
+
+@dataclass
+class TurnResult:
+    conversation_id: str
+    checkpoint_id: str
+    status: TurnStatus
+    reply: str | None = None
+    consumed: int = 0
+    trace_id: str | None = None
+    usage: Usage | None = None
+    compaction: Any = None
+    model_calls: int = 0
+
+
+@dataclass
+class ExecutorConfig:
+    system_prompt: str
+    lease_seconds: float = 120.0
+    max_tool_steps: int = 4
+    tool_output_fraction: float = 0.05
+    """Tool output is cut to this fraction of the usable window."""
+    commit_attempts: int = 3
+
+
+RuntimeContext = Callable[[str, Sequence[Message], Sequence[Message]], str]
+
+
+def default_runtime_context(conversation_id: str, history: Sequence[Message], incoming: Sequence[Message]) -> str:
+    people = sorted({m.author for m in [*history, *incoming] if m.role == "user" and m.author and not m.flags.handoff})
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    shown = ", ".join(people[:20]) + (f" and {len(people) - 20} more" if len(people) > 20 else "")
+    return f"[runtime context] now: {now}; conversation: {conversation_id}; participants: {shown or 'unknown'}"
+
+
+@dataclass
+class _Turn:
+    checkpoint: Checkpoint
+    expected_head: str | None
+    messages: list[Message]
+    runtime_id: str
+    items: list[InboxItem]
+    incoming: list[Message]
+    compaction: Any = None
+    usage: Usage | None = None
+    covered: int = 0
+    calls: int = 0
+    new: list[Message] = field(default_factory=list)
+
+
+class ReplyExecutor:
+    def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, leases: LeaseManager, model: ModelClient,
+                 budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
+                 compactor: Compactor | None = None, effects: InboxEffects | None = None,
+                 runtime_context: RuntimeContext = default_runtime_context) -> None:
+        self.checkpoints = checkpoints
+        self.inbox = inbox
+        self.leases = leases
+        self.model = model
+        self.budget = budget
+        self.tokenizer = tokenizer
+        self.tools = tools
+        self.config = config
+        self.compactor: Compactor = compactor or NoCompaction()
+        self.effects = effects
+        self.runtime_context = runtime_context
+
+    # -- public --------------------------------------------------------------------------------
+
+    def make_message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
+                     flags: MessageFlags | None = None, created_at: float | None = None,
+                     source_ids: Sequence[str] = ()) -> Message:
+        """A message with its token count computed now, once."""
+        base = Message(id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,  # type: ignore[arg-type]
+                       flags=flags or MessageFlags(), tokens=0, created_at=created_at or time.time(),
+                       source_ids=list(source_ids))
+        return base.model_copy(update={"tokens": self.tokenizer.count_message(base)})
+
+    def with_tokens(self, message: Message) -> Message:
+        return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
+
+    async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
+        """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease."""
+        events = events or SilentEvents()
+        lease = await self.leases.acquire(conversation_id, self.config.lease_seconds)
+        if lease is None:
+            return []
+        results: list[TurnResult] = []
+        try:
+            while True:
+                result = await self._turn_with_retries(conversation_id, events)
+                if result is None:
+                    break
+                results.append(result)
+                if result.reply:
+                    await events.reply(conversation_id, result.reply, kind=result.status, trace_id=result.trace_id)
+                if result.status == "awaiting_resume":
+                    break
+                renewed = await self.leases.renew(lease, self.config.lease_seconds)
+                if renewed is None:
+                    log.warning("lease on %s lost; another worker continues", conversation_id)
+                    lease = None
+                    break
+                lease = renewed
+        finally:
+            if lease is not None:
+                await self.leases.release(lease)
+            await events.status(conversation_id, None)
+        return results
+
+    # -- one turn ------------------------------------------------------------------------------
+
+    async def _turn_with_retries(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
+        for attempt in range(self.config.commit_attempts):
+            try:
+                return await self._turn(conversation_id, events)
+            except HeadConflictError as conflict:
+                log.info("head of %s moved during a turn (attempt %d): %s", conversation_id, attempt + 1, conflict)
+        raise HeadConflictError(conversation_id, None, None)
+
+    async def _turn(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
+        state = await self.checkpoints.get_state(conversation_id)
+        paused: Checkpoint | None = None
+        if state and state.active_turn_id:
+            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+            if active.status is CheckpointStatus.AWAITING_RESUME:
+                paused = active
+            elif active.status is CheckpointStatus.RUNNING:
+                await self.checkpoints.fail(conversation_id, active.id,
+                                            error="abandoned: its worker's lease expired before it completed")
+        offset = paused.inbox_consumed if paused else 0
+        items = await self.inbox.peek(conversation_id, start=offset)
+        if not items:
+            return None
+        effects = [i for i in items if i.kind != "message"]
+        if effects and self.effects is not None:
+            await self.effects.apply(conversation_id, effects)
+        incoming = [self.with_tokens(i.message) if i.message.tokens == 0 else i.message
+                    for i in items if i.kind == "message" and i.message is not None]
+        wants_reply = any(i.reply_expected for i in items if i.kind == "message")
+        head_id = state.head_checkpoint_id if state else None
+
+        if paused is not None:
+            turn = await self._resume(conversation_id, paused, items, incoming)
+        else:
+            history = await self.checkpoints.load_history(conversation_id, head_id) if head_id else None
+            history, compaction = await self._maybe_compact(conversation_id, history, incoming, events, wants_reply)
+            head_id = history.checkpoint.id if history else None
+            turn = await self._start(conversation_id, history, head_id, items, incoming, wants_reply)
+            turn.compaction = compaction
+            if not wants_reply:
+                await self._commit(conversation_id, turn)
+                return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
+                                  compaction=compaction)
+        await events.status(conversation_id, "thinking…")
+        trace_id = uuid.uuid4().hex[:12]
+        try:
+            status, reply = await self._model_loop(conversation_id, turn, events)
+        except ModelTimeoutError as exc:
+            await self._append(conversation_id, turn, [])
+            await self.checkpoints.pause(conversation_id, turn.checkpoint.id, resume={"reason": "timeout",
+                                                                                      "error": str(exc)},
+                                         outcome=self._outcome(turn))
+            reply = ("The model did not answer in time. I saved this turn exactly as it was and will continue "
+                     "from there with your next message.")
+            return TurnResult(conversation_id, turn.checkpoint.id, "awaiting_resume", reply, len(items), trace_id,
+                              compaction=turn.compaction, model_calls=turn.calls)
+        except HeadConflictError:
+            await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
+            return await self._fail(conversation_id, turn, exc, trace_id)
+        if status == "awaiting_resume":
+            return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
+                              turn.usage, turn.compaction, turn.calls)
+        try:
+            await self._commit(conversation_id, turn)
+        except HeadConflictError:
+            await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
+            raise
+        return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), None, turn.usage,
+                          turn.compaction, turn.calls)
+
+    async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
+                             events: TurnEvents, wants_reply: bool) -> tuple[History | None, Any]:
+        if history is None:
+            return None, None
+        return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
+
+    async def _start(self, conversation_id: str, history: History | None, head_id: str | None,
+                     items: list[InboxItem], incoming: list[Message], wants_reply: bool) -> _Turn:
+        base = list(history.messages) if history else []
+        checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False)
+        new = [self._bound_input(m) for m in incoming]
+        runtime_id = ""
+        if wants_reply:
+            runtime = self.make_message(self.runtime_context(conversation_id, base, new), role="system",
+                                        flags=MessageFlags(runtime=True))
+            runtime_id = runtime.id
+            new.append(runtime)
+        await self.checkpoints.append(conversation_id, checkpoint.id, new, inbox_consumed=len(items))
+        return _Turn(checkpoint, head_id, base + new, runtime_id, items, incoming)
+
+    async def _resume(self, conversation_id: str, paused: Checkpoint, items: list[InboxItem],
+                      incoming: list[Message]) -> _Turn:
+        history = await self.checkpoints.load_history(conversation_id, paused.id)
+        await self.checkpoints.resume(conversation_id, paused.id)
+        messages = list(history.messages)
+        resume = (paused.outcome.resume or {}) if paused.outcome else {}
+        new: list[Message] = []
+        if resume.get("reason") == "authorization":
+            call = resume["tool_call"]
+            approved = any(_APPROVAL.match(m.text) for m in incoming)
+            ctx = ToolContext(conversation_id, paused.id, messages + incoming)
+            content = (await self.tools.run(call["name"], call["arguments"], ctx)) if approved else \
+                "The person declined this call; it was not run."
+            content, cut = bound_text(content, self.tokenizer, self._tool_limit())
+            new.append(self._tool_result(call["id"], call["name"], content, cut))
+        new.extend(self._bound_input(m) for m in incoming)
+        runtime_ids = [m.id for m in messages if m.flags.runtime]
+        await self.checkpoints.append(conversation_id, paused.id, new, inbox_consumed=len(items))
+        checkpoint = await self.checkpoints.get(conversation_id, paused.id)
+        return _Turn(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
+                     items, incoming)
+
+    async def _model_loop(self, conversation_id: str, turn: _Turn, events: TurnEvents) -> tuple[TurnStatus, str]:
+        schemas = self.tools.schemas()
+        for _ in range(self.config.max_tool_steps + 1):
+            sent = visible(turn.messages, turn.runtime_id)
+            request_tokens = self.budget.fixed_prompt_tokens + sum(m.tokens for m in sent)
+            if request_tokens > self.budget.request_limit_tokens:
+                text = (f"I can't send this to the model: the request would be {request_tokens:,} tokens and the "
+                        f"model accepts {self.budget.request_limit_tokens:,}. Please split the latest input into "
+                        "smaller messages.")
+                await self._append(conversation_id, turn, [self.make_message(text, role="assistant")])
+                return "refused", text
+            reply = await self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None)
+            turn.calls += 1
+            turn.usage = reply.usage or turn.usage
+            turn.covered = len(turn.messages)
+            if not reply.tool_calls:
+                text = reply.text.strip() or "(the model returned an empty reply)"
+                await self._append(conversation_id, turn, [self.make_message(text, role="assistant")])
+                return "completed", text
+            call_parts = [ToolCallPart(call_id=c.id, name=c.name, arguments=c.arguments) for c in reply.tool_calls]
+            parts: list[Any] = ([TextPart(text=reply.text)] if reply.text else []) + call_parts
+            assistant = self.with_tokens(Message(id=new_id("m"), role="assistant", parts=parts, tokens=0))
+            results: list[Message] = []
+            for call in reply.tool_calls:
+                tool = self.tools.get(call.name)
+                if tool is not None and tool.requires_authorization:
+                    await self._append(conversation_id, turn, [assistant, *results])
+                    await self.checkpoints.pause(
+                        conversation_id, turn.checkpoint.id, outcome=self._outcome(turn),
+                        resume={"reason": "authorization",
+                                "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments}})
+                    return "awaiting_resume", (f"I need your approval to run `{call.name}` with {call.arguments}. "
+                                               "Reply *yes* to approve or *no* to decline.")
+                ctx = ToolContext(conversation_id, turn.checkpoint.id, turn.messages)
+                content = await self.tools.run(call.name, call.arguments, ctx)
+                content, cut = bound_text(content, self.tokenizer, self._tool_limit())
+                results.append(self._tool_result(call.id, call.name, content, cut))
+            await self._append(conversation_id, turn, [assistant, *results])
+        text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
+                "ask again or narrow the request.")
+        await self._append(conversation_id, turn, [self.make_message(text, role="assistant")])
+        return "completed", text
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _tool_limit(self) -> int:
+        return max(200, int(self.budget.usable_tokens * self.config.tool_output_fraction))
+
+    def _tool_result(self, call_id: str, name: str, content: str, truncated: bool) -> Message:
+        part = ToolResultPart(call_id=call_id, name=name, content=content, truncated=truncated)
+        return self.with_tokens(Message(id=new_id("m"), role="tool", parts=[part], tokens=0))
+
+    def _bound_input(self, message: Message) -> Message:
+        """A single input larger than the usable window is cut in the middle with a marker."""
+        limit = max(256, self.budget.usable_tokens // 2)
+        if message.tokens <= limit:
+            return message
+        text, _ = bound_text(message.text, self.tokenizer, limit)
+        return self.with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
+
+    async def _append(self, conversation_id: str, turn: _Turn, messages: list[Message]) -> None:
+        if messages:
+            await self.checkpoints.append(conversation_id, turn.checkpoint.id, messages)
+            turn.messages.extend(messages)
+
+    def _outcome(self, turn: _Turn) -> CheckpointOutcome:
+        return CheckpointOutcome(usage=turn.usage, usage_covered_messages=turn.covered if turn.usage else 0)
+
+    async def _commit(self, conversation_id: str, turn: _Turn) -> None:
+        await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
+                                      outcome=self._outcome(turn))
+
+    async def _fail(self, conversation_id: str, turn: _Turn, exc: BaseException, trace_id: str) -> TurnResult:
+        log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
+                      exc_info=exc)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        await self.checkpoints.fail(conversation_id, turn.checkpoint.id, error=error, trace_id=trace_id)
+        # Keep people's messages in the history: record them in a turn of their own, which also takes
+        # them out of the inbox so the failure does not repeat forever.
+        salvage = await self.checkpoints.start_turn(conversation_id, parent_id=turn.expected_head, from_head=False)
+        await self.checkpoints.append(conversation_id, salvage.id, [self._bound_input(m) for m in turn.incoming],
+                                      inbox_consumed=len(turn.items))
+        try:
+            await self.checkpoints.commit(conversation_id, salvage.id, expected_head=turn.expected_head)
+        except HeadConflictError:
+            await self.checkpoints.supersede(conversation_id, salvage.id)
+        text = f"Sorry, something went wrong while answering (trace id {trace_id}). Please try again."
+        if isinstance(exc, ModelError):
+            text = f"Sorry, the model could not answer (trace id {trace_id}). Please try again in a moment."
+        return TurnResult(conversation_id, turn.checkpoint.id, "failed", text, len(turn.items), trace_id,
+                          compaction=turn.compaction, model_calls=turn.calls)
+
+

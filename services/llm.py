@@ -1,0 +1,121 @@
+"""The one wrapper every model call goes through: litellm, timeouts, retries, usage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from persistence import ThreadkeeperError, Usage
+
+from ._litellm import litellm
+from .budget import is_offline
+
+log = logging.getLogger("threadkeeper.llm")
+
+OFFLINE_PROVIDER = "threadkeeper-offline"
+
+
+class ModelError(ThreadkeeperError):
+    """A model call failed for good (after retries)."""
+
+
+class ModelTimeoutError(ModelError):
+    """A model call did not answer in time."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    model: str = ""
+
+
+def _transient(exc: BaseException) -> bool:
+    transient = (litellm.RateLimitError, litellm.APIConnectionError, litellm.InternalServerError,
+                 litellm.ServiceUnavailableError, litellm.Timeout, asyncio.TimeoutError)
+    return isinstance(exc, transient)
+
+
+def litellm_model_name(model: str) -> str:
+    """``offline`` routes to the offline provider; every other name goes to litellm as given."""
+    return f"{OFFLINE_PROVIDER}/offline" if is_offline(model) else model
+
+
+def extract_usage(response: Any) -> Usage | None:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    return Usage(input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                 output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                 cached_tokens=int(cached or 0))
+
+
+class ModelClient:
+    """Async chat completions through litellm for one model."""
+
+    def __init__(self, model: str, *, timeout_seconds: float = 60.0, attempts: int = 3,
+                 max_output_tokens: int | None = None, retry_wait_seconds: float = 1.0) -> None:
+        from . import offline  # registers the offline provider
+
+        offline.register()
+        self.model = model
+        self.timeout_seconds = timeout_seconds
+        self.attempts = max(1, attempts)
+        self.max_output_tokens = max_output_tokens
+        self.retry_wait_seconds = retry_wait_seconds
+
+    @property
+    def offline(self) -> bool:
+        return is_offline(self.model)
+
+    async def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                       max_output_tokens: int | None = None, timeout_seconds: float | None = None) -> ModelReply:
+        """One chat completion, retried with backoff on transient errors; raises :class:`ModelError`."""
+        timeout = timeout_seconds or self.timeout_seconds
+        kwargs: dict[str, Any] = {"model": litellm_model_name(self.model), "messages": messages, "timeout": timeout,
+                                  "_skip_mcp_handler": True}
+        if tools:
+            kwargs["tools"] = tools
+        limit = max_output_tokens or self.max_output_tokens
+        if limit:
+            kwargs["max_tokens"] = limit
+        try:
+            async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts), reraise=True,
+                                               wait=wait_random_exponential(multiplier=self.retry_wait_seconds, max=20),
+                                               retry=retry_if_exception(_transient)):
+                with attempt:
+                    response = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=timeout)
+        except (asyncio.TimeoutError, litellm.Timeout) as exc:
+            raise ModelTimeoutError(f"model {self.model} did not answer within {timeout:g}s "
+                                    f"({self.attempts} attempts)") from exc
+        except Exception as exc:  # litellm maps provider errors to its own hierarchy
+            raise ModelError(f"model {self.model} failed: {type(exc).__name__}: {exc}") from exc
+        return self._reply(response)
+
+    def _reply(self, response: Any) -> ModelReply:
+        choice = response.choices[0]
+        message = choice.message
+        calls = []
+        for raw in getattr(message, "tool_calls", None) or []:
+            fn = raw.function
+            arguments = fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments)
+            calls.append(ToolCall(id=raw.id or f"call_{len(calls)}", name=fn.name, arguments=arguments or "{}"))
+        return ModelReply(text=message.content or "", tool_calls=calls, usage=extract_usage(response),
+                          finish_reason=getattr(choice, "finish_reason", None),
+                          model=getattr(response, "model", "") or self.model)

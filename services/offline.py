@@ -1,0 +1,81 @@
+"""The offline model: a litellm custom provider that answers deterministically and honestly.
+
+It is selected by ``AI_MODEL=offline`` (the default). It never pretends to be a language model: it
+acknowledges the latest ask, says what it can see of the thread and how many tokens of context it
+received, and reports usage like a real provider, counted with the same tokenizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litellm import CustomLLM, ModelResponse
+
+from ._litellm import register_provider
+from .tokens import Tokenizer
+
+HANDOFF_MARK = "[Threadkeeper handoff"
+_registered = False
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _excerpt(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def offline_answer(messages: list[dict[str, Any]], prompt_tokens: int) -> str:
+    """What the offline model says, given the request's messages."""
+    convo = [m for m in messages if m.get("role") != "system"]
+    user = [m for m in convo if m.get("role") == "user" and not _text(m.get("content")).startswith(HANDOFF_MARK)]
+    handoffs = [m for m in convo if _text(m.get("content")).startswith(HANDOFF_MARK)]
+    tools = [m for m in convo if m.get("role") == "tool"]
+    latest = _excerpt(_text(user[-1]["content"])) if user else "(no message from a person)"
+    parts = [f"Offline model here (not a language model; set AI_MODEL to a real model for real answers). "
+             f"Latest message: \u201c{latest}\u201d.",
+             f"I can see {len(convo)} messages of this thread ({len(user)} from people, "
+             f"{len(convo) - len(user) - len(handoffs) - len(tools)} replies, {len(tools)} tool results) "
+             f"in {prompt_tokens:,} tokens of context."]
+    if handoffs:
+        handoff = _text(handoffs[-1]["content"])
+        asks = [line.strip() for line in handoff.splitlines() if line.strip().startswith("- [ask")]
+        parts.append(f"Earlier messages are carried by a handoff of {len(handoff):,} characters"
+                     + (f"; its first open ask: {_excerpt(asks[0], 120)}" if asks else "") + ".")
+    return " ".join(parts)
+
+
+class OfflineModel(CustomLLM):
+    """A deterministic stand-in for a chat model, behind litellm's custom provider interface."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokenizer = Tokenizer("gpt-4o")
+
+    def _respond(self, model: str, messages: list[dict[str, Any]]) -> ModelResponse:
+        prompt_tokens = self.tokenizer.count_chat(messages)
+        text = offline_answer(messages, prompt_tokens)
+        completion = self.tokenizer.count(text)
+        return ModelResponse(model=f"offline/{model}", choices=[{"index": 0, "finish_reason": "stop",
+                                                                 "message": {"role": "assistant", "content": text}}],
+                             usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                                    "total_tokens": prompt_tokens + completion})
+
+    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+        return self._respond(model, messages)
+
+    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+        return self._respond(model, messages)
+
+
+def register() -> None:
+    global _registered
+    if not _registered:
+        register_provider("threadkeeper-offline", OfflineModel())
+        _registered = True

@@ -1,0 +1,81 @@
+"""The one pipeline the bot, the console, the CLI and the evals share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from persistence import CheckpointStore, Inbox, InboxItem, Message, MessageFlags
+
+from .budget import ContextBudget
+from .context import ContextEntry, entries, measure, visible
+from .executor import ReplyExecutor, TurnEvents, TurnResult
+
+
+@dataclass
+class ContextReport:
+    """What the next turn of a conversation would send to the model."""
+
+    conversation_id: str
+    budget: ContextBudget
+    context: list[ContextEntry]
+    history_tokens: int
+    would_compact: bool
+    compaction: Any = None
+
+    @property
+    def context_tokens(self) -> int:
+        return sum(e.tokens for e in self.context)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"conversation_id": self.conversation_id, "window_tokens": self.budget.window_tokens,
+                "budget": self.budget.as_dict(), "would_compact": self.would_compact,
+                "context": [e.as_dict() for e in self.context], "context_tokens": self.context_tokens}
+
+
+@dataclass
+class Pipeline:
+    checkpoints: CheckpointStore
+    inbox: Inbox
+    executor: ReplyExecutor
+
+    @property
+    def budget(self) -> ContextBudget:
+        return self.executor.budget
+
+    async def submit(self, conversation_id: str, text: str, *, author: str | None = None, id: str | None = None,
+                     created_at: float | None = None, reply_expected: bool = True, pinned: bool = False,
+                     event_id: str | None = None) -> bool:
+        """Append a person's message to the conversation's inbox (deduplicated by id and event id)."""
+        message = self.executor.make_message(text, author=author, id=id, created_at=created_at,
+                                             flags=MessageFlags(pinned=pinned))
+        return await self.submit_item(conversation_id, InboxItem(event_id=event_id, message=message,
+                                                                 reply_expected=reply_expected))
+
+    async def submit_item(self, conversation_id: str, item: InboxItem) -> bool:
+        keys = [k for k in (item.event_id, f"{item.kind}:{item.message.id}" if item.message else None) if k]
+        return await self.inbox.append(conversation_id, item, dedup_keys=keys)
+
+    async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
+        return await self.executor.run(conversation_id, events)
+
+    async def context(self, conversation_id: str) -> ContextReport:
+        """The next turn's context; if that turn would compact first, the context after it (nothing written)."""
+        state = await self.checkpoints.require_state(conversation_id)
+        system = ContextEntry(role="system", text=self.executor.config.system_prompt, source_ids=[],
+                              tokens=self.budget.fixed_prompt_tokens)
+        if state.head_checkpoint_id is None:
+            return ContextReport(conversation_id, self.budget, [system], 0, False)
+        history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
+        tokens = measure(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens)
+        pending = [i.message for i in await self.inbox.peek(conversation_id) if i.message is not None]
+        messages: list[Message] = list(history.messages)
+        preview = getattr(self.executor.compactor, "preview", None)
+        compaction = None
+        would = tokens + sum(m.tokens for m in pending) >= self.budget.trigger_tokens
+        if would and preview is not None:
+            compaction, messages = await preview(conversation_id, history, pending, self.budget)
+        return ContextReport(conversation_id, self.budget, [system, *entries(visible(messages))], tokens,
+                             would and preview is not None, compaction)
+
+

@@ -1,0 +1,126 @@
+"""Replay a recorded thread through the real pipeline and report the context the next turn would send."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from persistence import ThreadkeeperError
+
+from .pipeline import Pipeline
+
+
+class ReplayInputError(ThreadkeeperError):
+    """The thread file is malformed; nothing was written to the store."""
+
+
+class ReplayMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str = Field(min_length=1)
+    author: str = Field(min_length=1)
+    text: str
+    ts: str | None = None
+    pinned: bool = False
+
+
+class ReplayThread(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    conversation_id: str | None = None
+    messages: list[ReplayMessage]
+
+
+def _slack_export(items: list[Any], source: str) -> ReplayThread:
+    messages = []
+    for index, raw in enumerate(items):
+        if not isinstance(raw, dict):
+            raise ReplayInputError(f"{source}: message {index}: expected a JSON object, got {type(raw).__name__}")
+        if raw.get("subtype") in ("channel_join", "channel_leave", "thread_broadcast_deleted"):
+            continue
+        for field in ("ts", "text"):
+            if not isinstance(raw.get(field), str):
+                raise ReplayInputError(f"{source}: message {index}: field {field!r} is missing or not a string")
+        author = raw.get("user") or raw.get("username") or raw.get("bot_id")
+        if not isinstance(author, str) or not author:
+            raise ReplayInputError(f"{source}: message {index} (ts {raw['ts']}): field 'user' is missing")
+        messages.append(ReplayMessage(id=raw["ts"], author=author, text=raw["text"], ts=raw["ts"],
+                                      pinned=bool(raw.get("pinned_to"))))
+    messages.sort(key=lambda m: float(m.ts or 0))
+    return ReplayThread(messages=messages)
+
+
+def parse_thread(raw: str | bytes, source: str = "thread") -> ReplayThread:
+    """Parse a replay file: ``{"conversation_id"?, "messages": [...]}`` or a Slack export list."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ReplayInputError(f"{source}: not valid JSON: {exc}") from None
+    if isinstance(data, list):
+        thread = _slack_export(data, source)
+    elif isinstance(data, dict):
+        if not isinstance(data.get("messages"), list):
+            raise ReplayInputError(f"{source}: expected a 'messages' list (or a Slack export: a JSON list)")
+        for index, item in enumerate(data["messages"]):
+            try:
+                ReplayMessage.model_validate(item)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = ".".join(str(p) for p in err["loc"]) or "(message)"
+                ident = item.get("id") if isinstance(item, dict) else None
+                label = f"message {index}" + (f" (id {ident!r})" if ident else "")
+                raise ReplayInputError(f"{source}: {label}: field {field!r}: {err['msg']}") from None
+        thread = ReplayThread.model_validate(data)
+    else:
+        raise ReplayInputError(f"{source}: expected a JSON object or list, got {type(data).__name__}")
+    if not thread.messages:
+        raise ReplayInputError(f"{source}: the thread has no messages")
+    seen: set[str] = set()
+    for index, message in enumerate(thread.messages):
+        if message.id in seen:
+            raise ReplayInputError(f"{source}: message {index}: id {message.id!r} appears twice")
+        seen.add(message.id)
+    return thread
+
+
+def load_thread(path: str | Path) -> ReplayThread:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ReplayInputError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_thread(raw, str(path))
+
+
+def default_conversation_id(thread: ReplayThread, source: str) -> str:
+    digest = hashlib.sha1("\n".join(m.id for m in thread.messages).encode()).hexdigest()[:10]
+    return f"replay:{Path(source).stem}:{digest}"
+
+
+async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: str, turn_every: int = 1,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Deliver the thread's messages in order, running a turn every ``turn_every`` messages and after the last."""
+    if turn_every < 1:
+        raise ReplayInputError("--turn-every must be at least 1")
+    compactions: list[dict[str, Any]] = []
+    turns = 0
+    total = len(thread.messages)
+    for index, message in enumerate(thread.messages, start=1):
+        await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
+                              pinned=message.pinned)
+        if index % turn_every == 0 or index == total:
+            for result in await pipeline.run(conversation_id):
+                turns += 1
+                if result.compaction is not None:
+                    compactions.append(result.compaction.summary())
+        if progress:
+            progress(index, total)
+    report = await pipeline.context(conversation_id)
+    out = report.as_dict()
+    out.pop("would_compact", None)
+    return {"conversation_id": conversation_id, "window_tokens": pipeline.budget.window_tokens,
+            "budget": out["budget"], "messages": total, "turns": turns, "compactions": compactions,
+            "context": out["context"], "context_tokens": out["context_tokens"]}

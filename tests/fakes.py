@@ -1,0 +1,89 @@
+"""A scripted model behind litellm's custom-provider interface, and helpers to build test pipelines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import fakeredis
+from litellm import CustomLLM, ModelResponse
+
+from services._litellm import register_provider
+from threadkeeper.root import Stores, build_pipeline, build_stores
+from threadkeeper.settings import Settings
+
+
+@dataclass
+class Step:
+    """One scripted model response."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)
+    """(name, JSON arguments) pairs."""
+    error: BaseException | None = None
+    delay: float = 0.0
+    wait_for: asyncio.Event | None = None
+    started: asyncio.Event | None = None
+    usage: tuple[int, int] | None = None
+    """(prompt tokens, completion tokens); default: rough counts."""
+
+
+class ScriptedModel(CustomLLM):
+    def __init__(self) -> None:
+        super().__init__()
+        self.script: deque[Step] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.default = Step(text="ok")
+
+    def push(self, *steps: Step) -> None:
+        self.script.extend(steps)
+
+    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+        optional = kwargs.get("optional_params") or (args[7] if len(args) > 7 else {})
+        self.requests.append({"messages": messages, "tools": (optional or {}).get("tools")})
+        step = self.script.popleft() if self.script else self.default
+        if step.started:
+            step.started.set()
+        if step.wait_for:
+            await step.wait_for.wait()
+        if step.delay:
+            await asyncio.sleep(step.delay)
+        if step.error is not None:
+            raise step.error
+        message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+        if step.tool_calls:
+            message["tool_calls"] = [{"id": f"call_{len(self.requests)}_{i}", "type": "function",
+                                      "function": {"name": n, "arguments": a}}
+                                     for i, (n, a) in enumerate(step.tool_calls)]
+        prompt, completion = step.usage or (sum(len(str(m.get("content") or "")) for m in messages) // 4, 5)
+        return ModelResponse(model=model, choices=[{"index": 0, "message": message,
+                                                    "finish_reason": "tool_calls" if step.tool_calls else "stop"}],
+                             usage={"prompt_tokens": prompt, "completion_tokens": completion,
+                                    "total_tokens": prompt + completion})
+
+
+def scripted() -> ScriptedModel:
+    model = ScriptedModel()
+    register_provider("scripted", model)
+    return model
+
+
+def settings(prefix: str, **overrides: Any) -> Settings:
+    base: dict[str, Any] = {"threadkeeper_key_prefix": prefix, "ai_model": "scripted/test",
+                            "ai_model_context_window_tokens": 16_000, "ai_retry_attempts": 1,
+                            "ai_timeout_seconds": 5.0, "redis_url": None}
+    base.update(overrides)
+    return Settings(_env_file=None, **base)  # type: ignore[call-arg]
+
+
+def stores(prefix: str, client: Any = None, **overrides: Any) -> Stores:
+    client = client or fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    return build_stores(settings(prefix, **overrides), client=client)
+
+
+def pipeline(prefix: str, client: Any = None, **kwargs: Any):  # type: ignore[no-untyped-def]
+    overrides = kwargs.pop("settings", {})
+    st = stores(prefix, client, **overrides)
+    return build_pipeline(settings(prefix, **overrides), st, retry_wait_seconds=0.01, **kwargs), st

@@ -1,0 +1,123 @@
+"""Budgets derived from windows, the offline model, the console and the history/context/replay commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services import BudgetError, ContextBudget, ModelClient, resolve_window
+from services.budget import OFFLINE_WINDOW_TOKENS
+
+from conftest import REDIS_URL, drop_prefix, real_redis
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
+        timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "threadkeeper", *args], input=stdin, capture_output=True, text=True,
+                          env=full_env, cwd=ROOT, timeout=timeout)
+
+
+@pytest.mark.parametrize("window", [8_000, 128_000, 1_000_000])
+def test_every_threshold_is_a_fraction_of_the_usable_window(window: int) -> None:
+    b = ContextBudget.derive(window, fixed_prompt_tokens=300, max_output_tokens=16_384)
+    assert b.usable_tokens == window - b.output_reserve_tokens - 300
+    assert b.trigger_tokens == int(b.usable_tokens * 0.8)
+    assert b.target_tokens == int(b.usable_tokens * 0.5)
+    assert b.retained_user_tokens + b.summary_cap_tokens + b.pin_tokens <= b.target_tokens < b.trigger_tokens
+    assert 256 <= b.output_reserve_tokens <= 16_384
+
+
+def test_window_from_litellm_override_and_unknown_model() -> None:
+    assert resolve_window("gpt-4o-mini", None) == 128_000
+    assert resolve_window("gpt-4o-mini", 9_000) == 9_000
+    assert resolve_window("offline", None) == OFFLINE_WINDOW_TOKENS
+    with pytest.raises(BudgetError, match="AI_MODEL_CONTEXT_WINDOW_TOKENS"):
+        resolve_window("acme/unknown-model-7", None)
+    with pytest.raises(BudgetError, match="larger window"):
+        ContextBudget.derive(1_000, fixed_prompt_tokens=900)
+
+
+async def test_offline_model_answers_honestly_with_usage() -> None:
+    client = ModelClient("offline")
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "alice: where is ABC-123?"}]
+    reply = await client.complete(messages)
+    assert "not a language model" in reply.text and "where is ABC-123?" in reply.text
+    assert reply.usage is not None and reply.usage.input_tokens > 0
+    assert f"{reply.usage.input_tokens:,} tokens of context" in reply.text
+    assert reply.text == (await client.complete(messages)).text
+
+
+def test_console_works_with_piped_stdin_and_no_configuration() -> None:
+    result = cli("console", stdin="hello\n/context\n/history\n/quit\n")
+    assert result.returncode == 0, result.stderr
+    assert "threadkeeper> Offline model here" in result.stdout
+    assert "context of console:local" in result.stdout and "HEAD" in result.stdout
+    assert "in-process Redis stand-in" in result.stderr
+
+
+def test_invalid_setting_fails_at_start_naming_the_variable() -> None:
+    result = cli("console", env={"THREADKEEPER_RETENTION_DAYS": "-3"}, stdin="")
+    assert result.returncode == 2
+    assert "THREADKEEPER_RETENTION_DAYS" in result.stderr
+
+
+def test_unknown_conversation_exits_non_zero() -> None:
+    for command in ("history", "context"):
+        result = cli(command, "slack:T0:C0:0.0")
+        assert result.returncode != 0 and "no conversation" in result.stderr
+
+
+def test_malformed_replay_file_names_message_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"messages": [{"id": "1", "author": "a", "text": "ok"},
+                                             {"id": "2", "author": "b"}]}))
+    result = cli("replay", str(path))
+    assert result.returncode == 2
+    assert "message 1 (id '2')" in result.stderr and "'text'" in result.stderr
+    path.write_text("[{\"ts\": \"1.0\", \"text\": \"hi\"}]")
+    result = cli("replay", str(path))
+    assert "field 'user'" in result.stderr
+
+
+@pytest.mark.redis
+async def test_replay_2000_messages_against_real_redis(tmp_path: Path, prefix: str) -> None:
+    client = await real_redis()
+    thread = {"conversation_id": "replay:test:2000",
+              "messages": [{"id": f"{1700000000 + i}.000100", "author": f"U{i % 5}",
+                            "text": f"message {i}: deploy status for service-{i % 17} is {'green' if i % 3 else 'red'}"}
+                           for i in range(2000)]}
+    path, out = tmp_path / "thread.json", tmp_path / "out.json"
+    path.write_text(json.dumps(thread))
+    env = {"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix}
+    try:
+        result = cli("replay", str(path), "--turn-every", "10", "--out", str(out), env=env)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(out.read_text())
+        assert report["conversation_id"] == "replay:test:2000"
+        for key in ("window_tokens", "output_reserve_tokens", "fixed_prompt_tokens", "usable_tokens",
+                    "trigger_tokens", "target_tokens", "retained_user_tokens", "summary_cap_tokens"):
+            assert isinstance(report["budget"][key], int), key
+        assert report["window_tokens"] == report["budget"]["window_tokens"]
+        assert isinstance(report["compactions"], list)
+        for entry in report["context"]:
+            assert set(entry) == {"role", "text", "source_ids", "tokens"}
+        assert report["context_tokens"] == sum(e["tokens"] for e in report["context"])
+        history = cli("history", "replay:test:2000", "--json", env=env)
+        rows = json.loads(history.stdout)
+        assert len(rows) == 200 and sum(r["is_head"] for r in rows) == 1
+        assert set(rows[0]) == {"id", "kind", "status", "parent", "forked_from", "message_count", "token_total",
+                                "created_at", "is_head"}
+        context = cli("context", "replay:test:2000", "--json", env=env)
+        assert json.loads(context.stdout)["context_tokens"] == report["context_tokens"]
+    finally:
+        await drop_prefix(client, prefix)
+        await client.aclose()

@@ -1,0 +1,208 @@
+"""The reply executor through the pipeline, with a scripted model behind litellm."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import litellm
+import pytest
+
+from persistence import CheckpointStatus, ToolResultPart
+from services import Tool, measure
+
+from fakes import Step, pipeline, scripted
+
+CONV = "slack:T1:C1:1700000000.000200"
+
+
+@pytest.fixture
+def model():
+    return scripted()
+
+
+async def test_inbox_is_drained_in_order_into_one_turn(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    for i in range(3):
+        await p.submit(CONV, f"message {i}", author="alice", id=f"1.{i}")
+    results = await p.run(CONV)
+    assert [r.status for r in results] == ["completed"]
+    sent = [m["content"] for m in model.requests[0]["messages"] if m["role"] == "user"]
+    assert sent == ["alice: message 0", "alice: message 1", "alice: message 2"]
+    history = await p.checkpoints.load_history(CONV)
+    assert [m.id for m in history.messages if m.role == "user"] == ["1.0", "1.1", "1.2"]
+    assert await p.inbox.size(CONV) == 0
+
+
+async def test_head_moves_once_per_turn(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    versions = []
+    for i in range(3):
+        await p.submit(CONV, f"q{i}", author="bob")
+        await p.run(CONV)
+        versions.append((await p.checkpoints.require_state(CONV)).version)
+    assert versions == [1, 2, 3]
+    rows = await p.checkpoints.lineage(CONV)
+    assert [r.status for r in rows] == [CheckpointStatus.COMPLETED] * 3
+    assert rows[1].parent == rows[0].id and rows[2].parent == rows[1].id
+
+
+async def test_lease_held_during_a_turn_and_mid_turn_messages_go_to_the_next_turn(model, prefix, client) -> None:
+    p, stores = pipeline(prefix, client)
+    started, release = asyncio.Event(), asyncio.Event()
+    model.push(Step(text="first answer", started=started, wait_for=release), Step(text="second answer"))
+    await p.submit(CONV, "first", author="alice")
+    worker = asyncio.create_task(p.run(CONV))
+    await started.wait()
+    assert await stores.leases.holder(CONV) is not None
+    assert await p.run(CONV) == [], "a second worker only appends"
+    await p.submit(CONV, "arrived mid-turn", author="carol")
+    release.set()
+    results = await worker
+    assert [r.reply for r in results] == ["first answer", "second answer"]
+    assert await stores.leases.holder(CONV) is None
+    second_request = [m["content"] for m in model.requests[1]["messages"] if m["role"] == "user"]
+    assert second_request[-1] == "carol: arrived mid-turn"
+    history = await p.checkpoints.load_history(CONV)
+    assert [m.text for m in history.messages if m.role in ("user", "assistant")] == [
+        "first", "first answer", "arrived mid-turn", "second answer"]
+
+
+async def test_runtime_context_is_sent_only_for_the_current_turn(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    for text in ("one", "two", "three"):
+        await p.submit(CONV, text, author="alice")
+        await p.run(CONV)
+    runtime = [m for m in model.requests[-1]["messages"] if str(m.get("content", "")).startswith("[runtime context]")]
+    assert len(runtime) == 1
+    report = await p.context(CONV)
+    assert not any(e.text.startswith("[runtime context]") for e in report.context)
+
+
+async def test_guard_refuses_an_oversized_request_without_calling_the_model(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client, context_window=2048)
+    limit = p.budget.request_limit_tokens
+    chunk = "word " * int(p.budget.usable_tokens * 0.45)
+    for i in range(3):
+        await p.submit(CONV, chunk, author="alice", id=f"big.{i}")
+    results = await p.run(CONV)
+    assert model.requests == []
+    assert results[0].status == "refused"
+    assert f"{limit:,}" in results[0].reply
+    assert (await p.checkpoints.require_state(CONV)).head_checkpoint_id == results[0].checkpoint_id
+
+
+async def test_timeout_pauses_the_turn_and_the_next_message_resumes_it_exactly(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client, settings={"ai_timeout_seconds": 0.2})
+    await p.submit(CONV, "hello", author="alice")
+    await p.run(CONV)
+    model.push(Step(text="too late", delay=2))
+    await p.submit(CONV, "slow question", author="alice")
+    paused = await p.run(CONV)
+    assert paused[0].status == "awaiting_resume"
+    checkpoint = await p.checkpoints.get(CONV, paused[0].checkpoint_id)
+    assert checkpoint.status is CheckpointStatus.AWAITING_RESUME
+    before = [m.id for m in (await p.checkpoints.load_history(CONV, checkpoint.id)).messages]
+    model.push(Step(text="here is the answer"))
+    await p.submit(CONV, "any news?", author="alice")
+    resumed = await p.run(CONV)
+    assert resumed[0].checkpoint_id == checkpoint.id and resumed[0].status == "completed"
+    after = (await p.checkpoints.load_history(CONV)).messages
+    assert [m.id for m in after][: len(before)] == before
+    assert [m.text for m in after if m.role == "user"] == ["hello", "slow question", "any news?"]
+    assert after[-1].text == "here is the answer"
+    assert await p.inbox.size(CONV) == 0
+
+
+async def test_authorization_pause_runs_the_tool_after_approval(model, prefix, client) -> None:
+    ran: list[dict] = []
+
+    async def deploy(args, ctx):
+        ran.append(args)
+        return "deployed build 42"
+
+    tool = Tool("deploy", "Deploy a build", {"type": "object", "properties": {"build": {"type": "string"}}}, deploy,
+                requires_authorization=True)
+    p, _ = pipeline(prefix, client, tools=[tool])
+    model.push(Step(tool_calls=[("deploy", json.dumps({"build": "42"}))]), Step(text="Deployed."))
+    await p.submit(CONV, "deploy 42 please", author="alice")
+    first = await p.run(CONV)
+    assert first[0].status == "awaiting_resume" and "approval" in first[0].reply
+    assert ran == []
+    await p.submit(CONV, "yes", author="alice")
+    second = await p.run(CONV)
+    assert ran == [{"build": "42"}]
+    assert second[0].reply == "Deployed."
+    history = (await p.checkpoints.load_history(CONV)).messages
+    results = [part for m in history for part in m.parts if isinstance(part, ToolResultPart)]
+    assert results[0].content == "deployed build 42"
+
+
+async def test_failed_turn_apologises_with_trace_id_and_keeps_the_message(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    model.push(Step(error=litellm.BadRequestError("bad request", model="scripted/test", llm_provider="scripted")))
+    await p.submit(CONV, "please summarise", author="alice", id="9.1")
+    results = await p.run(CONV)
+    assert results[0].status == "failed" and results[0].trace_id in results[0].reply
+    failed = await p.checkpoints.get(CONV, results[0].checkpoint_id)
+    assert failed.status is CheckpointStatus.FAILED
+    assert failed.outcome.trace_id == results[0].trace_id and "bad request" in failed.outcome.error
+    history = await p.checkpoints.load_history(CONV)
+    assert [m.id for m in history.messages] == ["9.1"]
+    assert await p.inbox.size(CONV) == 0
+
+
+async def test_transient_errors_are_retried(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client, settings={"ai_retry_attempts": 3})
+    model.push(Step(error=litellm.RateLimitError("slow down", model="scripted/test", llm_provider="scripted")),
+               Step(text="fine now"))
+    await p.submit(CONV, "hi", author="alice")
+    results = await p.run(CONV)
+    assert results[0].reply == "fine now"
+    assert len(model.requests) == 2
+
+
+async def test_tool_loop_is_bounded_and_tool_output_is_cut(model, prefix, client) -> None:
+    async def dump(args, ctx):
+        return "log line\n" * 20_000
+
+    p, _ = pipeline(prefix, client, tools=[Tool("dump", "Dump logs", {"type": "object", "properties": {}}, dump)])
+    model.default = Step(tool_calls=[("dump", "{}")])
+    await p.submit(CONV, "show me the logs", author="alice")
+    results = await p.run(CONV)
+    assert len(model.requests) == p.executor.config.max_tool_steps + 1
+    assert "tool steps" in results[0].reply
+    history = (await p.checkpoints.load_history(CONV)).messages
+    tool_results = [part for m in history for part in m.parts if isinstance(part, ToolResultPart)]
+    assert tool_results and all(part.truncated and "cut" in part.content for part in tool_results)
+    limit = int(p.budget.usable_tokens * p.executor.config.tool_output_fraction)
+    assert all(m.tokens <= limit + 50 for m in history if m.role == "tool")
+
+
+async def test_reported_usage_is_ground_truth_for_the_prefix(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    model.push(Step(text="answer", usage=(5_000, 10)))
+    await p.submit(CONV, "question", author="alice")
+    await p.run(CONV)
+    history = await p.checkpoints.load_history(CONV)
+    reply = history.messages[-1]
+    expected = 5_000 - p.budget.fixed_prompt_tokens + reply.tokens
+    assert measure(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens) == expected
+
+
+async def test_messages_not_expecting_a_reply_are_recorded_without_a_model_call(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "thanks all", author="bob", reply_expected=False)
+    results = await p.run(CONV)
+    assert results[0].status == "recorded" and results[0].reply is None
+    assert model.requests == []
+    assert [m.text for m in (await p.checkpoints.load_history(CONV)).messages] == ["thanks all"]
+
+
+async def test_token_counts_are_stored_with_each_message(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "The quick brown fox jumps over the lazy dog", author="alice")
+    await p.run(CONV)
+    history = await p.checkpoints.load_history(CONV)
+    first = history.messages[0]
+    assert first.tokens == p.executor.tokenizer.count_message(first) > 9
