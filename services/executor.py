@@ -270,6 +270,9 @@ class ReplyExecutor:
                              events: TurnEvents, wants_reply: bool) -> tuple[History | None, Any]:
         if history is None:
             return None, None
+        should = getattr(self.compactor, "should_compact", None)
+        if should is not None and should(history, incoming, self.budget):
+            await events.status(conversation_id, "compacting history…")
         return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
 
     async def _start(self, conversation_id: str, history: History | None, head_id: str | None,

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litellm import CustomLLM, ModelResponse
-
-from ._litellm import register_provider
+from ._litellm import litellm, register_provider
 from .tokens import Tokenizer
 
 HANDOFF_MARK = "[Threadkeeper handoff"
@@ -51,26 +49,26 @@ def offline_answer(messages: list[dict[str, Any]], prompt_tokens: int) -> str:
     return " ".join(parts)
 
 
-class OfflineModel(CustomLLM):
+class OfflineModel(litellm.CustomLLM):
     """A deterministic stand-in for a chat model, behind litellm's custom provider interface."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tokenizer = Tokenizer("gpt-4o")
 
-    def _respond(self, model: str, messages: list[dict[str, Any]]) -> ModelResponse:
+    def _respond(self, model: str, messages: list[dict[str, Any]]) -> litellm.ModelResponse:
         prompt_tokens = self.tokenizer.count_chat(messages)
         text = offline_answer(messages, prompt_tokens)
         completion = self.tokenizer.count(text)
-        return ModelResponse(model=f"offline/{model}", choices=[{"index": 0, "finish_reason": "stop",
+        return litellm.ModelResponse(model=f"offline/{model}", choices=[{"index": 0, "finish_reason": "stop",
                                                                  "message": {"role": "assistant", "content": text}}],
                              usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion,
                                     "total_tokens": prompt_tokens + completion})
 
-    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:  # type: ignore[override]
         return self._respond(model, messages)
 
-    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:  # type: ignore[override]
         return self._respond(model, messages)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import CheckpointStore, Inbox, InboxItem, Message, MessageFlags
+from persistence import CheckpointStore, Inbox, InboxItem, Message, MessageFlags, ThreadkeeperError
 
 from .budget import ContextBudget
 from .context import ContextEntry, entries, measure, visible
@@ -58,6 +58,17 @@ class Pipeline:
 
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
         return await self.executor.run(conversation_id, events)
+
+    async def compact(self, conversation_id: str, *, dry_run: bool = False, reason: str = "manual") -> Any:
+        """Compact now with this pipeline's budget (the internal compaction command); returns the report.
+
+        A dry run computes everything and writes nothing. A conversation whose turn awaits resume is
+        refused. The summarized checkpoint stays untouched; the new one forks from it.
+        """
+        compact = getattr(self.executor.compactor, "compact", None)
+        if compact is None:
+            raise ThreadkeeperError("this pipeline has no compactor")
+        return await compact(conversation_id, budget=self.budget, dry_run=dry_run, reason=reason)
 
     async def context(self, conversation_id: str) -> ContextReport:
         """The next turn's context; if that turn would compact first, the context after it (nothing written)."""

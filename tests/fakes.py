@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fakeredis
-from litellm import CustomLLM, ModelResponse
 
-from services._litellm import register_provider
+from services._litellm import register_provider  # first: configures litellm before it is imported
+
+from litellm import CustomLLM, ModelResponse  # noqa: E402
 from threadkeeper.root import Stores, build_pipeline, build_stores
 from threadkeeper.settings import Settings
 
@@ -64,9 +65,10 @@ class ScriptedModel(CustomLLM):
                                     "total_tokens": prompt + completion})
 
 
-def scripted() -> ScriptedModel:
+def scripted(provider: str = "scripted") -> ScriptedModel:
+    """A fresh scripted model answering for ``<provider>/<any name>``."""
     model = ScriptedModel()
-    register_provider("scripted", model)
+    register_provider(provider, model)
     return model
 
 

@@ -113,7 +113,9 @@ async def test_replay_2000_messages_against_real_redis(tmp_path: Path, prefix: s
         assert report["context_tokens"] == sum(e["tokens"] for e in report["context"])
         history = cli("history", "replay:test:2000", "--json", env=env)
         rows = json.loads(history.stdout)
-        assert len(rows) == 200 and sum(r["is_head"] for r in rows) == 1
+        assert len(report["compactions"]) >= 1
+        assert len(rows) == 200 + len(report["compactions"]) and sum(r["is_head"] for r in rows) == 1
+        assert report["context_tokens"] - report["budget"]["fixed_prompt_tokens"] < report["budget"]["trigger_tokens"]
         assert set(rows[0]) == {"id", "kind", "status", "parent", "forked_from", "message_count", "token_total",
                                 "created_at", "is_head"}
         context = cli("context", "replay:test:2000", "--json", env=env)

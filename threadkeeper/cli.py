@@ -140,6 +140,28 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(_pipeline_run(settings, work, model=args.model, context_window=args.context_window))
 
 
+REASONS = ("manual", "handoff", "model-upgrade")
+
+
+def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
+        report = await pipeline.compact(args.conversation_id, dry_run=args.dry_run, reason=args.reason)
+        if args.json:
+            keys = ("conversation_id", "previous_checkpoint_id", "new_checkpoint_id", "tokens_before", "tokens_after",
+                    "kept_messages", "dropped_messages", "summary_tokens", "headroom_tokens", "strategy",
+                    "duration_ms")
+            data = report.as_dict()
+            out = {k: data[k] for k in keys}
+            out.update({"reason": report.reason, "dry_run": report.dry_run, "superseded": report.superseded})
+            print(json.dumps(out, indent=2))
+        else:
+            print(report.line() + (" (dry run: nothing written)" if report.dry_run else "")
+                  + (" (the head moved meanwhile: the fork was superseded)" if report.superseded else ""))
+        return 1 if report.superseded else 0
+
+    return asyncio.run(_pipeline_run(settings, work, model=args.target_model))
+
+
 def _stderr_console() -> Any:
     from rich.console import Console
 
@@ -188,6 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversation", help="conversation id (default: from the file, or derived from it)")
     p.add_argument("--out", help="write the JSON report here instead of stdout")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")
+    p.add_argument("conversation_id")
+    p.add_argument("--dry-run", action="store_true", help="compute the compaction but write nothing")
+    p.add_argument("--reason", choices=REASONS, default="manual")
+    p.add_argument("--target-model", help="budget the result for this model's window (default AI_MODEL)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compact)
     return parser
 
 

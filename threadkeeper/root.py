@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from persistence import CheckpointStore, Inbox, LeaseManager, connect
+from persistence import CheckpointStore, Inbox, LeaseManager, NotesStore, connect
 from services import (
     SYSTEM_PROMPT,
     ContextBudget,
@@ -26,6 +26,10 @@ from services import (
     resolve_max_output,
     resolve_window,
 )
+from services.compactor import Compactor
+from services.effects import NoteEffects
+from services.narrative import Summarizer
+from services.state_tool import record_state_tool
 from services.tokens import MESSAGE_OVERHEAD
 
 from .settings import Settings
@@ -37,6 +41,7 @@ class Stores:
     checkpoints: CheckpointStore
     inbox: Inbox
     leases: LeaseManager
+    notes: NotesStore
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -47,13 +52,17 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
     common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
                   url=settings.redis_url or "")
     return Stores(client=client, checkpoints=CheckpointStore(client, **common), inbox=Inbox(client, **common),
-                  leases=LeaseManager(client, **common))
+                  leases=LeaseManager(client, **common), notes=NotesStore(client, **common))
 
 
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
                    context_window: int | None = None, tools: list[Tool] | None = None,
-                   compactor: Any = None, retry_wait_seconds: float = 1.0) -> Pipeline:
-    """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override."""
+                   summarizer_model: str | None = None, retry_wait_seconds: float = 1.0) -> Pipeline:
+    """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override.
+
+    The summarizer uses ``summarizer_model`` (default ``AI_FAST_MODEL``, else the main model); with the
+    offline model the narrative is extractive and compaction makes no model call.
+    """
     model_name = model or settings.ai_model
     override = context_window or (settings.ai_model_context_window_tokens if model is None or
                                   model == settings.ai_model else None)
@@ -61,11 +70,24 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
     max_output = resolve_max_output(model_name, settings.ai_max_output_tokens)
     client = ModelClient(model_name, timeout_seconds=settings.ai_timeout_seconds, max_output_tokens=max_output,
                          attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds)
-    registry = ToolRegistry(tools or [])
+    registry = ToolRegistry([record_state_tool(), *(tools or [])])
     fixed = tokenizer.count(SYSTEM_PROMPT) + MESSAGE_OVERHEAD + tokenizer.count_tools(registry.schemas())
     budget = ContextBudget.derive(resolve_window(model_name, override), fixed_prompt_tokens=fixed,
                                   max_output_tokens=max_output)
+    fast_name = summarizer_model or (settings.fast_model if model is None else model_name)
+    if fast_name == model_name:
+        fast_client, fast_window = client, budget.window_tokens
+    else:
+        fast_client = ModelClient(fast_name, timeout_seconds=settings.ai_timeout_seconds,
+                                  attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds)
+        fast_window = resolve_window(fast_name, settings.ai_fast_model_context_window_tokens,
+                                     variable="AI_FAST_MODEL_CONTEXT_WINDOW_TOKENS")
+    summarizer = Summarizer(fast_client, tokenizer, window_tokens=fast_window,
+                            timeout_seconds=min(settings.ai_timeout_seconds, 60.0))
+    compactor = Compactor(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
+                          summarizer=summarizer, fixed_prompt_tokens=fixed)
     config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds)
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
-                             budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor)
+                             budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
+                             effects=NoteEffects(stores.notes))
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)

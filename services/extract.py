@@ -1,0 +1,113 @@
+"""Deterministic text analysis shared by the ledger and the extractive narrative.
+
+Regular expressions for artifacts (URLs, Slack links, ticket keys, commit SHAs, file paths, numbers
+with units, dates) and for ask / decision / constraint cues, plus sentence splitting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+URL = re.compile(r"<?(https?://[^\s<>|]+)(?:\|[^>]*)?>?")
+TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b")
+SHA = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+PATH = re.compile(r"(?<![\w/.:])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+\.\w{1,6}\b|\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|kt|rb|"
+                  r"yaml|yml|json|toml|cfg|ini|sql|sh|md|tf|proto|csv|log|lock)\b")
+NUMBER_UNIT = re.compile(r"(?<![\w.])\$?\d+(?:[.,]\d+)?\s?(?:ms|s|sec|secs|seconds?|minutes?|mins?|hours?|hrs?|days?|weeks?|"
+                         r"GB|MB|KB|TB|GiB|MiB|KiB|%|USD|EUR|req/s|rps|qps|RPS|QPS|k|K|M|x|vCPU|cores?|nodes?|"
+                         r"replicas|pods|users|tokens)(?![\w])")
+DATE = re.compile(r"\b(?:\d{4}-\d{2}-\d{2}|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.? \d{1,2}"
+                  r"(?:st|nd|rd|th)?(?:,? \d{4})?|\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{4}|"
+                  r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day)\b")
+NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?\b")
+
+ASK = re.compile(r"\?\s*$|\b(?:can|could|would|will) (?:you|someone|somebody|anyone|we|u)\b|\bplease\b|"
+                 r"\b(?:we|i) need\b|\bneeds? to be\b|\baction item\b|\btodo\b|\bcan i get\b|\blet me know\b|"
+                 r"\bmake sure\b|\bfollow up\b", re.IGNORECASE)
+SUPERSEDE = re.compile(r"\b(?:instead|scratch that|never ?mind|nvm|ignore (?:my|that|the) (?:last|previous|earlier)|"
+                       r"change of plans?|disregard (?:my|that|the)|forget (?:my|that|the) (?:last|previous|earlier))\b",
+                       re.IGNORECASE)
+RESOLVE = re.compile(r"\b(?:done|fixed|resolved|shipped|merged|deployed|closed|completed|answered|sorted|handled)\b",
+                     re.IGNORECASE)
+DECISION = re.compile(r"\b(?:we(?:'ve| have)? decided|decision:|decided:|let'?s go with|we(?:'ll| will) go with|going with|"
+                      r"agreed:|we agreed|we(?:'ll| will) use|final call:|approved:)", re.IGNORECASE)
+REVERSAL = re.compile(r"\b(?:revers\w*|revert\w*|no longer|overturn\w*|changed? (?:our|my) minds?|roll(?:ing)? back the "
+                      r"decision|switch(?:ing)? back)\b", re.IGNORECASE)
+CONSTRAINT = re.compile(r"\b(?:must(?: not)?|mustn't|never|always|required?|requirement|deadline|budget|at most|at least|"
+                        r"no later than|prefer\w*|do not|don't|should(?:n't| not)?|constraint|limit)\b", re.IGNORECASE)
+POLICY = re.compile(r"^\s*(?:always|never|from now on|going forward|in (?:all )?future|henceforth|ignore (?:all|any|the|"
+                    r"previous|prior|earlier|your)|disregard|you (?:must|should|will) (?:always|never)|do not ever|"
+                    r"every time)\b|\b(?:from now on|ignore (?:all |any )?(?:previous|prior|earlier) instructions|"
+                    r"for all future (?:turns|messages|requests))\b", re.IGNORECASE)
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(<@])|\n+")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]{3,}")
+STOPWORDS = frozenset("""this that with from have will would could should there their about what when which where
+    your they them then than been were just also into only some more very like over after before because while
+    does doing done here need needs want wants make made sure please thanks thank okay yeah going think know
+    still really maybe today tomorrow yesterday let's lets it's that's can't don't won't isn't aren't""".split())
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    kind: str
+    value: str
+
+
+def artifacts(text: str) -> list[Artifact]:
+    """Artifacts in order of first appearance, without duplicates."""
+    found: list[tuple[int, Artifact]] = []
+    seen: set[str] = set()
+    urls = [(m.start(), m.group(1).rstrip(".,);")) for m in URL.finditer(text)]
+    url_spans = [(m.start(), m.end()) for m in URL.finditer(text)]
+
+    def inside_url(pos: int) -> bool:
+        return any(a <= pos < b for a, b in url_spans)
+
+    for pos, value in urls:
+        kind = "slack link" if "slack.com/archives" in value else "url"
+        found.append((pos, Artifact(kind, value)))
+    for kind, pattern in (("ticket", TICKET), ("sha", SHA), ("path", PATH), ("quantity", NUMBER_UNIT), ("date", DATE)):
+        for m in pattern.finditer(text):
+            if not inside_url(m.start()):
+                found.append((m.start(), Artifact(kind, m.group(0).strip())))
+    out = []
+    for _, artifact in sorted(found, key=lambda x: x[0]):
+        if artifact.value not in seen:
+            seen.add(artifact.value)
+            out.append(artifact)
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences and lines of prose; code blocks and log-like lines are skipped."""
+    prose = re.sub(r"```.*?(```|$)", " ", text, flags=re.DOTALL)
+    out = []
+    for piece in _SENTENCE.split(prose):
+        piece = " ".join(piece.split())
+        if len(piece) < 12 or looks_like_log(piece):
+            continue
+        out.append(piece)
+    return out
+
+
+_LOG = re.compile(r"^(?:\d{4}-\d{2}-\d{2}[T ][\d:.]+|\[?(?:ERROR|WARN|WARNING|INFO|DEBUG|TRACE)\]?\b|at [\w.$]+\(|"
+                  r"File \"|Traceback|\s*\w+(?:Error|Exception):)")
+
+
+def looks_like_log(line: str) -> bool:
+    return bool(_LOG.match(line.strip()))
+
+
+def terms(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text) if w.lower() not in STOPWORDS}
+
+
+def overlap(a: set[str], b: set[str]) -> int:
+    return len(a & b)

@@ -1,0 +1,169 @@
+"""The narrative layer of a handoff: an LLM summary when a model is configured, else extractive.
+
+The extractive narrative picks the most informative sentences of the messages being compacted away
+(named entities, numbers, dates, artifacts, rare terms, ask and decision cues; no duplicates), each
+with its source message id. Any LLM failure (error, timeout, empty, junk) falls back to it, so a
+compaction never depends on a model call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from persistence import Message, TextPart
+
+from . import extract as x
+from .llm import ModelClient, ModelError
+from .prompts import HANDOFF_PROMPT
+from .redact import redact
+from .tokens import Tokenizer
+from .view import Narrative, NarrativeLine
+
+log = logging.getLogger("threadkeeper.narrative")
+
+_CAPITALIZED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:[A-Z][a-z]+)*\b")
+_LINE = re.compile(r"^\s*[-*•]\s*(?:\[([^\]]+)\]\s*)?(.+?)\s*$")
+
+
+def prose(message: Message) -> str:
+    """The words of a message: text parts only (tool calls and results are not narrative material)."""
+    return "\n".join(p.text for p in message.parts if isinstance(p, TextPart))
+
+
+def _candidates(messages: Sequence[Message]) -> list[tuple[int, int, Message, str]]:
+    out = []
+    for mi, m in enumerate(messages):
+        if m.flags.runtime or m.role not in ("user", "assistant") or m.flags.handoff:
+            continue
+        for si, sentence in enumerate(x.sentences(prose(m))):
+            out.append((mi, si, m, sentence))
+    return out
+
+
+def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenizer) -> Narrative:
+    """The most informative sentences within ``cap_tokens``, in thread order, each with its source id."""
+    candidates = _candidates(messages)
+    if not candidates or cap_tokens <= 0:
+        return Narrative((), "extractive")
+    doc_freq: Counter[str] = Counter()
+    term_sets = []
+    for _, _, _, sentence in candidates:
+        t = x.terms(sentence)
+        term_sets.append(t)
+        doc_freq.update(t)
+    n = len(candidates)
+    scored = []
+    for (mi, si, m, sentence), t in zip(candidates, term_sets, strict=True):
+        score = 3.0 * len(x.artifacts(sentence)) + 1.0 * min(3, len(x.NUMBER.findall(sentence)))
+        score += 0.7 * min(4, len(_CAPITALIZED.findall(sentence)))
+        score += 2.5 if x.DECISION.search(sentence) else 0.0
+        score += 2.0 if x.ASK.search(sentence) else 0.0
+        score += 1.5 if x.CONSTRAINT.search(sentence) else 0.0
+        if t:
+            score += sum(math.log(n / doc_freq[w]) for w in t) / (len(t) ** 0.5) * 0.5
+        if m.role == "assistant":
+            score *= 0.6
+        if len(sentence.split()) < 5:
+            score *= 0.5
+        scored.append((-round(score, 6), mi, si, m, sentence))
+    scored.sort(key=lambda s: (s[0], s[1], s[2]))
+    chosen: list[tuple[int, int, NarrativeLine]] = []
+    seen: list[set[str]] = []
+    used = 0
+    for _, mi, si, m, sentence in scored:
+        t = x.terms(sentence)
+        if any(t and len(t & s) / len(t | s) > 0.8 for s in seen):
+            continue
+        text = f"{m.author + ': ' if m.author and m.role == 'user' else ''}{sentence}"
+        if len(text) > 300:
+            text = text[:299] + "…"
+        cost = tokenizer.count(text) + len(m.id) // 3 + 4
+        if used + cost > cap_tokens:
+            continue
+        used += cost
+        seen.append(t)
+        chosen.append((mi, si, NarrativeLine(redact(text), (m.id,))))
+    chosen.sort(key=lambda c: (c[0], c[1]))
+    return Narrative(tuple(line for _, _, line in chosen), "extractive")
+
+
+class Summarizer:
+    """Writes the narrative: one LLM call (chunked when needed) or the extractive fallback."""
+
+    def __init__(self, model: ModelClient | None, tokenizer: Tokenizer, *, window_tokens: int,
+                 timeout_seconds: float = 30.0) -> None:
+        self.model = None if model is None or model.offline else model
+        self.tokenizer = tokenizer
+        self.window_tokens = window_tokens
+        self.timeout_seconds = timeout_seconds
+
+    async def narrate(self, messages: Sequence[Message], cap_tokens: int) -> Narrative:
+        if self.model is None or cap_tokens < 32:
+            return extractive(messages, cap_tokens, self.tokenizer)
+        try:
+            narrative = await self._llm(messages, cap_tokens)
+        except (ModelError, ValueError) as exc:
+            log.warning("summarizer failed, using the extractive narrative: %s", exc)
+            return extractive(messages, cap_tokens, self.tokenizer)
+        return narrative
+
+    def _transcript(self, messages: Sequence[Message]) -> list[str]:
+        lines = []
+        for m in messages:
+            if m.flags.runtime or m.role not in ("user", "assistant"):
+                continue
+            who = m.author if m.role == "user" and m.author else m.role
+            text = prose(m)
+            if text.strip():
+                lines.append(f"[{m.id}] {who}: {' '.join(text.split())[:2000]}")
+        return lines
+
+    async def _call(self, body: str, cap_tokens: int) -> str:
+        assert self.model is not None
+        reply = await self.model.complete([{"role": "system", "content": HANDOFF_PROMPT},
+                                           {"role": "user", "content": body}],
+                                          max_output_tokens=max(64, cap_tokens), timeout_seconds=self.timeout_seconds)
+        return reply.text
+
+    async def _llm(self, messages: Sequence[Message], cap_tokens: int) -> Narrative:
+        lines = self._transcript(messages)
+        valid_ids = {m.id for m in messages}
+        chunk_budget = max(512, int(self.window_tokens * 0.6))
+        chunks: list[list[str]] = [[]]
+        used = 0
+        for line in lines:
+            cost = self.tokenizer.count(line) + 1
+            if used + cost > chunk_budget and chunks[-1]:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(line)
+            used += cost
+        if len(chunks) == 1:
+            text = await self._call("\n".join(chunks[0]), cap_tokens)
+        else:
+            parts = [await self._call("\n".join(chunk), max(64, cap_tokens // len(chunks) * 2)) for chunk in chunks]
+            text = await self._call("These are handoff notes of consecutive parts of one thread. Merge them into "
+                                    "one handoff in the same format:\n\n" + "\n\n".join(parts), cap_tokens)
+        return self._validate(text, valid_ids, cap_tokens)
+
+    def _validate(self, text: str, valid_ids: set[str], cap_tokens: int) -> Narrative:
+        lines: list[NarrativeLine] = []
+        used = 0
+        for raw in text.splitlines():
+            match = _LINE.match(raw)
+            if not match or not match.group(2).strip():
+                continue
+            ids = tuple(i.strip() for i in (match.group(1) or "").split(",") if i.strip() in valid_ids)
+            line = NarrativeLine(redact(match.group(2).strip()[:400]), ids)
+            cost = self.tokenizer.count(line.text) + 4
+            if used + cost > cap_tokens:
+                break
+            used += cost
+            lines.append(line)
+        if not lines:
+            raise ValueError("the summarizer returned no usable handoff lines")
+        return Narrative(tuple(lines), "llm")
