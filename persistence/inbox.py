@@ -25,10 +25,28 @@ class Inbox(RedisStore):
         """
         keys = self.keys(conversation_id)
         dkeys = [keys.dedup(k) for k in dedup_keys if k]
+        now = time.time()
         appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
-                                   [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds,
-                                    time.time()])
+                                   [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now])
+        if int(appended):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zadd(self.active_key, {conversation_id: now})
+            pipe.expire(self.active_key, self.retention_seconds)
+            await self._call(pipe.execute())
         return bool(int(appended))
+
+    @property
+    def active_key(self) -> str:
+        """A sorted set of conversations by their last inbound event (for the periodic sweep)."""
+        return f"{self.prefix}:active"
+
+    async def recently_active(self, since_seconds: float, limit: int = 1000) -> list[str]:
+        """Conversations that received events in the last ``since_seconds``; older entries are pruned."""
+        now = time.time()
+        await self._call(self.client.zremrangebyscore(self.active_key, 0, now - self.retention_seconds))
+        raw = await self._call(self.client.zrangebyscore(self.active_key, now - since_seconds, now, start=0,
+                                                         num=limit))
+        return [r.decode() if isinstance(r, bytes) else r for r in raw]
 
     async def peek(self, conversation_id: str, *, start: int = 0) -> list[InboxItem]:
         """Items waiting, oldest first, from ``start`` on. Nothing is removed."""

@@ -26,6 +26,8 @@ class Notes(BaseModel):
     changes: dict[str, MessageChange] = Field(default_factory=dict)
     pins: dict[str, bool] = Field(default_factory=dict)
     """Message id → pinned (True) or unpinned (False) by a Slack pin event."""
+    flags: dict[str, str] = Field(default_factory=dict)
+    """Conversation facts for transports (subscribed thread, assistant thread, …)."""
 
 
 class NotesStore(RedisStore):
@@ -34,6 +36,13 @@ class NotesStore(RedisStore):
 
     async def set_pin(self, conversation_id: str, message_id: str, pinned: bool) -> None:
         await self._set(conversation_id, f"pin:{message_id}", json.dumps(pinned))
+
+    async def set_flag(self, conversation_id: str, name: str, value: str) -> None:
+        await self._set(conversation_id, f"flag:{name}", json.dumps(value))
+
+    async def flag(self, conversation_id: str, name: str) -> str | None:
+        raw = await self._call(self.client.hget(self.keys(conversation_id).notes, f"flag:{name}"))
+        return json.loads(raw) if raw is not None else None
 
     async def _set(self, conversation_id: str, field: str, value: str) -> None:
         key = self.keys(conversation_id).notes
@@ -53,6 +62,8 @@ class NotesStore(RedisStore):
                     notes.changes[field[7:]] = MessageChange.model_validate_json(v)
                 elif field.startswith("pin:"):
                     notes.pins[field[4:]] = bool(json.loads(v))
+                elif field.startswith("flag:"):
+                    notes.flags[field[5:]] = str(json.loads(v))
             except (ValidationError, ValueError) as exc:
                 raise CorruptRecordError(f"{key} field {field}", str(exc).splitlines()[0]) from None
         return notes

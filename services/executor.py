@@ -222,6 +222,8 @@ class ReplyExecutor:
             await self.effects.apply(conversation_id, effects)
         incoming = [self.with_tokens(i.message) if i.message.tokens == 0 else i.message
                     for i in items if i.kind == "message" and i.message is not None]
+        # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
+        incoming.sort(key=lambda m: m.created_at)
         wants_reply = any(i.reply_expected for i in items if i.kind == "message")
         head_id = state.head_checkpoint_id if state else None
 

@@ -56,6 +56,16 @@ class Pipeline:
         keys = [k for k in (item.event_id, f"{item.kind}:{item.message.id}" if item.message else None) if k]
         return await self.inbox.append(conversation_id, item, dedup_keys=keys)
 
+    async def pending(self, conversation_id: str) -> int:
+        """Inbox items no turn has taken yet (items held by a turn awaiting resume do not count)."""
+        state = await self.checkpoints.get_state(conversation_id)
+        offset = 0
+        if state and state.active_turn_id:
+            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+            if active.status.value == "awaiting_resume":
+                offset = active.inbox_consumed
+        return max(0, await self.inbox.size(conversation_id) - offset)
+
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
         return await self.executor.run(conversation_id, events)
 

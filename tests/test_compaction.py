@@ -53,6 +53,8 @@ async def all_fields(client, prefix):
         kind = await client.type(key)
         if kind == b"hash":
             out[key] = await client.hgetall(key)
+        elif kind == b"zset":
+            out[key] = await client.zrange(key, 0, -1, withscores=True)
         elif kind == b"list":
             out[key] = await client.lrange(key, 0, -1)
         else:

@@ -19,7 +19,7 @@ from bot.render import context_text, lineage_text
 from services import Pipeline, load_thread, replay
 from services.replay import default_conversation_id
 
-from .root import Stores, build_pipeline, build_stores
+from .root import Stores, build_pipeline, build_slack_bot, build_stores
 from .settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("threadkeeper")
@@ -84,12 +84,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         if not settings.redis_url:
             raise SettingsError("Slack tokens are set but REDIS_URL is not: the bot needs a durable Redis; "
                                 "set REDIS_URL (or unset the Slack variables to use the local console)")
-        serve = getattr(sys.modules[__name__], "cmd_serve", None)
-        if serve is not None:
-            args.socket = bool(settings.slack_app_token)
-            args.http = not args.socket
-            args.port = None
-            return serve(args, settings)
+        args.socket = bool(settings.slack_app_token)
+        args.http = not args.socket
+        args.port = None
+        args.host = "0.0.0.0"
+        return cmd_serve(args, settings)
     missing = [n for n, v in (("SLACK_BOT_TOKEN", settings.slack_bot_token),
                               ("SLACK_APP_TOKEN or SLACK_SIGNING_SECRET",
                                settings.slack_app_token or settings.slack_signing_secret)) if not v]
@@ -138,6 +137,33 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
     return asyncio.run(_pipeline_run(settings, work, model=args.model, context_window=args.context_window))
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.server import serve_http, serve_socket
+
+    if args.socket and not settings.slack_app_token:
+        raise SettingsError("--socket needs SLACK_APP_TOKEN (an app-level token, xapp-…, with connections:write)")
+    if args.http and not settings.slack_signing_secret:
+        raise SettingsError("--http needs SLACK_SIGNING_SECRET to verify Slack's requests")
+    if not settings.redis_url:
+        log.warning("REDIS_URL is not set: the bot runs on the in-process stand-in and forgets everything on exit")
+
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
+        bot = build_slack_bot(settings, stores, pipeline)
+
+        async def health() -> bool:
+            return bool(await stores.client.ping())
+
+        if args.socket:
+            await serve_socket(bot, health, app_token=settings.slack_app_token or "", port=args.port,
+                               sweep_seconds=settings.threadkeeper_sweep_seconds)
+        else:
+            await serve_http(bot, health, host=args.host, port=args.port or 3000,
+                             sweep_seconds=settings.threadkeeper_sweep_seconds)
+        return 0
+
+    return asyncio.run(_pipeline_run(settings, work))
 
 
 REASONS = ("manual", "handoff", "model-upgrade")
@@ -210,6 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversation", help="conversation id (default: from the file, or derived from it)")
     p.add_argument("--out", help="write the JSON report here instead of stdout")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("serve", help="run the Slack bot (Socket Mode or the HTTP events endpoint)")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--socket", action="store_true", help="Socket Mode (needs SLACK_APP_TOKEN)")
+    mode.add_argument("--http", action="store_true", help="HTTP events at /slack/events (needs SLACK_SIGNING_SECRET)")
+    p.add_argument("--port", type=_positive, help="HTTP port (default 3000; with --socket: serve /healthz and "
+                                                  "/metrics on this port)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")
     p.add_argument("conversation_id")

@@ -32,7 +32,7 @@ from services.narrative import Summarizer
 from services.state_tool import record_state_tool
 from services.tokens import MESSAGE_OVERHEAD
 
-from .settings import Settings
+from .settings import Settings, SettingsError
 
 
 @dataclass
@@ -91,3 +91,18 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                              budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
                              effects=NoteEffects(stores.notes))
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)
+
+
+def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> Any:
+    """The Slack bot over ``pipeline``; needs ``SLACK_BOT_TOKEN``."""
+    from bot.slack import SlackBot, make_client
+
+    if not settings.slack_bot_token:
+        raise SettingsError("SLACK_BOT_TOKEN is not set: the Slack bot needs the bot token (xoxb-…)")
+    fast = None
+    if not is_offline(settings.fast_model):
+        fast = ModelClient(settings.fast_model, timeout_seconds=min(settings.ai_timeout_seconds, 15.0),
+                           attempts=1)
+    client = make_client(settings.slack_bot_token, settings.slack_api_base_url)
+    return SlackBot(pipeline=pipeline, notes=stores.notes, client=client,
+                    signing_secret=settings.slack_signing_secret, fast_model=fast)

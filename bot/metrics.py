@@ -1,0 +1,40 @@
+"""Prometheus metrics of the bot."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from services import TurnResult
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.turns = Counter("threadkeeper_turns_total", "Turns run, by outcome", ["status"], registry=self.registry)
+        self.compactions = Counter("threadkeeper_compactions_total", "Compactions, by strategy", ["strategy"],
+                                   registry=self.registry)
+        self.tokens_before = Counter("threadkeeper_compaction_tokens_before_total",
+                                     "History tokens before compaction", registry=self.registry)
+        self.tokens_after = Counter("threadkeeper_compaction_tokens_after_total",
+                                    "History tokens after compaction", registry=self.registry)
+        self.latency = Histogram("threadkeeper_turn_seconds", "Wall time of a run of turns for one conversation",
+                                 registry=self.registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+        self.errors = Counter("threadkeeper_errors_total", "Failures, by where they happened", ["where"],
+                              registry=self.registry)
+        self.events = Counter("threadkeeper_slack_events_total", "Slack events received, by kind and outcome",
+                              ["kind", "outcome"], registry=self.registry)
+
+    def observe(self, results: list[TurnResult], seconds: float) -> None:
+        self.latency.observe(seconds)
+        for r in results:
+            self.turns.labels(r.status).inc()
+            if r.status == "failed":
+                self.errors.labels("turn").inc()
+            report = r.compaction
+            if report is not None:
+                self.compactions.labels(report.strategy).inc()
+                self.tokens_before.inc(report.tokens_before)
+                self.tokens_after.inc(report.tokens_after)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

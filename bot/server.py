@@ -1,0 +1,87 @@
+"""Serving the bot: the HTTP events endpoint (with /healthz and /metrics) or Socket Mode."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+
+from .slack import SlackBot
+
+log = logging.getLogger("threadkeeper.server")
+
+HealthCheck = Callable[[], Awaitable[bool]]
+
+
+def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True) -> web.Application:
+    """``POST /slack/events`` (signature verified by Bolt), ``GET /healthz``, ``GET /metrics``."""
+
+    async def slack_events(request: web.Request) -> web.Response:
+        bolt_response = await bot.app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(bolt_response)
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok = False
+        with contextlib.suppress(Exception):
+            ok = await health()
+        body = {"ok": ok, "redis": "reachable" if ok else "unreachable"}
+        return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=bot.metrics.render(), content_type="text/plain")
+
+    app = web.Application()
+    if events:
+        app.router.add_post("/slack/events", slack_events)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def sweep_forever(bot: SlackBot, every_seconds: float) -> None:
+    """Resume pending work whose worker died (its lease expired)."""
+    while True:
+        await asyncio.sleep(every_seconds)
+        try:
+            kicked = await bot.worker.sweep()
+            if kicked:
+                log.info("sweep resumed %d conversations", kicked)
+        except Exception:  # noqa: BLE001 - the sweep must keep running
+            log.exception("sweep failed")
+
+
+async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int, sweep_seconds: float) -> None:
+    runner = web.AppRunner(build_web_app(bot, health))
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    log.info("listening for Slack events on http://%s:%d/slack/events", host, port)
+    try:
+        await sweep_forever(bot, sweep_seconds)
+    finally:
+        await runner.cleanup()
+
+
+async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, port: int | None,
+                       sweep_seconds: float) -> None:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    runner = None
+    if port:
+        runner = web.AppRunner(build_web_app(bot, health, events=False))
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", port).start()
+    handler = AsyncSocketModeHandler(bot.app, app_token)
+    await handler.connect_async()
+    log.info("connected to Slack in Socket Mode")
+    try:
+        await sweep_forever(bot, sweep_seconds)
+    finally:
+        await handler.close_async()
+        if runner is not None:
+            await runner.cleanup()

@@ -1,0 +1,303 @@
+"""The Slack bot on slack-bolt (async): listeners validate, record, acknowledge and hand off.
+
+Every event is appended durably to its conversation's inbox (deduplicated by ``event_id`` and message
+``ts``) before Bolt acknowledges it (``process_before_response``); the turn then runs in the
+background under the conversation's lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from persistence import InboxItem, MessageFlags, NotesStore
+from services import ModelClient, Pipeline
+
+from .format import split_reply
+from .metrics import Metrics
+from .routing import should_reply
+
+log = logging.getLogger("threadkeeper.slack")
+
+_MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+SUGGESTED_PROMPTS = [
+    {"title": "Catch me up", "message": "Summarize this thread: open asks, decisions and next steps."},
+    {"title": "What is still open?", "message": "Which asks in this thread are still open, and who asked?"},
+    {"title": "Draft a status update", "message": "Draft a short status update from this thread."},
+]
+
+
+def conversation_id(team: str, channel: str, thread_ts: str) -> str:
+    return f"slack:{team}:{channel}:{thread_ts}"
+
+
+def parse_conversation(cid: str) -> tuple[str, str, str]:
+    _, team, channel, thread_ts = cid.split(":", 3)
+    return team, channel, thread_ts
+
+
+def make_client(token: str, base_url: str | None) -> AsyncWebClient:
+    kwargs: dict[str, Any] = {"token": token}
+    if base_url:
+        kwargs["base_url"] = base_url.rstrip("/") + "/"
+    client = AsyncWebClient(**kwargs)
+    client.retry_handlers.extend([AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+                                  AsyncServerErrorRetryHandler(max_retry_count=2)])
+    if not any(isinstance(h, AsyncConnectionErrorRetryHandler) for h in client.retry_handlers):
+        client.retry_handlers.append(AsyncConnectionErrorRetryHandler())
+    return client
+
+
+class SlackEvents:
+    """Status and replies for one conversation, posted in its thread."""
+
+    def __init__(self, client: AsyncWebClient, notes: NotesStore, trigger_ts: dict[str, str],
+                 metrics: Metrics) -> None:
+        self.client = client
+        self.notes = notes
+        self.trigger_ts = trigger_ts
+        self.metrics = metrics
+        self._reacted: dict[str, str] = {}
+
+    async def status(self, conversation_id: str, text: str | None) -> None:
+        _, channel, thread_ts = parse_conversation(conversation_id)
+        try:
+            if await self.notes.flag(conversation_id, "assistant") == "1":
+                await self.client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts,
+                                                              status=text or "")
+                return
+            if text and conversation_id not in self._reacted and conversation_id in self.trigger_ts:
+                ts = self.trigger_ts[conversation_id]
+                await self.client.reactions_add(channel=channel, timestamp=ts, name="eyes")
+                self._reacted[conversation_id] = ts
+            elif text is None and conversation_id in self._reacted:
+                await self.client.reactions_remove(channel=channel, timestamp=self._reacted.pop(conversation_id),
+                                                   name="eyes")
+        except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
+            log.info("status update in %s failed: %s", conversation_id, exc.response.get("error"))
+
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
+        _, channel, thread_ts = parse_conversation(conversation_id)
+        for part in split_reply(text):
+            try:
+                await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=part,
+                                                   unfurl_links=False)
+            except SlackApiError as exc:
+                self.metrics.errors.labels("post").inc()
+                log.error("posting a reply in %s failed: %s", conversation_id, exc.response.get("error"))
+                return
+
+
+class TurnWorker:
+    """Runs turns in the background: one task per conversation, re-run while work is pending."""
+
+    def __init__(self, pipeline: Pipeline, events: SlackEvents, metrics: Metrics) -> None:
+        self.pipeline = pipeline
+        self.events = events
+        self.metrics = metrics
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.again: set[str] = set()
+
+    def kick(self, cid: str) -> None:
+        task = self.tasks.get(cid)
+        if task is not None and not task.done():
+            self.again.add(cid)
+            return
+        self.tasks[cid] = asyncio.create_task(self._drive(cid), name=f"turns:{cid}")
+
+    async def _drive(self, cid: str) -> None:
+        try:
+            while True:
+                self.again.discard(cid)
+                started = time.perf_counter()
+                results = await self.pipeline.run(cid, self.events)
+                self.metrics.observe(results, time.perf_counter() - started)
+                if not results:
+                    break  # another worker holds the lease; it drains what is pending
+                if cid not in self.again and await self.pipeline.pending(cid) == 0:
+                    break
+        except Exception:  # noqa: BLE001 - a background task must log, never vanish silently
+            self.metrics.errors.labels("worker").inc()
+            log.exception("turns for %s stopped", cid)
+
+    async def idle(self) -> None:
+        """Wait until no turn is running (tests, shutdown)."""
+        while True:
+            running = [t for t in self.tasks.values() if not t.done()]
+            if not running:
+                return
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def sweep(self, *, window_seconds: float = 86_400) -> int:
+        """Resume conversations with pending work and no lease holder (a crashed worker's threads)."""
+        kicked = 0
+        for cid in await self.pipeline.inbox.recently_active(window_seconds):
+            if cid in self.tasks and not self.tasks[cid].done():
+                continue
+            if await self.pipeline.pending(cid) > 0 and await self.pipeline.executor.leases.holder(cid) is None:
+                self.kick(cid)
+                kicked += 1
+        return kicked
+
+
+class SlackBot:
+    def __init__(self, *, pipeline: Pipeline, notes: NotesStore, client: AsyncWebClient,
+                 signing_secret: str | None, fast_model: ModelClient | None, metrics: Metrics | None = None) -> None:
+        self.pipeline = pipeline
+        self.notes = notes
+        self.client = client
+        self.fast_model = fast_model
+        self.metrics = metrics or Metrics()
+        self.trigger_ts: dict[str, str] = {}
+        self.events = SlackEvents(client, notes, self.trigger_ts, self.metrics)
+        self.worker = TurnWorker(pipeline, self.events, self.metrics)
+        self.bot_user_id: str | None = None
+        self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
+                            request_verification_enabled=bool(signing_secret), process_before_response=True)
+        self._register()
+
+    async def _bot_user(self) -> str | None:
+        if self.bot_user_id is None:
+            auth = await self.client.auth_test()
+            self.bot_user_id = auth.get("user_id")
+        return self.bot_user_id
+
+    def _register(self) -> None:
+        app = self.app
+
+        @app.event("app_mention")
+        async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self.record_message(body, event, mention=True)
+
+        @app.event("message")
+        async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
+            subtype = event.get("subtype")
+            if subtype == "message_changed":
+                await self.record_edit(body, event)
+            elif subtype == "message_deleted":
+                await self.record_delete(body, event)
+            elif subtype in (None, "file_share", "thread_broadcast"):
+                await self.record_message(body, event, mention=False)
+
+        @app.event("pin_added")
+        async def on_pin(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self.record_pin(body, event, pinned=True)
+
+        @app.event("pin_removed")
+        async def on_unpin(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self.record_pin(body, event, pinned=False)
+
+        @app.event("assistant_thread_started")
+        async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
+            thread = event.get("assistant_thread", {})
+            cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
+            await self.notes.set_flag(cid, "assistant", "1")
+            await self.notes.set_flag(cid, "subscribed", "1")
+            try:
+                await self.client.assistant_threads_setSuggestedPrompts(
+                    channel_id=thread["channel_id"], thread_ts=thread["thread_ts"], prompts=SUGGESTED_PROMPTS)
+            except SlackApiError as exc:
+                log.info("suggested prompts unavailable: %s", exc.response.get("error"))
+
+        @app.event("assistant_thread_context_changed")
+        async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
+            thread = event.get("assistant_thread", {})
+            cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
+            context = thread.get("context") or {}
+            await self.notes.set_flag(cid, "assistant_context", str(context.get("channel_id") or ""))
+
+    # -- recording -----------------------------------------------------------------------------
+
+    async def record_message(self, body: dict[str, Any], event: dict[str, Any], *, mention: bool) -> None:
+        if event.get("bot_id") or not event.get("user") or "ts" not in event:
+            return
+        team = body.get("team_id") or event.get("team") or "T"
+        channel, ts = event["channel"], event["ts"]
+        thread_ts = event.get("thread_ts") or ts
+        cid = conversation_id(team, channel, thread_ts)
+        text = event.get("text") or ""
+        bot = await self._bot_user()
+        is_dm = event.get("channel_type") == "im"
+        addressed = mention or is_dm or bool(bot and f"<@{bot}" in text)
+        subscribed = await self.notes.flag(cid, "subscribed") == "1"
+        if not (addressed or subscribed):
+            self.metrics.events.labels("message", "ignored").inc()
+            return
+        if addressed:
+            reply = True
+            await self.notes.set_flag(cid, "subscribed", "1")
+        else:
+            reply = await should_reply(text, bot, self.fast_model, await self._recent(cid))
+        clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
+        message = self.pipeline.executor.make_message(clean, author=event["user"], id=ts, created_at=float(ts),
+                                                      flags=MessageFlags())
+        appended = await self.pipeline.submit_item(cid, InboxItem(event_id=body.get("event_id"), message=message,
+                                                                  reply_expected=reply))
+        self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
+        if appended:
+            if reply:
+                self.trigger_ts[cid] = ts
+            self.worker.kick(cid)
+
+    async def _recent(self, cid: str) -> list[str]:
+        """The last few lines of the thread, for the router model."""
+        if self.fast_model is None or self.fast_model.offline:
+            return []
+        state = await self.pipeline.checkpoints.get_state(cid)
+        if not state or not state.head_checkpoint_id:
+            return []
+        history = await self.pipeline.checkpoints.load_history(cid, state.head_checkpoint_id)
+        return [f"{m.author or m.role}: {m.text}" for m in history.messages
+                if m.role in ("user", "assistant") and not m.flags.runtime][-6:]
+
+    async def record_edit(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        new = event.get("message") or {}
+        if "ts" not in new:
+            return
+        team = body.get("team_id") or "T"
+        cid = conversation_id(team, event["channel"], new.get("thread_ts") or new["ts"])
+        edited = self.pipeline.executor.make_message(new.get("text") or "", author=new.get("user"), id=new["ts"])
+        item = InboxItem(kind="edit", event_id=body.get("event_id"), message=edited, reply_expected=False)
+        await self._effect(cid, item)
+
+    async def record_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        previous = event.get("previous_message") or {}
+        deleted = event.get("deleted_ts") or previous.get("ts")
+        if not deleted:
+            return
+        team = body.get("team_id") or "T"
+        cid = conversation_id(team, event["channel"], previous.get("thread_ts") or deleted)
+        await self._effect(cid, InboxItem(kind="delete", event_id=body.get("event_id"), target_id=deleted,
+                                          reply_expected=False))
+
+    async def record_pin(self, body: dict[str, Any], event: dict[str, Any], *, pinned: bool) -> None:
+        item = event.get("item") or {}
+        message = item.get("message") or {}
+        if "ts" not in message:
+            return
+        team = body.get("team_id") or "T"
+        channel = event.get("channel_id") or item.get("channel")
+        cid = conversation_id(team, channel, message.get("thread_ts") or message["ts"])
+        await self._effect(cid, InboxItem(kind="pin" if pinned else "unpin", event_id=body.get("event_id"),
+                                          target_id=message["ts"], reply_expected=False))
+
+    async def _effect(self, cid: str, item: InboxItem) -> None:
+        if not await self.pipeline.checkpoints.conversation_exists(cid):
+            self.metrics.events.labels(item.kind, "ignored").inc()
+            return
+        appended = await self.pipeline.inbox.append(cid, item, dedup_keys=[k for k in (item.event_id,) if k])
+        self.metrics.events.labels(item.kind, "recorded" if appended else "duplicate").inc()
+        if appended:
+            self.worker.kick(cid)

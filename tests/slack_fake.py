@@ -1,0 +1,103 @@
+"""A loopback fake of the Slack Web API (and Socket Mode) that records every call."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from aiohttp.test_utils import TestServer
+
+BOT_USER = "UBOT"
+
+
+class FakeSlack:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.rate_limit: dict[str, int] = {}
+        """method → how many more calls answer 429 with Retry-After: 1."""
+        self.server: TestServer | None = None
+        self.sockets: list[web.WebSocketResponse] = []
+        self.acks: list[str] = []
+        self.connected = asyncio.Event()
+        self._ts = 1800000000.0
+
+    @property
+    def base_url(self) -> str:
+        assert self.server is not None
+        return str(self.server.make_url("/api/"))
+
+    async def start(self) -> FakeSlack:
+        app = web.Application()
+        app.router.add_post("/api/{method}", self.api)
+        app.router.add_get("/socket", self.socket)
+        self.server = TestServer(app, host="127.0.0.1")
+        await self.server.start_server()
+        return self
+
+    async def close(self) -> None:
+        for ws in self.sockets:
+            await ws.close()
+        if self.server is not None:
+            await self.server.close()
+
+    def calls_to(self, method: str) -> list[dict[str, Any]]:
+        return [params for name, params in self.calls if name == method]
+
+    async def api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        if request.content_type == "application/json":
+            params = await request.json()
+        else:
+            params = dict(await request.post())
+        self.calls.append((method, params))
+        if self.rate_limit.get(method, 0) > 0:
+            self.rate_limit[method] -= 1
+            return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
+        if method == "auth.test":
+            return web.json_response({"ok": True, "user_id": BOT_USER, "bot_id": "BBOT", "team_id": "T1",
+                                      "user": "threadkeeper", "team": "Acme"})
+        if method == "chat.postMessage":
+            self._ts += 1
+            return web.json_response({"ok": True, "channel": params.get("channel"), "ts": f"{self._ts:.6f}",
+                                      "message": {"text": params.get("text")}})
+        if method == "apps.connections.open":
+            assert self.server is not None
+            url = str(self.server.make_url("/socket")).replace("http://", "ws://")
+            return web.json_response({"ok": True, "url": url})
+        return web.json_response({"ok": True})
+
+    async def socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        await ws.send_json({"type": "hello", "num_connections": 1, "debug_info": {}, "connection_info": {}})
+        self.connected.set()
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                data = json.loads(msg.data)
+                if "envelope_id" in data:
+                    self.acks.append(data["envelope_id"])
+        return ws
+
+    async def push_event(self, envelope_id: str, body: dict[str, Any]) -> None:
+        await self.connected.wait()
+        await self.sockets[-1].send_json({"envelope_id": envelope_id, "type": "events_api", "payload": body,
+                                          "accepts_response_payload": False, "retry_attempt": 0,
+                                          "retry_reason": ""})
+
+
+def sign(secret: str, body: str, timestamp: int | None = None) -> dict[str, str]:
+    ts = str(timestamp if timestamp is not None else int(time.time()))
+    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}", "Content-Type": "application/json"}
+
+
+def event_body(event: dict[str, Any], *, event_id: str, team: str = "T1") -> dict[str, Any]:
+    return {"token": "unused", "team_id": team, "api_app_id": "A1", "type": "event_callback", "event_id": event_id,
+            "event_time": int(time.time()), "event": event, "authorizations": [{"user_id": BOT_USER,
+                                                                                "is_bot": True}]}

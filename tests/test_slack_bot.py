@@ -1,0 +1,269 @@
+"""The Slack bot, driven through signed HTTP requests and Socket Mode against a loopback fake Slack API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from bot.server import build_web_app
+from persistence import CheckpointKind
+from threadkeeper.root import build_pipeline, build_slack_bot, build_stores
+
+from fakes import Step, scripted, settings as make_settings
+from slack_fake import BOT_USER, FakeSlack, event_body, sign
+
+SECRET = "test-signing-secret"
+CHANNEL = "C100"
+
+
+@dataclass
+class Harness:
+    slack: FakeSlack
+    http: TestClient
+    bot: object
+    pipeline: object
+    stores: object
+
+    async def post(self, body: dict, *, secret: str = SECRET, timestamp: int | None = None,
+                   headers: dict | None = None) -> int:
+        raw = json.dumps(body)
+        response = await self.http.post("/slack/events", data=raw, headers={**sign(secret, raw, timestamp),
+                                                                             **(headers or {})})
+        return response.status
+
+    async def settle(self) -> None:
+        await self.bot.worker.idle()
+
+    def replies(self) -> list[dict]:
+        return self.slack.calls_to("chat.postMessage")
+
+
+@pytest.fixture
+def model():
+    m = scripted()
+    m.default = Step(text="Here is what I found.")
+    return m
+
+
+async def make_harness(prefix: str, client, window: int = 16_000) -> tuple[Harness, TestClient]:
+    slack = await FakeSlack().start()
+    s = make_settings(prefix, slack_bot_token="xoxb-test", slack_signing_secret=SECRET,
+                      slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window)
+    stores = build_stores(s, client=client)
+    pipeline = build_pipeline(s, stores, retry_wait_seconds=0.01)
+    bot = build_slack_bot(s, stores, pipeline)
+
+    async def health() -> bool:
+        return bool(await stores.client.ping())
+
+    http = TestClient(TestServer(build_web_app(bot, health), host="127.0.0.1"))
+    await http.start_server()
+    return Harness(slack, http, bot, pipeline, stores), http
+
+
+@pytest.fixture
+async def h(model, prefix, client) -> AsyncIterator[Harness]:
+    harness, http = await make_harness(prefix, client)
+    yield harness
+    await harness.settle()
+    await http.close()
+    await harness.slack.close()
+
+
+def mention(ts: str, text: str = "hello", *, thread_ts: str | None = None, user: str = "U1") -> dict:
+    event = {"type": "app_mention", "user": user, "text": f"<@{BOT_USER}> {text}", "ts": ts, "channel": CHANNEL,
+             "event_ts": ts}
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def thread_message(ts: str, text: str, thread_ts: str, user: str = "U2") -> dict:
+    return {"type": "message", "user": user, "text": text, "ts": ts, "channel": CHANNEL, "thread_ts": thread_ts,
+            "channel_type": "channel", "event_ts": ts}
+
+
+async def test_mention_gets_a_threaded_reply(h: Harness) -> None:
+    assert await h.post(event_body(mention("1700000001.000100", "what is up?"), event_id="Ev1")) == 200
+    await h.settle()
+    replies = h.replies()
+    assert len(replies) == 1
+    assert replies[0]["thread_ts"] == "1700000001.000100" and replies[0]["channel"] == CHANNEL
+    assert replies[0]["text"] == "Here is what I found."
+    history = await h.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:1700000001.000100")
+    assert history.messages[0].text == "what is up?" and history.messages[0].author == "U1"
+    assert h.slack.calls_to("reactions.add") and h.slack.calls_to("reactions.remove")
+
+
+async def test_slack_retry_with_same_event_id_gets_one_reply(h: Harness) -> None:
+    body = event_body(mention("1700000002.000100"), event_id="EvRetry")
+    assert await h.post(body) == 200
+    assert await h.post(body, headers={"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}) == 200
+    await h.settle()
+    message_event = dict(mention("1700000002.000100"), type="message", channel_type="channel")
+    assert await h.post(event_body(message_event, event_id="EvOther")) == 200
+    await h.settle()
+    assert len(h.replies()) == 1
+
+
+async def test_bad_or_stale_signature_is_rejected_and_changes_nothing(h: Harness, client, prefix) -> None:
+    body = event_body(mention("1700000003.000100"), event_id="EvBad")
+    assert await h.post(body, secret="wrong-secret") == 401
+    assert await h.post(body, timestamp=1_000_000_000) == 401
+    await h.settle()
+    assert h.replies() == []
+    assert [k async for k in client.scan_iter(match=f"{prefix}:*")] == []
+
+
+async def test_thirty_concurrent_messages_are_all_recorded_in_order(h: Harness, model) -> None:
+    root = "1700000100.000100"
+    assert await h.post(event_body(mention(root, "start"), event_id="Ev-root")) == 200
+    await h.settle()
+    model.default = Step(text="ok", delay=0.05)
+    bodies = [event_body(thread_message(f"1700000101.{i:06d}", f"<@{BOT_USER}> item {i}", root), event_id=f"Ev-{i}")
+              for i in range(30)]
+    statuses = await asyncio.gather(*(h.post(b) for b in bodies))
+    assert statuses == [200] * 30
+    await h.settle()
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    history = await h.pipeline.checkpoints.load_history(cid)
+    ids = [m.id for m in history.messages if m.role == "user"]
+    assert sorted(ids[1:]) == [f"1700000101.{i:06d}" for i in range(30)]
+    rows = await h.pipeline.checkpoints.lineage(cid)
+    for row in rows:
+        turn = await h.pipeline.checkpoints.load_history(cid, row.id)
+        own = [m.id for m in turn.messages[-row.message_count:] if m.role == "user"] if row.message_count else []
+        assert own == sorted(own), "within a turn, messages keep their order"
+    assert all(r.status.value == "completed" for r in rows)
+    assert await h.pipeline.inbox.size(cid) == 0
+
+
+async def test_ack_and_chatter_are_recorded_without_a_reply(h: Harness) -> None:
+    root = "1700000200.000100"
+    await h.post(event_body(mention(root, "start"), event_id="Ev-a"))
+    await h.settle()
+    await h.post(event_body(thread_message("1700000201.000100", "thanks!", root), event_id="Ev-b"))
+    await h.post(event_body(thread_message("1700000202.000100", "<@U9> can you look at this?", root),
+                            event_id="Ev-c"))
+    await h.settle()
+    assert len(h.replies()) == 1
+    history = await h.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:{root}")
+    assert [m.text for m in history.messages if m.role == "user"][-2:] == ["thanks!", "<@U9> can you look at this?"]
+
+
+async def test_edit_and_delete_make_facts_suspect_and_pins_survive_compaction(model, prefix, client) -> None:
+    h, http = await make_harness(prefix, client, window=4096)
+    try:
+        root = "1700000300.000100"
+        cid = f"slack:T1:{CHANNEL}:{root}"
+        await h.post(event_body(mention(root, "The API timeout is 30 s in prod."), event_id="Ev-0"))
+        await h.post(event_body(thread_message("1700000300.000200", f"<@{BOT_USER}> Runbook: "
+                                               "https://wiki.example.com/rb (pinned)", root), event_id="Ev-1"))
+        await h.settle()
+        edit = {"type": "message", "subtype": "message_changed", "channel": CHANNEL, "ts": "1700000300.000900",
+                "message": {"type": "message", "user": "U1", "text": "The API timeout is 45 s in prod.",
+                            "ts": root, "thread_ts": root},
+                "previous_message": {"ts": root, "text": "The API timeout is 30 s in prod."}}
+        pin = {"type": "pin_added", "user": "U1", "channel_id": CHANNEL, "event_ts": "1700000300.000950",
+               "item": {"type": "message", "channel": CHANNEL,
+                        "message": {"ts": "1700000300.000200", "thread_ts": root, "text": "Runbook"}}}
+        await h.post(event_body(edit, event_id="Ev-edit"))
+        await h.post(event_body(pin, event_id="Ev-pin"))
+        await h.settle()
+        filler = ("status: the deploy dashboard looks calm and nothing else happened in the last hour; the team "
+                  "is reviewing the quarterly roadmap document and adding comments")
+        for i in range(70):
+            await h.post(event_body(thread_message(f"1700000301.{i:06d}", f"<@{BOT_USER}> {filler} {i}", root),
+                                    event_id=f"Ev-f{i}"))
+            await h.settle()
+        rows = await h.pipeline.checkpoints.lineage(cid)
+        assert any(r.kind is CheckpointKind.COMPACTION for r in rows)
+        history = await h.pipeline.checkpoints.load_history(cid)
+        handoff = history.messages[0].text
+        assert f"SUSPECT [fact {root}]" in handoff and "edited" in handoff
+        pinned = [m for m in history.messages if m.id == "1700000300.000200"]
+        assert pinned and pinned[0].flags.pinned and "wiki.example.com/rb" in pinned[0].text
+        assert h.replies()[-1]["text"] == "Here is what I found.", "the bot still answers after compaction"
+        assert len(h.replies()) == 72
+    finally:
+        await http.close()
+        await h.slack.close()
+
+
+async def test_rate_limited_posts_are_retried(h: Harness) -> None:
+    h.slack.rate_limit["chat.postMessage"] = 1
+    await h.post(event_body(mention("1700000400.000100"), event_id="Ev-429"))
+    await h.settle()
+    posts = h.replies()
+    assert len(posts) == 2, "the first attempt got 429, the retry went through"
+    assert posts[0] == posts[1]
+
+
+async def test_failed_turn_posts_a_trace_id(h: Harness, model) -> None:
+    model.default = Step(error=ValueError("boom"))
+    await h.post(event_body(mention("1700000500.000100"), event_id="Ev-fail"))
+    await h.settle()
+    text = h.replies()[0]["text"]
+    assert "trace id" in text
+    cid = f"slack:T1:{CHANNEL}:1700000500.000100"
+    failed = [r for r in await h.pipeline.checkpoints.lineage(cid) if r.status.value == "failed"]
+    assert failed
+
+
+async def test_long_replies_are_split_with_fences_repaired(h: Harness, model) -> None:
+    code = "```\n" + "\n".join(f"line {i} " + "x" * 60 for i in range(200)) + "\n```"
+    model.default = Step(text="Here you go:\n" + code)
+    await h.post(event_body(mention("1700000600.000100"), event_id="Ev-long"))
+    await h.settle()
+    parts = [p["text"] for p in h.replies()]
+    assert len(parts) >= 3 and all(len(p) <= 3900 and p.count("```") % 2 == 0 for p in parts)
+
+
+async def test_healthz_and_metrics(h: Harness) -> None:
+    response = await h.http.get("/healthz")
+    assert response.status == 200 and (await response.json())["redis"] == "reachable"
+    await h.post(event_body(mention("1700000700.000100"), event_id="Ev-m"))
+    await h.settle()
+    text = await (await h.http.get("/metrics")).text()
+    assert 'threadkeeper_turns_total{status="completed"} 1.0' in text
+
+
+async def test_assistant_thread_gets_suggested_prompts_and_status(h: Harness) -> None:
+    started = {"type": "assistant_thread_started", "event_ts": "1700000800.000100",
+               "assistant_thread": {"user_id": "U1", "channel_id": "D1", "thread_ts": "1700000800.000100",
+                                    "context": {}}}
+    await h.post(event_body(started, event_id="Ev-as"))
+    dm = {"type": "message", "user": "U1", "text": "hi there", "ts": "1700000800.000200", "channel": "D1",
+          "thread_ts": "1700000800.000100", "channel_type": "im", "event_ts": "1700000800.000200"}
+    await h.post(event_body(dm, event_id="Ev-dm"))
+    await h.settle()
+    assert h.slack.calls_to("assistant.threads.setSuggestedPrompts")
+    statuses = [c["status"] for c in h.slack.calls_to("assistant.threads.setStatus")]
+    assert "thinking…" in statuses and statuses[-1] == ""
+    assert h.replies()[0]["channel"] == "D1"
+
+
+async def test_socket_mode_through_a_loopback_fake(model, prefix, client) -> None:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    h, http = await make_harness(prefix, client)
+    handler = AsyncSocketModeHandler(h.bot.app, "xapp-test", web_client=h.bot.client)
+    try:
+        await handler.connect_async()
+        await h.slack.push_event("env-1", event_body(mention("1700000900.000100", "via socket"), event_id="Ev-s1"))
+        for _ in range(500):
+            if h.slack.acks and h.replies():
+                break
+            await asyncio.sleep(0.01)
+        await h.settle()
+        assert h.slack.acks == ["env-1"]
+        assert h.replies()[0]["thread_ts"] == "1700000900.000100"
+    finally:
+        await handler.close_async()
+        await http.close()
+        await h.slack.close()
