@@ -203,7 +203,8 @@ class Compactor:
             first = render_handoff(ledger, _EMPTY, suspects(notes, ledger, messages), cap_tokens=ledger_cap,
                                    count=self.tokenizer.count)
             narrative_cap = cap - self.tokenizer.count(first.text)
-            narrative = await self.summarizer.narrate([m for m in folded if not m.flags.handoff], narrative_cap)
+            narrative = await self.summarizer.narrate([m for m in folded if not m.flags.handoff], narrative_cap,
+                                                      avoid=first.text)
             rendered = render_handoff(ledger, narrative, suspects(notes, ledger, messages), cap_tokens=cap,
                                       count=self.tokenizer.count)
             text = redact(rendered.text)

@@ -60,9 +60,15 @@ class Artifact:
     value: str
 
 
+_CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_PROSE_ONLY = frozenset({"sha", "quantity", "date"})
+"""Artifact kinds not taken from code blocks: pasted logs are full of trace ids, timings and timestamps."""
+
+
 def artifacts(text: str) -> list[Artifact]:
     """Artifacts in order of first appearance, without duplicates."""
     found: list[tuple[int, Artifact]] = []
+    code_spans = [(m.start(), m.end()) for m in _CODE.finditer(text)]
     seen: set[str] = set()
     urls = [(m.start(), m.group(1).rstrip(".,);")) for m in URL.finditer(text)]
     url_spans = [(m.start(), m.end()) for m in URL.finditer(text)]
@@ -75,6 +81,8 @@ def artifacts(text: str) -> list[Artifact]:
         found.append((pos, Artifact(kind, value)))
     for kind, pattern in (("ticket", TICKET), ("sha", SHA), ("path", PATH), ("quantity", NUMBER_UNIT), ("date", DATE)):
         for m in pattern.finditer(text):
+            if kind in _PROSE_ONLY and any(a <= m.start() < b for a, b in code_spans):
+                continue
             if not inside_url(m.start()):
                 found.append((m.start(), Artifact(kind, m.group(0).strip())))
     out = []
@@ -105,8 +113,25 @@ def looks_like_log(line: str) -> bool:
     return bool(_LOG.match(line.strip()))
 
 
+CUE_WORDS = frozenset("""decided decide decision decisions reversing reverse reversed reverting revert instead going
+    agreed scratch never mind ignore done fixed resolved shipped merged deployed closed completed""".split())
+
+
 def terms(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text) if w.lower() not in STOPWORDS}
+    """Content words: no stopwords and no ask / decision cue words (they would match every decision)."""
+    return {w.lower() for w in _WORD.findall(text) if w.lower() not in STOPWORDS and w.lower() not in CUE_WORDS}
+
+
+def is_ask(text: str) -> bool:
+    """An ask: a request cue in a message of five words or more, or a question of seven words or more."""
+    words = len(text.split())
+    match = ASK.search(text)
+    if not match:
+        return False
+    if match.group(0).strip().endswith("?"):
+        return words >= 7 or bool(re.search(r"\b(?:can|could|would|will) (?:you|someone|somebody|anyone)\b", text,
+                                            re.IGNORECASE)) and words >= 5
+    return words >= 5
 
 
 def overlap(a: set[str], b: set[str]) -> int:

@@ -137,11 +137,13 @@ class LedgerBuilder:
         text = m.text
         if not text.strip():
             return
-        is_ask = bool(x.ASK.search(text))
+        is_ask = x.is_ask(text)
         known_terms = x.terms(text)
         values = [a.value for a in x.artifacts(text)]
-        if x.SUPERSEDE.search(text):
-            target = self._latest_open(author) or self._latest_open(None)
+        cue = x.SUPERSEDE.search(text)
+        replaces = cue is not None and not x.DECISION.search(text) and (is_ask or cue.group(0).lower() != "instead")
+        if replaces:
+            target = self._latest_open(author, known_terms) or self._latest_open(None, known_terms)
             if target is not None:
                 target.status, target.closed_by = "superseded", m.id
         elif x.RESOLVE.search(text) and not is_ask:
@@ -196,31 +198,20 @@ class LedgerBuilder:
                                                   kind=kind if kind in ("fact", "plan_step", "decision") else "fact",
                                                   origin="model"))
 
-    def _latest_open(self, author: str | None) -> Ask | None:
-        for ask in reversed(self.ledger.asks):
-            if ask.status == "open" and (author is None or ask.author == author):
-                return ask
-        return None
+    def _latest_open(self, author: str | None, words: set[str] | None = None) -> Ask | None:
+        """The open ask this message most likely refers to: by overlap of distinctive words, else the latest."""
+        candidates = [a for a in self.ledger.asks if a.status == "open" and (author is None or a.author == author)]
+        if words:
+            best = _best_match(candidates, lambda a: a.text, words, set())
+            if best is not None:
+                return best
+        return candidates[-1] if candidates else None
 
     def _best_open(self, words: set[str], values: set[str]) -> Ask | None:
-        best, score = None, 0
-        for ask in reversed(self.ledger.asks):
-            if ask.status != "open":
-                continue
-            s = 3 * len(values & {a.value for a in x.artifacts(ask.text)}) + x.overlap(words, x.terms(ask.text))
-            if s > score:
-                best, score = ask, s
-        return best if score >= 2 else None
+        return _best_match([a for a in self.ledger.asks if a.status == "open"], lambda a: a.text, words, values)
 
     def _best_decision(self, words: set[str]) -> Decision | None:
-        best, score = None, 0
-        for decision in reversed(self.ledger.decisions):
-            if decision.status != "active":
-                continue
-            s = x.overlap(words, x.terms(decision.text))
-            if s > score:
-                best, score = decision, s
-        return best if score >= 1 else None
+        return _best_match([d for d in self.ledger.decisions if d.status == "active"], lambda d: d.text, words, set())
 
     def set_current_ask(self, message: Message | None) -> LedgerBuilder:
         if message is not None:
@@ -243,6 +234,27 @@ class LedgerBuilder:
 
     def build(self) -> Ledger:
         return self.ledger
+
+
+def _best_match(entries: list, text_of, words: set[str], values: set[str]):  # type: ignore[no-untyped-def]
+    """The entry a message most likely refers to, newest first on ties.
+
+    Shared words are weighted by rarity among the candidates: a word every candidate has ("rollback",
+    "checklist") counts little, a word only one has counts fully. A matching artifact counts most.
+    """
+    term_sets = [x.terms(text_of(e)) for e in entries]
+    freq: dict[str, int] = {}
+    for t in term_sets:
+        for w in t & words:
+            freq[w] = freq.get(w, 0) + 1
+    best, best_score = None, 0.0
+    for i in range(len(entries) - 1, -1, -1):
+        shared = words & term_sets[i]
+        art = len(values & {a.value for a in x.artifacts(text_of(entries[i]))})
+        score = 3.0 * art + sum(1.0 / freq[w] for w in shared)
+        if (art or len(shared) >= 2) and score >= 1.0 and score > best_score:
+            best, best_score = entries[i], score
+    return best
 
 
 def _keep(entries: list, cap: int, key) -> list:  # type: ignore[no-untyped-def]

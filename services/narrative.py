@@ -44,9 +44,13 @@ def _candidates(messages: Sequence[Message]) -> list[tuple[int, int, Message, st
     return out
 
 
-def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenizer) -> Narrative:
-    """The most informative sentences within ``cap_tokens``, in thread order, each with its source id."""
-    candidates = _candidates(messages)
+def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenizer, *,
+               avoid: str = "") -> Narrative:
+    """The most informative sentences within ``cap_tokens``, in thread order, each with its source id.
+
+    Sentences already contained in ``avoid`` (the rendered ledger) are skipped.
+    """
+    candidates = [c for c in _candidates(messages) if c[3] not in avoid]
     if not candidates or cap_tokens <= 0:
         return Narrative((), "extractive")
     doc_freq: Counter[str] = Counter()
@@ -101,14 +105,15 @@ class Summarizer:
         self.window_tokens = window_tokens
         self.timeout_seconds = timeout_seconds
 
-    async def narrate(self, messages: Sequence[Message], cap_tokens: int) -> Narrative:
+    async def narrate(self, messages: Sequence[Message], cap_tokens: int, *, avoid: str = "") -> Narrative:
+        """The narrative of ``messages`` within ``cap_tokens``; ``avoid`` is text the handoff already says."""
         if self.model is None or cap_tokens < 32:
-            return extractive(messages, cap_tokens, self.tokenizer)
+            return extractive(messages, cap_tokens, self.tokenizer, avoid=avoid)
         try:
             narrative = await self._llm(messages, cap_tokens)
         except (ModelError, ValueError) as exc:
             log.warning("summarizer failed, using the extractive narrative: %s", exc)
-            return extractive(messages, cap_tokens, self.tokenizer)
+            return extractive(messages, cap_tokens, self.tokenizer, avoid=avoid)
         return narrative
 
     def _transcript(self, messages: Sequence[Message]) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from persistence import ThreadkeeperError
+from persistence import InboxItem, ThreadkeeperError
 
 from .pipeline import Pipeline
 
@@ -26,6 +26,10 @@ class ReplayMessage(BaseModel):
     text: str
     ts: str | None = None
     pinned: bool = False
+    edits: str | None = None
+    """This entry is an edit of the message with this id (its ``text`` is the new text)."""
+    deletes: str | None = None
+    """This entry deletes the message with this id."""
 
 
 class ReplayThread(BaseModel):
@@ -109,8 +113,16 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
     turns = 0
     total = len(thread.messages)
     for index, message in enumerate(thread.messages, start=1):
-        await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
-                              pinned=message.pinned)
+        if message.edits:
+            edited = pipeline.executor.make_message(message.text, author=message.author, id=message.edits)
+            await pipeline.submit_item(conversation_id, InboxItem(kind="edit", event_id=message.id, message=edited,
+                                                                  reply_expected=False))
+        elif message.deletes:
+            await pipeline.submit_item(conversation_id, InboxItem(kind="delete", event_id=message.id,
+                                                                  target_id=message.deletes, reply_expected=False))
+        else:
+            await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
+                                  pinned=message.pinned)
         if index % turn_every == 0 or index == total:
             for result in await pipeline.run(conversation_id):
                 turns += 1

@@ -83,7 +83,12 @@ def _sections(ledger: Ledger, narrative: Narrative, suspects: Mapping[str, str])
         else:
             facts.lines.append(_Line(f"- [{label} #{f.evidence_hash}] {f.text}", (f.evidence_id,), (f.seq, f.key)))
     artifacts = _Section("Artifacts:", 3)
+    said = "\n".join(line.text for sec in (current, open_asks, closed, decisions, suspect, facts) for line in sec.lines)
     for art in ledger.artifacts:
+        values = [v for v in art.values if v not in said]
+        if not values:
+            continue
+        art = art.model_copy(update={"values": values})
         artifacts.lines.append(_Line(f"- [{art.source_id}] {', '.join(art.values)}", (art.source_id,),
                                      (art.seq, art.source_id)))
     people = _Section("", 1)

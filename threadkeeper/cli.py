@@ -166,6 +166,72 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(_pipeline_run(settings, work))
 
 
+def _csv_ints(value: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of whole numbers") from None
+    if not out or any(v < 1024 for v in out):
+        raise argparse.ArgumentTypeError("windows must be whole numbers of at least 1024 tokens")
+    return out
+
+
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from evals import load_cases, plot, run_matrix, summarize
+    from services import ModelClient
+
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if args.model:
+        settings = settings.model_copy(update={"ai_model": args.model})
+    cases = load_cases(args.dataset, threads=args.threads, seed=args.seed, messages=args.messages)
+    judge = ModelClient(args.judge_model, timeout_seconds=settings.ai_timeout_seconds) if args.judge_model else None
+    if judge and args.model is None:
+        raise SettingsError("--judge-model needs --model: the offline model cannot answer the probes' questions")
+
+    async def work() -> int:
+        client = None
+        if settings.redis_url:
+            from persistence import connect
+
+            client = connect(settings.redis_url)
+            await ping(client, settings.redis_url)
+        total = len(cases) * len(strategies) * len(args.windows)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=_stderr_console(), transient=True) as bar:
+            task = bar.add_task("continuity eval", total=total)
+            results = await run_matrix(settings, cases, strategies, args.windows, turn_every=args.turn_every,
+                                       client=client, judge=judge,
+                                       progress=lambda label: bar.update(task, advance=1, description=label))
+        if client is not None:
+            await client.aclose()
+        rows = summarize(results)
+        kinds = sorted({k for r in rows for k in r["retention"] if k != "overall"})
+        table = Table(title=f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes")
+        for col in ["strategy", "window", "overall", *kinds, "superckpt err", "ctx tokens", "compactions"]:
+            table.add_column(col, justify="left" if col == "strategy" else "right")
+        for r in rows:
+            ret = r["retention"]
+            table.add_row(r["strategy"], f"{r['window']:,}", f"{ret['overall']:.0%}",
+                          *[f"{ret[k]:.0%}" if k in ret else "-" for k in kinds], str(r["supercheckpoint_errors"]),
+                          f"{r['context_tokens']:,}", f"{r['compactions']:g}")
+        Console(width=220).print(table)
+        report = {"results": rows, "threads": [c.name for c in cases], "strategies": strategies,
+                  "windows": args.windows, "turn_every": args.turn_every, "model": settings.ai_model,
+                  "seed": args.seed, "messages_per_thread": args.messages if not args.dataset else None}
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(report, fh, indent=2)
+        if args.plot:
+            plot(rows, args.plot)
+        return 0
+
+    return asyncio.run(work())
+
+
 REASONS = ("manual", "handoff", "model-upgrade")
 
 
@@ -245,6 +311,22 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "/metrics on this port)")
     p.add_argument("--host", default="0.0.0.0")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("eval", help="evals of long-thread continuity")
+    ev = p.add_subparsers(dest="suite", required=True)
+    c = ev.add_parser("continuity", help="how much of a long thread survives compaction, by strategy and window")
+    c.add_argument("--dataset", help="a JSON file: replay input plus probes (or a list of them)")
+    c.add_argument("--strategies", default="recency,accumulating-summaries,user-messages+summary,threadkeeper")
+    c.add_argument("--windows", type=_csv_ints, default=[4000, 8000, 16000])
+    c.add_argument("--threads", type=_positive, default=5, help="generated threads (default 5)")
+    c.add_argument("--messages", type=_positive, default=1500, help="messages per generated thread (default 1500)")
+    c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--turn-every", type=_positive, default=5, help="run a turn every K messages (default 5)")
+    c.add_argument("--json", help="write the results as JSON here")
+    c.add_argument("--plot", help="draw retention against window size to this PNG")
+    c.add_argument("--model", help="a real model to run the threads with (enables --judge-model)")
+    c.add_argument("--judge-model", help="grade answers to each probe's question with this model")
+    c.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")
     p.add_argument("conversation_id")

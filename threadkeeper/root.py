@@ -57,9 +57,11 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
 
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
                    context_window: int | None = None, tools: list[Tool] | None = None,
-                   summarizer_model: str | None = None, retry_wait_seconds: float = 1.0) -> Pipeline:
+                   summarizer_model: str | None = None, retry_wait_seconds: float = 1.0,
+                   compactor_class: type[Compactor] = Compactor) -> Pipeline:
     """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override.
 
+    ``compactor_class`` swaps the compaction strategy (the evals compare baselines this way).
     The summarizer uses ``summarizer_model`` (default ``AI_FAST_MODEL``, else the main model); with the
     offline model the narrative is extractive and compaction makes no model call.
     """
@@ -84,7 +86,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                                      variable="AI_FAST_MODEL_CONTEXT_WINDOW_TOKENS")
     summarizer = Summarizer(fast_client, tokenizer, window_tokens=fast_window,
                             timeout_seconds=min(settings.ai_timeout_seconds, 60.0))
-    compactor = Compactor(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
+    compactor = compactor_class(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
                           summarizer=summarizer, fixed_prompt_tokens=fixed)
     config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds)
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,

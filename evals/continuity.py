@@ -1,0 +1,198 @@
+"""The continuity eval: replay generated (or given) threads through the real pipeline under each strategy
+and window, then grade what the final context keeps."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+
+from persistence import CheckpointKind, ThreadkeeperError
+from services import ModelClient, parse_thread, replay
+from threadkeeper.root import build_pipeline, build_stores
+from threadkeeper.settings import Settings
+
+from .generator import generate_thread
+from .graders import ProbeResult, grade
+from .strategies import STRATEGIES
+
+DEFAULT_WINDOWS = (4000, 8000, 16000)
+JUDGE_PROMPT = """You grade an answer against a reference. Reply "correct" if the answer states the same fact as
+the reference (wording may differ; identifiers must match exactly), otherwise reply "incorrect"."""
+
+
+@dataclass
+class Case:
+    """One thread to evaluate: the replay input plus its probes."""
+
+    name: str
+    data: dict[str, Any]
+
+    @property
+    def probes(self) -> list[dict[str, Any]]:
+        return list(self.data.get("probes") or [])
+
+
+@dataclass
+class RunResult:
+    strategy: str
+    window: int
+    thread: str
+    probes: list[ProbeResult]
+    context_tokens: int
+    usable_tokens: int
+    compactions: int
+    loops: int
+    tokens_before: list[int] = field(default_factory=list)
+    tokens_after: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    judge_correct: int | None = None
+
+
+def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int) -> list[Case]:
+    if dataset:
+        path = Path(dataset)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ThreadkeeperError(f"cannot read dataset {path}: {exc}") from None
+        items = data if isinstance(data, list) else [data]
+        cases = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("probes"), list):
+                raise ThreadkeeperError(f"{path}: thread {i} needs a 'probes' list next to 'messages'")
+            for j, probe in enumerate(item["probes"]):
+                missing = [k for k in ("id", "question", "answer", "evidence", "kind") if k not in probe]
+                if missing:
+                    raise ThreadkeeperError(f"{path}: thread {i} probe {j}: missing {', '.join(missing)}")
+            parse_thread(json.dumps(item), f"{path} thread {i}")
+            cases.append(Case(item.get("conversation_id") or f"{path.stem}-{i}", item))
+        return cases
+    return [Case(f"thread-{seed + i}", generate_thread(seed + i, messages=messages).as_dict())
+            for i in range(threads)]
+
+
+async def run_one(settings: Settings, case: Case, strategy: str, window: int, *, turn_every: int,
+                  client: Any = None, judge: ModelClient | None = None) -> RunResult:
+    prefix = f"tkeval-{uuid.uuid4().hex[:10]}"
+    own_client = client is None
+    client = client or fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    stores = build_stores(settings.model_copy(update={"threadkeeper_key_prefix": prefix}), client=client)
+    started = time.perf_counter()
+    try:
+        pipeline = build_pipeline(settings, stores, context_window=window, compactor_class=STRATEGIES[strategy])
+        thread = parse_thread(json.dumps(case.data), case.name)
+        cid = f"eval:{case.name}:{strategy}:{window}"
+        result = await replay(pipeline, thread, conversation_id=cid, turn_every=turn_every)
+        texts = [entry["text"] for entry in result["context"]]
+        originals = {m.id: m.text for m in thread.messages}
+        graded = grade(case.probes, texts, originals)
+        rows = await pipeline.checkpoints.lineage(cid)
+        kinds = {r.id: r.kind for r in rows}
+        loops = sum(1 for r in rows if r.kind is CheckpointKind.COMPACTION and r.forked_from
+                    and kinds.get(r.forked_from) is CheckpointKind.COMPACTION)
+        judged = await _judge(pipeline, judge, case.probes, cid) if judge else None
+        return RunResult(strategy, window, case.name, graded, result["context_tokens"],
+                         pipeline.budget.usable_tokens + pipeline.budget.fixed_prompt_tokens,
+                         len(result["compactions"]), loops,
+                         [c["tokens_before"] for c in result["compactions"]],
+                         [c["tokens_after"] for c in result["compactions"]],
+                         time.perf_counter() - started, judged)
+    finally:
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.delete(key)
+        if own_client:
+            await client.aclose()
+
+
+async def _judge(pipeline: Any, judge: ModelClient, probes: Sequence[dict[str, Any]], cid: str) -> int:
+    """Ask each probe's question with the final context, then grade the answer with the judge model."""
+    report = await pipeline.context(cid)
+    context = [{"role": e.role if e.role != "tool" else "user", "content": e.text} for e in report.context]
+    correct = 0
+    for probe in probes:
+        answer = await pipeline.executor.model.complete(context + [{"role": "user", "content": probe["question"]}])
+        verdict = await judge.complete([{"role": "system", "content": JUDGE_PROMPT},
+                                        {"role": "user", "content": f"Question: {probe['question']}\nReference: "
+                                                                    f"{probe['answer']}\nAnswer: {answer.text}"}],
+                                       max_output_tokens=5)
+        correct += verdict.text.strip().lower().startswith("correct")
+    return correct
+
+
+def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, int], list[RunResult]] = defaultdict(list)
+    for r in results:
+        groups[(r.strategy, r.window)].append(r)
+    rows = []
+    for (strategy, window), runs in groups.items():
+        probes = [p for r in runs for p in r.probes]
+        by_kind: dict[str, list[bool]] = defaultdict(list)
+        for p in probes:
+            by_kind[p.kind].append(p.kept)
+        retention = {"overall": round(sum(p.kept for p in probes) / len(probes), 4) if probes else 0.0}
+        retention.update({k: round(sum(v) / len(v), 4) for k, v in sorted(by_kind.items())})
+        row = {"strategy": strategy, "window": window, "retention": retention,
+               "supercheckpoint_errors": sum(p.error for p in probes),
+               "context_tokens": round(statistics.mean(r.context_tokens for r in runs)),
+               "compactions": round(statistics.mean(r.compactions for r in runs), 1),
+               "within_budget": all(r.context_tokens <= r.usable_tokens for r in runs),
+               "compaction_loops": sum(r.loops for r in runs),
+               "tokens_before_mean": round(statistics.mean([t for r in runs for t in r.tokens_before] or [0])),
+               "tokens_after_mean": round(statistics.mean([t for r in runs for t in r.tokens_after] or [0])),
+               "probes": len(probes), "threads": len(runs),
+               "seconds": round(sum(r.seconds for r in runs), 2)}
+        if any(r.judge_correct is not None for r in runs):
+            row["judge_accuracy"] = round(sum(r.judge_correct or 0 for r in runs) / max(1, len(probes)), 4)
+        rows.append(row)
+    order = {name: i for i, name in enumerate(STRATEGIES)}
+    return sorted(rows, key=lambda r: (order.get(r["strategy"], 99), r["window"]))
+
+
+async def run_matrix(settings: Settings, cases: Sequence[Case], strategies: Sequence[str], windows: Sequence[int], *,
+                     turn_every: int, client: Any = None, judge: ModelClient | None = None,
+                     progress: Callable[[str], None] | None = None) -> list[RunResult]:
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ThreadkeeperError(f"unknown strategies: {', '.join(unknown)}; choose from {', '.join(STRATEGIES)}")
+    results = []
+    for case in cases:
+        for window in windows:
+            for strategy in strategies:
+                results.append(await run_one(settings, case, strategy, window, turn_every=turn_every,
+                                             client=client, judge=judge))
+                if progress:
+                    progress(f"{case.name} {strategy} {window}")
+    return results
+
+
+def plot(rows: Sequence[dict[str, Any]], out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        points = sorted((r["window"], r["retention"]["overall"]) for r in rows if r["strategy"] == strategy)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=strategy)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({r["window"] for r in rows}))
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{int(v):,}"))
+    ax.set_xlabel("context window (tokens)")
+    ax.set_ylabel("probes kept (overall retention)")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("Long-thread continuity by strategy")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
