@@ -34,11 +34,11 @@ from .models import (
     Usage,
 )
 from .notes import MessageChange, Notes, NotesStore
-from .store import CheckpointStore, new_id
+from .store import CheckpointStore, Commit, new_id
 
 __all__ = [
     "IN_PROCESS_URL", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
-    "CheckpointStore", "ConversationKeys", "ConversationState", "CorruptRecordError", "HeadConflictError", "History",
+    "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
     "ToolResultPart", "Usage", "connect", "new_id", "ping",

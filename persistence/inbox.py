@@ -13,8 +13,15 @@ from .models import InboxItem
 from .store import RedisStore
 
 
+REGISTRY_REFRESH_SECONDS = 60.0
+
+
 class Inbox(RedisStore):
     """Inbound events wait here until a turn takes them; they leave only when that turn completes."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._registered: dict[str, float] = {}
 
     async def append(self, conversation_id: str, item: InboxItem, *, dedup_keys: list[str] | tuple[str, ...] = (),
                      dedup_ttl_seconds: int = 86_400) -> bool:
@@ -28,11 +35,16 @@ class Inbox(RedisStore):
         now = time.time()
         appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
                                    [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now])
-        if int(appended):
+        if int(appended) and now - self._registered.get(conversation_id, 0.0) > REGISTRY_REFRESH_SECONDS:
+            # The registry lives in another hash slot, so it cannot join the script; this process refreshes
+            # it at most once a minute per conversation (the sweep looks back a day).
             pipe = self.client.pipeline(transaction=False)
             pipe.zadd(self.active_key, {conversation_id: now})
             pipe.expire(self.active_key, self.retention_seconds)
             await self._call(pipe.execute())
+            self._registered[conversation_id] = now
+            if len(self._registered) > 100_000:
+                self._registered.clear()
         return bool(int(appended))
 
     @property

@@ -69,8 +69,8 @@ touch(ttl)
 return n
 """
 
-# ARGV: id, expected head ('' for none), outcome json, now, ttl
-# Returns {1, version} on success, {0, actual head} when the head moved.
+# ARGV: id, expected head ('' for none), outcome json, now, ttl, [last messages: json, tokens]...
+# Returns {1, version, inbox items left} on success, {0, actual head} when the head moved (nothing written).
 COMMIT = _PRELUDE + """
 local id, expected, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local status = redis.call('HGET', K_CP, id .. ':status')
@@ -80,6 +80,7 @@ if status ~= 'running' then
 end
 local head = redis.call('HGET', K_STATE, 'head') or ''
 if head ~= expected then return {0, head} end
+if #ARGV > 5 then append(id, 6, #ARGV) end
 redis.call('HSET', K_CP, id .. ':status', 'completed', id .. ':out', outcome)
 local consumed = tonumber(redis.call('HGET', K_CP, id .. ':consumed') or '0')
 if consumed > 0 then redis.call('LTRIM', K_INBOX, consumed, -1) end
@@ -87,7 +88,7 @@ redis.call('HSET', K_STATE, 'head', id, 'updated_at', now)
 if redis.call('HGET', K_STATE, 'active') == id then redis.call('HDEL', K_STATE, 'active') end
 local version = redis.call('HINCRBY', K_STATE, 'version', 1)
 touch(ttl)
-return {1, version}
+return {1, version, redis.call('LLEN', K_INBOX)}
 """
 
 # ARGV: id, new status, outcome json ('' to keep), now, ttl
@@ -129,20 +130,25 @@ touch(ttl)
 return {1, version}
 """
 
-# ARGV: checkpoint id, then ids of completed checkpoints whose messages the caller has cached.
-# Returns {chain ids..., '', the checkpoint's 6 record fields, then per chain element:
-#          status, message count (or -1 when cached: messages omitted), messages...}
+# ARGV: checkpoint id, K, K "stop" ids (checkpoints whose chain the caller knows), then ids of completed
+# checkpoints whose messages the caller has cached.
+# Returns {walked chain ids (oldest first)..., '', stop id or '', the checkpoint's 6 record fields, then per
+#          walked chain element: status, message count (or -1 when cached: messages omitted), messages...}
 LOAD = """
 local K_CP, K_MSGS = KEYS[2], KEYS[3]
 local id = ARGV[1]
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
   return redis.error_reply('checkpoint ' .. id .. ' does not exist')
 end
-local cached = {}
-for i = 2, #ARGV do cached[ARGV[i]] = true end
+local nstops = tonumber(ARGV[2])
+local stops, cached = {}, {}
+for i = 3, 2 + nstops do stops[ARGV[i]] = true end
+for i = 3 + nstops, #ARGV do cached[ARGV[i]] = true end
 local chain = {}
 local cur = id
+local stop = ''
 while true do
+  if stops[cur] then stop = cur break end
   table.insert(chain, 1, cur)
   if redis.call('HGET', K_CP, cur .. ':kind') == 'compaction' then break end
   local parent = redis.call('HGET', K_CP, cur .. ':parent')
@@ -152,6 +158,7 @@ end
 local out = {}
 for i = 1, #chain do out[#out + 1] = chain[i] end
 out[#out + 1] = ''
+out[#out + 1] = stop
 local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out', id .. ':consumed')
 for i = 1, 6 do out[#out + 1] = rec[i] or false end
 for c = 1, #chain do
@@ -165,12 +172,12 @@ for c = 1, #chain do
     out[#out + 1] = n
     local start = 0
     while start < n do
-      local stop = math.min(start + 500, n) - 1
+      local stop_at = math.min(start + 500, n) - 1
       local fields = {}
-      for j = start, stop do fields[#fields + 1] = cid .. ':' .. j end
+      for j = start, stop_at do fields[#fields + 1] = cid .. ':' .. j end
       local vals = redis.call('HMGET', K_MSGS, unpack(fields))
       for j = 1, #vals do out[#out + 1] = vals[j] end
-      start = stop + 1
+      start = stop_at + 1
     end
   end
 end

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -70,10 +70,14 @@ class RedisStore:
     def keys(self, conversation_id: str) -> ConversationKeys:
         return ConversationKeys(self.prefix, conversation_id)
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def _script(self, name: str) -> Any:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self.client.register_script(getattr(scripts, name))
+        return script
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self._script(name)
         try:
             return await script(keys=list(keys), args=list(args))
         except ResponseError as exc:
@@ -91,6 +95,13 @@ class RedisStore:
             return await coro
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise StoreUnavailableError(self.url, exc) from exc
+
+
+class Commit(NamedTuple):
+    version: int
+    """The conversation state's version after the head moved."""
+    inbox_left: int
+    """Inbox items still waiting after the ones this turn consumed left."""
 
 
 def _message_args(messages: Iterable[Message]) -> list[Any]:
@@ -111,10 +122,33 @@ class SegmentCache:
         self.max_messages = max_messages
         self._items: OrderedDict[tuple[str, str], list[Message]] = OrderedDict()
         self._by_conversation: dict[str, set[str]] = {}
+        self._chains: OrderedDict[str, OrderedDict[str, list[str]]] = OrderedDict()
         self._size = 0
 
     def known(self, conversation_id: str) -> list[str]:
         return sorted(self._by_conversation.get(conversation_id, ()))
+
+    def known_chains(self, conversation_id: str) -> list[str]:
+        """Checkpoints whose whole chain (and every segment of it) this cache holds."""
+        return list(self._chains.get(conversation_id, {}))
+
+    def chain(self, conversation_id: str, checkpoint_id: str) -> list[str] | None:
+        return self._chains.get(conversation_id, {}).get(checkpoint_id)
+
+    def put_chain(self, conversation_id: str, checkpoint_id: str, chain: list[str]) -> None:
+        if self.max_messages <= 0:
+            return
+        chains = self._chains.setdefault(conversation_id, OrderedDict())
+        chains[checkpoint_id] = list(chain)
+        chains.move_to_end(checkpoint_id)
+        while len(chains) > 4:
+            chains.popitem(last=False)
+        self._chains.move_to_end(conversation_id)
+        while len(self._chains) > 10_000:
+            self._chains.popitem(last=False)
+
+    def forget_chains(self, conversation_id: str) -> None:
+        self._chains.pop(conversation_id, None)
 
     def get(self, conversation_id: str, checkpoint_id: str) -> list[Message] | None:
         key = (conversation_id, checkpoint_id)
@@ -135,6 +169,7 @@ class SegmentCache:
         while self._size > self.max_messages:
             (conv, cid), old = self._items.popitem(last=False)
             self._size -= len(old)
+            self._chains.pop(conv, None)
             ids = self._by_conversation.get(conv)
             if ids is not None:
                 ids.discard(cid)
@@ -194,20 +229,21 @@ class CheckpointStore(RedisStore):
                                                             *_message_args(messages)]))
 
     async def commit(self, conversation_id: str, checkpoint_id: str, *, expected_head: str | None,
-                     outcome: CheckpointOutcome | None = None) -> int:
+                     outcome: CheckpointOutcome | None = None, messages: Sequence[Message] = ()) -> Commit:
         """Complete a running checkpoint and move the head to it, if the head is still ``expected_head``.
 
-        Returns the new state version. Raises :class:`HeadConflictError` (and changes nothing) when the
-        head moved; the caller retries from the new head or marks its checkpoint superseded.
+        ``messages`` are appended first, in the same atomic step (a turn's reply costs no extra round
+        trip). Raises :class:`HeadConflictError` (and writes nothing) when the head moved; the caller
+        retries from the new head or marks its checkpoint superseded.
         """
         keys = self.keys(conversation_id)
         outcome = outcome or CheckpointOutcome()
-        ok, value = await self._run("COMMIT", keys.durable, [checkpoint_id, expected_head or "",
-                                                             outcome.model_dump_json(), time.time(),
-                                                             self.retention_seconds])
-        if not int(ok):
-            raise HeadConflictError(conversation_id, expected_head, _text(value) or None)
-        return int(value)
+        result = await self._run("COMMIT", keys.durable, [checkpoint_id, expected_head or "",
+                                                          outcome.model_dump_json(), time.time(),
+                                                          self.retention_seconds, *_message_args(messages)])
+        if not int(result[0]):
+            raise HeadConflictError(conversation_id, expected_head, _text(result[1]) or None)
+        return Commit(version=int(result[1]), inbox_left=int(result[2]))
 
     async def _transition(self, conversation_id: str, checkpoint_id: str, status: CheckpointStatus,
                           outcome: CheckpointOutcome | None) -> None:
@@ -301,21 +337,36 @@ class CheckpointStore(RedisStore):
                 raise NotFoundError(f"conversation {conversation_id!r} has no completed checkpoint yet")
             checkpoint_id = state.head_checkpoint_id
         keys = self.keys(conversation_id)
+        stops = self._segments.known_chains(conversation_id)
         known = self._segments.known(conversation_id)
-        out = await self._run("LOAD", keys.durable, [checkpoint_id, *known])
+        out = await self._run("LOAD", keys.durable, [checkpoint_id, len(stops), *stops, *known])
         split = out.index(b"") if b"" in out else out.index("")
-        chain = [_text(c) for c in out[:split]]
-        checkpoint = self._checkpoint(keys, checkpoint_id, out[split + 1:split + 7])
-        pos = split + 7
+        walked = [_text(c) for c in out[:split]]
+        stop = _text(out[split + 1]) or None
+        checkpoint = self._checkpoint(keys, checkpoint_id, out[split + 2:split + 8])
+        pos = split + 8
         messages: list[Message] = []
-        for cid in chain:
+        chain: list[str] = []
+        if stop is not None:
+            prefix = self._segments.chain(conversation_id, stop)
+            segments = [self._segments.get(conversation_id, cid) for cid in prefix] if prefix else [None]
+            if prefix is None or any(seg is None for seg in segments):
+                self._segments.forget_chains(conversation_id)  # evicted meanwhile: read it all again
+                return await self.load_history(conversation_id, checkpoint_id)
+            chain.extend(prefix)
+            for seg in segments:
+                messages.extend(seg)  # type: ignore[arg-type]
+        complete = True
+        for cid in walked:
             status, count = _text(out[pos]), int(out[pos + 1])
             pos += 2
             if count < 0:
                 cached = self._segments.get(conversation_id, cid)  # type: ignore[arg-type]
                 if cached is None:  # evicted between the two steps: read it again
+                    self._segments.forget_chains(conversation_id)
                     return await self.load_history(conversation_id, checkpoint_id)
                 messages.extend(cached)
+                chain.append(cid)  # type: ignore[arg-type]
                 continue
             raw = out[pos:pos + count]
             pos += count
@@ -327,8 +378,13 @@ class CheckpointStore(RedisStore):
                 raise CorruptRecordError(f"{keys.messages} (checkpoint {cid})", str(exc).splitlines()[0]) from None
             if status == CheckpointStatus.COMPLETED.value:
                 self._segments.put(conversation_id, cid, segment)  # type: ignore[arg-type]
+            else:
+                complete = False
             messages.extend(segment)
-        return History(checkpoint=checkpoint, messages=messages, chain=chain)  # type: ignore[arg-type]
+            chain.append(cid)  # type: ignore[arg-type]
+        if complete:
+            self._segments.put_chain(conversation_id, checkpoint_id, chain)
+        return History(checkpoint=checkpoint, messages=messages, chain=chain)
 
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:
         """Every checkpoint of the conversation, oldest first, with history sizes and the head."""

@@ -96,6 +96,8 @@ class TurnResult:
     usage: Usage | None = None
     compaction: Any = None
     model_calls: int = 0
+    inbox_left: int | None = None
+    """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
 
 
 @dataclass
@@ -130,7 +132,9 @@ class _Turn:
     usage: Usage | None = None
     covered: int = 0
     calls: int = 0
-    new: list[Message] = field(default_factory=list)
+    final: list[Message] = field(default_factory=list)
+    """The turn's last messages, written by the commit itself."""
+    inbox_left: int | None = None
 
 
 class ReplyExecutor:
@@ -179,7 +183,7 @@ class ReplyExecutor:
                 results.append(result)
                 if result.reply:
                     await events.reply(conversation_id, result.reply, kind=result.status, trace_id=result.trace_id)
-                if result.status == "awaiting_resume":
+                if result.status == "awaiting_resume" or result.inbox_left == 0:
                     break
                 renewed = await self.leases.renew(lease, self.config.lease_seconds)
                 if renewed is None:
@@ -238,7 +242,7 @@ class ReplyExecutor:
             if not wants_reply:
                 await self._commit(conversation_id, turn)
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
-                                  compaction=compaction)
+                                  compaction=compaction, inbox_left=turn.inbox_left)
         await events.status(conversation_id, "thinking…")
         trace_id = uuid.uuid4().hex[:12]
         try:
@@ -266,7 +270,7 @@ class ReplyExecutor:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), None, turn.usage,
-                          turn.compaction, turn.calls)
+                          turn.compaction, turn.calls, turn.inbox_left)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
                              events: TurnEvents, wants_reply: bool) -> tuple[History | None, Any]:
@@ -322,7 +326,7 @@ class ReplyExecutor:
                 text = (f"I can't send this to the model: the request would be {request_tokens:,} tokens and the "
                         f"model accepts {self.budget.request_limit_tokens:,}. Please split the latest input into "
                         "smaller messages.")
-                await self._append(conversation_id, turn, [self.make_message(text, role="assistant")])
+                self._finish(turn, self.make_message(text, role="assistant"))
                 return "refused", text
             reply = await self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None)
             turn.calls += 1
@@ -330,7 +334,7 @@ class ReplyExecutor:
             turn.covered = len(turn.messages)
             if not reply.tool_calls:
                 text = reply.text.strip() or "(the model returned an empty reply)"
-                await self._append(conversation_id, turn, [self.make_message(text, role="assistant")])
+                self._finish(turn, self.make_message(text, role="assistant"))
                 return "completed", text
             call_parts = [ToolCallPart(call_id=c.id, name=c.name, arguments=c.arguments) for c in reply.tool_calls]
             parts: list[Any] = ([TextPart(text=reply.text)] if reply.text else []) + call_parts
@@ -353,7 +357,7 @@ class ReplyExecutor:
             await self._append(conversation_id, turn, [assistant, *results])
         text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
                 "ask again or narrow the request.")
-        await self._append(conversation_id, turn, [self.make_message(text, role="assistant")])
+        self._finish(turn, self.make_message(text, role="assistant"))
         return "completed", text
 
     # -- helpers -------------------------------------------------------------------------------
@@ -378,12 +382,18 @@ class ReplyExecutor:
             await self.checkpoints.append(conversation_id, turn.checkpoint.id, messages)
             turn.messages.extend(messages)
 
+    @staticmethod
+    def _finish(turn: _Turn, message: Message) -> None:
+        turn.messages.append(message)
+        turn.final.append(message)
+
     def _outcome(self, turn: _Turn) -> CheckpointOutcome:
         return CheckpointOutcome(usage=turn.usage, usage_covered_messages=turn.covered if turn.usage else 0)
 
     async def _commit(self, conversation_id: str, turn: _Turn) -> None:
-        await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
-                                      outcome=self._outcome(turn))
+        done = await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
+                                             outcome=self._outcome(turn), messages=turn.final)
+        turn.inbox_left = done.inbox_left
 
     async def _fail(self, conversation_id: str, turn: _Turn, exc: BaseException, trace_id: str) -> TurnResult:
         log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,

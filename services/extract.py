@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 from dataclasses import dataclass
+
+class _Cue:
+    """A case-insensitive cue pattern, matched on the lowercased text (much faster than re.IGNORECASE)."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = re.compile(pattern)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.pattern.search(text.lower())
+
 
 URL = re.compile(r"<?(https?://[^\s<>|]+)(?:\|[^>]*)?>?")
 TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b")
@@ -23,24 +34,22 @@ DATE = re.compile(r"\b(?:\d{4}-\d{2}-\d{2}|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Se
                   r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day)\b")
 NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?\b")
 
-ASK = re.compile(r"\?\s*$|\b(?:can|could|would|will) (?:you|someone|somebody|anyone|we|u)\b|\bplease\b|"
+ASK = _Cue(r"\b(?:can|could|would|will) (?:you|someone|somebody|anyone|we|u)\b|\bplease\b|"
                  r"\b(?:we|i) need\b|\bneeds? to be\b|\baction item\b|\btodo\b|\bcan i get\b|\blet me know\b|"
-                 r"\bmake sure\b|\bfollow up\b", re.IGNORECASE)
-SUPERSEDE = re.compile(r"\b(?:instead|scratch that|never ?mind|nvm|ignore (?:my|that|the) (?:last|previous|earlier)|"
-                       r"change of plans?|disregard (?:my|that|the)|forget (?:my|that|the) (?:last|previous|earlier))\b",
-                       re.IGNORECASE)
-RESOLVE = re.compile(r"\b(?:done|fixed|resolved|shipped|merged|deployed|closed|completed|answered|sorted|handled)\b",
-                     re.IGNORECASE)
-DECISION = re.compile(r"\b(?:we(?:'ve| have)? decided|decision:|decided:|let'?s go with|we(?:'ll| will) go with|going with|"
-                      r"agreed:|we agreed|we(?:'ll| will) use|final call:|approved:)", re.IGNORECASE)
-REVERSAL = re.compile(r"\b(?:revers\w*|revert\w*|no longer|overturn\w*|changed? (?:our|my) minds?|roll(?:ing)? back the "
-                      r"decision|switch(?:ing)? back)\b", re.IGNORECASE)
-CONSTRAINT = re.compile(r"\b(?:must(?: not)?|mustn't|never|always|required?|requirement|deadline|budget|at most|at least|"
-                        r"no later than|prefer\w*|do not|don't|should(?:n't| not)?|constraint|limit)\b", re.IGNORECASE)
-POLICY = re.compile(r"^\s*(?:always|never|from now on|going forward|in (?:all )?future|henceforth|ignore (?:all|any|the|"
+                 r"\bmake sure\b|\bfollow up\b")
+SUPERSEDE = _Cue(r"\b(?:instead|scratch that|never ?mind|nvm|ignore (?:my|that|the) (?:last|previous|earlier)|"
+                       r"change of plans?|disregard (?:my|that|the)|forget (?:my|that|the) (?:last|previous|earlier))\b")
+RESOLVE = _Cue(r"\b(?:done|fixed|resolved|shipped|merged|deployed|closed|completed|answered|sorted|handled)\b")
+DECISION = _Cue(r"\b(?:we(?:'ve| have)? decided|decision:|decided:|let'?s go with|we(?:'ll| will) go with|going with|"
+                      r"agreed:|we agreed|we(?:'ll| will) use|final call:|approved:)")
+REVERSAL = _Cue(r"\b(?:revers\w*|revert\w*|no longer|overturn\w*|changed? (?:our|my) minds?|roll(?:ing)? back the "
+                      r"decision|switch(?:ing)? back)\b")
+CONSTRAINT = _Cue(r"\b(?:must(?: not)?|mustn't|never|always|required?|requirement|deadline|budget|at most|at least|"
+                        r"no later than|prefer\w*|do not|don't|should(?:n't| not)?|constraint|limit)\b")
+POLICY = _Cue(r"^\s*(?:always|never|from now on|going forward|in (?:all )?future|henceforth|ignore (?:all|any|the|"
                     r"previous|prior|earlier|your)|disregard|you (?:must|should|will) (?:always|never)|do not ever|"
                     r"every time)\b|\b(?:from now on|ignore (?:all |any )?(?:previous|prior|earlier) instructions|"
-                    r"for all future (?:turns|messages|requests))\b", re.IGNORECASE)
+                    r"for all future (?:turns|messages|requests))\b")
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(<@])|\n+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]{3,}")
@@ -65,32 +74,29 @@ _PROSE_ONLY = frozenset({"sha", "quantity", "date"})
 """Artifact kinds not taken from code blocks: pasted logs are full of trace ids, timings and timestamps."""
 
 
-def artifacts(text: str) -> list[Artifact]:
-    """Artifacts in order of first appearance, without duplicates."""
-    found: list[tuple[int, Artifact]] = []
-    code_spans = [(m.start(), m.end()) for m in _CODE.finditer(text)]
+_ANY = re.compile("|".join(f"(?P<{name}>{pattern.pattern})" for name, pattern in (
+    ("url", re.compile(r"https?://[^\s<>|]+")), ("ticket", TICKET), ("sha", SHA), ("path", PATH),
+    ("quantity", NUMBER_UNIT), ("date", DATE))))
+
+
+@lru_cache(maxsize=50_000)
+def artifacts(text: str) -> tuple[Artifact, ...]:
+    """Artifacts in order of first appearance, without duplicates (one pass over the text)."""
+    code_spans = [(m.start(), m.end()) for m in _CODE.finditer(text)] if "```" in text else []
+    out: list[Artifact] = []
     seen: set[str] = set()
-    urls = [(m.start(), m.group(1).rstrip(".,);")) for m in URL.finditer(text)]
-    url_spans = [(m.start(), m.end()) for m in URL.finditer(text)]
-
-    def inside_url(pos: int) -> bool:
-        return any(a <= pos < b for a, b in url_spans)
-
-    for pos, value in urls:
-        kind = "slack link" if "slack.com/archives" in value else "url"
-        found.append((pos, Artifact(kind, value)))
-    for kind, pattern in (("ticket", TICKET), ("sha", SHA), ("path", PATH), ("quantity", NUMBER_UNIT), ("date", DATE)):
-        for m in pattern.finditer(text):
-            if kind in _PROSE_ONLY and any(a <= m.start() < b for a, b in code_spans):
-                continue
-            if not inside_url(m.start()):
-                found.append((m.start(), Artifact(kind, m.group(0).strip())))
-    out = []
-    for _, artifact in sorted(found, key=lambda x: x[0]):
-        if artifact.value not in seen:
-            seen.add(artifact.value)
-            out.append(artifact)
-    return out
+    for m in _ANY.finditer(text):
+        kind = m.lastgroup or ""
+        if kind in _PROSE_ONLY and code_spans and any(a <= m.start() < b for a, b in code_spans):
+            continue
+        value = m.group(0).strip()
+        if kind == "url":
+            value = value.rstrip(".,);>")
+            kind = "slack link" if "slack.com/archives" in value else "url"
+        if value not in seen:
+            seen.add(value)
+            out.append(Artifact(kind, value))
+    return tuple(out)
 
 
 def sentences(text: str) -> list[str]:
@@ -125,13 +131,11 @@ def terms(text: str) -> set[str]:
 def is_ask(text: str) -> bool:
     """An ask: a request cue in a message of five words or more, or a question of seven words or more."""
     words = len(text.split())
-    match = ASK.search(text)
-    if not match:
+    if words < 5:
         return False
-    if match.group(0).strip().endswith("?"):
-        return words >= 7 or bool(re.search(r"\b(?:can|could|would|will) (?:you|someone|somebody|anyone)\b", text,
-                                            re.IGNORECASE)) and words >= 5
-    return words >= 5
+    if ASK.search(text):
+        return True
+    return text.rstrip().endswith("?") and words >= 7
 
 
 def overlap(a: set[str], b: set[str]) -> int:

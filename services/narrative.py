@@ -62,10 +62,11 @@ def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenize
     n = len(candidates)
     scored = []
     for (mi, si, m, sentence), t in zip(candidates, term_sets, strict=True):
-        score = 3.0 * len(x.artifacts(sentence)) + 1.0 * min(3, len(x.NUMBER.findall(sentence)))
+        found = sum(1 for a in x.artifacts(prose(m)) if a.value in sentence)
+        score = 3.0 * found + 1.0 * min(3, len(x.NUMBER.findall(sentence)))
         score += 0.7 * min(4, len(_CAPITALIZED.findall(sentence)))
         score += 2.5 if x.DECISION.search(sentence) else 0.0
-        score += 2.0 if x.ASK.search(sentence) else 0.0
+        score += 2.0 if x.ASK.search(sentence) or sentence.endswith("?") else 0.0
         score += 1.5 if x.CONSTRAINT.search(sentence) else 0.0
         if t:
             score += sum(math.log(n / doc_freq[w]) for w in t) / (len(t) ** 0.5) * 0.5

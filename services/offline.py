@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._litellm import litellm, register_provider
+from .budget import OFFLINE_WINDOW_TOKENS
 from .tokens import Tokenizer
 
 HANDOFF_MARK = "[Threadkeeper handoff"
@@ -73,7 +74,17 @@ class OfflineModel(litellm.CustomLLM):
 
 
 def register() -> None:
+    """Route ``threadkeeper-offline/offline`` to the offline model and tell litellm what it is.
+
+    Registering its model info (window, zero cost) also spares litellm's cost tracking a slow search
+    for an unknown model on every call.
+    """
     global _registered
     if not _registered:
         register_provider("threadkeeper-offline", OfflineModel())
+        litellm.register_model({"threadkeeper-offline/offline": {
+            "max_input_tokens": OFFLINE_WINDOW_TOKENS, "max_tokens": OFFLINE_WINDOW_TOKENS,
+            "max_output_tokens": 4096, "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
+            "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0,
+            "litellm_provider": "threadkeeper-offline", "mode": "chat"}})
         _registered = True

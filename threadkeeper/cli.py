@@ -232,6 +232,31 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(work())
 
 
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .bench import run_bench
+
+    console = _stderr_console()
+
+    async def work() -> dict[str, float]:
+        with console.status("benchmarking") as status:
+            return await run_bench(settings, quick=args.quick, progress=lambda text: status.update(text))
+
+    metrics = asyncio.run(work())
+    table = Table(title="threadkeeper bench" + (" (quick)" if args.quick else ""))
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:,}")
+    Console(width=120).print(table)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(metrics, fh, indent=2)
+    return 0
+
+
 REASONS = ("manual", "handoff", "model-upgrade")
 
 
@@ -327,6 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="a real model to run the threads with (enables --judge-model)")
     c.add_argument("--judge-model", help="grade answers to each probe's question with this model")
     c.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("bench", help="speed, write cost, compaction cost, throughput and memory on real Redis")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (under a minute)")
+    p.add_argument("--json", help="write the metrics as JSON here")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")
     p.add_argument("conversation_id")

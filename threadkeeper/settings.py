@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     threadkeeper_key_prefix: str = Field(default="tk", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
     threadkeeper_retention_days: float = Field(default=30.0, gt=0, le=3650)
     threadkeeper_lease_seconds: float = Field(default=120.0, ge=5, le=3600)
+    threadkeeper_redis_max_connections: int = Field(default=128, ge=2, le=10_000)
     threadkeeper_sweep_seconds: float = Field(default=30.0, ge=1, le=3600)
     threadkeeper_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -1,0 +1,30 @@
+"""``threadkeeper bench --quick`` runs against the real Redis and reports every metric as a number."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REDIS_URL, real_redis
+from test_budget_and_cli import cli
+from threadkeeper.bench import REQUIRED
+
+
+@pytest.mark.redis
+async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> None:
+    client = await real_redis()
+    await client.aclose()
+    out = tmp_path / "bench.json"
+    result = cli("bench", "--quick", "--json", str(out), env={"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix},
+                 timeout=300)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(out.read_text())
+    missing = [k for k in REQUIRED if k not in metrics]
+    assert not missing, missing
+    assert all(isinstance(v, (int, float)) for v in metrics.values())
+    assert metrics["concurrent_1000_errors"] == 0
+    assert metrics["write_bytes_per_turn_10000"] <= 1.5 * metrics["write_bytes_per_turn_100"]
+    leftovers = await (await real_redis()).keys("tkbench-*")
+    assert leftovers == []

@@ -1,0 +1,245 @@
+"""``threadkeeper bench``: speed, write cost, compaction cost, throughput and memory, measured on real Redis.
+
+Every figure comes from one run so ratios are fair; latencies are medians over repeated runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
+from services import measure
+from services._litellm import litellm, register_provider
+
+from .root import build_pipeline, build_stores
+from .settings import Settings
+
+LATENCY_PROVIDER = "threadkeeper-bench"
+
+
+class CountingConnection(aioredis.Connection):
+    """Counts the bytes this process sends to Redis."""
+
+    sent = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:  # type: ignore[override]
+        chunks = [command] if isinstance(command, (bytes, bytearray, memoryview, str)) else command
+        CountingConnection.sent += sum(len(c) for c in chunks)
+        await super().send_packed_command(command, check_health)
+
+
+class SlowModel(litellm.CustomLLM):
+    """A fake model that answers after a fixed latency (for the concurrency run)."""
+
+    def __init__(self, latency: float) -> None:
+        super().__init__()
+        self.latency = latency
+
+    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        await asyncio.sleep(self.latency)
+        return litellm.ModelResponse(model=model, choices=[{"index": 0, "finish_reason": "stop",
+                                                            "message": {"role": "assistant", "content": "done"}}],
+                                     usage={"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101})
+
+
+def _text(n: int, i: int) -> str:
+    base = f"message {i}: the deploy of build {1000 + i} to eu-west-{i % 3} finished; latency p99 {i % 700} ms. "
+    return (base * (n // len(base) + 1))[:n]
+
+
+def _msg(i: int, role: str = "user", chars: int = 400) -> Message:
+    text = _text(chars, i)
+    return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
+                   parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4)
+
+
+async def _fill(store: CheckpointStore, cid: str, messages: int, *, per_turn: int = 2, chars: int = 400) -> str:
+    head: str | None = None
+    for start in range(0, messages, per_turn):
+        cp = await store.start_turn(cid, parent_id=head, from_head=False)
+        batch = [_msg(start + j, "user" if (start + j) % 2 == 0 else "assistant", chars)
+                 for j in range(min(per_turn, messages - start))]
+        await store.append(cid, cp.id, batch)
+        await store.commit(cid, cp.id, expected_head=head,
+                           outcome=CheckpointOutcome(usage=Usage(input_tokens=sum(m.tokens for m in batch)),
+                                                     usage_covered_messages=0))
+        head = cp.id
+    assert head is not None
+    return head
+
+
+async def _median_ms(fn: Callable[[], Awaitable[Any]], repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        await fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(samples), 3)
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _langgraph_bytes(history: int) -> int | None:
+    """Bytes langgraph-checkpoint's InMemorySaver stores for one turn that adds two messages to ``history``."""
+    try:
+        from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+        from langgraph.checkpoint.memory import InMemorySaver
+    except ImportError:
+        return None
+    saver = InMemorySaver()
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": _text(400, i), "id": str(i)}
+                for i in range(history)]
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    base = empty_checkpoint()
+    base["channel_values"] = {"messages": messages}
+    config = saver.put(config, base, {"source": "loop", "step": 0}, {"messages": 1})
+    before_blobs = {k: v for k, v in saver.blobs.items()}
+    grown = create_checkpoint(base, None, 1)
+    grown["channel_values"] = {"messages": messages + [{"role": "user", "content": _text(400, history), "id": "u"},
+                                                       {"role": "assistant", "content": _text(400, history + 1),
+                                                        "id": "a"}]}
+    saver.put(config, grown, {"source": "loop", "step": 1}, {"messages": 2})
+    new_blobs = sum(len(v[1]) for k, v in saver.blobs.items() if k not in before_blobs)
+    record = saver.storage["t"][""][grown["id"]]
+    return new_blobs + len(record[0][1]) + len(record[1][1])
+
+
+async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str], None] = lambda _: None,
+                    ) -> dict[str, float]:
+    url = settings.redis_url or "redis://127.0.0.1:6379/15"
+    prefix = f"tkbench-{uuid.uuid4().hex[:8]}"
+    pool = aioredis.BlockingConnectionPool.from_url(url, connection_class=CountingConnection, timeout=30,
+                                                    max_connections=settings.threadkeeper_redis_max_connections)
+    client = aioredis.Redis(connection_pool=pool)
+    await ping(client, url)
+    local = settings.model_copy(update={"threadkeeper_key_prefix": prefix, "redis_url": url})
+    stores = build_stores(local, client=client)
+    out: dict[str, float] = {"rss_mb_baseline": _rss_mb()}
+    sizes = (100, 1000, 10000)
+    repeats = 15 if quick else 41
+    try:
+        pipeline = build_pipeline(local, stores, context_window=1_000_000)
+        budget = pipeline.budget
+        for n in sizes:
+            progress(f"history of {n:,} messages")
+            cid = f"bench:preturn:{n}"
+            head = await _fill(stores.checkpoints, cid, n, per_turn=2)
+            key = stores.checkpoints.keys(cid).messages
+
+            async def preturn() -> bool:
+                history = await stores.checkpoints.load_history(cid)
+                tokens = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens)
+                return tokens >= budget.trigger_tokens
+
+            async def raw() -> int:
+                values = await client.hvals(key)
+                return len([json.loads(v) for v in values])
+
+            cold_store = CheckpointStore(client, prefix=prefix, cache_messages=0)
+
+            async def cold() -> Any:
+                return await cold_store.load_history(cid, head)
+
+            await preturn()
+            out[f"preturn_ms_p50_{n}"] = await _median_ms(preturn, repeats)
+            out[f"preturn_cold_ms_p50_{n}"] = await _median_ms(cold, max(5, repeats // 3))
+            out[f"raw_load_ms_p50_{n}"] = await _median_ms(raw, repeats)
+            out[f"preturn_over_raw_{n}"] = round(out[f"preturn_ms_p50_{n}"] / max(out[f"raw_load_ms_p50_{n}"], 1e-6), 3)
+            turn = await stores.checkpoints.start_turn(cid, parent_id=head, from_head=False)
+            await stores.checkpoints.append(cid, turn.id, [_msg(n + 10)])  # warm the script cache
+            await stores.checkpoints.supersede(cid, turn.id)
+            CountingConnection.sent = 0
+            cp = await stores.checkpoints.start_turn(cid, parent_id=head, from_head=False)
+            await stores.checkpoints.append(cid, cp.id, [_msg(n), _msg(n + 1, "assistant")], inbox_consumed=0)
+            await stores.checkpoints.commit(cid, cp.id, expected_head=head,
+                                            outcome=CheckpointOutcome(usage=Usage(input_tokens=1)))
+            out[f"write_bytes_per_turn_{n}"] = CountingConnection.sent
+            lg = _langgraph_bytes(n)
+            if lg is not None:
+                out[f"langgraph_bytes_per_turn_{n}"] = lg
+                out[f"write_ratio_vs_langgraph_{n}"] = round(out[f"write_bytes_per_turn_{n}"] / lg, 4)
+
+        small = build_pipeline(local, stores, context_window=32_000)
+        for label, tokens in (("50k", 50_000), ("200k", 200_000)):
+            progress(f"compaction of {label} tokens")
+            cid = f"bench:compact:{label}"
+            await _fill(stores.checkpoints, cid, tokens // 100, per_turn=10)
+            times = []
+            for i in range(3 if quick else 7):
+                fork_cid = f"{cid}:{i}"
+                if i:
+                    await _fill(stores.checkpoints, fork_cid, tokens // 100, per_turn=10)
+                started = time.perf_counter()
+                await small.compact(fork_cid if i else cid, reason="manual")
+                times.append((time.perf_counter() - started) * 1000)
+            out[f"compaction_ms_p50_{label}"] = round(statistics.median(times), 2)
+
+        progress("turns per second")
+        conversations, per = (50, 4) if quick else (200, 5)
+        offline = build_pipeline(local, stores, context_window=32_000)
+
+        async def converse(i: int) -> int:
+            cid = f"bench:turns:{i}"
+            done = 0
+            for j in range(per):
+                await offline.submit(cid, _text(200, j), author="U1", id=f"{i}.{j}")
+                done += len(await offline.run(cid))
+            return done
+
+        started = time.perf_counter()
+        turns = sum(await asyncio.gather(*(converse(i) for i in range(conversations))))
+        out["turns_per_second"] = round(turns / (time.perf_counter() - started), 1)
+
+        progress("1,000 concurrent conversations")
+        register_provider(LATENCY_PROVIDER, SlowModel(1.0))
+        litellm.register_model({f"{LATENCY_PROVIDER}/slow": {
+            "max_input_tokens": 32_000, "max_tokens": 32_000, "max_output_tokens": 4096, "mode": "chat",
+            "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": LATENCY_PROVIDER,
+            "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
+        slow = build_pipeline(local.model_copy(update={"ai_model": f"{LATENCY_PROVIDER}/slow",
+                                                       "ai_model_context_window_tokens": 32_000}), stores)
+
+        async def one(i: int) -> bool:
+            cid = f"bench:concurrent:{i}"
+            await slow.submit(cid, "hello, what is the status?", author="U1", id=f"c{i}")
+            results = await slow.run(cid)
+            return bool(results) and results[0].status == "completed"
+
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(one(i) for i in range(1000)), return_exceptions=True)
+        out["concurrent_1000_wall_s"] = round(time.perf_counter() - started, 3)
+        out["concurrent_1000_errors"] = sum(1 for o in outcomes if o is not True)
+        out["rss_mb_1000"] = _rss_mb()
+    finally:
+        progress("cleaning up")
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.delete(key)
+        await client.delete(f"{prefix}:active")
+        await client.aclose()
+    return out
+
+
+REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "raw_load_ms_p50", "preturn_over_raw",
+                                                              "write_bytes_per_turn", "langgraph_bytes_per_turn",
+                                                              "write_ratio_vs_langgraph")] + [
+    "compaction_ms_p50_50k", "compaction_ms_p50_200k", "turns_per_second", "concurrent_1000_wall_s",
+    "concurrent_1000_errors", "rss_mb_1000"]
