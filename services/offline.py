@@ -7,6 +7,7 @@ received, and reports usage like a real provider, counted with the same tokenize
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._litellm import litellm, register_provider
@@ -25,6 +26,10 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def _excerpt(text: str, limit: int = 160) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -36,11 +41,18 @@ def offline_answer(messages: list[dict[str, Any]], prompt_tokens: int) -> str:
     user = [m for m in convo if m.get("role") == "user" and not _text(m.get("content")).startswith(HANDOFF_MARK)]
     handoffs = [m for m in convo if _text(m.get("content")).startswith(HANDOFF_MARK)]
     tools = [m for m in convo if m.get("role") == "tool"]
-    latest = _excerpt(_text(user[-1]["content"])) if user else "(no message from a person)"
+    latest, who = "(no message from a person)", ""
+    if user:
+        raw = _text(user[-1]["content"])
+        author = re.match(r"^([^:\n]{1,60}): ", raw)
+        if author:
+            who, raw = f" from {author.group(1)}", raw[author.end():]
+        latest = _excerpt(raw)
+    replies = len(convo) - len(user) - len(handoffs) - len(tools)
     parts = [f"Offline model here (not a language model; set AI_MODEL to a real model for real answers). "
-             f"Latest message: \u201c{latest}\u201d.",
-             f"I can see {len(convo)} messages of this thread ({len(user)} from people, "
-             f"{len(convo) - len(user) - len(handoffs) - len(tools)} replies, {len(tools)} tool results) "
+             f"Latest message{who}: \u201c{latest}\u201d.",
+             f"I can see {_count(len(convo), 'message')} of this thread ({len(user)} from people, "
+             f"{_count(replies, 'reply', 'replies')}, {_count(len(tools), 'tool result')}) "
              f"in {prompt_tokens:,} tokens of context."]
     if handoffs:
         handoff = _text(handoffs[-1]["content"])

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from persistence import CheckpointStatus, CheckpointStore, HeadConflictError
+from threadkeeper.bench import CountingConnection
 
 from conftest import REDIS_URL, drop_prefix, real_redis
 from factories import msg
@@ -107,15 +108,6 @@ async def run_scenario(ops: list[tuple[int, str, int]]) -> None:
 @given(operations)
 def test_random_interleavings_keep_history_and_head_consistent(ops: list[tuple[int, str, int]]) -> None:
     asyncio.run(run_scenario(ops))
-
-
-class CountingConnection(aioredis.Connection):
-    sent = 0
-
-    async def send_packed_command(self, command, check_health: bool = True) -> None:  # type: ignore[override]
-        chunks = [command] if isinstance(command, (bytes, bytearray, memoryview, str)) else command
-        CountingConnection.sent += sum(len(c) for c in chunks)
-        await super().send_packed_command(command, check_health)
 
 
 @pytest.mark.redis
