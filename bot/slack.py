@@ -255,6 +255,9 @@ class SlackBot:
         """The last few lines of the thread, for the router model."""
         if self.fast_model is None or self.fast_model.offline:
             return []
+        memory = self.pipeline.executor.transcript
+        if memory is not None:
+            return (await memory.get(cid)).recent[-6:]
         state = await self.pipeline.checkpoints.get_state(cid)
         if not state or not state.head_checkpoint_id:
             return []

@@ -98,6 +98,8 @@ class TurnResult:
     model_calls: int = 0
     inbox_left: int | None = None
     """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
+    recorded: list[Message] = field(default_factory=list)
+    """People's messages this turn took from the inbox."""
 
 
 @dataclass
@@ -141,7 +143,7 @@ class ReplyExecutor:
     def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, leases: LeaseManager, model: ModelClient,
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
                  compactor: Compactor | None = None, effects: InboxEffects | None = None,
-                 runtime_context: RuntimeContext = default_runtime_context) -> None:
+                 runtime_context: RuntimeContext = default_runtime_context, transcript: Any = None) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
         self.leases = leases
@@ -153,6 +155,8 @@ class ReplyExecutor:
         self.compactor: Compactor = compactor or NoCompaction()
         self.effects = effects
         self.runtime_context = runtime_context
+        self.transcript = transcript
+        """Visible-thread memory (:class:`services.transcript.TranscriptMemory`), when the transport keeps one."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -208,6 +212,15 @@ class ReplyExecutor:
         raise HeadConflictError(conversation_id, None, None)
 
     async def _turn(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
+        result = await self._run_turn(conversation_id, events)
+        if result is not None and self.transcript is not None and result.status != "awaiting_resume":
+            seen = list(result.recorded)
+            if result.reply:
+                seen.append(self.make_message(result.reply, role="assistant"))
+            await self.transcript.record(conversation_id, seen)
+        return result
+
+    async def _run_turn(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
         state = await self.checkpoints.get_state(conversation_id)
         paused: Checkpoint | None = None
         if state and state.active_turn_id:
@@ -242,7 +255,7 @@ class ReplyExecutor:
             if not wants_reply:
                 await self._commit(conversation_id, turn)
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
-                                  compaction=compaction, inbox_left=turn.inbox_left)
+                                  compaction=compaction, inbox_left=turn.inbox_left, recorded=incoming)
         await events.status(conversation_id, "thinking…")
         trace_id = uuid.uuid4().hex[:12]
         try:
@@ -270,7 +283,7 @@ class ReplyExecutor:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), None, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left)
+                          turn.compaction, turn.calls, turn.inbox_left, incoming)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
                              events: TurnEvents, wants_reply: bool) -> tuple[History | None, Any]:

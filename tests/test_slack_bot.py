@@ -55,7 +55,7 @@ async def make_harness(prefix: str, client, window: int = 16_000) -> tuple[Harne
     s = make_settings(prefix, slack_bot_token="xoxb-test", slack_signing_secret=SECRET,
                       slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window)
     stores = build_stores(s, client=client)
-    pipeline = build_pipeline(s, stores, retry_wait_seconds=0.01)
+    pipeline = build_pipeline(s, stores, retry_wait_seconds=0.01, visible_transcript=True)
     bot = build_slack_bot(s, stores, pipeline)
 
     async def health() -> bool:

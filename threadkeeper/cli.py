@@ -149,7 +149,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.redis_url:
         log.warning("REDIS_URL is not set: the bot runs on the in-process stand-in and forgets everything on exit")
 
-    async def work(stores: Stores, pipeline: Pipeline) -> int:
+    async def work(stores: Stores) -> int:
+        pipeline = build_pipeline(settings, stores, visible_transcript=True)
         bot = build_slack_bot(settings, stores, pipeline)
 
         async def health() -> bool:
@@ -163,7 +164,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                              sweep_seconds=settings.threadkeeper_sweep_seconds)
         return 0
 
-    return asyncio.run(_pipeline_run(settings, work))
+    return asyncio.run(_with_stores(settings, work))
 
 
 def _csv_ints(value: str) -> list[int]:

@@ -31,6 +31,7 @@ from services.effects import NoteEffects
 from services.narrative import Summarizer
 from services.state_tool import record_state_tool
 from services.tokens import MESSAGE_OVERHEAD
+from services.transcript import TranscriptMemory
 
 from .settings import Settings, SettingsError
 
@@ -59,9 +60,10 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
                    context_window: int | None = None, tools: list[Tool] | None = None,
                    summarizer_model: str | None = None, retry_wait_seconds: float = 1.0,
-                   compactor_class: type[Compactor] = Compactor) -> Pipeline:
+                   compactor_class: type[Compactor] = Compactor, visible_transcript: bool = False) -> Pipeline:
     """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override.
 
+    ``visible_transcript`` keeps the bounded visible-thread memory (the Slack bot's routing uses it).
     ``compactor_class`` swaps the compaction strategy (the evals compare baselines this way).
     The summarizer uses ``summarizer_model`` (default ``AI_FAST_MODEL``, else the main model); with the
     offline model the narrative is extractive and compaction makes no model call.
@@ -92,7 +94,9 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
     config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds)
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
                              budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
-                             effects=NoteEffects(stores.notes))
+                             effects=NoteEffects(stores.notes),
+                             transcript=TranscriptMemory(stores.notes, tokenizer, fast_window_tokens=fast_window)
+                             if visible_transcript else None)
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)
 
 

@@ -1,0 +1,34 @@
+"""Visible-thread memory stays bounded: old segments fold into summaries that merge hierarchically."""
+
+from __future__ import annotations
+
+from fakes import Step, pipeline, scripted
+
+CONV = "slack:T1:C5:1700000000.000500"
+
+
+async def test_transcript_folds_and_merges_without_growing(prefix, client) -> None:
+    model = scripted()
+    model.default = Step(text="ok")
+    p, _ = pipeline(prefix, client, visible_transcript=True, context_window=4096)
+    memory = p.executor.transcript
+    sizes = []
+    await p.submit(CONV, "Can you draft the rollback checklist for billing before the freeze?", author="alice",
+                   id="1700.000000")
+    await p.run(CONV)
+    for i in range(1, 400):
+        text = (f"chatter {i}: the standup moved again and the coffee machine on floor three is broken"
+                if i != 200 else "Done: the rollback checklist for billing is drafted and linked.")
+        await p.submit(CONV, text, author="bob", id=f"1700.{i:06d}", reply_expected=False)
+        await p.run(CONV)
+        if i % 50 == 0:
+            t = await memory.get(CONV)
+            sizes.append((len(t.summaries), len(t.model_dump_json())))
+    t = await memory.get(CONV)
+    assert len(t.summaries) <= memory.max_records
+    assert max(size for _, size in sizes) < 3 * min(size for _, size in sizes[2:]) + 20_000
+    assert any(r.level > 0 for r in t.summaries), "records merged hierarchically"
+    assert sum(memory.tokenizer.count(line) for line in t.recent) <= memory.recent_budget
+    everything = t.model_dump_json()
+    assert "resolved by 1700.000200" in everything
+    assert not any(a.id == "1700.000000" for r in t.summaries for a in r.open_asks)
