@@ -239,6 +239,7 @@ class ReplyExecutor:
             await self.effects.apply(conversation_id, effects)
         incoming = [self.with_tokens(i.message) if i.message.tokens == 0 else i.message
                     for i in items if i.kind == "message" and i.message is not None]
+        incoming += [notice for i in effects if (notice := self._change_notice(i)) is not None]
         # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
         incoming.sort(key=lambda m: m.created_at)
         wants_reply = any(i.reply_expected for i in items if i.kind == "message")
@@ -374,6 +375,22 @@ class ReplyExecutor:
         return "completed", text
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _change_notice(self, item: InboxItem) -> Message | None:
+        """An edit or deletion becomes a note in the history, so the model never relies on stale text.
+
+        (The earlier message itself is immutable; compaction applies the change to what it keeps.)
+        """
+        if item.kind == "edit" and item.message is not None:
+            text = f"(edited message {item.message.id}; it now reads:) {item.message.text}"
+            target, author = item.message.id, item.message.author
+        elif item.kind == "delete" and item.target_id:
+            text = f"(message {item.target_id} was deleted; disregard what it said)"
+            target, author = item.target_id, None
+        else:
+            return None
+        return self.make_message(text, author=author, id=f"{target}:{item.kind}:{item.event_id or new_id('ev')}",
+                                 created_at=item.received_at)
 
     def _tool_limit(self) -> int:
         return max(200, int(self.budget.usable_tokens * self.config.tool_output_fraction))

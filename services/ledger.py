@@ -133,7 +133,8 @@ class LedgerBuilder:
     def _fold_user(self, m: Message) -> None:
         lg = self.ledger
         author = m.author or "someone"
-        lg.participants[author] = lg.participants.get(author, 0) + 1
+        if m.author:
+            lg.participants[author] = lg.participants.get(author, 0) + 1
         text = m.text
         if not text.strip():
             return

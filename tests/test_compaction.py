@@ -131,7 +131,8 @@ async def test_edited_and_deleted_evidence_makes_facts_suspect(model, prefix, cl
     assert "SUSPECT [fact 1700.000000]" in suspect and "edited" in suspect
     assert "SUSPECT [constraint 1700.000001]" in suspect and "deleted" in suspect
     facts = handoff.split("Facts and constraints:")[1].split("Suspect")[0] if "Facts and constraints:" in handoff else ""
-    assert "1700.000000" not in facts and "1700.000001" not in facts
+    assert "[fact 1700.000000 #" not in facts and "[constraint 1700.000001 #" not in facts
+    assert "45 s in prod" in handoff, "the edited text is carried as a fact of its own"
 
 
 async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix, client) -> None:

@@ -206,3 +206,20 @@ async def test_token_counts_are_stored_with_each_message(model, prefix, client) 
     history = await p.checkpoints.load_history(CONV)
     first = history.messages[0]
     assert first.tokens == p.executor.tokenizer.count_message(first) > 9
+
+
+async def test_edits_and_deletions_reach_the_model_before_any_compaction(model, prefix, client) -> None:
+    from persistence import InboxItem
+
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "The deploy window is 14:00 UTC.", author="alice", id="5.1")
+    await p.submit(CONV, "The freeze starts Monday.", author="bob", id="5.2")
+    await p.run(CONV)
+    edited = p.executor.make_message("The deploy window is 16:00 UTC.", author="alice", id="5.1")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e", message=edited, reply_expected=False))
+    await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-d", target_id="5.2", reply_expected=False))
+    await p.submit(CONV, "when do we deploy?", author="carol", id="5.3")
+    await p.run(CONV)
+    sent = "\n".join(str(m.get("content")) for m in model.requests[-1]["messages"])
+    assert "(edited message 5.1; it now reads:) The deploy window is 16:00 UTC." in sent
+    assert "(message 5.2 was deleted; disregard what it said)" in sent
