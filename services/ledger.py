@@ -167,7 +167,7 @@ class LedgerBuilder:
             count = 0
             for i, sentence in enumerate(x.sentences(text)):
                 constraint = bool(x.CONSTRAINT.search(sentence))
-                if constraint or x.artifacts(sentence):
+                if constraint or any(v in sentence for v in values):
                     short = _short(sentence, 240)
                     lg.facts = [f for f in lg.facts if f.text != short]
                     lg.facts.append(Fact(seq=self._seq(), key=f"{m.id}#{i}", evidence_id=m.id,
