@@ -73,6 +73,9 @@ class CompactionReport:
                 "tokens_before": self.tokens_before, "tokens_after": self.tokens_after, "strategy": self.strategy}
 
     def line(self) -> str:
+        if self.notes and self.new_checkpoint_id is None and not self.dry_run:
+            return f"Nothing to compact ({self.tokens_before:,} tokens, headroom {self.headroom_tokens:,}): " \
+                   + self.notes[0].split(": ", 1)[-1]
         verb = "Would compact" if self.dry_run else "Compacted"
         return (f"{verb} {self.tokens_before:,} → {self.tokens_after:,} tokens; kept {self.kept_messages} messages, "
                 f"folded {self.dropped_messages}; headroom {self.headroom_tokens:,}")
@@ -148,6 +151,16 @@ class Compactor:
         if state.head_checkpoint_id is None:
             raise NotFoundError(f"conversation {conversation_id} has no completed checkpoint to compact")
         history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
+        if len(history.chain) == 1 and history.checkpoint.kind is CheckpointKind.COMPACTION:
+            tokens = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens)
+            if tokens <= budget.target_tokens:  # nothing new since the last compaction, and it fits
+                return CompactionReport(
+                    conversation_id=conversation_id, previous_checkpoint_id=history.checkpoint.id,
+                    new_checkpoint_id=None, tokens_before=tokens, tokens_after=tokens,
+                    kept_messages=len(history.messages), dropped_messages=0, summary_tokens=0,
+                    headroom_tokens=budget.trigger_tokens - tokens, strategy="none", duration_ms=0.0, reason=reason,
+                    dry_run=dry_run, notes=["nothing to compact: the head is a compaction with no newer messages "
+                                            f"and already within the target ({budget.target_tokens:,} tokens)"])
         report, plan = await self._plan_and_report(conversation_id, history, [], budget, reason, dry_run=dry_run)
         if not dry_run:
             try:

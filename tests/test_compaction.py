@@ -202,6 +202,9 @@ async def test_loop_breaker_and_oversized_single_input(model, prefix, client) ->
     result = await p.compact(CONV)
     history = await p.checkpoints.load_history(CONV)
     assert history.checkpoint.id == result.new_checkpoint_id
+    again = await p.compact(CONV)
+    assert again.new_checkpoint_id is None and again.notes and again.line().startswith("Nothing to compact")
+    assert (await p.checkpoints.load_history(CONV)).checkpoint.id == result.new_checkpoint_id
     compactor = p.executor.compactor
     huge = p.executor.make_message("x " * 20_000, author="alice")
     assert not compactor.should_compact(history, [huge], p.budget), "nothing new to fold: no loop"

@@ -271,7 +271,8 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
                     "duration_ms")
             data = report.as_dict()
             out = {k: data[k] for k in keys}
-            out.update({"reason": report.reason, "dry_run": report.dry_run, "superseded": report.superseded})
+            out.update({"reason": report.reason, "dry_run": report.dry_run, "superseded": report.superseded,
+                        "notes": report.notes})
             print(json.dumps(out, indent=2))
         else:
             print(report.line() + (" (dry run: nothing written)" if report.dry_run else "")
