@@ -39,6 +39,12 @@ SUGGESTED_PROMPTS = [
 ]
 
 
+def slack_error(exc: SlackApiError) -> str:
+    """The Slack error code, or the HTTP status when the body was not Slack's JSON."""
+    data = exc.response.data if isinstance(exc.response.data, dict) else {}
+    return str(data.get("error") or f"HTTP {exc.response.status_code}")
+
+
 def conversation_id(team: str, channel: str, thread_ts: str) -> str:
     return f"slack:{team}:{channel}:{thread_ts}"
 
@@ -86,7 +92,7 @@ class SlackEvents:
                 await self.client.reactions_remove(channel=channel, timestamp=self._reacted.pop(conversation_id),
                                                    name="eyes")
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
-            log.info("status update in %s failed: %s", conversation_id, exc.response.get("error"))
+            log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
 
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
         _, channel, thread_ts = parse_conversation(conversation_id)
@@ -96,7 +102,7 @@ class SlackEvents:
                                                    unfurl_links=False)
             except SlackApiError as exc:
                 self.metrics.errors.labels("post").inc()
-                log.error("posting a reply in %s failed: %s", conversation_id, exc.response.get("error"))
+                log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
                 return
 
 
@@ -164,6 +170,7 @@ class SlackBot:
         self.events = SlackEvents(client, notes, self.trigger_ts, self.metrics)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self.bot_user_id: str | None = None
+        self._names: dict[str, str] = {}
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
                             request_verification_enabled=bool(signing_secret), process_before_response=True)
         self._register()
@@ -209,7 +216,7 @@ class SlackBot:
                 await self.client.assistant_threads_setSuggestedPrompts(
                     channel_id=thread["channel_id"], thread_ts=thread["thread_ts"], prompts=SUGGESTED_PROMPTS)
             except SlackApiError as exc:
-                log.info("suggested prompts unavailable: %s", exc.response.get("error"))
+                log.info("suggested prompts unavailable: %s", slack_error(exc))
 
         @app.event("assistant_thread_context_changed")
         async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -241,8 +248,8 @@ class SlackBot:
         else:
             reply = await should_reply(text, bot, self.fast_model, await self._recent(cid))
         clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
-        message = self.pipeline.executor.make_message(clean, author=event["user"], id=ts, created_at=float(ts),
-                                                      flags=MessageFlags())
+        message = self.pipeline.executor.make_message(clean, author=await self._name(event["user"]), id=ts,
+                                                      created_at=float(ts), flags=MessageFlags())
         appended = await self.pipeline.submit_item(cid, InboxItem(event_id=body.get("event_id"), message=message,
                                                                   reply_expected=reply))
         self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
@@ -250,6 +257,22 @@ class SlackBot:
             if reply:
                 self.trigger_ts[cid] = ts
             self.worker.kick(cid)
+
+    async def _name(self, user_id: str) -> str:
+        """A person's display name (cached), so the model and the ledger read names, not ids."""
+        name = self._names.get(user_id)
+        if name is None:
+            name = user_id
+            try:
+                profile = (await self.client.users_info(user=user_id)).get("user") or {}
+                details = profile.get("profile") or {}
+                name = details.get("display_name") or details.get("real_name") or profile.get("name") or user_id
+            except SlackApiError as exc:  # users:read missing or the user is gone: keep the id
+                log.info("users.info for %s failed: %s", user_id, slack_error(exc))
+            self._names[user_id] = name
+            if len(self._names) > 50_000:
+                self._names.clear()
+        return name
 
     async def _recent(self, cid: str) -> list[str]:
         """The last few lines of the thread, for the router model."""

@@ -24,6 +24,8 @@ class FakeSlack:
         self.sockets: list[web.WebSocketResponse] = []
         self.acks: list[str] = []
         self.connected = asyncio.Event()
+        self.people: dict[str, str] = {}
+        """user id → display name answered by users.info (others: user_not_found)."""
         self._ts = 1800000000.0
 
     @property
@@ -34,6 +36,7 @@ class FakeSlack:
     async def start(self) -> FakeSlack:
         app = web.Application()
         app.router.add_post("/api/{method}", self.api)
+        app.router.add_get("/api/{method}", self.api)
         app.router.add_get("/socket", self.socket)
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server()
@@ -50,7 +53,9 @@ class FakeSlack:
 
     async def api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
-        if request.content_type == "application/json":
+        if request.method == "GET":
+            params = dict(request.query)
+        elif request.content_type == "application/json":
             params = await request.json()
         else:
             params = dict(await request.post())
@@ -65,6 +70,12 @@ class FakeSlack:
             self._ts += 1
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": f"{self._ts:.6f}",
                                       "message": {"text": params.get("text")}})
+        if method == "users.info":
+            user = params.get("user", "")
+            if user in self.people:
+                return web.json_response({"ok": True, "user": {"id": user, "name": user.lower(),
+                                                               "profile": {"display_name": self.people[user]}}})
+            return web.json_response({"ok": False, "error": "user_not_found"})
         if method == "apps.connections.open":
             assert self.server is not None
             url = str(self.server.make_url("/socket")).replace("http://", "ws://")

@@ -89,6 +89,7 @@ def thread_message(ts: str, text: str, thread_ts: str, user: str = "U2") -> dict
 
 
 async def test_mention_gets_a_threaded_reply(h: Harness) -> None:
+    h.slack.people["U1"] = "Alice Example"
     assert await h.post(event_body(mention("1700000001.000100", "what is up?"), event_id="Ev1")) == 200
     await h.settle()
     replies = h.replies()
@@ -96,7 +97,7 @@ async def test_mention_gets_a_threaded_reply(h: Harness) -> None:
     assert replies[0]["thread_ts"] == "1700000001.000100" and replies[0]["channel"] == CHANNEL
     assert replies[0]["text"] == "Here is what I found."
     history = await h.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:1700000001.000100")
-    assert history.messages[0].text == "what is up?" and history.messages[0].author == "U1"
+    assert history.messages[0].text == "what is up?" and history.messages[0].author == "Alice Example"
     assert h.slack.calls_to("reactions.add") and h.slack.calls_to("reactions.remove")
 
 
