@@ -94,8 +94,8 @@ class Plan:
     tightened: int
 
 
-def suspects(notes: Notes, ledger: Ledger, history: Sequence[Message]) -> dict[str, str]:
-    """Evidence ids whose message changed after the ledger recorded it, with the reason."""
+def suspects(notes: Notes) -> dict[str, str]:
+    """Message ids that were edited or deleted after they were written, with the reason."""
     out: dict[str, str] = {}
     for message_id, change in notes.changes.items():
         out[message_id] = ("its message was deleted" if change.kind == "deleted"
@@ -207,18 +207,19 @@ class Compactor:
         live = [m for m in live if m is not None]
         pinned_ids = {m.id for m in live if notes.pins.get(m.id, m.flags.pinned)}
         retained_budget, pin_budget, cap = budget.retained_user_tokens, budget.pin_tokens, budget.summary_cap_tokens
+        changed = suspects(notes)
         tightened = 0
         while True:
             kept = self._retain(live, pinned_ids, retained_budget, pin_budget)
             kept_ids = {m.id for m in kept}
             folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime]
             ledger_cap = int(cap * LEDGER_SHARE)
-            first = render_handoff(ledger, _EMPTY, suspects(notes, ledger, messages), cap_tokens=ledger_cap,
+            first = render_handoff(ledger, _EMPTY, changed, cap_tokens=ledger_cap,
                                    count=self.tokenizer.count)
             narrative_cap = cap - self.tokenizer.count(first.text)
             narrative = await self.summarizer.narrate([m for m in folded if not m.flags.handoff], narrative_cap,
                                                       avoid=first.text)
-            rendered = render_handoff(ledger, narrative, suspects(notes, ledger, messages), cap_tokens=cap,
+            rendered = render_handoff(ledger, narrative, changed, cap_tokens=cap,
                                       count=self.tokenizer.count)
             text = redact(rendered.text)
             handoff = self._message(text, rendered.source_ids)

@@ -249,7 +249,7 @@ class ReplyExecutor:
             turn = await self._resume(conversation_id, paused, items, incoming)
         else:
             history = await self.checkpoints.load_history(conversation_id, head_id) if head_id else None
-            history, compaction = await self._maybe_compact(conversation_id, history, incoming, events, wants_reply)
+            history, compaction = await self._maybe_compact(conversation_id, history, incoming, events)
             head_id = history.checkpoint.id if history else None
             turn = await self._start(conversation_id, history, head_id, items, incoming, wants_reply)
             turn.compaction = compaction
@@ -260,9 +260,8 @@ class ReplyExecutor:
         await events.status(conversation_id, "thinking…")
         trace_id = uuid.uuid4().hex[:12]
         try:
-            status, reply = await self._model_loop(conversation_id, turn, events)
+            status, reply = await self._model_loop(conversation_id, turn)
         except ModelTimeoutError as exc:
-            await self._append(conversation_id, turn, [])
             await self.checkpoints.pause(conversation_id, turn.checkpoint.id, resume={"reason": "timeout",
                                                                                       "error": str(exc)},
                                          outcome=self._outcome(turn))
@@ -287,7 +286,7 @@ class ReplyExecutor:
                           turn.compaction, turn.calls, turn.inbox_left, incoming)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
-                             events: TurnEvents, wants_reply: bool) -> tuple[History | None, Any]:
+                             events: TurnEvents) -> tuple[History | None, Any]:
         if history is None:
             return None, None
         should = getattr(self.compactor, "should_compact", None)
@@ -331,7 +330,7 @@ class ReplyExecutor:
         return _Turn(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
                      items, incoming)
 
-    async def _model_loop(self, conversation_id: str, turn: _Turn, events: TurnEvents) -> tuple[TurnStatus, str]:
+    async def _model_loop(self, conversation_id: str, turn: _Turn) -> tuple[TurnStatus, str]:
         schemas = self.tools.schemas()
         for _ in range(self.config.max_tool_steps + 1):
             sent = visible(turn.messages, turn.runtime_id)

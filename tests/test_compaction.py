@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence import CheckpointKind, CheckpointStatus, InboxItem, Notes
+from persistence import CheckpointKind, CheckpointStatus, InboxItem, InvalidTransitionError, Notes
 from services import Tokenizer
 from services.compactor import suspects
 from services.ledger import Ask, ArtifactEntry, Decision, Fact, Ledger, LedgerBuilder
@@ -244,7 +244,7 @@ async def test_compact_command_refuses_a_turn_awaiting_resume(model, prefix, cli
     model.push(Step(text="late", delay=1))
     await p.submit(CONV, "slow one", author="alice")
     assert (await p.run(CONV))[0].status == "awaiting_resume"
-    with pytest.raises(Exception, match="awaiting resume"):
+    with pytest.raises(InvalidTransitionError, match="awaiting resume"):
         await p.compact(CONV)
 
 
@@ -320,5 +320,5 @@ def test_suspects_name_the_reason() -> None:
     from persistence import MessageChange
 
     notes = Notes(changes={"m1": MessageChange(kind="edited", text="x"), "m2": MessageChange(kind="deleted")})
-    found = suspects(notes, Ledger(), [])
+    found = suspects(notes)
     assert "edited" in found["m1"] and "deleted" in found["m2"]

@@ -26,7 +26,10 @@ async def test_transcript_folds_and_merges_without_growing(prefix, client) -> No
             sizes.append((len(t.summaries), len(t.model_dump_json())))
     t = await memory.get(CONV)
     assert len(t.summaries) <= memory.max_records
-    assert max(size for _, size in sizes) < 3 * min(size for _, size in sizes[2:]) + 20_000
+    assert all(records <= memory.max_records for records, _ in sizes)
+    # 4x the messages between the 100th and the 400th, but the stored transcript at most doubles
+    # (kept verbatim, 400 such lines alone would be about 44 KB).
+    assert sizes[-1][1] <= 2 * sizes[1][1] and sizes[-1][1] < 10_000
     assert any(r.level > 0 for r in t.summaries), "records merged hierarchically"
     assert sum(memory.tokenizer.count(line) for line in t.recent) <= memory.recent_budget
     everything = t.model_dump_json()
