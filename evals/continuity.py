@@ -1,5 +1,9 @@
-"""The continuity eval: replay generated (or given) threads through the real pipeline under each strategy
-and window, then grade what the final context keeps."""
+"""The continuity eval: replay generated (or given) threads, or public benchmark conversations, through the
+real pipeline under each strategy and window, then grade what the final context keeps.
+
+Generated threads carry planted ``probes`` (graded by :func:`evals.graders.grade`); benchmark cases carry
+``questions`` with evidence message ids (graded by :func:`evals.graders.grade_questions`, against
+keep-newest at the same token spend)."""
 
 from __future__ import annotations
 
@@ -10,21 +14,27 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import fakeredis
 
-from persistence import CheckpointKind, ThreadkeeperError
+from persistence import CheckpointKind, Message, TextPart, ThreadkeeperError
 from services import ModelClient, parse_thread, replay
+from services.context import ContextEntry
+from services.tokens import Tokenizer
 from threadkeeper.root import build_pipeline, build_stores
 from threadkeeper.settings import Settings
 
 from .generator import generate_thread
-from .graders import ProbeResult, grade
+from .graders import ProbeResult, QuestionResult, grade, grade_questions
 from .strategies import STRATEGIES
 
 DEFAULT_WINDOWS = (4000, 8000, 16000)
+BENCHMARK_WINDOWS = (4000, 8000, 16000, 32000)
+BASELINE_TOKENIZER = "gpt-4o"
+"""The tokenizer keep-newest counts with: the one the pipeline uses for the offline model."""
 JUDGE_PROMPT = """You grade an answer against a reference. Reply "correct" if the answer states the same fact as
 the reference (wording may differ; identifiers must match exactly), otherwise reply "incorrect"."""
 
@@ -35,10 +45,35 @@ class Case:
 
     name: str
     data: dict[str, Any]
+    _sized: list[tuple[str, str, int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def probes(self) -> list[dict[str, Any]]:
         return list(self.data.get("probes") or [])
+
+    @property
+    def questions(self) -> list[dict[str, Any]]:
+        """Benchmark questions: ``{id, question, answer, evidence: [message ids], kind}``."""
+        return list(self.data.get("questions") or [])
+
+    def sized_messages(self) -> list[tuple[str, str, int]]:
+        """``(id, rendered text, tokens)`` of the thread's messages in order (edits and deletes ignored)."""
+        if self._sized is None:
+            tokenizer = _tokenizer()
+            out = []
+            for m in self.data.get("messages") or []:
+                if m.get("edits") or m.get("deletes"):
+                    continue
+                message = Message(id=m["id"], role="user", parts=[TextPart(text=m["text"])], author=m["author"],
+                                  tokens=0)
+                out.append((m["id"], f"{m['author']}: {m['text']}", tokenizer.count_message(message)))
+            self._sized = out
+        return self._sized
+
+
+@lru_cache(maxsize=1)
+def _tokenizer() -> Tokenizer:
+    return Tokenizer(BASELINE_TOKENIZER)
 
 
 @dataclass
@@ -55,6 +90,9 @@ class RunResult:
     tokens_after: list[int] = field(default_factory=list)
     seconds: float = 0.0
     judge_correct: int | None = None
+    questions: list[QuestionResult] = field(default_factory=list)
+    judged: int = 0
+    benchmark: bool = False
 
 
 def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int) -> list[Case]:
@@ -95,17 +133,24 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
         texts = [entry["text"] for entry in result["context"]]
         originals = {m.id: m.text for m in thread.messages}
         graded = grade(case.probes, texts, originals)
+        questions: list[QuestionResult] = []
+        if case.questions:
+            context = [ContextEntry(**entry) for entry in result["context"]]
+            spend = result["context_tokens"] - sum(e.tokens for e in context if e.role == "system")
+            questions = grade_questions(case.questions, context, case.sized_messages(), spend)
         rows = await pipeline.checkpoints.lineage(cid)
         kinds = {r.id: r.kind for r in rows}
         loops = sum(1 for r in rows if r.kind is CheckpointKind.COMPACTION and r.forked_from
                     and kinds.get(r.forked_from) is CheckpointKind.COMPACTION)
-        judged = await _judge(pipeline, judge, case.probes, cid) if judge else None
+        asked = case.probes or [q for q in case.questions if q.get("answer")]
+        judged = await _judge(pipeline, judge, asked, cid) if judge else None
         return RunResult(strategy, window, case.name, graded, result["context_tokens"],
                          pipeline.budget.usable_tokens + pipeline.budget.fixed_prompt_tokens,
                          len(result["compactions"]), loops,
                          [c["tokens_before"] for c in result["compactions"]],
                          [c["tokens_after"] for c in result["compactions"]],
-                         time.perf_counter() - started, judged)
+                         time.perf_counter() - started, judged, questions, len(asked) if judge else 0,
+                         "questions" in case.data)
     finally:
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             await client.delete(key)
@@ -128,12 +173,48 @@ async def _judge(pipeline: Any, judge: ModelClient, probes: Sequence[dict[str, A
     return correct
 
 
+def _share(values: Sequence[bool]) -> float:
+    return round(sum(values) / len(values), 4) if values else 0.0
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    counted = [v for v in values if v is not None]
+    return round(statistics.mean(counted), 4) if counted else None
+
+
+def _benchmark_row(strategy: str, window: int, runs: Sequence[RunResult]) -> dict[str, Any]:
+    """One report row for benchmark questions: evidence kept and answer recall, against keep-newest."""
+    questions = [q for r in runs for q in r.questions]
+    by_kind: dict[str, list[bool]] = defaultdict(list)
+    for q in questions:
+        by_kind[q.kind].append(q.evidence_kept)
+    retention = {"overall": _share([q.evidence_kept for q in questions])}
+    retention.update({k: _share(v) for k, v in sorted(by_kind.items())})
+    newest = _share([q.newest_kept for q in questions])
+    row: dict[str, Any] = {
+        "strategy": strategy, "window": window, "evidence_retention": retention,
+        "answer_recall": _mean([q.answer_recall for q in questions]),
+        "keep_newest": {"evidence_retention": newest, "answer_recall": _mean([q.newest_recall for q in questions])},
+        "ratio": round(retention["overall"] / newest, 3) if newest else None,
+        "context_tokens": round(statistics.mean(r.context_tokens for r in runs)),
+        "compactions": round(statistics.mean(r.compactions for r in runs), 1),
+        "within_budget": all(r.context_tokens <= r.usable_tokens for r in runs),
+        "compaction_loops": sum(r.loops for r in runs),
+        "questions": len(questions), "threads": len(runs), "seconds": round(sum(r.seconds for r in runs), 2)}
+    if any(r.judge_correct is not None for r in runs):
+        row["judge_accuracy"] = round(sum(r.judge_correct or 0 for r in runs) / max(1, sum(r.judged for r in runs)), 4)
+    return row
+
+
 def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, int], list[RunResult]] = defaultdict(list)
     for r in results:
         groups[(r.strategy, r.window)].append(r)
     rows = []
     for (strategy, window), runs in groups.items():
+        if any(r.benchmark for r in runs):
+            rows.append(_benchmark_row(strategy, window, runs))
+            continue
         probes = [p for r in runs for p in r.probes]
         by_kind: dict[str, list[bool]] = defaultdict(list)
         for p in probes:
@@ -182,13 +263,14 @@ def plot(rows: Sequence[dict[str, Any]], out: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        points = sorted((r["window"], r["retention"]["overall"]) for r in rows if r["strategy"] == strategy)
+        points = sorted((r["window"], (r.get("evidence_retention") or r["retention"])["overall"])
+                        for r in rows if r["strategy"] == strategy)
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=strategy)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({r["window"] for r in rows}))
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{int(v):,}"))
     ax.set_xlabel("context window (tokens)")
-    ax.set_ylabel("probes kept (overall retention)")
+    ax.set_ylabel("evidence kept" if rows and "evidence_retention" in rows[0] else "probes kept (overall retention)")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend()

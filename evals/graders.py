@@ -1,22 +1,39 @@
 """Deterministic graders: does the final context keep each probe, and does it present stale items as current?
 
-* ``identifier`` / ``decision``: the exact answer string is in the context.
-* ``open_ask`` / ``constraint``: the evidence message is there verbatim, or a handoff line cites its id
-  (an ask cited as resolved or superseded does not count as kept open).
-* ``pinned``: the pinned message is there verbatim.
+Generated-thread probes (:func:`grade`) are read against the handoff format: lines such as
+``Current ask [ID] alice: ...``, ``- [ask ID] bob, open: ...`` / ``answered by [RID]`` / ``superseded by
+[NID]``, ``- [decision ID] alice, reversed by [RID]: ...``, ``- SUSPECT [ID] dan ...`` and compressed notes
+``- alice: [ID] went skiing Whistler; [ID2] ...``. An id is *cited* when it is a whole token of a
+bracketed reference on a line (see :func:`cited_ids`).
+
+* ``identifier``: the exact answer string is in the context. ``decision``: the same, or the answer's
+  content words, in order and adjacent once function words are dropped, on one line (notes drop
+  function words: "go with Kafka for billing" is kept as "go Kafka billing").
+* ``open_ask``: kept when an ask line cites it as open or answered (or as the current ask), or it is
+  there verbatim, and no ask line says it was superseded.
+* ``constraint``: the evidence message is cited or there verbatim. ``pinned``: there verbatim.
 * ``superseded_ask`` / ``resolved_ask`` / ``reversed_decision``: kept when what closed it (the second
   evidence message) is there verbatim or cited. A **supercheckpoint error** is counted when the old
-  item is still presented as current: listed as an open ask / active decision, or present verbatim, while
-  what closed it is absent.
-* ``suspect``: kept when a SUSPECT line cites the evidence message; an error when the stale text is
-  there without that mark.
+  item is still presented as current (listed as an open or current ask, or an active decision line
+  without "reversed by", or present verbatim) while what closed it is absent.
+* ``suspect`` with ``change: "edited"``: kept when a SUSPECT line cites the message; an error when its
+  old text is on a line without that mark (verbatim, or restated as a note: see :func:`echoes`). With
+  ``change: "deleted"``: kept when the deleted text is nowhere in the context (verbatim or restated); a
+  deleted message must not be presented, so it is an error when it is.
+
+Benchmark questions (public datasets, see ``evals.benchmarks``) are graded by :func:`grade_questions`:
+their evidence messages must be present (verbatim, or cited by id in a handoff line), and the answer's
+content words are looked up in the context; keep-newest at the same token spend is the reference.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from services.context import ContextEntry
 
 
 @dataclass(frozen=True)
@@ -27,13 +44,67 @@ class ProbeResult:
     error: bool
 
 
+_ASK_LINE = re.compile(r"^\s*(?:-\s*\[ask\s+([^\]\s,;]+)\]|Current ask\s*\[([^\]\s,;]+)\])([^:]*):")
+_DECISION_LINE = re.compile(r"^\s*-\s*\[decision\s+([^\]\s,;]+)\]([^:]*):")
+_OPEN = re.compile(r",\s*open\s*$")
+_ANSWERED = re.compile(r",\s*answered by\b")
+_TOKEN = re.compile(r"[^\W_](?:[\w'’./:@#%+-]*[^\W_%])?%?")
+FUNCTION_WORDS = frozenset("""
+a an the to of in on at by as is am are be it its we us i me my you he she they them this that these those
+and or but so if for with from into onto about than then there here was were will would can could should
+do does did have has had been being not no yes ok okay just really actually like well yeah lol please pls
+btw also very too some any all our your their his her what which who when where how why let's lets we're
+it's that's there's i'm
+el la los las un una unos unas de del al y o que en con por para es son fue ser se lo le les su sus mi
+nuestro ya muy pero como más este esta eso
+der die das den dem des ein eine einen einem einer und oder zu im am vom zum zur mit für von auf ist sind
+war wir ich du sie es nicht noch schon auch bei aus wie dass bitte doch
+""".split())
+"""Function and filler words in English, Spanish and German: what compressed notes drop."""
+
+
+def content_sequence(text: str) -> list[str]:
+    """The words of ``text`` in order, lowercased, without function words (identifiers and numbers kept)."""
+    return [w for w in (m.group(0).lower() for m in _TOKEN.finditer(text)) if w not in FUNCTION_WORDS]
+
+
+def compressed_in(answer: str, line: str) -> bool:
+    """Whether ``answer``'s content words occur in ``line`` in order and adjacent, function words dropped."""
+    want, have = content_sequence(answer), content_sequence(line)
+    if not want:
+        return False
+    return any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))
+
+
+def echoes(text: str, line: str) -> bool:
+    """Whether ``line`` restates ``text``, maybe compressed: every number or identifier of it, and at least
+    three quarters of its content words in order (notes may drop a few more words than we do)."""
+    want, have = content_sequence(text), content_sequence(line)
+    if not want:
+        return False
+    if any(w not in have for w in want if any(c.isdigit() for c in w)):
+        return False
+    prev = [0] * (len(have) + 1)
+    for w in want:
+        row = [0] * (len(have) + 1)
+        for j, h in enumerate(have, start=1):
+            row[j] = prev[j - 1] + 1 if w == h else max(prev[j], row[j - 1])
+        prev = row
+    return prev[-1] * 4 >= len(want) * 3
+
+
 def grade(probes: Sequence[dict[str, Any]], context_texts: Sequence[str],
           originals: dict[str, str]) -> list[ProbeResult]:
+    """Grade generated-thread probes against the final context's texts; ``originals`` maps id → text."""
     full = "\n".join(context_texts)
     lines = full.splitlines()
+    refs = [cited_ids(line) for line in lines]
+    asks = [(m.group(1) or m.group(2), m.group(3), m.group(2) is not None)
+            for m in (_ASK_LINE.match(line) for line in lines) if m]
+    decisions = [(m.group(1), m.group(2)) for m in (_DECISION_LINE.match(line) for line in lines) if m]
 
     def cited(mid: str) -> bool:
-        return any(mid in line for line in lines)
+        return any(mid in r for r in refs)
 
     def verbatim(mid: str) -> bool:
         text = originals.get(mid, "")
@@ -42,21 +113,30 @@ def grade(probes: Sequence[dict[str, Any]], context_texts: Sequence[str],
     def present(mid: str) -> bool:
         return verbatim(mid) or cited(mid)
 
+    def shown(text: str, *, unless: str | None = None) -> bool:
+        """``text`` is on a line (verbatim or compressed), not counting lines that contain ``unless``."""
+        return bool(text) and any((text in line or echoes(text, line)) and not (unless and unless in line)
+                                  for line in lines)
+
     def listed_open(mid: str) -> bool:
-        return any(line.startswith(f"- [ask {mid}]") for line in lines)
+        return any(aid == mid and (current or _OPEN.search(status) is not None) for aid, status, current in asks)
 
     def listed_active_decision(mid: str) -> bool:
-        return any(line.startswith(f"- [decision {mid}]") for line in lines)
+        return any(did == mid and "reversed by" not in status for did, status in decisions)
 
     out = []
     for p in probes:
-        kind, ev = p["kind"], p.get("evidence") or []
+        kind, ev, answer = p["kind"], p.get("evidence") or [], str(p.get("answer") or "")
         kept = error = False
-        if kind in ("identifier", "decision"):
-            kept = p["answer"] in full
+        if kind == "identifier":
+            kept = bool(answer) and answer in full
+        elif kind == "decision":
+            kept = bool(answer) and (answer in full or any(compressed_in(answer, line) for line in lines))
         elif kind == "open_ask":
-            closed = any(ev[0] in line and ("resolved by" in line or "superseded by" in line) for line in lines)
-            kept = present(ev[0]) and not closed
+            superseded = any(aid == ev[0] and "superseded by" in status for aid, status, _ in asks)
+            listed = any(aid == ev[0] and (current or _OPEN.search(status) or _ANSWERED.search(status))
+                         for aid, status, current in asks)
+            kept = (listed or verbatim(ev[0])) and not superseded
         elif kind == "constraint":
             kept = present(ev[0])
         elif kind == "pinned":
@@ -66,7 +146,115 @@ def grade(probes: Sequence[dict[str, Any]], context_texts: Sequence[str],
             stale = listed_open(ev[0]) if kind != "reversed_decision" else listed_active_decision(ev[0])
             error = (stale or verbatim(ev[0])) and not kept
         elif kind == "suspect":
-            kept = any("SUSPECT" in line and ev[0] in line for line in lines)
-            error = any(p["answer"] in line and "SUSPECT" not in line for line in lines)
+            old = originals.get(ev[0]) or answer
+            if p.get("change") == "deleted":
+                error = bool(old) and old in full or shown(old)
+                kept = not error
+            else:
+                kept = any("SUSPECT" in line and ev[0] in r for line, r in zip(lines, refs))
+                error = shown(old, unless="SUSPECT")
         out.append(ProbeResult(p["id"], kind, kept, error))
+    return out
+
+
+# Benchmark questions ---------------------------------------------------------------------------------------
+
+HANDOFF_MARKS = ("[Threadkeeper handoff", "[Summary of")
+"""How a generated stand-in for earlier messages begins: the product's handoff, and the baselines' summaries."""
+STOPWORDS = frozenset("""
+the and for are but not you your yours with that this these those from have has had was were will would can
+could should shall may might must did does doing done been being into onto over under about after before
+than then them they their theirs there here what when where which who whom whose why how all any both each
+few more most other some such only own same just also very too our ours out off she her hers him his its
+itself myself yourself himself herself ourselves themselves because while during again further once until
+upon yes one
+""".split())
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    """How one benchmark question fared in a final context, and in keep-newest at the same spend."""
+
+    id: str
+    kind: str
+    evidence_kept: bool
+    answer_recall: float | None
+    """Fraction of the answer's content words found in the context; ``None`` when it has none."""
+    newest_kept: bool
+    newest_recall: float | None
+
+
+def is_handoff(entry: ContextEntry) -> bool:
+    return entry.text.startswith(HANDOFF_MARKS)
+
+
+def cited_ids(text: str) -> set[str]:
+    """Every token inside a ``[...]`` reference on a line of ``text``, split at commas, semicolons and spaces."""
+    out: set[str] = set()
+    for line in text.splitlines():
+        for group in _BRACKET.findall(line):
+            out.update(t for t in re.split(r"[,;\s]+", group) if t)
+    return out
+
+
+def present_ids(entries: Sequence[ContextEntry]) -> set[str]:
+    """Message ids a context holds: verbatim (a non-handoff entry's sources) or cited by a handoff line."""
+    out: set[str] = set()
+    for entry in entries:
+        if entry.role == "system":
+            continue
+        if is_handoff(entry):
+            out |= cited_ids(entry.text)
+        else:
+            out.update(entry.source_ids)
+    return out
+
+
+def content_words(text: str) -> set[str]:
+    """Lowercase words of three or more letters, or with a digit, that are not stopwords."""
+    return {w for w in _WORD.findall(text.lower())
+            if (len(w) >= 3 or any(c.isdigit() for c in w)) and w not in STOPWORDS}
+
+
+def answer_recall(answer: str, context_words: set[str]) -> float | None:
+    """Share of the answer's content words that occur in the context; ``None`` when it has none."""
+    words = content_words(answer)
+    return len(words & context_words) / len(words) if words else None
+
+
+def keep_newest(messages: Sequence[tuple[str, int]], spend: int) -> list[str]:
+    """Ids of the newest ``(id, tokens)`` messages whose tokens sum to at most ``spend``, oldest first."""
+    kept: list[str] = []
+    used = 0
+    for mid, tokens in reversed(messages):
+        if used + tokens > spend:
+            break
+        kept.append(mid)
+        used += tokens
+    kept.reverse()
+    return kept
+
+
+def grade_questions(questions: Sequence[dict[str, Any]], entries: Sequence[ContextEntry],
+                    messages: Sequence[tuple[str, str, int]], spend: int) -> list[QuestionResult]:
+    """Grade each question against the final context and against keep-newest at ``spend`` tokens.
+
+    ``messages`` are the thread's ``(id, text, tokens)`` in order; ``spend`` is the history tokens the
+    graded context used (its system entry excluded).
+    """
+    present = present_ids(entries)
+    words = content_words("\n".join(e.text for e in entries if e.role != "system"))
+    newest = set(keep_newest([(mid, tokens) for mid, _, tokens in messages], spend))
+    newest_words = content_words("\n".join(text for mid, text, _ in messages if mid in newest))
+    out = []
+    for q in questions:
+        evidence = list(q.get("evidence") or [])
+        answer = str(q.get("answer") or "")
+        out.append(QuestionResult(str(q["id"]), str(q.get("kind") or "other"),
+                                  bool(evidence) and all(e in present for e in evidence),
+                                  answer_recall(answer, words),
+                                  bool(evidence) and all(e in newest for e in evidence),
+                                  answer_recall(answer, newest_words)))
     return out

@@ -60,6 +60,8 @@ class MessageFlags(_Record):
     """The handoff message a compaction wrote."""
     pinned: bool = False
     """A Slack-pinned message, kept verbatim across compactions within the pin budget."""
+    addressed: bool = False
+    """The message asked the bot for an answer (a mention, a DM, or one the router chose)."""
 
 
 class Message(_Record):
@@ -75,6 +77,9 @@ class Message(_Record):
     created_at: float = Field(default_factory=time.time)
     source_ids: list[str] = Field(default_factory=list)
     """Input message ids this message carries (a handoff: every id it cites)."""
+    note: str | None = None
+    """What the message said, compressed (its most informative sentences); computed once, when its turn
+    commits, and folded into handoffs. None: nothing worth a note, or not computed yet."""
 
     @property
     def text(self) -> str:

@@ -41,7 +41,7 @@ class BudgetError(ThreadkeeperError):
 class BudgetPolicy:
     trigger: float = 0.80
     target: float = 0.50
-    retained_user: float = 0.25
+    retained_user: float = 0.15
     summary_cap: float = 0.15
     pins: float = 0.10
     output_reserve: float = 0.10

@@ -12,8 +12,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from persistence import (
     CheckpointKind,
+    CorruptRecordError,
     CheckpointStore,
     HeadConflictError,
     History,
@@ -31,18 +34,17 @@ from .budget import ContextBudget
 from .context import measure
 from .extract import content_hash
 from .ledger import Ledger, LedgerBuilder
+from .ledger import NarrativeEntry, load_ledger
 from .narrative import Summarizer
 from .redact import redact
 from .tokens import Tokenizer
 from .tools import bound_text
-from .view import Narrative, render_handoff
-
-_EMPTY = Narrative((), "extractive")
+from .view import SHARES, Narrative, render_handoff
 
 log = logging.getLogger("threadkeeper.compactor")
 
-LEDGER_SHARE = 0.65
-"""Share of the summary cap the ledger may use before the narrative gets the rest."""
+HANDOFF_OVERHEAD = 8
+"""Tokens the handoff message costs beyond its text (role, separators): kept out of its cap."""
 
 
 @dataclass
@@ -63,6 +65,8 @@ class CompactionReport:
     dry_run: bool = False
     superseded: bool = False
     tightened: int = 0
+    carried: dict[str, int] = field(default_factory=dict)
+    """What the new handoff carries: notes kept and evicted, narrative lines."""
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -92,6 +96,15 @@ class Plan:
     dropped: int
     tokens_after: int
     tightened: int
+    carried: dict[str, int] = field(default_factory=dict)
+    detail: str = ""
+
+
+def target_for(budget: ContextBudget, incoming: Sequence[Message]) -> int:
+    """The size a compaction aims at: the target, less what the turn brings beyond the trigger's room
+    (what arrives must fit beside the compacted history without reaching the trigger again)."""
+    arriving = sum(m.tokens for m in incoming if not m.flags.runtime)
+    return max(budget.target_tokens // 4, min(budget.target_tokens, budget.trigger_tokens - arriving))
 
 
 def suspects(notes: Notes) -> dict[str, str]:
@@ -127,11 +140,17 @@ class Compactor:
         return new_history, report
 
     def should_compact(self, history: History, incoming: Sequence[Message], budget: ContextBudget) -> bool:
+        """Whether this turn compacts first: the history with what arrives reached the trigger.
+
+        Loop breaker: an epoch that is only a compaction has nothing new to fold, so it is compacted again
+        only when what arrives needs room that a tighter handoff can give (never twice for the same input).
+        """
         tokens = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens, extra=incoming)
         if tokens < budget.trigger_tokens:
             return False
-        # Loop breaker: an epoch that is only a compaction has nothing new to fold.
-        return not (len(history.chain) == 1 and history.checkpoint.kind is CheckpointKind.COMPACTION)
+        if len(history.chain) == 1 and history.checkpoint.kind is CheckpointKind.COMPACTION:
+            return measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens) > target_for(budget, incoming)
+        return True
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
                       budget: ContextBudget) -> tuple[CompactionReport, list[Message]]:
@@ -185,7 +204,8 @@ class Compactor:
             dropped_messages=plan.dropped, summary_tokens=plan.summary_tokens,
             headroom_tokens=budget.trigger_tokens - plan.tokens_after, strategy=plan.strategy,
             duration_ms=round((time.perf_counter() - started) * 1000, 2), reason=reason,
-            generation=plan.ledger.generation, dry_run=dry_run, tightened=plan.tightened)
+            generation=plan.ledger.generation, dry_run=dry_run, tightened=plan.tightened, carried=plan.carried,
+            notes=[plan.detail] if plan.detail else [])
         return report, plan
 
     async def _previous_ledger(self, conversation_id: str, history: History) -> Ledger | None:
@@ -193,47 +213,58 @@ class Compactor:
         root = history.checkpoint if root_id == history.checkpoint.id else \
             await self.checkpoints.get(conversation_id, root_id)
         raw = root.meta.info.get("ledger") if root.kind is CheckpointKind.COMPACTION else None
-        return Ledger.model_validate(raw) if raw else None
+        if not raw:
+            return None
+        try:
+            return load_ledger(raw)
+        except ValidationError as exc:
+            raise CorruptRecordError(f"ledger of compaction checkpoint {root.id} in {conversation_id}",
+                                     str(exc).splitlines()[0]) from None
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
                    previous: Ledger | None, budget: ContextBudget) -> Plan:
         """The replacement history for ``messages``; pure apart from the summarizer call."""
-        builder = LedgerBuilder(previous).fold(messages)
         people = [m for m in messages if m.role == "user" and not m.flags.handoff and not m.flags.runtime]
-        current = next((m for m in reversed(incoming) if m.role == "user"), None) or (people[-1] if people else None)
-        ledger = builder.set_current_ask(current).evict().build()
-        ledger.generation = (previous.generation if previous else 0) + 1
-        live = [self._current(m, notes) for m in people]
-        live = [m for m in live if m is not None]
+        live = [m for m in (self._current(m, notes) for m in people) if m is not None]
         pinned_ids = {m.id for m in live if notes.pins.get(m.id, m.flags.pinned)}
-        retained_budget, pin_budget, cap = budget.retained_user_tokens, budget.pin_tokens, budget.summary_cap_tokens
+        changes = {mid: (c.text or "" if c.kind == "edited" else None) for mid, c in notes.changes.items()}
         changed = suspects(notes)
+        now = max([m.created_at for m in messages] + [m.created_at for m in incoming] or [time.time()])
+        retained_budget, pin_budget, shrink = budget.retained_user_tokens, budget.pin_tokens, 1.0
+        target = target_for(budget, incoming)
+        carried_before = list(previous.narrative) if previous else []
+        narrative: Narrative | None = None
+        entries: list[NarrativeEntry] = carried_before
         tightened = 0
         while True:
             kept = self._retain(live, pinned_ids, retained_budget, pin_budget)
             kept_ids = {m.id for m in kept}
-            folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime]
-            ledger_cap = int(cap * LEDGER_SHARE)
-            first = render_handoff(ledger, _EMPTY, changed, cap_tokens=ledger_cap,
-                                   count=self.tokenizer.count)
-            narrative_cap = cap - self.tokenizer.count(first.text)
-            narrative = await self.summarizer.narrate([m for m in folded if not m.flags.handoff], narrative_cap,
-                                                      avoid=first.text)
-            rendered = render_handoff(ledger, narrative, changed, cap_tokens=cap,
-                                      count=self.tokenizer.count)
-            text = redact(rendered.text)
-            handoff = self._message(text, rendered.source_ids)
+            folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
+            ledger = LedgerBuilder(previous).fold(folded, changes).evict().build()
+            ledger.generation = (previous.generation if previous else 0) + 1
+            kept_tokens = sum(m.tokens for m in kept)
+            cap = max(64, int((target - kept_tokens) * shrink) - HANDOFF_OVERHEAD)
+            if narrative is None:
+                narrative, entries = await self.summarizer.handoff_narrative(
+                    carried_before, [m for m in folded if m.role in ("user", "assistant")],
+                    int(cap * SHARES["narrative"]))
+            rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now)
+            handoff = self._message(redact(rendered.text), rendered.source_ids)
             replacement = [handoff, *kept]
             after = sum(m.tokens for m in replacement)
-            if after <= budget.target_tokens or tightened >= 8:
+            if after <= target or tightened >= 8:
                 break
             tightened += 1
-            retained_budget, pin_budget, cap = int(retained_budget * 0.7), int(pin_budget * 0.7), int(cap * 0.8)
+            retained_budget, pin_budget, shrink = int(retained_budget * 0.7), int(pin_budget * 0.7), shrink * 0.8
+        ledger.notes = rendered.notes
+        ledger.narrative = entries
         covered = [m.id for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
         dropped = len([m for m in messages if m.id not in kept_ids])
+        carried = {"notes": len(rendered.notes), "notes_evicted": rendered.evicted_lines,
+                   "narrative_lines": len(entries)}
         return Plan(messages=replacement, covered_ids=covered, ledger=ledger, strategy=narrative.strategy,
                     summary_tokens=handoff.tokens, kept=len(kept), dropped=dropped, tokens_after=after,
-                    tightened=tightened)
+                    tightened=tightened, carried=carried, detail=narrative.detail)
 
     def _current(self, message: Message, notes: Notes) -> Message | None:
         change = notes.changes.get(message.id)

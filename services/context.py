@@ -61,7 +61,8 @@ def entries(messages: Sequence[Message]) -> list[ContextEntry]:
     out = []
     for m in messages:
         text = render_text(m) if not any(isinstance(p, (ToolCallPart, ToolResultPart)) for p in m.parts) else m.text
-        out.append(ContextEntry(role=m.role, text=text, source_ids=list(m.source_ids) or [m.id], tokens=m.tokens))
+        ids = list(m.source_ids) if m.flags.handoff and m.source_ids else [m.id]  # a handoff: every id it cites
+        out.append(ContextEntry(role=m.role, text=text, source_ids=ids, tokens=m.tokens))
     return out
 
 

@@ -41,6 +41,7 @@ from persistence import (
 from .budget import ContextBudget
 from .context import measure, to_chat, visible
 from .llm import ModelClient, ModelError, ModelTimeoutError
+from .notes import make_note
 from .tokens import Tokenizer
 from .tools import ToolContext, ToolRegistry, bound_text
 
@@ -172,6 +173,17 @@ class ReplyExecutor:
     def with_tokens(self, message: Message) -> Message:
         return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
 
+    def _prepared(self, message: Message, *, addressed: bool) -> Message:
+        """A person's message as the turn stores it: counted, its note computed, marked if it asked the bot."""
+        update: dict[str, Any] = {}
+        if message.tokens == 0:
+            update["tokens"] = self.tokenizer.count_message(message)
+        if message.note is None:
+            update["note"] = make_note(message.text, message.created_at) or ""
+        if addressed and not message.flags.addressed:
+            update["flags"] = message.flags.model_copy(update={"addressed": True})
+        return message.model_copy(update=update) if update else message
+
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
         """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease."""
         events = events or SilentEvents()
@@ -237,7 +249,7 @@ class ReplyExecutor:
         effects = [i for i in items if i.kind != "message"]
         if effects and self.effects is not None:
             await self.effects.apply(conversation_id, effects)
-        incoming = [self.with_tokens(i.message) if i.message.tokens == 0 else i.message
+        incoming = [self._bound_input(self._prepared(i.message, addressed=i.reply_expected))
                     for i in items if i.kind == "message" and i.message is not None]
         incoming += [notice for i in effects if (notice := self._change_notice(i)) is not None]
         # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
@@ -298,7 +310,7 @@ class ReplyExecutor:
                      items: list[InboxItem], incoming: list[Message], wants_reply: bool) -> _Turn:
         base = list(history.messages) if history else []
         checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False)
-        new = [self._bound_input(m) for m in incoming]
+        new = list(incoming)
         runtime_id = ""
         if wants_reply:
             runtime = self.make_message(self.runtime_context(conversation_id, base, new), role="system",
@@ -323,7 +335,7 @@ class ReplyExecutor:
                 "The person declined this call; it was not run."
             content, cut = bound_text(content, self.tokenizer, self._tool_limit())
             new.append(self._tool_result(call["id"], call["name"], content, cut))
-        new.extend(self._bound_input(m) for m in incoming)
+        new.extend(incoming)
         runtime_ids = [m.id for m in messages if m.flags.runtime]
         await self.checkpoints.append(conversation_id, paused.id, new, inbox_consumed=len(items))
         checkpoint = await self.checkpoints.get(conversation_id, paused.id)
@@ -388,8 +400,9 @@ class ReplyExecutor:
             target, author = item.target_id, None
         else:
             return None
-        return self.make_message(text, author=author, id=f"{target}:{item.kind}:{item.event_id or new_id('ev')}",
-                                 created_at=item.received_at)
+        notice = self.make_message(text, author=author, id=f"{target}:{item.kind}:{item.event_id or new_id('ev')}",
+                                   created_at=item.received_at)
+        return notice.model_copy(update={"note": ""})  # the change reaches the handoff through the edit notes
 
     def _tool_limit(self) -> int:
         return max(200, int(self.budget.usable_tokens * self.config.tool_output_fraction))
@@ -413,6 +426,9 @@ class ReplyExecutor:
 
     @staticmethod
     def _finish(turn: _Turn, message: Message) -> None:
+        """The turn's final reply: it answers the turn's asks (its ``source_ids``) and carries its note."""
+        message = message.model_copy(update={"note": make_note(message.text, message.created_at) or "",
+                                              "source_ids": [m.id for m in turn.incoming if m.flags.addressed]})
         turn.messages.append(message)
         turn.final.append(message)
 
@@ -432,7 +448,7 @@ class ReplyExecutor:
         # Keep people's messages in the history: record them in a turn of their own, which also takes
         # them out of the inbox so the failure does not repeat forever.
         salvage = await self.checkpoints.start_turn(conversation_id, parent_id=turn.expected_head, from_head=False)
-        await self.checkpoints.append(conversation_id, salvage.id, [self._bound_input(m) for m in turn.incoming],
+        await self.checkpoints.append(conversation_id, salvage.id, turn.incoming,
                                       inbox_consumed=len(turn.items))
         try:
             await self.checkpoints.commit(conversation_id, salvage.id, expected_head=turn.expected_head)

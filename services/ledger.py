@@ -1,14 +1,25 @@
-"""The ledger: a host-owned, deterministic record of a thread's asks, decisions, facts and artifacts.
+"""The ledger: the host-owned state a handoff carries from one generation to the next.
 
-It is rebuilt by folding messages into the previous compaction's ledger, so several generations of
-compaction keep what the first one found. Folding is deterministic and idempotent: the same messages
-always give the same ledger, and a message folded twice counts once.
+Generation N is built from generation N-1's ledger plus the messages folded now, so knowledge
+accumulates. Folding is keyed by message id and follows the order of the history, never timestamps
+(a message posted while the bot was thinking has an older Slack ``ts`` than the reply before it).
+What it holds:
+
+* asks: the messages that asked the assistant for an answer (mentions, DMs, messages the router
+  chose), each open, answered (by which reply) or superseded (by which later ask of the same person);
+* decisions stated in the thread, and which later message reversed them;
+* every folded message's note (the candidates of :mod:`services.notebook`) and the word statistics
+  that rarity is measured against;
+* entries the model recorded with ``record_state``, and the previous model-written narrative;
+* participants and how much each said.
+
+Knowledge leaves only through the deterministic, value-based eviction of the view and the caps here.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,13 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from persistence import Message, ToolResultPart
 
 from . import extract as x
+from .notebook import NoteEntry, TermStats
+from .notes import make_note, terms
 
 RECORD_STATE = "record_state"
 ACCEPTED_MARK = "accepted entries: "
+LEDGER_VERSION = 2
+LAST_FOLDED = 2_000
+"""How many recently folded ids a ledger remembers, so folding the same messages again changes nothing."""
 
 
 class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     seq: int
 
 
@@ -30,7 +46,7 @@ class Ask(_Entry):
     id: str
     author: str
     text: str
-    status: Literal["open", "resolved", "superseded"] = "open"
+    status: Literal["open", "answered", "superseded"] = "open"
     closed_by: str | None = None
 
 
@@ -42,49 +58,52 @@ class Decision(_Entry):
     reversed_by: str | None = None
 
 
-class Fact(_Entry):
+class ModelFact(_Entry):
+    """An entry the model recorded with ``record_state``, validated against its evidence message."""
+
     key: str
     evidence_id: str
     evidence_hash: str
     text: str
-    kind: Literal["fact", "constraint", "plan_step", "decision"] = "fact"
-    origin: Literal["thread", "model"] = "thread"
+    kind: Literal["fact", "plan_step", "decision"] = "fact"
 
 
-class ArtifactEntry(_Entry):
-    source_id: str
-    values: list[str]
+class NarrativeEntry(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str
+    source_ids: list[str] = Field(default_factory=list)
 
 
 class Caps(BaseModel):
-    open_asks: int = 40
-    closed_asks: int = 30
-    decisions: int = 40
-    facts: int = 80
-    artifacts: int = 150
+    asks: int = 60
+    decisions: int = 60
+    model_facts: int = 60
 
 
 class Ledger(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    v: int = 1
+    model_config = ConfigDict(extra="ignore")
+    v: int = LEDGER_VERSION
     generation: int = 0
     covered_messages: int = 0
+    first_at: float | None = None
+    last_at: float | None = None
     next_seq: int = 0
-    watermark: float = 0.0
-    watermark_ids: list[str] = Field(default_factory=list)
-    current_ask: Ask | None = None
     asks: list[Ask] = Field(default_factory=list)
     decisions: list[Decision] = Field(default_factory=list)
-    facts: list[Fact] = Field(default_factory=list)
-    artifacts: list[ArtifactEntry] = Field(default_factory=list)
+    model_facts: list[ModelFact] = Field(default_factory=list)
+    notes: list[NoteEntry] = Field(default_factory=list)
+    """Notes the previous handoff carried (after folding: plus the candidates folded now)."""
+    stats: TermStats = Field(default_factory=TermStats)
+    narrative: list[NarrativeEntry] = Field(default_factory=list)
     participants: dict[str, int] = Field(default_factory=dict)
+    answers: dict[str, str] = Field(default_factory=dict)
+    """Replies folded before the ask they answer (the ask was still kept verbatim): ask id → reply id."""
+    last_folded: list[str] = Field(default_factory=list)
+    """Ids the latest generation folded (with the ids every entry cites: what folding again skips)."""
 
     def cited_ids(self) -> list[str]:
-        ids: list[str] = []
-        if self.current_ask:
-            ids.append(self.current_ask.id)
-        ids += [a.id for a in self.asks] + [d.id for d in self.decisions] + [f.evidence_id for f in self.facts]
-        ids += [a.source_id for a in self.artifacts]
+        ids = [a.id for a in self.asks] + [d.id for d in self.decisions] + [f.evidence_id for f in self.model_facts]
+        ids += [n.id for n in self.notes] + [i for e in self.narrative for i in e.source_ids]
         return list(dict.fromkeys(ids))
 
 
@@ -93,96 +112,131 @@ def _short(text: str, limit: int = 280) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def note_of(message: Message) -> str | None:
+    """The message's stored note, or one computed now (messages written before notes existed)."""
+    if message.note is not None:
+        return message.note or None  # "": computed, nothing worth a note
+    return make_note(message.text, message.created_at) if message.text.strip() else None
+
+
+def is_decision(text: str) -> bool:
+    """A statement that something was decided (a question about a decision is not one)."""
+    stripped = text.rstrip()
+    return bool(x.DECISION.search(text)) and not stripped.endswith(("?", "？"))
+
+
 class LedgerBuilder:
-    """Folds messages into a ledger. ``edits`` maps message ids to their current text (None: deleted)."""
+    """Folds messages into a ledger; ``changes`` maps edited message ids to their current text (None: deleted)."""
 
     def __init__(self, ledger: Ledger | None = None, caps: Caps | None = None) -> None:
         self.ledger = (ledger or Ledger()).model_copy(deep=True)
         self.caps = caps or Caps()
+        self._known = {a.id for a in self.ledger.asks} | {d.id for d in self.ledger.decisions}
+        self._known |= {n.id for n in self.ledger.notes} | set(self.ledger.last_folded)
 
     def _seq(self) -> int:
         self.ledger.next_seq += 1
         return self.ledger.next_seq
 
-    def _seen(self, message: Message) -> bool:
-        lg = self.ledger
-        return message.created_at < lg.watermark or (message.created_at == lg.watermark and
-                                                      message.id in lg.watermark_ids)
-
-    def _mark(self, message: Message) -> None:
-        lg = self.ledger
-        if message.created_at > lg.watermark:
-            lg.watermark, lg.watermark_ids = message.created_at, [message.id]
-        elif message.created_at == lg.watermark:
-            lg.watermark_ids.append(message.id)
-
-    def fold(self, messages: Iterable[Message]) -> LedgerBuilder:
-        for message in messages:
-            if message.flags.runtime or message.flags.handoff or self._seen(message):
+    def fold(self, messages: Iterable[Message], changes: Mapping[str, str | None] | None = None) -> LedgerBuilder:
+        """Fold messages in history order; a message already folded (by id) is skipped."""
+        changes = changes or {}
+        self._apply(changes)
+        candidates: list[tuple[Message, str]] = []
+        folded: list[str] = []
+        for m in messages:
+            if m.flags.runtime or m.flags.handoff or m.id in self._known:
                 continue
-            if message.role == "user":
-                self._fold_user(message)
-                self.ledger.covered_messages += 1
-            elif message.role == "tool":
-                self._fold_tool(message)
-            elif message.role == "assistant":
-                self.ledger.covered_messages += 1
-            self._mark(message)
+            self._known.add(m.id)
+            folded.append(m.id)
+            lg = self.ledger
+            if m.role == "tool":
+                self._fold_tool(m)
+                continue
+            if m.role not in ("user", "assistant"):
+                continue
+            lg.covered_messages += 1
+            lg.first_at = m.created_at if lg.first_at is None else min(lg.first_at, m.created_at)
+            lg.last_at = m.created_at if lg.last_at is None else max(lg.last_at, m.created_at)
+            text = m.text if m.id not in changes else changes[m.id] or ""
+            if m.role == "assistant":
+                if not any(isinstance(p, ToolResultPart) for p in m.parts) and text.strip():
+                    self._answer(m)
+            else:
+                self._fold_person(m, text)
+            if m.id in changes and changes[m.id] is None:
+                continue  # deleted: its words never become a note
+            note = make_note(text, m.created_at) if m.id in changes else note_of(m)
+            if note:
+                candidates.append((m, note))
+        fresh = self.ledger.stats.add(terms(m.text if m.id not in changes else changes[m.id] or "")
+                                      for m, _ in candidates)
+        for (m, note), new_words in zip(candidates, fresh, strict=True):
+            self.ledger.notes.append(NoteEntry(
+                id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
+                text=note, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
+                question=m.text.rstrip().endswith(("?", "？"))))
+        self.ledger.stats.bound()
+        if folded:
+            self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]
         return self
 
-    def _fold_user(self, m: Message) -> None:
+    def _apply(self, changes: Mapping[str, str | None]) -> None:
+        """What earlier generations carry follows later edits (current text) and deletions (no text)."""
+        if not changes:
+            return
+        lg = self.ledger
+        for entry in [*lg.asks, *lg.decisions]:
+            if entry.id in changes:
+                entry.text = _short(changes[entry.id] or "")
+        notes = []
+        for n in lg.notes:
+            if n.id not in changes:
+                notes.append(n)
+            elif changes[n.id] is not None:
+                text = make_note(changes[n.id] or "", n.at)
+                if text:
+                    notes.append(n.model_copy(update={"text": text, "edited": True, "tokens": 0}))
+        lg.notes = notes
+
+    def _fold_person(self, m: Message, text: str) -> None:
         lg = self.ledger
         author = m.author or "someone"
-        if m.author:
-            lg.participants[author] = lg.participants.get(author, 0) + 1
-        text = m.text
-        if not text.strip():
+        lg.participants[author] = lg.participants.get(author, 0) + 1
+        if not text.strip() and not m.text.strip():
             return
-        is_ask = x.is_ask(text)
-        known_terms = x.terms(text)
-        values = [a.value for a in x.artifacts(text)]
-        cue = x.SUPERSEDE.search(text)
-        replaces = cue is not None and not x.DECISION.search(text) and (is_ask or cue.group(0).lower() != "instead")
-        if replaces:
-            target = self._latest_open(author, known_terms) or self._latest_open(None, known_terms)
-            if target is not None:
-                target.status, target.closed_by = "superseded", m.id
-        elif x.RESOLVE.search(text) and not is_ask:
-            target = self._best_open(known_terms, set(values))
-            if target is not None:
-                target.status, target.closed_by = "resolved", m.id
-        decided = False
-        if x.DECISION.search(text):
-            decided = True
+        if m.flags.addressed:
+            if x.SUPERSEDE.search(text):
+                earlier = [a for a in lg.asks if a.author == author and a.status != "superseded"]
+                if earlier:
+                    earlier[-1].status, earlier[-1].closed_by = "superseded", m.id
+            ask = Ask(seq=self._seq(), id=m.id, author=author, text=_short(text))
+            reply = lg.answers.pop(m.id, None)
+            if reply is not None:
+                ask.status, ask.closed_by = "answered", reply
+            lg.asks.append(ask)
+        if is_decision(m.text):
             if x.REVERSAL.search(text):
-                old = self._best_decision(known_terms)
+                old = _best_match([d for d in lg.decisions if d.status == "active"], x.terms(text))
                 if old is not None:
                     old.status, old.reversed_by = "reversed", m.id
-            short = _short(text)
-            lg.decisions = [d for d in lg.decisions if not (d.status == "active" and d.text == short)]
-            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=short))
-        if is_ask and not decided:
-            lg.asks.append(Ask(seq=self._seq(), id=m.id, author=author, text=_short(text)))
-        if not decided and not is_ask:
-            count = 0
-            for i, sentence in enumerate(x.sentences(text)):
-                constraint = bool(x.CONSTRAINT.search(sentence))
-                if constraint or any(v in sentence for v in values):
-                    short = _short(sentence, 240)
-                    lg.facts = [f for f in lg.facts if f.text != short]
-                    lg.facts.append(Fact(seq=self._seq(), key=f"{m.id}#{i}", evidence_id=m.id,
-                                         evidence_hash=x.content_hash(text), text=short,
-                                         kind="constraint" if constraint else "fact"))
-                    count += 1
-                    if count == 3:
-                        break
-        if values:
-            fresh = set(values[:8])
-            for entry in lg.artifacts:
-                if fresh & set(entry.values):
-                    entry.values = [v for v in entry.values if v not in fresh]
-            lg.artifacts = [e for e in lg.artifacts if e.values]
-            lg.artifacts.append(ArtifactEntry(seq=self._seq(), source_id=m.id, values=values[:8]))
+            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=_short(text)))
+
+    def _answer(self, reply: Message) -> None:
+        """A reply answers the asks of its turn (its ``source_ids``); one whose ask is not folded yet waits."""
+        lg = self.ledger
+        targets = list(reply.source_ids)
+        if not targets:  # a reply stored without them: the latest open ask before it
+            targets = [a.id for a in lg.asks if a.status == "open"][-1:]
+        by_id = {a.id: a for a in lg.asks}
+        for ask_id in targets:
+            ask = by_id.get(ask_id)
+            if ask is None:
+                lg.answers[ask_id] = reply.id
+            elif ask.status == "open":
+                ask.status, ask.closed_by = "answered", reply.id
+        if len(lg.answers) > LAST_FOLDED:
+            lg.answers = dict(list(lg.answers.items())[-LAST_FOLDED:])
 
     def _fold_tool(self, m: Message) -> None:
         for part in m.parts:
@@ -194,56 +248,27 @@ class LedgerBuilder:
                     continue
                 for i, e in enumerate(entries):
                     kind = e.get("kind", "fact")
-                    self.ledger.facts.append(Fact(seq=self._seq(), key=f"{m.id}#{i}", evidence_id=e["evidence"][0],
-                                                  evidence_hash=e.get("hash", ""), text=_short(e["text"], 240),
-                                                  kind=kind if kind in ("fact", "plan_step", "decision") else "fact",
-                                                  origin="model"))
-
-    def _latest_open(self, author: str | None, words: set[str] | None = None) -> Ask | None:
-        """The open ask this message most likely refers to: by overlap of distinctive words, else the latest."""
-        candidates = [a for a in self.ledger.asks if a.status == "open" and (author is None or a.author == author)]
-        if words:
-            best = _best_match(candidates, lambda a: a.text, words, set())
-            if best is not None:
-                return best
-        return candidates[-1] if candidates else None
-
-    def _best_open(self, words: set[str], values: set[str]) -> Ask | None:
-        return _best_match([a for a in self.ledger.asks if a.status == "open"], lambda a: a.text, words, values)
-
-    def _best_decision(self, words: set[str]) -> Decision | None:
-        return _best_match([d for d in self.ledger.decisions if d.status == "active"], lambda d: d.text, words, set())
-
-    def set_current_ask(self, message: Message | None) -> LedgerBuilder:
-        if message is not None:
-            self.ledger.current_ask = Ask(seq=self._seq(), id=message.id, author=message.author or "someone",
-                                          text=_short(message.text, 600))
-        return self
+                    self.ledger.model_facts.append(ModelFact(
+                        seq=self._seq(), key=f"{m.id}#{i}", evidence_id=e["evidence"][0],
+                        evidence_hash=e.get("hash", ""), text=_short(e["text"], 240),
+                        kind=kind if kind in ("fact", "plan_step", "decision") else "fact"))
 
     def evict(self) -> LedgerBuilder:
-        """Apply the caps: oldest entries leave first, ties broken by key."""
+        """Apply the caps by value: open asks before answered ones before superseded ones; newer first within."""
         lg, caps = self.ledger, self.caps
-        open_asks = [a for a in lg.asks if a.status == "open"]
-        closed = [a for a in lg.asks if a.status != "open"]
-        lg.asks = sorted(_keep(open_asks, caps.open_asks, lambda a: a.id) + _keep(closed, caps.closed_asks,
-                                                                                  lambda a: a.id),
-                         key=lambda a: a.seq)
-        lg.decisions = _keep(lg.decisions, caps.decisions, lambda d: d.id)
-        lg.facts = _keep(lg.facts, caps.facts, lambda f: f.key)
-        lg.artifacts = _keep(lg.artifacts, caps.artifacts, lambda a: a.source_id)
+        rank = {"open": 2, "answered": 1, "superseded": 0}
+        lg.asks = _keep(lg.asks, caps.asks, lambda a: (rank[a.status], a.seq))
+        lg.decisions = _keep(lg.decisions, caps.decisions, lambda d: (d.status == "active", d.seq))
+        lg.model_facts = _keep(lg.model_facts, caps.model_facts, lambda f: (f.seq,))
         return self
 
     def build(self) -> Ledger:
         return self.ledger
 
 
-def _best_match(entries: list, text_of, words: set[str], values: set[str]):  # type: ignore[no-untyped-def]
-    """The entry a message most likely refers to, newest first on ties.
-
-    Shared words are weighted by rarity among the candidates: a word every candidate has ("rollback",
-    "checklist") counts little, a word only one has counts fully. A matching artifact counts most.
-    """
-    term_sets = [x.terms(text_of(e)) for e in entries]
+def _best_match(entries: list[Decision], words: set[str]) -> Decision | None:
+    """The decision a reversal most likely refers to: shared words weighted by rarity, newest on ties."""
+    term_sets = [x.terms(e.text) for e in entries]
     freq: dict[str, int] = {}
     for t in term_sets:
         for w in t & words:
@@ -251,15 +276,30 @@ def _best_match(entries: list, text_of, words: set[str], values: set[str]):  # t
     best, best_score = None, 0.0
     for i in range(len(entries) - 1, -1, -1):
         shared = words & term_sets[i]
-        art = len(values & {a.value for a in x.artifacts(text_of(entries[i]))})
-        score = 3.0 * art + sum(1.0 / freq[w] for w in shared)
-        if (art or len(shared) >= 2) and score >= 1.0 and score > best_score:
+        score = sum(1.0 / freq[w] for w in shared)
+        if len(shared) >= 2 and score >= 1.0 and score > best_score:
             best, best_score = entries[i], score
     return best
 
 
-def _keep(entries: list, cap: int, key) -> list:  # type: ignore[no-untyped-def]
+def _keep(entries: list, cap: int, value) -> list:  # type: ignore[no-untyped-def]
+    """At most ``cap`` entries, the most valuable kept, in their original order."""
     if len(entries) <= cap:
         return entries
-    ranked = sorted(entries, key=lambda e: (e.seq, key(e)))
-    return ranked[len(ranked) - cap:]
+    kept = {id(e) for e in sorted(entries, key=value, reverse=True)[:cap]}
+    return [e for e in entries if id(e) in kept]
+
+
+def load_ledger(raw: Mapping[str, object]) -> Ledger:
+    """A stored ledger; one written by an earlier version (v1) is carried over, its facts becoming notes."""
+    if int(raw.get("v", 1) or 1) >= LEDGER_VERSION:  # type: ignore[call-overload]
+        return Ledger.model_validate(raw)
+    old = dict(raw)
+    asks = [{**a, "status": "answered" if a.get("status") == "resolved" else a.get("status", "open")}
+            for a in old.get("asks", []) or []]  # type: ignore[union-attr]
+    notes = [NoteEntry(id=f["evidence_id"], at=float(old.get("watermark", 0.0) or 0.0), text=f["text"]).model_dump()
+             for f in old.get("facts", []) or [] if f.get("origin", "thread") == "thread"]  # type: ignore[union-attr]
+    return Ledger.model_validate({"generation": old.get("generation", 0), "covered_messages":
+                                  old.get("covered_messages", 0), "next_seq": old.get("next_seq", 0), "asks": asks,
+                                  "decisions": old.get("decisions", []), "notes": notes,
+                                  "participants": old.get("participants", {})})

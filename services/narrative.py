@@ -1,9 +1,14 @@
-"""The narrative layer of a handoff: an LLM summary when a model is configured, else extractive.
+"""The narrative layer of a handoff: written by the summarizer model when one is configured.
 
-The extractive narrative picks the most informative sentences of the messages being compacted away
-(named entities, numbers, dates, artifacts, rare terms, ask and decision cues; no duplicates), each
-with its source message id. Any LLM failure (error, timeout, empty, junk) falls back to it, so a
-compaction never depends on a model call.
+:meth:`Summarizer.handoff_narrative` gives the model the previous handoff's narrative together with the
+messages folded now, so the narrative accumulates across generations, and validates what comes back:
+every cited id must exist in what it was given, every number and identifier must appear there, a reply
+cut off by the output limit is trimmed to whole lines, and lines past the cap are dropped. Any failure
+(error, timeout, nothing usable) keeps the previous narrative unchanged, so a compaction never depends
+on a model call; the notes layer is there either way.
+
+:func:`extractive` (the most informative sentences, each with its source id) serves the baseline
+strategies of the continuity eval and the visible-thread memory.
 """
 
 from __future__ import annotations
@@ -16,12 +21,18 @@ from collections.abc import Sequence
 
 from persistence import Message, TextPart
 
+from .ledger import NarrativeEntry
+
 from . import extract as x
 from .llm import ModelClient, ModelError
-from .prompts import HANDOFF_PROMPT
+from .prompts import HANDOFF_PROMPT, HANDOFF_UPDATE
 from .redact import redact
 from .tokens import Tokenizer
 from .view import Narrative, NarrativeLine
+
+_CHECKED = re.compile(r"https?://[^\s<>|)]+|\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|"
+                      r"\d+(?:[.,:]\d+)*")
+"""Numbers and identifiers: a narrative line may only contain those that appear in its input."""
 
 log = logging.getLogger("threadkeeper.narrative")
 
@@ -96,6 +107,14 @@ def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenize
     return Narrative(tuple(line for _, _, line in chosen), "extractive")
 
 
+def _trim(text: str, cut: bool) -> str:
+    """A reply cut off by the output limit loses its last, unfinished line."""
+    if not cut:
+        return text
+    lines = text.rstrip("\n").split("\n")
+    return "\n".join(lines[:-1]) if len(lines) > 1 else ""
+
+
 class Summarizer:
     """Writes the narrative: one LLM call (chunked when needed) or the extractive fallback."""
 
@@ -116,6 +135,91 @@ class Summarizer:
             log.warning("summarizer failed, using the extractive narrative: %s", exc)
             return extractive(messages, cap_tokens, self.tokenizer, avoid=avoid)
         return narrative
+
+    async def handoff_narrative(self, previous: Sequence[NarrativeEntry], messages: Sequence[Message],
+                                cap_tokens: int) -> tuple[Narrative, list[NarrativeEntry]]:
+        """The narrative of the previous narrative plus ``messages``, validated, and the entries to carry.
+
+        Without a model, or when the model fails, the previous narrative is carried unchanged.
+        """
+        kept = list(previous)
+        if self.model is None:
+            return Narrative((), "notes"), kept
+        if cap_tokens < 32:
+            return Narrative((), "notes", "no room for a narrative"), kept
+        lines = self._transcript(messages)
+        if not lines and not previous:
+            return Narrative((), "notes"), kept
+        earlier = "\n".join(f"- [{','.join(e.source_ids)}] {e.text}" if e.source_ids else f"- {e.text}"
+                            for e in previous)
+        valid_ids = {m.id for m in messages} | {i for e in previous for i in e.source_ids}
+        source_text = earlier + "\n" + "\n".join(lines)
+        try:
+            text, cut = await self._update(earlier, lines, cap_tokens)
+        except (ModelError, ValueError) as exc:
+            log.warning("summarizer failed; the previous narrative is carried unchanged: %s", exc)
+            return Narrative((), "notes-fallback", f"summarizer failed: {exc}"[:300]), kept
+        narrative, rejected = self._checked(text, valid_ids, source_text, cap_tokens, cut)
+        if not narrative:
+            return Narrative((), "notes-fallback", f"summarizer returned no usable lines ({rejected} rejected)"), kept
+        entries = [NarrativeEntry(text=ln.text, source_ids=list(ln.source_ids)) for ln in narrative]
+        cited = {i for e in entries for i in e.source_ids}
+        dropped = sum(1 for e in previous if e.source_ids and not set(e.source_ids) & cited)
+        detail = ", ".join(part for part in (f"{rejected} lines rejected" if rejected else "",
+                                             "output cut at the limit; trimmed to whole lines" if cut else "",
+                                             f"{dropped} earlier lines not carried" if dropped else "") if part)
+        strategy = "llm-partial" if rejected or cut else "llm"
+        return Narrative(tuple(narrative), strategy, detail), entries
+
+    async def _update(self, earlier: str, lines: list[str], cap_tokens: int) -> tuple[str, bool]:
+        """One call when the input fits the summarizer's window, else one per chunk, each carrying the result."""
+        chunk_budget = max(512, int(self.window_tokens * 0.5) - cap_tokens)
+        chunks: list[list[str]] = [[]]
+        used = self.tokenizer.count(earlier)
+        for line in lines:
+            cost = self.tokenizer.count(line) + 1
+            if used + cost > chunk_budget and chunks[-1]:
+                chunks.append([])
+                used = self.tokenizer.count(earlier)
+            chunks[-1].append(line)
+            used += cost
+        cut = False
+        for chunk in chunks:
+            body = HANDOFF_UPDATE.format(earlier=earlier or "(none yet)", messages="\n".join(chunk) or "(none)")
+            reply = await self.model.complete(  # type: ignore[union-attr]
+                [{"role": "system", "content": HANDOFF_PROMPT}, {"role": "user", "content": body}],
+                max_output_tokens=self._output_limit(cap_tokens), timeout_seconds=self.timeout_seconds)
+            cut = reply.finish_reason == "length"
+            earlier = _trim(reply.text, cut)
+        return earlier, cut
+
+    def _output_limit(self, cap_tokens: int) -> int:
+        """Room for the narrative and some slack, never more than a quarter of the summarizer's window."""
+        return max(64, min(cap_tokens + 64, self.window_tokens // 4))
+
+    def _checked(self, text: str, valid_ids: set[str], source: str, cap_tokens: int,
+                 cut: bool) -> tuple[list[NarrativeLine], int]:
+        """Lines that cite only real ids and state only numbers and identifiers found in ``source``."""
+        known = set(_CHECKED.findall(source))
+        out: list[NarrativeLine] = []
+        rejected = 0
+        used = 0
+        for raw in text.splitlines():
+            match = _LINE.match(raw)
+            if not match or not match.group(2).strip():
+                continue
+            ids = tuple(i.strip() for i in (match.group(1) or "").split(",") if i.strip())
+            body = match.group(2).strip()
+            if any(i not in valid_ids for i in ids) or any(v not in known for v in _CHECKED.findall(body)):
+                rejected += 1
+                continue
+            line = NarrativeLine(redact(body[:400]), ids)
+            cost = self.tokenizer.count(line.text) + 4
+            if used + cost > cap_tokens:
+                break
+            used += cost
+            out.append(line)
+        return out, rejected
 
     def _transcript(self, messages: Sequence[Message]) -> list[str]:
         lines = []

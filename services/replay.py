@@ -30,6 +30,18 @@ class ReplayMessage(BaseModel):
     """This entry is an edit of the message with this id (its ``text`` is the new text)."""
     deletes: str | None = None
     """This entry deletes the message with this id."""
+    reply: bool = True
+    """Whether the message asks the bot for an answer (a mention or a DM); ``false``: people talking among
+    themselves, recorded without a model call."""
+
+    @property
+    def created_at(self) -> float | None:
+        """The message's time from its ``ts`` (Slack's seconds since the epoch), when it is one."""
+        try:
+            value = float(self.ts) if self.ts else None
+        except ValueError:
+            return None
+        return value if value is not None and 0 < value < 1e11 else None
 
 
 class ReplayThread(BaseModel):
@@ -122,7 +134,8 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
                                                                   target_id=message.deletes, reply_expected=False))
         else:
             await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
-                                  pinned=message.pinned)
+                                  pinned=message.pinned, reply_expected=message.reply,
+                                  created_at=message.created_at)
         if index % turn_every == 0 or index == total:
             for result in await pipeline.run(conversation_id):
                 turns += 1

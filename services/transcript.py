@@ -1,7 +1,7 @@
 """Visible-thread memory: every message seen in a thread, including ones the bot did not answer, kept bounded.
 
 Recent lines are kept verbatim up to a budget; when they outgrow it, the oldest half folds into a
-summary record (open and resolved-or-replaced asks, facts, a few extractive lines). Records of the
+summary record (the notes of the segment that brought the most new words). Records of the
 same level merge into one of the next level when there are too many, so the record count and size
 never grow without bound. Thresholds are fractions of the fast model's window.
 """
@@ -14,8 +14,7 @@ from pydantic import BaseModel, Field
 
 from persistence import Message, NotesStore, TextPart
 
-from .ledger import Ask, Ledger, LedgerBuilder
-from .narrative import extractive
+from .ledger import LedgerBuilder
 from .tokens import Tokenizer
 
 FIELD = "transcript"
@@ -26,10 +25,8 @@ class SummaryRecord(BaseModel):
     first_id: str
     last_id: str
     messages: int
-    open_asks: list[Ask] = Field(default_factory=list)
-    closed_asks: list[str] = Field(default_factory=list)
     facts: list[str] = Field(default_factory=list)
-    lines: list[str] = Field(default_factory=list)
+    """The segment's notes, ``[id] author: note``."""
 
 
 class Transcript(BaseModel):
@@ -42,7 +39,7 @@ class TranscriptMemory:
     """Bounded per-thread transcript kept in the conversation's notes (only the lease holder writes it)."""
 
     def __init__(self, notes: NotesStore, tokenizer: Tokenizer, *, fast_window_tokens: int,
-                 recent_fraction: float = 0.15, max_records: int = 8, record_items: int = 12) -> None:
+                 recent_fraction: float = 0.15, max_records: int = 8, record_items: int = 8) -> None:
         self.notes = notes
         self.tokenizer = tokenizer
         self.recent_budget = max(200, int(fast_window_tokens * recent_fraction))
@@ -84,31 +81,20 @@ class TranscriptMemory:
             t.summaries.insert(same[0], merged)
 
     def _summarize(self, t: Transcript, lines: list[str], ids: list[str]) -> SummaryRecord:
-        """Fold a segment; asks still open in earlier records can be resolved or replaced by it."""
+        """Fold a segment into a record of the notes that brought the most new words."""
         messages = [_line_message(line, mid) for line, mid in zip(lines, ids, strict=True)]
-        prior = [a for r in t.summaries for a in r.open_asks]
-        ledger = LedgerBuilder(Ledger(asks=prior, next_seq=max((a.seq for a in prior), default=0))).fold(messages)
-        ledger = ledger.evict().build()
-        closed_now = {a.id for a in ledger.asks if a.status != "open"}
-        for record in t.summaries:
-            record.open_asks = [a for a in record.open_asks if a.id not in closed_now]
-        prior_ids = {a.id for a in prior}
-        story = extractive(messages, 120, self.tokenizer)
+        ledger = LedgerBuilder().fold(messages).build()
         cap = self.record_items
+        notes = sorted(ledger.notes, key=lambda n: (-len(n.fresh), n.id))[:cap]
         return SummaryRecord(
             first_id=ids[0], last_id=ids[-1], messages=len(ids),
-            open_asks=[a for a in ledger.asks if a.status == "open" and a.id not in prior_ids][-cap:],
-            closed_asks=[f"[{a.status} by {a.closed_by}; {a.id}] {a.author}: {a.text}" for a in ledger.asks
-                         if a.status != "open"][-cap:],
-            facts=[f"[{f.evidence_id}] {f.text}" for f in ledger.facts][-cap:],
-            lines=[f"[{','.join(line.source_ids)}] {line.text}" for line in story.lines][:cap])
+            facts=[f"[{n.id}] {n.author}: {n.text}" for n in sorted(notes, key=lambda n: ids.index(n.id))])
 
     def _merge(self, a: SummaryRecord, b: SummaryRecord) -> SummaryRecord:
         cap = self.record_items
         return SummaryRecord(level=max(a.level, b.level) + 1, first_id=a.first_id, last_id=b.last_id,
-                             messages=a.messages + b.messages, open_asks=(a.open_asks + b.open_asks)[-cap:],
-                             closed_asks=(a.closed_asks + b.closed_asks)[-cap:], facts=(a.facts + b.facts)[-cap:],
-                             lines=(a.lines + b.lines)[-cap:])
+                             messages=a.messages + b.messages, facts=(a.facts + b.facts)[-cap:],
+)
 
 
 def _line_message(line: str, mid: str) -> Message:

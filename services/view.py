@@ -1,18 +1,24 @@
-"""The view: a pure function that renders ledger + narrative into the handoff message text.
+"""The view: a pure function that renders a ledger (and a narrative) into the handoff message text.
 
-Byte-for-byte stable for the same inputs: fixed section order, fixed formats, and deterministic
-eviction under the token cap (lowest-priority section first, oldest line first, ties by key).
-Every line derived from a message carries that message's id.
+Byte-for-byte stable for the same inputs. Section budgets adapt to what there is: the asks, the
+decisions, the suspect marks and the narrative each get at most a share of the cap and only what they
+use; everything left goes to the notes, which are chosen by value (:mod:`services.notebook`). Within
+a section, the least valuable lines leave first. Every line derived from a message cites its id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
-from .ledger import Ledger
+from . import notebook
+from .ledger import Ledger, NarrativeEntry
+from .notebook import NoteEntry
 
 HEADER = "[Threadkeeper handoff"
+SHARES = {"asks": 0.20, "decisions": 0.15, "suspect": 0.10, "narrative": 0.35, "facts": 0.10}
+"""The most each structured section may take of the cap; what they leave goes to the notes."""
 
 
 @dataclass(frozen=True)
@@ -24,22 +30,24 @@ class NarrativeLine:
 @dataclass(frozen=True)
 class Narrative:
     lines: tuple[NarrativeLine, ...] = ()
-    strategy: str = "extractive"
+    strategy: str = "notes"
+    detail: str = ""
+    """Why the narrative is what it is (a fallback's reason, lines rejected)."""
 
 
 @dataclass
 class _Line:
     text: str
     ids: tuple[str, ...]
-    order: tuple[int, str]
+    value: tuple[float, ...]
+    """Higher is kept longer; ties keep the line that comes first."""
     tokens: int = 0
 
 
 @dataclass
 class _Section:
+    name: str
     title: str
-    evict_rank: int
-    """Lower ranks are evicted first; the current ask (rank 99) is never evicted."""
     lines: list[_Line] = field(default_factory=list)
 
 
@@ -48,103 +56,130 @@ class RenderedHandoff:
     text: str
     source_ids: list[str]
     evicted_lines: int
+    notes: list[NoteEntry]
+    """The notes the handoff carries (the next generation starts from them)."""
 
 
-def _sections(ledger: Ledger, narrative: Narrative, suspects: Mapping[str, str]) -> list[_Section]:
-    current = _Section("", 99)
-    if ledger.current_ask:
-        a = ledger.current_ask
-        current.lines.append(_Line(f"Current ask [{a.id}] {a.author}: {a.text}", (a.id,), (a.seq, a.id)))
-    open_asks = _Section("Open asks:", 6)
-    closed = _Section("Resolved or superseded asks (closed: do not act on them):", 2)
+def _stamp(at: float | None) -> str:
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d") if at else "?"
+
+
+def _structured(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str]) -> list[_Section]:
+    asks = _Section("asks", "Asks to the assistant:")
+    suspect = _Section("suspect", "Suspect (edited or deleted after it was written; confirm before relying on it):")
+    rank = {"open": 2.0, "answered": 1.0, "superseded": 0.0}
     for a in ledger.asks:
-        if a.status == "open":
-            open_asks.lines.append(_Line(f"- [ask {a.id}] {a.author}: {a.text}", (a.id,), (a.seq, a.id)))
-        else:
-            closed.lines.append(_Line(f"- [{a.status} by {a.closed_by}; ask {a.id}] {a.author}: {a.text}",
-                                      (a.id, a.closed_by or a.id), (a.seq, a.id)))
-    decisions = _Section("Decisions:", 5)
-    suspect = _Section("Suspect (the message this came from was edited or deleted; confirm before relying on it):", 7)
+        if a.id in suspects:
+            text = f" {a.text}" if a.text else ""
+            suspect.lines.append(_Line(f"- SUSPECT [ask {a.id}] {a.author}:{text} ({suspects[a.id]})", (a.id,),
+                                       (1.0, a.seq)))
+            continue
+        status = {"open": "open", "answered": f"answered by [{a.closed_by}]",
+                  "superseded": f"superseded by [{a.closed_by}]"}[a.status]
+        ids = (a.id,) if not a.closed_by else (a.id, a.closed_by)
+        asks.lines.append(_Line(f"- [ask {a.id}] {a.author}, {status}: {a.text}", ids, (rank[a.status], a.seq)))
+    decisions = _Section("decisions", "Decisions:")
     for d in ledger.decisions:
         if d.id in suspects:
-            suspect.lines.append(_Line(f"- SUSPECT [decision {d.id}] {d.author}: {d.text} ({suspects[d.id]})",
-                                       (d.id,), (d.seq, d.id)))
+            text = f" {d.text}" if d.text else ""
+            suspect.lines.append(_Line(f"- SUSPECT [decision {d.id}] {d.author}:{text} ({suspects[d.id]})", (d.id,),
+                                       (2.0, d.seq)))
         elif d.status == "reversed":
-            decisions.lines.append(_Line(f"- [reversed by {d.reversed_by}; decision {d.id}] {d.author}: {d.text}",
-                                         (d.id, d.reversed_by or d.id), (d.seq, d.id)))
+            decisions.lines.append(_Line(f"- [decision {d.id}] {d.author}, reversed by [{d.reversed_by}]: {d.text}",
+                                         (d.id, d.reversed_by or d.id), (0.0, d.seq)))
         else:
-            decisions.lines.append(_Line(f"- [decision {d.id}] {d.author}: {d.text}", (d.id,), (d.seq, d.id)))
-    facts = _Section("Facts and constraints:", 4)
-    for f in ledger.facts:
-        label = f"{f.kind} {f.evidence_id}" + (" by model" if f.origin == "model" else "")
+            decisions.lines.append(_Line(f"- [decision {d.id}] {d.author}: {d.text}", (d.id,), (1.0, d.seq)))
+    facts = _Section("facts", "Recorded by the assistant (with evidence):")
+    for f in ledger.model_facts:
         if f.evidence_id in suspects:
-            suspect.lines.append(_Line(f"- SUSPECT [{label}] {f.text} ({suspects[f.evidence_id]})",
-                                       (f.evidence_id,), (f.seq, f.key)))
-        else:
-            facts.lines.append(_Line(f"- [{label} #{f.evidence_hash}] {f.text}", (f.evidence_id,), (f.seq, f.key)))
-    artifacts = _Section("Artifacts:", 3)
-    said = "\n".join(line.text for sec in (current, open_asks, closed, decisions, suspect, facts) for line in sec.lines)
-    for art in ledger.artifacts:
-        values = [v for v in art.values if v not in said]
-        if not values:
             continue
-        art = art.model_copy(update={"values": values})
-        artifacts.lines.append(_Line(f"- [{art.source_id}] {', '.join(art.values)}", (art.source_id,),
-                                     (art.seq, art.source_id)))
-    people = _Section("", 1)
+        facts.lines.append(_Line(f"- [{f.kind} {f.evidence_id}] {f.text}", (f.evidence_id,), (0.0, f.seq)))
+    story = _Section("narrative", "Narrative (model-written):")
+    for i, entry in enumerate(narrative):
+        ids = ",".join(entry.source_ids)
+        story.lines.append(_Line(f"- [{ids}] {entry.text}" if ids else f"- {entry.text}", tuple(entry.source_ids),
+                                 (-float(i),)))
+    return [asks, decisions, suspect, facts, story]
+
+
+def _fit(section: _Section, budget: int, count: Callable[[str], int]) -> tuple[int, int]:
+    """Drop the section's least valuable lines until it fits ``budget``; returns (tokens used, lines dropped)."""
+    if not section.lines:
+        return 0, 0
+    for line in section.lines:
+        line.tokens = count(line.text) + 1
+    title = count(section.title) + 1
+    used = title + sum(line.tokens for line in section.lines)
+    dropped = 0
+    for line in sorted(section.lines, key=lambda ln: ln.value):
+        if used <= budget:
+            break
+        section.lines.remove(line)
+        used -= line.tokens
+        dropped += 1
+    if not section.lines:
+        return 0, dropped
+    return used, dropped
+
+
+def _render_notes(notes: Sequence[NoteEntry]) -> list[str]:
+    """Notes by day; within a day one line per author (in order of their first note that day), each note
+    ``[id] text``; an edited message's note stands on a line of its own, marked SUSPECT."""
+    out: list[str] = []
+    by_day: dict[str, list[NoteEntry]] = {}
+    for n in notes:
+        by_day.setdefault(notebook.day(n.at), []).append(n)
+    for d, entries in by_day.items():
+        out.append(d)
+        runs: dict[str, list[str]] = {}
+        for n in entries:
+            if n.edited:
+                out.append(notebook.note_line(n.id, n.author, n.text, edited=True))
+            else:
+                runs.setdefault(n.author, []).append(f"[{n.id}] {n.text}")
+        out.extend(f"- {author}: " + "; ".join(parts) for author, parts in runs.items())
+    return out
+
+
+def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str], *,
+                   cap_tokens: int, count: Callable[[str], int], now: float) -> RenderedHandoff:
+    """Render within ``cap_tokens`` (as counted by ``count``); ``ledger.notes`` are the candidate notes."""
+    span = f" from {_stamp(ledger.first_at)} to {_stamp(ledger.last_at)}" if ledger.first_at else ""
+    head = (f"{HEADER} · generation {ledger.generation} · covers {ledger.covered_messages:,} earlier messages{span}] "
+            "This stands in for the earlier part of the thread; [ids] are message ids.")
+    used = count(head) + 1
+    people = ""
     if ledger.participants:
         ranked = sorted(ledger.participants.items(), key=lambda kv: (-kv[1], kv[0]))
-        people.lines.append(_Line("Participants: " + ", ".join(f"{n} ({c})" for n, c in ranked[:30]), (), (0, "")))
-    story = _Section(f"Narrative ({narrative.strategy}):", 0)
-    for i, line in enumerate(narrative.lines):
-        ids = ",".join(line.source_ids)
-        story.lines.append(_Line(f"- [{ids}] {line.text}" if ids else f"- {line.text}", line.source_ids, (i, ids)))
-    return [current, open_asks, closed, decisions, suspect, facts, artifacts, people, story]
-
-
-def render_handoff(ledger: Ledger, narrative: Narrative, suspects: Mapping[str, str], *, cap_tokens: int,
-                   count: Callable[[str], int]) -> RenderedHandoff:
-    """Render within ``cap_tokens`` (as counted by ``count``), evicting deterministically."""
-    head = (f"{HEADER} · generation {ledger.generation} · covers {ledger.covered_messages:,} earlier messages] "
-            "This stands in for the earlier part of the thread.")
-    sections = _sections(ledger, narrative, suspects)
-    for section in sections:
-        for line in section.lines:
-            line.tokens = count(line.text) + 1
-    fixed = count(head) + sum(count(s.title) + 1 for s in sections if s.title and s.lines)
-    total = fixed + sum(line.tokens for s in sections for line in s.lines)
+        people = "Participants: " + ", ".join(f"{n} ({c})" for n, c in ranked[:30])
+        used += count(people) + 1
+    sections = _structured(ledger, narrative, suspects)
     evicted = 0
-    for section in sorted((s for s in sections if s.evict_rank < 99), key=lambda s: s.evict_rank):
-        if total <= cap_tokens:
-            break
-        ordered = sorted(section.lines, key=lambda line: line.order)
-        drop = 0
-        while total > cap_tokens and drop < len(ordered):
-            total -= ordered[drop].tokens
-            drop += 1
-        if drop:
-            gone = {id(line) for line in ordered[:drop]}
-            section.lines = [line for line in section.lines if id(line) not in gone]
-            evicted += drop
-            if not section.lines and section.title:
-                total -= count(section.title) + 1
+    for section in sections:
+        spent, dropped = _fit(section, int(cap_tokens * SHARES[section.name]), count)
+        used += spent
+        evicted += dropped
+    title = "Notes (the most informative things said, by day; compressed):"
+    notes_cap = max(0, cap_tokens - used - count(title) - 1)
+    deleted = {i for i, why in suspects.items() if "deleted" in why}
+    candidates = [n for n in ledger.notes if n.id not in deleted]
+    chosen = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap, now=now, count=count)
+    notes = list(chosen.notes)
+    note_lines = _render_notes(notes)
+    evicted += chosen.evicted
     out = [head]
     ids: list[str] = []
     for section in sections:
-        if not section.lines:
-            continue
-        if section.title:
+        if section.lines:
             out.append(section.title)
-        for line in section.lines:
-            out.append(line.text)
-            ids.extend(line.ids)
-    text = "\n".join(out)
-    if total > cap_tokens:  # only the current ask is left and it alone is too long
-        text = _cut(text, cap_tokens, count)
-    return RenderedHandoff(text=text, source_ids=list(dict.fromkeys(i for i in ids if i)), evicted_lines=evicted)
-
-
-def _cut(text: str, cap_tokens: int, count: Callable[[str], int]) -> str:
-    tokens = max(1, count(text))
-    keep = max(40, int(len(text) * cap_tokens / tokens) - 60)
-    return text[:keep] + f"\n[… {len(text) - keep:,} characters cut to fit the handoff cap …]"
+            for line in section.lines:
+                out.append(line.text)
+                ids.extend(line.ids)
+    if note_lines:
+        out.append(title)
+        out.extend(note_lines)
+        ids.extend(n.id for n in notes)
+    if people:
+        out.append(people)
+    return RenderedHandoff(text="\n".join(out), source_ids=list(dict.fromkeys(i for i in ids if i)),
+                           evicted_lines=evicted, notes=notes)

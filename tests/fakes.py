@@ -29,6 +29,8 @@ class Step:
     started: asyncio.Event | None = None
     usage: tuple[int, int] | None = None
     """(prompt tokens, completion tokens); default: rough counts."""
+    finish_reason: str | None = None
+    """What the provider says ended the output (default: ``stop``, or ``tool_calls`` with tool calls)."""
 
 
 class ScriptedModel(CustomLLM):
@@ -60,7 +62,8 @@ class ScriptedModel(CustomLLM):
                                      for i, (n, a) in enumerate(step.tool_calls)]
         prompt, completion = step.usage or (sum(len(str(m.get("content") or "")) for m in messages) // 4, 5)
         return ModelResponse(model=model, choices=[{"index": 0, "message": message,
-                                                    "finish_reason": "tool_calls" if step.tool_calls else "stop"}],
+                                                    "finish_reason": step.finish_reason or
+                                                    ("tool_calls" if step.tool_calls else "stop")}],
                              usage={"prompt_tokens": prompt, "completion_tokens": completion,
                                     "total_tokens": prompt + completion})
 

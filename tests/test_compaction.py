@@ -10,13 +10,41 @@ import pytest
 from persistence import CheckpointKind, CheckpointStatus, InboxItem, InvalidTransitionError, Notes
 from services import Tokenizer
 from services.compactor import suspects
-from services.ledger import Ask, ArtifactEntry, Decision, Fact, Ledger, LedgerBuilder
+from services.ledger import Ask, Decision, Ledger, LedgerBuilder, NarrativeEntry, load_ledger
 from services.narrative import extractive
+from services.notebook import NoteEntry, TermStats
+from services.notes import terms
 from services.redact import redact
-from services.view import Narrative, NarrativeLine, render_handoff
+from services.view import render_handoff
 
 from factories import msg
 from fakes import Step, pipeline, scripted
+from services._litellm import register_provider
+from litellm import CustomLLM, ModelResponse
+
+
+class EchoSummarizer(CustomLLM):
+    """A summarizer that invents nothing: it repeats the earlier narrative and keeps the first new message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.inputs: list[str] = []
+
+    async def acompletion(self, model: str, messages: list, *args, **kwargs) -> ModelResponse:  # type: ignore[override]
+        self.calls += 1
+        body = messages[-1]["content"]
+        self.inputs.append(body)
+        earlier, new = body.split("\n\nNew messages:\n")
+        lines = [ln for ln in earlier.splitlines()[1:] if ln.startswith("- [")]
+        first = new.splitlines()[0] if new.strip() else ""
+        if first.startswith("[") and "Ticket" in first:
+            ident, rest = first[1:].split("] ", 1)
+            lines.append(f"- [{ident}] {rest.split(': ', 1)[1]}")
+        text = "\n".join(lines) or "- nothing to report"
+        return ModelResponse(model=model, choices=[{"index": 0, "message": {"role": "assistant", "content": text},
+                                                    "finish_reason": "stop"}],
+                             usage={"prompt_tokens": len(body) // 4, "completion_tokens": 20, "total_tokens": 0})
 
 CONV = "slack:T1:C9:1700000000.000300"
 GOLDEN = Path(__file__).parent / "golden"
@@ -104,35 +132,50 @@ async def test_replacement_keeps_recent_people_and_drops_runtime_tools_and_repli
     assert sum(m.tokens for m in compacted) <= p.budget.target_tokens
 
 
-async def test_superseded_and_resolved_asks_are_not_presented_as_open(model, prefix, client) -> None:
+async def test_asks_are_what_people_asked_the_bot_with_status(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=4096)
-    await chat(p, ["Can you draft the Q3 migration plan for the billing database?",
-                   "Scratch that, instead can you draft the rollback plan for billing?",
-                   "Could someone rotate the staging certificates for api-gateway?",
-                   "Done, rotated the staging certificates for api-gateway."] + filler(70), author="alice")
+    await p.submit(CONV, "Can you draft the Q3 migration plan for the billing database?", author="alice",
+                   id="1700.000000")
+    await p.run(CONV)
+    await p.submit(CONV, "Does anyone know what type of guitar Dave plays? Been playing long?", author="bob",
+                   id="1700.000001", reply_expected=False)
+    await p.submit(CONV, "nvm, found my headphones", author="bob", id="1700.000002", reply_expected=False)
+    await p.submit(CONV, "Scratch that, instead can you draft the rollback plan for billing?", author="alice",
+                   id="1700.000003")
+    await p.submit(CONV, "Could you rotate the staging certificates for api-gateway?", author="carol",
+                   id="1700.000004")
+    await p.run(CONV)
+    model.push(Step(error=RuntimeError("provider down")))
+    await p.submit(CONV, "Can you list the open incidents for payments?", author="dan", id="1700.000005")
+    await p.run(CONV)
+    for i, text in enumerate(filler(70, 6), start=6):
+        await p.submit(CONV, text, author=["erin", "farid"][i % 2], id=f"1700.{i:06d}", reply_expected=False)
+        await p.run(CONV)
     handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
-    open_part = handoff.split("Open asks:")[1].split("\n\n")[0] if "Open asks:" in handoff else ""
-    open_lines = [line for line in open_part.splitlines() if line.startswith("- [ask")]
-    assert any("rollback plan" in line for line in open_lines)
-    assert not any("migration plan" in line or "certificates" in line for line in open_lines)
-    assert "[superseded by 1700.000001; ask 1700.000000]" in handoff
-    assert "[resolved by 1700.000003; ask 1700.000002]" in handoff
+    asks = handoff.split("Asks to the assistant:")[1].split("\nDecisions:")[0].split("\nNotes")[0]
+    assert "- [ask 1700.000000] alice, superseded by [1700.000003]: Can you draft the Q3 migration plan" in asks
+    assert "- [ask 1700.000003] alice, answered by [" in asks
+    assert "- [ask 1700.000005] dan, open: Can you list the open incidents for payments?" in asks
+    assert "1700.000001" not in asks, "people's questions to each other are not asks of the bot"
+    assert "1700.000004] carol, superseded" not in asks, "only the asker's own follow-up supersedes an ask"
 
 
-async def test_edited_and_deleted_evidence_makes_facts_suspect(model, prefix, client) -> None:
+async def test_edited_and_deleted_messages_are_marked_and_never_presented_as_current(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=4096)
-    await chat(p, ["The payments API timeout is 30 s in prod.", "We must keep p99 latency under 250 ms."])
+    await chat(p, ["The payments API timeout is 30 s in prod.", "We decided to keep p99 latency under 250 ms.",
+                   "The staging database password rotation happens every 90 days at 04:00 UTC."])
     edited = p.executor.make_message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del", target_id="1700.000001"))
-    await chat(p, filler(70, 2))
+    await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del2", target_id="1700.000002"))
+    await chat(p, filler(70, 3))
     handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
-    suspect = handoff.split("Suspect")[1]
-    assert "SUSPECT [fact 1700.000000]" in suspect and "edited" in suspect
-    assert "SUSPECT [constraint 1700.000001]" in suspect and "deleted" in suspect
-    facts = handoff.split("Facts and constraints:")[1].split("Suspect")[0] if "Facts and constraints:" in handoff else ""
-    assert "[fact 1700.000000 #" not in facts and "[constraint 1700.000001 #" not in facts
-    assert "45 s in prod" in handoff, "the edited text is carried as a fact of its own"
+    lines = handoff.splitlines()
+    edited_line = next(line for line in lines if "1700.000000" in line)
+    assert edited_line.startswith("- SUSPECT [1700.000000] alice (edited") and "45" in edited_line
+    assert "30 s" not in handoff, "the text before the edit is never presented"
+    assert "SUSPECT [decision 1700.000001] alice: (its message was deleted)" in handoff
+    assert "250 ms" not in handoff and "04:00" not in handoff, "a deleted message's words never reach a handoff"
 
 
 async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix, client) -> None:
@@ -154,37 +197,60 @@ async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix
     assert "rejected entry 1" in tool_result_sent
     await chat(p, filler(70, 1))
     handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
-    assert "[decision 1700.000000 by model" in handoff and "Ship the canary to 5% of EU traffic" in handoff
+    recorded = handoff.split("Recorded by the assistant (with evidence):")[1]
+    assert "- [decision 1700.000000] Ship the canary to 5% of EU traffic" in recorded
     assert "French" not in handoff and "poem" not in handoff
 
 
-async def test_summarizer_failure_falls_back_to_extractive(model, prefix, client) -> None:
+async def test_summarizer_failure_keeps_notes_and_says_why(model, prefix, client) -> None:
     summarizer = scripted("scripted-fast")
     summarizer.default = Step(error=RuntimeError("provider down"))
     p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
                                                                    "ai_fast_model_context_window_tokens": 4096})
-    await chat(p, ["Ticket OPS-77 tracks the outage."] + filler(70))
-    root = await p.checkpoints.get(CONV, (await p.checkpoints.load_history(CONV)).chain[0])
-    assert root.meta.info["strategy"] == "extractive"
+    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service since 09:40."] + filler(70))
+    history = await p.checkpoints.load_history(CONV)
+    root = await p.checkpoints.get(CONV, history.chain[0])
+    assert root.meta.info["strategy"] == "notes-fallback"
     assert summarizer.requests, "the summarizer was asked first"
-    assert "Narrative (extractive):" in (await p.checkpoints.load_history(CONV)).messages[0].text
+    assert "Narrative" not in history.messages[0].text and "OPS-77" in history.messages[0].text
 
 
-async def test_llm_narrative_is_validated_and_cites_real_ids(model, prefix, client) -> None:
+async def test_llm_narrative_rejects_invented_ids_and_numbers_and_trims_cut_output(model, prefix, client) -> None:
     summarizer = scripted("scripted-fast")
     summarizer.default = Step(text="- [1700.000000] Ticket OPS-77 tracks the outage.\n- [bogus-id] invented line\n"
-                              "preamble that is not a bullet\n- [1700.000001] token xoxb-123456789012-abcdefghijkl leaked")
+                              "preamble that is not a bullet\n- [1700.000000] The outage cost 9,999 dollars.\n"
+                              "- [1700.000001] token xoxb-123456789012-abcdefghijkl leaked\n- [1700.000000] The out",
+                              finish_reason="length")
     p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
                                                                    "ai_fast_model_context_window_tokens": 4096})
-    await chat(p, ["Ticket OPS-77 tracks the outage.", "token noted"] + filler(70, 2))
+    await chat(p, ["Ticket OPS-77 tracks the outage.", "token xoxb-123456789012-abcdefghijkl noted"] + filler(70, 2))
     history = await p.checkpoints.load_history(CONV)
     root = await p.checkpoints.get(CONV, history.chain[0])
     handoff = history.messages[0].text
-    assert root.meta.info["strategy"] == "llm"
-    assert "Narrative (llm):" in handoff and "- [1700.000000] Ticket OPS-77 tracks the outage." in handoff
-    assert "- invented line" in handoff and "bogus-id" not in handoff
+    assert root.meta.info["strategy"] == "llm-partial"
+    narrative = handoff.split("Narrative (model-written):")[1].split("\nNotes")[0]
+    assert "- [1700.000000] Ticket OPS-77 tracks the outage." in narrative
+    assert "invented line" not in narrative and "9,999" not in narrative, "invented ids and numbers are rejected"
+    assert "- [1700.000000] The out" not in narrative, "a line cut off by the output limit is dropped"
     assert "xoxb-" not in handoff and "[REDACTED SLACK TOKEN]" in handoff
+    request = summarizer.requests[0]["messages"][1]["content"]
+    assert request.startswith("Earlier narrative:\n(none yet)")
 
+
+async def test_previous_narrative_reaches_the_next_summarizer_and_survives(model, prefix, client) -> None:
+    """An echo summarizer keeps exactly what it is given: what the first narrative held is still there later."""
+    echo = EchoSummarizer()
+    register_provider("echo-fast", echo)
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "echo-fast/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096})
+    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service."] + filler(150, 1))
+    history = await p.checkpoints.load_history(CONV)
+    root = await p.checkpoints.get(CONV, history.chain[0])
+    assert root.meta.info["generation"] >= 3 and echo.calls >= 3
+    narrative = history.messages[0].text.split("Narrative (model-written):")[1]
+    assert "- [1700.000000] Ticket OPS-77 tracks the outage of the ledger service." in narrative
+    assert "[1700.000000] Ticket OPS-77" in echo.inputs[-1].split("New messages:")[0], \
+        "the last summarizer call received the first generation's line as the earlier narrative"
 
 async def test_identifiers_survive_several_generations(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=4096)
@@ -206,15 +272,18 @@ async def test_loop_breaker_and_oversized_single_input(model, prefix, client) ->
     assert again.new_checkpoint_id is None and again.notes and again.line().startswith("Nothing to compact")
     assert (await p.checkpoints.load_history(CONV)).checkpoint.id == result.new_checkpoint_id
     compactor = p.executor.compactor
-    huge = p.executor.make_message("x " * 20_000, author="alice")
-    assert not compactor.should_compact(history, [huge], p.budget), "nothing new to fold: no loop"
+    small = p.executor.make_message("one more thing", author="alice")
+    assert not compactor.should_compact(history, [small] * 40, p.budget), "nothing new to fold: no loop"
     before = len(await p.checkpoints.lineage(CONV))
     await p.submit(CONV, "word " * 20_000, author="alice", id="huge.1")
     results = await p.run(CONV)
-    assert results[0].status == "completed"
+    assert results[0].status == "completed" and results[0].compaction is not None, \
+        "an input that needs room gets it from a tighter handoff"
     stored = next(m for m in (await p.checkpoints.load_history(CONV)).messages if m.id == "huge.1")
     assert "cut" in stored.text and stored.tokens <= p.budget.usable_tokens
-    assert len(await p.checkpoints.lineage(CONV)) == before + 1
+    assert len(await p.checkpoints.lineage(CONV)) == before + 2
+    tighter = await p.checkpoints.load_history(CONV, results[0].compaction.new_checkpoint_id)
+    assert not compactor.should_compact(tighter, [stored], p.budget), "compacted once for it, never again"
 
 
 async def test_pinned_messages_are_kept_verbatim_through_compaction(model, prefix, client) -> None:
@@ -248,50 +317,83 @@ async def test_compact_command_refuses_a_turn_awaiting_resume(model, prefix, cli
         await p.compact(CONV)
 
 
+DAY = 1_700_006_400.0  # 2023-11-15 00:00 UTC
+
+
+def note(ident: str, author: str, at: float, text: str, **extra: object) -> NoteEntry:
+    return NoteEntry(id=ident, author=author, at=at, text=text, fresh=sorted(terms(text)), **extra)
+
+
 def golden_ledger() -> Ledger:
+    notes = [note("1700006500.000100", "bob", DAY + 100, "INC-2041 caused expired certificate api-gateway"),
+             note("1700006600.000100", "alice", DAY + 200, "p99 latency budget 250 ms checkout"),
+             note("1700006700.000100", "bob", DAY + 300, "build 812 staging since 2023-11-14"),
+             note("1700093000.000100", "carol", DAY + 86_600, "Grafana board https://grafana.example.com/d/x1"),
+             note("1700093100.000100", "carol", DAY + 86_700, "lunch good", question=False),
+             note("1700093200.000100", "dan", DAY + 86_800, "rate limit search 450 req/s", edited=True)]
+    stats = TermStats()
+    stats.add(terms(n.text) for n in notes)
+    stats.add([frozenset({"lunch", "good"})] * 5)
     return Ledger(
-        generation=2, covered_messages=120, next_seq=9,
-        current_ask=Ask(seq=9, id="1700000120.000100", author="alice", text="Can you post the final rollout plan?"),
-        asks=[Ask(seq=1, id="1700000001.000100", author="bob", text="Can someone check INC-2041?"),
-              Ask(seq=2, id="1700000002.000100", author="carol", text="Could you draft the Q3 plan?",
-                  status="superseded", closed_by="1700000003.000100")],
-        decisions=[Decision(seq=3, id="1700000004.000100", author="alice", text="We decided to go with Postgres 16."),
-                   Decision(seq=4, id="1700000005.000100", author="bob", text="Going with MySQL.", status="reversed",
-                            reversed_by="1700000006.000100")],
-        facts=[Fact(seq=5, key="1700000007.000100#0", evidence_id="1700000007.000100", evidence_hash="abcdef012345",
-                    text="The p99 latency budget is 250 ms.", kind="constraint"),
-               Fact(seq=6, key="1700000008.000100#0", evidence_id="1700000008.000100", evidence_hash="0123456789ab",
-                    text="Build 812 is on staging.")],
-        artifacts=[ArtifactEntry(seq=7, source_id="1700000009.000100",
-                                 values=["INC-2041", "https://status.example.com/i/2041"])],
-        participants={"alice": 40, "bob": 50, "carol": 30})
+        generation=2, covered_messages=120, next_seq=9, first_at=DAY + 100, last_at=DAY + 86_800,
+        asks=[Ask(seq=1, id="1700006400.000100", author="bob", text="Can you check INC-2041?"),
+              Ask(seq=2, id="1700006450.000100", author="carol", text="Could you draft the Q3 plan?",
+                  status="superseded", closed_by="1700006460.000100"),
+              Ask(seq=5, id="1700006470.000100", author="carol", text="Could you draft the rollback plan?",
+                  status="answered", closed_by="1700006480.000100")],
+        decisions=[Decision(seq=3, id="1700006490.000100", author="alice", text="We decided to go with Postgres 16."),
+                   Decision(seq=4, id="1700006495.000100", author="bob", text="Going with MySQL.", status="reversed",
+                            reversed_by="1700006499.000100")],
+        notes=notes, stats=stats, participants={"alice": 40, "bob": 50, "carol": 30, "dan": 2})
 
 
 def test_view_is_byte_for_byte_stable_golden() -> None:
     tokenizer = Tokenizer("gpt-4o")
-    narrative = Narrative((NarrativeLine("bob: INC-2041 was caused by an expired certificate.", ("1700000010.000100",)),),
-                          "extractive")
-    rendered = render_handoff(golden_ledger(), narrative, {"1700000008.000100": "its message was deleted"},
-                              cap_tokens=2000, count=tokenizer.count)
+    narrative = [NarrativeEntry(text="INC-2041 was caused by an expired certificate.",
+                                source_ids=["1700006500.000100"])]
+    gone = {"1700006700.000100": "its message was deleted"}
+    rendered = render_handoff(golden_ledger(), narrative, gone, cap_tokens=2000, count=tokenizer.count,
+                              now=DAY + 90_000)
     assert rendered.text == (GOLDEN / "handoff_full.txt").read_text()
-    again = render_handoff(golden_ledger(), narrative, {"1700000008.000100": "its message was deleted"},
-                           cap_tokens=2000, count=tokenizer.count)
+    assert "build 812" not in rendered.text, "a deleted message's note is never rendered"
+    again = render_handoff(golden_ledger(), narrative, gone, cap_tokens=2000, count=tokenizer.count, now=DAY + 90_000)
     assert again == rendered
-    small = render_handoff(golden_ledger(), narrative, {}, cap_tokens=150, count=tokenizer.count)
+    small = render_handoff(golden_ledger(), narrative, {}, cap_tokens=230, count=tokenizer.count, now=DAY + 90_000)
     assert small.text == (GOLDEN / "handoff_capped.txt").read_text()
-    assert small.evicted_lines > 0 and tokenizer.count(small.text) <= 150
+    assert small.evicted_lines > 0 and tokenizer.count(small.text) <= 230
+    kept = {n.id for n in small.notes}
+    assert "1700093100.000100" not in kept, "the note with the least information leaves first"
+    assert "1700006500.000100" in kept, "the oldest note stays when it is worth more than newer ones"
 
 
-def test_ledger_folding_is_deterministic_and_idempotent() -> None:
-    messages = [msg("Can you check ABC-9 today?", id="a1", author="bob"),
-                msg("We decided to go with blue-green deploys.", id="a2", author="alice"),
-                msg("The cache TTL must be at most 300 s.", id="a3", author="carol")]
+def test_ledger_folding_is_keyed_by_id_not_time_and_idempotent() -> None:
+    messages = [msg("Can you check ABC-9 today?", id="a1", author="bob", addressed=True),
+                msg("Have we decided where to go for dinner?", id="a2", author="erin"),
+                msg("The cache TTL must be at most 300 s.", id="a3", author="carol"),
+                msg("ok", id="a4", author="alice", role="assistant")]
+    late = msg("We decided to go with blue-green deploys.", id="a5", author="alice")
+    late = late.model_copy(update={"created_at": messages[0].created_at - 30})  # posted while the bot was thinking
     one = LedgerBuilder().fold(messages).build()
-    two = LedgerBuilder(one).fold(messages).build()
-    assert one == two
+    two = LedgerBuilder(one).fold([*messages, late]).build()
+    assert LedgerBuilder(two).fold([*messages, late]).build() == two
     assert LedgerBuilder().fold(messages).build() == one
-    assert [a.id for a in one.asks] == ["a1"] and [d.id for d in one.decisions] == ["a2"]
-    assert one.facts[0].kind == "constraint" and one.participants == {"bob": 1, "alice": 1, "carol": 1}
+    assert [(a.id, a.status, a.closed_by) for a in one.asks] == [("a1", "answered", "a4")]
+    assert one.decisions == [] and [d.id for d in two.decisions] == ["a5"], "an older ts still folds by id"
+    assert {n.id for n in two.notes} == {"a1", "a2", "a3", "a5"} and two.stats.docs == 4
+    assert one.participants == {"bob": 1, "erin": 1, "carol": 1}
+
+
+def test_stored_ledger_of_the_previous_format_is_carried_over() -> None:
+    old = {"v": 1, "generation": 4, "covered_messages": 300, "next_seq": 7, "watermark": DAY,
+           "asks": [{"seq": 1, "id": "q1", "author": "bob", "text": "Can you check ABC-9?", "status": "resolved",
+                     "closed_by": "q2"}],
+           "decisions": [{"seq": 2, "id": "d1", "author": "alice", "text": "We decided to use Kafka."}],
+           "facts": [{"seq": 3, "key": "f1#0", "evidence_id": "f1", "evidence_hash": "x", "text": "Build 812 is live",
+                      "kind": "fact", "origin": "thread"}],
+           "artifacts": [{"seq": 4, "source_id": "f1", "values": ["812"]}], "participants": {"bob": 3}}
+    ledger = load_ledger(old)
+    assert ledger.generation == 4 and ledger.asks[0].status == "answered"
+    assert [n.text for n in ledger.notes] == ["Build 812 is live"] and ledger.decisions[0].id == "d1"
 
 
 def test_extractive_narrative_is_bounded_deduplicated_and_cited() -> None:

@@ -21,16 +21,78 @@ def test_generator_is_deterministic_and_probes_cite_real_messages() -> None:
     assert generate_thread(4, messages=400).as_dict() != one.as_dict()
 
 
+def _ids(n: int) -> list[str]:
+    return [f"17000000{i:02d}.{i:06d}" for i in range(1, n + 1)]
+
+
 def test_graders_distinguish_kept_lost_and_stale() -> None:
-    probes = [{"id": "a", "kind": "identifier", "answer": "OPS-1", "evidence": ["m1"]},
-              {"id": "b", "kind": "resolved_ask", "answer": "no", "evidence": ["m2", "m3"]},
-              {"id": "c", "kind": "suspect", "answer": "limit is 5 req/s.", "evidence": ["m4"]}]
-    originals = {"m1": "see OPS-1", "m2": "can you do X?", "m3": "Done: X", "m4": "limit is 5 req/s."}
-    lost = grade(probes, ["- [ask m2] bob: can you do X?", "dan: limit is 5 req/s."], originals)
-    assert [(r.kept, r.error) for r in lost] == [(False, False), (False, True), (False, True)]
-    kept = grade(probes, ["see OPS-1\n- [resolved by m3; ask m2] bob: can you do X?\n- SUSPECT [fact m4] limit is "
-                          "5 req/s. (edited)"], originals)
-    assert [(r.kept, r.error) for r in kept] == [(True, False), (True, False), (True, False)]
+    m = _ids(13)
+    originals = {m[0]: "Filed OPS-1234 for the billing timeouts.", m[1]: "@threadkeeper can you draft the runbook?",
+                 m[2]: "@threadkeeper can you draft the rollback checklist?",
+                 m[3]: "@threadkeeper scratch that, instead the capacity plan",
+                 m[4]: "@threadkeeper summarize OPS-1234?",
+                 m[5]: "Done: summary posted.", m[6]: "We decided to go with Kafka for billing.",
+                 m[7]: "Reversing the decision on billing: we go with NATS instead of Kafka.",
+                 m[8]: "The public rate limit for search is 450 req/s.",
+                 m[9]: "The public rate limit for checkout is 300 req/s.",
+                 m[10]: "Reminder: billing changes must not ship on Fridays.", m[11]: "@threadkeeper plan the offsite?",
+                 m[12]: "We decided to go with Terraform for ledger."}
+    probes = [{"id": "ident", "kind": "identifier", "answer": "OPS-1234", "evidence": [m[0]]},
+              {"id": "open", "kind": "open_ask", "answer": "runbook", "evidence": [m[1]]},
+              {"id": "gone", "kind": "open_ask", "answer": "rollback checklist", "evidence": [m[2]]},
+              {"id": "superseded", "kind": "superseded_ask", "answer": "no", "evidence": [m[2], m[3]]},
+              {"id": "answered", "kind": "open_ask", "answer": "summary", "evidence": [m[4]]},
+              {"id": "resolved", "kind": "resolved_ask", "answer": "no", "evidence": [m[4], m[5]]},
+              {"id": "decision", "kind": "decision", "answer": "go with Kafka for billing", "evidence": [m[6]]},
+              {"id": "reversed", "kind": "reversed_decision", "answer": "go with Kafka", "evidence": [m[6], m[7]]},
+              {"id": "edited", "kind": "suspect", "answer": originals[m[8]], "evidence": [m[8]], "change": "edited"},
+              {"id": "deleted", "kind": "suspect", "answer": originals[m[9]], "evidence": [m[9]], "change": "deleted"},
+              {"id": "constraint", "kind": "constraint", "answer": originals[m[10]], "evidence": [m[10]]},
+              {"id": "current", "kind": "open_ask", "answer": "offsite", "evidence": [m[11]]},
+              {"id": "decision2", "kind": "decision", "answer": "go with Terraform for ledger", "evidence": [m[12]]}]
+    header = ("[Threadkeeper handoff · generation 2 · covers 40 earlier messages from 2023-11-14 to 2023-11-15] "
+              "This stands in for the earlier part of the thread; [ids] are message ids.")
+    kept = "\n".join([
+        header,
+        f"Current ask [{m[11]}] erin: plan the offsite?",
+        "Asks to the assistant:",
+        f"- [ask {m[1]}] alice, open: draft the runbook",
+        f"- [ask {m[2]}] bob, superseded by [{m[3]}]: draft the rollback checklist",
+        f"- [ask {m[4]}] carol, answered by [{m[5]}]: summarize OPS-1234",
+        "Decisions:",
+        f"- [decision {m[6]}] alice, reversed by [{m[7]}]: We decided to go with Kafka for billing.",
+        "Suspect (edited or deleted after it was written; confirm before relying on it):",
+        f"- SUSPECT [{m[8]}] dan (edited after it was written; current text): The public rate limit for search "
+        "is 225 req/s.",
+        "Notes (the most informative things said, by day):",
+        "2023-11-14",
+        f"- alice: [{m[0]}] filed OPS-1234 billing timeouts; [{m[6]},{m[7]}] decided go Kafka billing",
+        f"- carol: [{m[10]}] billing changes must not ship Fridays; [{m[12]}] decided go Terraform ledger",
+    ])
+    graded = {r.id: (r.kept, r.error) for r in grade(probes, [kept], originals)}
+    assert graded == {k: (k != "gone", False) for k in graded}, graded  # a superseded ask is not kept open
+
+    stale = "\n".join([
+        header,
+        f"- [ask {m[2]}] bob, open: draft the rollback checklist",     # superseded, shown as open
+        f"- [ask {m[4]}] carol, open: summarize the incident",         # resolved, shown as open
+        f"- [decision {m[6]}] alice: We decided to go with Kafka for billing.",  # reversed, shown as active
+        f"- dan: [{m[8]}] public rate limit search 450 req/s",         # edited: old value, not marked
+        f"- dan: [{m[9]}] public rate limit checkout 300 req/s",       # deleted, still presented
+        f"- carol: [{m[10]}0] billing Fridays; [{m[12]}] go ledger; Terraform chosen",  # id prefix only
+        f"- bob: [{m[1]}] go NATS payments; [{m[0]}] Kafka billing timeouts",  # no ask line, no OPS key
+    ])
+    graded = {r.id: (r.kept, r.error) for r in grade(probes, [stale], originals)}
+    assert graded == {"ident": (False, False), "open": (False, False), "gone": (True, False),
+                      "superseded": (False, True), "answered": (True, False), "resolved": (False, True),
+                      "decision": (True, False), "reversed": (False, True), "edited": (False, True),
+                      "deleted": (False, True), "constraint": (False, False), "current": (False, False),
+                      "decision2": (False, False)}, graded
+
+    # the old ask verbatim is kept open; a superseded one is not, even when its message is there verbatim
+    verbatim = grade(probes[1:3], [originals[m[1]], originals[m[2]] + f"\n- [ask {m[2]}] bob, superseded by "
+                                   f"[{m[3]}]: x"], originals)
+    assert [r.kept for r in verbatim] == [True, False]
 
 
 async def test_threadkeeper_beats_recency_and_keeps_identifiers_at_16k() -> None:

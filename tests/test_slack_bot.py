@@ -186,7 +186,8 @@ async def test_edit_and_delete_make_facts_suspect_and_pins_survive_compaction(mo
         assert any(r.kind is CheckpointKind.COMPACTION for r in rows)
         history = await h.pipeline.checkpoints.load_history(cid)
         handoff = history.messages[0].text
-        assert f"SUSPECT [fact {root}]" in handoff and "edited" in handoff
+        assert f"SUSPECT [ask {root}] U1: The API timeout is 45 s in prod. (its message was edited" in handoff
+        assert "30 s" not in handoff
         pinned = [m for m in history.messages if m.id == "1700000300.000200"]
         assert pinned and pinned[0].flags.pinned and "wiki.example.com/rb" in pinned[0].text
         assert h.replies()[-1]["text"] == "Here is what I found.", "the bot still answers after compaction"

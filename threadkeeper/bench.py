@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
 from services import measure
+from services.notes import make_note
 from services._litellm import litellm, register_provider
 
 from .root import build_pipeline, build_stores
@@ -56,9 +57,22 @@ def _text(n: int, i: int) -> str:
 
 
 def _msg(i: int, role: str = "user", chars: int = 400) -> Message:
+    """A stored message as a committed turn writes it: token count and note computed once."""
     text = _text(chars, i)
+    at = 1_700_000_000.0 + i
     return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
-                   parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4)
+                   parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4,
+                   created_at=at, note=make_note(text, at) or "")
+
+
+def _note_cost_us(count: int = 2_000) -> float:
+    """Microseconds to compute one message's note (what a commit adds per message), cache cold."""
+    texts = [_text(300, 10_000_000 + i) for i in range(count)]
+    make_note.cache_clear()
+    started = time.perf_counter()
+    for i, text in enumerate(texts):
+        make_note(text, 1_700_000_000.0 + i)
+    return round((time.perf_counter() - started) / count * 1e6, 1)
 
 
 async def _fill(store: CheckpointStore, cid: str, messages: int, *, per_turn: int = 2, chars: int = 400) -> str:
@@ -178,6 +192,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
                 out[f"langgraph_bytes_per_turn_{n}"] = lg
                 out[f"write_ratio_vs_langgraph_{n}"] = round(out[f"write_bytes_per_turn_{n}"] / lg, 4)
 
+        out["note_us_per_message"] = _note_cost_us(500 if quick else 2_000)
         small = build_pipeline(local, stores, context_window=32_000)
         for label, tokens in (("50k", 50_000), ("200k", 200_000)):
             progress(f"compaction of {label} tokens")
@@ -241,5 +256,5 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
 REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "raw_load_ms_p50", "preturn_over_raw",
                                                               "write_bytes_per_turn", "langgraph_bytes_per_turn",
                                                               "write_ratio_vs_langgraph")] + [
-    "compaction_ms_p50_50k", "compaction_ms_p50_200k", "turns_per_second", "concurrent_1000_wall_s",
+    "compaction_ms_p50_50k", "compaction_ms_p50_200k", "note_us_per_message", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000"]

@@ -179,17 +179,25 @@ def _csv_ints(value: str) -> list[int]:
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
-    from evals import load_cases, plot, run_matrix, summarize
+    from evals import (BENCHMARK_WINDOWS, DEFAULT_WINDOWS, load_benchmark, load_cases, plot, run_matrix,
+                       skipped_text, summarize)
     from services import ModelClient
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if args.model:
         settings = settings.model_copy(update={"ai_model": args.model})
-    cases = load_cases(args.dataset, threads=args.threads, seed=args.seed, messages=args.messages)
+    generated = args.benchmark == "generated"
+    if generated and args.path:
+        raise SettingsError("--path needs --benchmark realtalk or beam (generated threads use --dataset)")
+    if not generated and args.dataset:
+        raise SettingsError(f"--dataset is for generated threads; with --benchmark {args.benchmark} use --path")
+    benchmark = None if generated else load_benchmark(args.benchmark, args.path, limit=args.limit)
+    cases = benchmark.cases if benchmark else load_cases(args.dataset, threads=args.threads, seed=args.seed,
+                                                         messages=args.messages)[:args.limit]
+    if args.windows is None:
+        args.windows = list(DEFAULT_WINDOWS if generated else BENCHMARK_WINDOWS)
     judge = ModelClient(args.judge_model, timeout_seconds=settings.ai_timeout_seconds) if args.judge_model else None
     if judge and args.model is None:
         raise SettingsError("--judge-model needs --model: the offline model cannot answer the probes' questions")
@@ -211,19 +219,20 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         if client is not None:
             await client.aclose()
         rows = summarize(results)
-        kinds = sorted({k for r in rows for k in r["retention"] if k != "overall"})
-        table = Table(title=f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes")
-        for col in ["strategy", "window", "overall", *kinds, "superckpt err", "ctx tokens", "compactions"]:
-            table.add_column(col, justify="left" if col == "strategy" else "right")
-        for r in rows:
-            ret = r["retention"]
-            table.add_row(r["strategy"], f"{r['window']:,}", f"{ret['overall']:.0%}",
-                          *[f"{ret[k]:.0%}" if k in ret else "-" for k in kinds], str(r["supercheckpoint_errors"]),
-                          f"{r['context_tokens']:,}", f"{r['compactions']:g}")
-        Console(width=220).print(table)
+        if benchmark is not None:
+            _benchmark_table(rows, f"continuity on {args.benchmark}: {len(cases)} chats, "
+                                   f"{benchmark.questions} questions")
+            print(skipped_text(benchmark.skipped))
+        else:
+            _probe_table(rows, f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes")
         report = {"results": rows, "threads": [c.name for c in cases], "strategies": strategies,
                   "windows": args.windows, "turn_every": args.turn_every, "model": settings.ai_model,
-                  "seed": args.seed, "messages_per_thread": args.messages if not args.dataset else None}
+                  "benchmark": args.benchmark}
+        if benchmark is not None:
+            report.update({"path": str(args.path), "questions": benchmark.questions,
+                           "questions_skipped": dict(benchmark.skipped)})
+        else:
+            report.update({"seed": args.seed, "messages_per_thread": args.messages if not args.dataset else None})
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump(report, fh, indent=2)
@@ -232,6 +241,43 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
     return asyncio.run(work())
+
+
+def _probe_table(rows: list[dict[str, Any]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    kinds = sorted({k for r in rows for k in r["retention"] if k != "overall"})
+    table = Table(title=title)
+    for col in ["strategy", "window", "overall", *kinds, "superckpt err", "ctx tokens", "compactions"]:
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for r in rows:
+        ret = r["retention"]
+        table.add_row(r["strategy"], f"{r['window']:,}", f"{ret['overall']:.0%}",
+                      *[f"{ret[k]:.0%}" if k in ret else "-" for k in kinds], str(r["supercheckpoint_errors"]),
+                      f"{r['context_tokens']:,}", f"{r['compactions']:g}")
+    Console(width=220).print(table)
+
+
+def _benchmark_table(rows: list[dict[str, Any]], title: str) -> None:
+    """Evidence kept and answer recall per strategy and window, against keep-newest at the same spend."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    table = Table(title=title)
+    for col in ("strategy", "window", "evidence kept", "keep-newest (same spend)", "ratio", "answer recall",
+                "ctx tokens", "compactions", "questions"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for r in rows:
+        newest = r["keep_newest"]
+        table.add_row(r["strategy"], f"{r['window']:,}", pct(r["evidence_retention"]["overall"]),
+                      pct(newest["evidence_retention"]), "-" if r["ratio"] is None else f"{r['ratio']:.2f}",
+                      f"{pct(r['answer_recall'])} (newest {pct(newest['answer_recall'])})",
+                      f"{r['context_tokens']:,}", f"{r['compactions']:g}", f"{r['questions']:,}")
+    Console(width=220).print(table)
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
@@ -343,9 +389,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evals of long-thread continuity")
     ev = p.add_subparsers(dest="suite", required=True)
     c = ev.add_parser("continuity", help="how much of a long thread survives compaction, by strategy and window")
+    c.add_argument("--benchmark", choices=("generated", "realtalk", "beam"), default="generated",
+                   help="generated threads with planted probes (default), or a public benchmark read from --path: "
+                        "realtalk (any LoCoMo-format JSON) or beam")
+    c.add_argument("--path", help="the benchmark's files: a LoCoMo-format JSON file or folder of them (realtalk); "
+                                  "a BEAM chat folder or a folder of them, e.g. 100K (beam)")
+    c.add_argument("--limit", type=_positive, help="evaluate only the first N chats or threads")
     c.add_argument("--dataset", help="a JSON file: replay input plus probes (or a list of them)")
     c.add_argument("--strategies", default="recency,accumulating-summaries,user-messages+summary,threadkeeper")
-    c.add_argument("--windows", type=_csv_ints, default=[4000, 8000, 16000])
+    c.add_argument("--windows", type=_csv_ints, default=None,
+                   help="comma-separated context windows (default 4000,8000,16000; benchmarks add 32000)")
     c.add_argument("--threads", type=_positive, default=5, help="generated threads (default 5)")
     c.add_argument("--messages", type=_positive, default=1500, help="messages per generated thread (default 1500)")
     c.add_argument("--seed", type=int, default=1)

@@ -1,0 +1,186 @@
+"""The notebook: which notes a handoff carries, chosen by the information they add per token.
+
+Every folded message is a candidate note (see :mod:`services.notes`); so is every note the previous
+handoff carried. Candidates are ranked by the information they add per token: the rarity of their
+words in the thread so far (BM25's inverse document frequency over every message ever folded, carried
+from one handoff to the next), discounted for words that notes already chosen cover (novelty), and for
+age (a half-life in days). Selection is greedy and deterministic (ties by time, then id), so the same
+inputs always give the same notes; a note that is not chosen is evicted, which is the only way
+knowledge leaves the handoff.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import extract as x
+from .notes import terms
+
+HALF_LIFE_DAYS = 120.0
+"""A note's value halves over this many days of thread time (old knowledge yields to new only slowly)."""
+ECHO_WEIGHT = 0.35
+"""What a word counts for in a message that repeats it after someone else brought it up."""
+QUESTION_WEIGHT = 0.5
+"""A message that only asks counts for this much."""
+COVERED_WEIGHT = 0.3
+"""What a word already covered by a chosen note still counts for."""
+REPLY_WEIGHT = 0.5
+"""Replies of the assistant count for less than what people said: they mostly restate it."""
+CONSTRAINT_WEIGHT = 1.3
+"""Sentences stating a constraint (must, never, deadline, at most…) count for more."""
+MAX_TERMS = 8_000
+"""Term statistics carried between handoffs keep at most this many words (the most frequent)."""
+DAY_HEADING_TOKENS = 6
+
+
+class NoteEntry(BaseModel):
+    """One note a handoff carries: what message ``id`` said, compressed."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    id: str
+    author: str = ""
+    at: float
+    text: str
+    tokens: int = 0
+    """Tokens it adds to a line of its author's notes (:func:`note_cost`); 0: not counted yet."""
+    reply: bool = False
+    """Written by the assistant."""
+    edited: bool = False
+    """Its message was edited after it was written; the note shows the current text."""
+    fresh: list[str] = Field(default_factory=list)
+    """Its words that no earlier folded message used: what this message brought to the thread."""
+    question: bool = False
+    """The message only asks; the information is in the answers."""
+
+
+class TermStats(BaseModel):
+    """How many folded messages use each word: what rarity is measured against."""
+
+    model_config = ConfigDict(extra="ignore")
+    docs: int = 0
+    df: dict[str, int] = Field(default_factory=dict)
+
+    def add(self, term_sets: Iterable[frozenset[str]]) -> list[list[str]]:
+        """Count each set as one more message; returns, per set, its words no earlier message used."""
+        fresh: list[list[str]] = []
+        for t in term_sets:
+            self.docs += 1
+            fresh.append(sorted(w for w in t if w not in self.df))
+            for w in t:
+                self.df[w] = self.df.get(w, 0) + 1
+        return fresh
+
+    def bound(self, limit: int = MAX_TERMS) -> None:
+        if len(self.df) > limit:
+            kept = sorted(self.df.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+            self.df = dict(sorted(kept))
+
+    def idf(self, term: str) -> float:
+        df = self.df.get(term, 0)
+        return math.log(1.0 + (self.docs - df + 0.5) / (df + 0.5))
+
+
+def note_line(message_id: str, author: str, text: str, *, edited: bool = False) -> str:
+    """A note on a line of its own (an edited message's note always is)."""
+    mark = " (edited after it was written; current text)" if edited else ""
+    return f"- {'SUSPECT ' if edited else ''}[{message_id}] {author or 'someone'}{mark}: {text}"
+
+
+def note_cost(entry: NoteEntry, count: Callable[[str], int]) -> int:
+    """What a note adds to its author's line of the day: ``; [id] text``."""
+    if entry.edited:
+        return count(note_line(entry.id, entry.author, entry.text, edited=True)) + 1
+    return count(f"; [{entry.id}] {entry.text}")
+
+
+def author_cost(author: str, count: Callable[[str], int]) -> int:
+    """What starting an author's line of the day costs: ``- author: `` and the line break."""
+    return count(f"- {author}:") + 1
+
+
+def day(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+@dataclass
+class _Candidate:
+    entry: NoteEntry
+    terms: frozenset[str]
+    weight: float
+    fresh: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Selection:
+    notes: list[NoteEntry]
+    """Chosen notes, in thread order."""
+    evicted: int
+    tokens: int
+
+
+def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int, now: float,
+           count: Callable[[str], int]) -> Selection:
+    """The notes worth most within ``cap_tokens`` (day headings included), by lazy greedy selection."""
+    pool: list[_Candidate] = []
+    for entry in candidates:
+        if entry.tokens <= 0:
+            entry = entry.model_copy(update={"tokens": note_cost(entry, count)})
+        weight = REPLY_WEIGHT if entry.reply else 1.0
+        if entry.question:
+            weight *= QUESTION_WEIGHT
+        if x.CONSTRAINT.search(entry.text):
+            weight *= CONSTRAINT_WEIGHT
+        age_days = max(0.0, (now - entry.at) / 86_400)
+        weight *= 0.5 ** (age_days / HALF_LIFE_DAYS)
+        pool.append(_Candidate(entry, terms(entry.text), weight, frozenset(entry.fresh)))
+    idf: dict[str, float] = {}
+    for c in pool:
+        for t in c.terms | c.fresh:
+            if t not in idf:
+                idf[t] = stats.idf(t)
+    covered: set[str] = set()
+    days: set[str] = set()
+    lines: set[tuple[str, str]] = set()
+    authors = {c.entry.author: author_cost(c.entry.author, count) for c in pool}
+
+    def cost(c: _Candidate) -> int:
+        d = day(c.entry.at)
+        extra = 0 if d in days else DAY_HEADING_TOKENS
+        if not c.entry.edited and (d, c.entry.author) not in lines:
+            extra += authors[c.entry.author]
+        return c.entry.tokens + extra
+
+    def value(c: _Candidate) -> float:
+        gain = sum(idf[t] * (COVERED_WEIGHT if t in covered else 1.0) * (1.0 if t in c.fresh else ECHO_WEIGHT)
+                   for t in c.terms | c.fresh)
+        return gain * c.weight / cost(c)
+
+    heap = [(-value(c), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)]
+    heapq.heapify(heap)
+    chosen: list[NoteEntry] = []
+    used = 0
+    while heap and used < cap_tokens:
+        neg, at, ident, i = heapq.heappop(heap)
+        c = pool[i]
+        current = value(c)
+        if heap and current < -heap[0][0] - 1e-12:
+            heapq.heappush(heap, (-current, at, ident, i))
+            continue
+        if current <= 0 or (c.terms and len(c.terms - covered) == 0):
+            continue
+        spend = cost(c)
+        if used + spend > cap_tokens:
+            continue
+        chosen.append(c.entry)
+        used += spend
+        covered |= c.terms
+        days.add(day(c.entry.at))
+        lines.add((day(c.entry.at), c.entry.author))
+    chosen.sort(key=lambda e: (e.at, e.id))
+    return Selection(chosen, len(pool) - len(chosen), used)

@@ -1,0 +1,265 @@
+"""Notes: what each message said, as its most informative sentences, compressed.
+
+A note is computed once, when the message's turn commits, and stored with the message. It keeps a
+message's most informative sentences with filler and function words dropped, while names, numbers,
+identifiers, URLs, paths, quantities and dates stay verbatim, and relative dates ("yesterday", "next
+Friday", "3 days ago") are resolved against the message's own time. Function words come from the
+stopword lists of the message's language (detected from those same lists), so the rule is not
+English-only; text in scripts without spaces (Japanese, Chinese, Korean) is kept as written.
+
+:func:`terms` gives the words a note is ranked by (see :mod:`services.notebook`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta, timezone
+from functools import lru_cache
+
+from bm25s import stopwords as _sw
+
+from . import extract as x
+
+NOTE_MAX_TOKENS_APPROX = 12
+"""A note keeps at most about this many words' worth of a long message (its best sentences)."""
+
+_LANGUAGES: dict[str, frozenset[str]] = {
+    "en": frozenset(_sw.STOPWORDS_EN_PLUS), "de": frozenset(_sw.STOPWORDS_GERMAN),
+    "es": frozenset(_sw.STOPWORDS_SPANISH), "fr": frozenset(_sw.STOPWORDS_FRENCH),
+    "it": frozenset(_sw.STOPWORDS_ITALIAN), "pt": frozenset(_sw.STOPWORDS_PORTUGUESE),
+    "nl": frozenset(_sw.STOPWORDS_DUTCH), "sv": frozenset(_sw.STOPWORDS_SWEDISH),
+    "da": frozenset(_sw.STOPWORDS_DANISH), "no": frozenset(_sw.STOPWORDS_NORWEGIAN),
+    "ru": frozenset(_sw.STOPWORDS_RUSSIAN), "tr": frozenset(_sw.STOPWORDS_TURKISH),
+}
+_KEEP = frozenset("""no not nor never none nothing nobody without against before after until during more most
+    few only again once than don't didn't doesn't isn't aren't wasn't weren't won't wouldn't can't cannot couldn't
+    shouldn't mustn't hasn't haven't hadn't nicht kein keine keinen nie niemals ohne nunca nada sin jamais pas
+    rien sans non mai senza nao não nunca niet geen nooit inte aldrig ikke ingen не нет никогда""".split())
+"""Words that change what a sentence means (negation, order, comparison): never dropped as filler."""
+_FILLER = frozenset("""lol lmao lmfao rofl haha hahaha hahahaha hehe hihi jaja jajaja mdr xd hmm hm hmmm mm uh um
+    umm uhh oh ohh ah ahh aw aww awww ooh wow omg yeah yea yep yup ya yah yes ok okay okk k kk alright hey hi
+    hello heya hiya yo thanks thank thx ty please pls plz btw tbh imo idk ikr gonna wanna gotta kinda sorta
+    really actually basically literally just like well so anyway anyways totally definitely sure cool nice
+    great awesome haha! lol! ja jo gracias merci danke bitte oui si sí vale genial""".split())
+"""Conversational filler in several languages; it carries no information once out of its moment."""
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+_TOKEN = re.compile(r"\S+")
+_WORD = re.compile(r"[^\W_](?:[\w'’./:@#%+-]*[^\W_%])?%?")
+_EDGE = "\"'“”‘’«»()[]{}<>*_~`,;:!?.…"
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Panic|Fault)\b.*|.*\b(?:FATAL|panic:)\s.*)$", re.MULTILINE)
+_URLISH = re.compile(r"^<?https?://|^[\w.-]+/[\w./-]+$")
+
+
+def language(words: list[str]) -> str:
+    """The language whose function words the text uses most (English when nothing stands out)."""
+    best, hits = "en", 0
+    lowered = [w.lower() for w in words]
+    for lang, stop in _LANGUAGES.items():
+        n = sum(1 for w in lowered if w in stop)
+        if n > hits:
+            best, hits = lang, n
+    return best
+
+
+# -- relative dates ----------------------------------------------------------------------------
+
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_RELATIVE = re.compile(
+    r"\b(?:(?P<fixed>the day before yesterday|the day after tomorrow|yesterday|tomorrow|today|tonight|"
+    r"this morning|this afternoon|this evening|vorgestern|gestern|übermorgen|heute|anteayer|ayer|pasado mañana|"
+    r"hoy|avant-hier|après-demain|demain|aujourd'hui)|"
+    r"(?P<mod>last|next|this|coming|past) (?P<unit>week|month|year|weekend|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?P<n>\d{1,3}|a|an|one|two|three|four|five|six|seven|ten) (?P<span>days?|weeks?|months?) "
+    r"(?P<dir>ago|from now)|in (?P<n2>\d{1,3}|a|an|one|two|three|four|five|six|seven|ten) (?P<span2>days?|weeks?))\b",
+    re.IGNORECASE)
+_FIXED = {"the day before yesterday": -2, "vorgestern": -2, "anteayer": -2, "avant-hier": -2, "yesterday": -1,
+          "gestern": -1, "ayer": -1, "today": 0, "tonight": 0, "this morning": 0, "this afternoon": 0,
+          "this evening": 0, "heute": 0, "hoy": 0, "aujourd'hui": 0, "tomorrow": 1, "demain": 1,
+          "the day after tomorrow": 2, "übermorgen": 2, "pasado mañana": 2, "après-demain": 2}
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "ten": 10}
+
+
+def _iso(d: date) -> str:
+    return d.isoformat()
+
+
+def _resolve(match: re.Match[str], today: date) -> str:
+    fixed = match.group("fixed")
+    if fixed:
+        return _iso(today + timedelta(days=_FIXED[fixed.lower()]))
+    if match.group("mod"):
+        mod, unit = match.group("mod").lower(), match.group("unit").lower()
+        step = -1 if mod in ("last", "past") else 1 if mod in ("next", "coming") else 0
+        if unit in _WEEKDAYS:
+            delta = _WEEKDAYS.index(unit) - today.weekday()
+            if step < 0:
+                delta = delta - 7 if delta >= 0 else delta
+            elif step > 0:
+                delta = delta + 7 if delta <= 0 else delta
+            else:
+                delta = delta if delta >= 0 else delta + 7
+            return _iso(today + timedelta(days=delta))
+        if unit in ("week", "weekend"):
+            monday = today - timedelta(days=today.weekday()) + timedelta(weeks=step)
+            return f"{unit} of {_iso(monday if unit == 'week' else monday + timedelta(days=5))}"
+        if unit == "month":
+            month = today.month + step
+            year = today.year + (month - 1) // 12
+            return f"{year}-{(month - 1) % 12 + 1:02d}"
+        return str(today.year + step)
+    raw = (match.group("n") or match.group("n2") or "1").lower()
+    n = int(raw) if raw.isdigit() else _NUMBERS.get(raw, 1)
+    span = (match.group("span") or match.group("span2") or "days").lower()
+    days = n * (7 if span.startswith("week") else 30 if span.startswith("month") else 1)
+    sign = -1 if (match.group("dir") or "").lower() == "ago" else 1
+    return _iso(today + timedelta(days=sign * days))
+
+
+def resolve_dates(text: str, created_at: float) -> str:
+    """Relative date phrases replaced by the dates they mean, seen from ``created_at`` (UTC)."""
+    if not _RELATIVE.search(text):
+        return text
+    today = datetime.fromtimestamp(created_at, tz=timezone.utc).date()
+    return _RELATIVE.sub(lambda m: _resolve(m, today), text)
+
+
+# -- compression -------------------------------------------------------------------------------
+
+def _core(token: str) -> str:
+    return token.strip(_EDGE)
+
+
+def _keep_token(token: str, core: str, stop: frozenset[str]) -> bool:
+    low = core.lower()
+    if not core:
+        return False
+    if any(c.isdigit() for c in core) or _URLISH.match(token) or _CJK.search(core):
+        return True
+    if low in _KEEP:
+        return True
+    if low in _FILLER or low in stop:
+        return False
+    return any(c.isalnum() for c in core)
+
+
+def compress(sentence: str, stop: frozenset[str]) -> str:
+    """A sentence without filler and function words; identifiers, numbers and names kept verbatim."""
+    out: list[str] = []
+    after_number = False
+    for token in _TOKEN.findall(sentence):
+        url = x.URL.match(token)
+        if url:
+            out.append(url.group(1).rstrip(".,);>"))
+            after_number = False
+            continue
+        core = _core(token)
+        if _keep_token(token, core, stop) or (after_number and len(core) == 1 and core.isalpha()):
+            out.append(core)  # a letter right after a number is its unit ("30 s", "5 m")
+        after_number = any(c.isdigit() for c in core)
+    return " ".join(out)
+
+
+def _sentences(text: str) -> list[str]:
+    """Sentences of prose; a pasted block contributes only its error lines."""
+    errors = [m.group(0).strip() for block in _CODE.findall(text) for m in _ERROR_LINE.finditer(block)]
+    prose = _CODE.sub("\n", text)
+    out = []
+    for piece in _SENTENCE_END.split(prose):
+        piece = " ".join(piece.split())
+        if piece and not x.looks_like_log(piece):
+            out.append(piece)
+    return out + [" ".join(e.split())[:200] for e in dict.fromkeys(errors)][:2]
+
+
+def _weight(sentence: str) -> float:
+    """How much a sentence is likely to matter, before anything is known about the thread."""
+    score = 0.0
+    for i, token in enumerate(_TOKEN.findall(sentence)):
+        core = _core(token)
+        if not core:
+            continue
+        score += 1.0
+        if any(c.isdigit() for c in core):
+            score += 1.5
+        if i and core[:1].isupper():
+            score += 1.0
+        if len(core) >= 8:
+            score += 0.5
+    return score
+
+
+@lru_cache(maxsize=20_000)
+def make_note(text: str, created_at: float) -> str | None:
+    """The note of a message: its best sentences (all of a short message), compressed; None if nothing is left."""
+    text = text.strip()
+    if not text:
+        return None
+    sentences = _sentences(resolve_dates(text, created_at))
+    if not sentences:
+        return None
+    stop = _LANGUAGES[language(_WORD.findall(" ".join(sentences)))]
+    compressed = [(i, compress(s, stop), _weight(s)) for i, s in enumerate(sentences)]
+    compressed = [c for c in compressed if _informative(c[1])]
+    if not compressed:
+        return None
+    chosen: list[tuple[int, str]] = []
+    words = 0
+    for i, short, _ in sorted(compressed, key=lambda c: (-c[2] / (len(c[1].split()) + 3) ** 0.5, c[0])):
+        n = len(short.split()) if not _CJK.search(short) else len(short) // 2
+        if chosen and words + n > NOTE_MAX_TOKENS_APPROX:
+            continue
+        if not chosen and n > NOTE_MAX_TOKENS_APPROX:
+            short = _clip(short, NOTE_MAX_TOKENS_APPROX)
+            n = NOTE_MAX_TOKENS_APPROX
+        chosen.append((i, short))
+        words += n
+    chosen.sort()
+    return "; ".join(s.rstrip(";") for _, s in chosen)
+
+
+def _essential(word: str) -> bool:
+    """Names, numbers and identifiers: what a clipped note keeps whatever its length."""
+    return word[:1].isupper() or any(c.isdigit() or c in "/_@#" for c in word) or "://" in word
+
+
+def _clip(text: str, words: int) -> str:
+    """At most about ``words`` words: every essential word, then the earliest others, in their order."""
+    if _CJK.search(text) and " " not in text.strip():
+        return text[: words * 2] + "…"
+    parts = text.split()
+    if len(parts) <= words:
+        return text
+    room = max(0, words - sum(1 for p in parts if _essential(p)))
+    keep = []
+    for p in parts:
+        if _essential(p):
+            keep.append(p)
+        elif room > 0:
+            keep.append(p)
+            room -= 1
+    return " ".join(keep) + "…"
+
+
+def _informative(text: str) -> bool:
+    """Two words or more, or one that is a name, a number or an identifier (a lone "see" says nothing)."""
+    words = text.split()
+    if len(words) >= 2 or _CJK.search(text):
+        return True
+    return bool(words) and (words[0][:1].isupper() or any(c.isdigit() or c in "/-_.@#" for c in words[0]))
+
+
+# -- terms -------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=50_000)
+def terms(text: str) -> frozenset[str]:
+    """The words a note is ranked by: lowercased words and numbers (character pairs for CJK text)."""
+    out = {w.lower().rstrip(".") for w in _WORD.findall(text) if (len(w) > 1 or w.isdigit()) and not _CJK.search(w)}
+    for run in _CJK_RUN.findall(text):
+        out.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+    english = _LANGUAGES["en"]
+    return frozenset(w for w in out if w not in _FILLER and w not in english)

@@ -1,0 +1,84 @@
+"""Notes: what each message said, compressed; the notebook chooses them by information per token."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from services import Tokenizer
+from services.notebook import NoteEntry, TermStats, select
+from services.notes import make_note, resolve_dates, terms
+
+FRIDAY = datetime(2023, 12, 29, 22, 42, tzinfo=timezone.utc).timestamp()  # a Friday
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("I went skiing yesterday", "I went skiing 2023-12-28"),
+    ("see you tomorrow!", "see you 2023-12-30!"),
+    ("next Friday works", "2024-01-05 works"),
+    ("last Monday was rough", "2023-12-25 was rough"),
+    ("3 days ago I said no", "2023-12-26 I said no"),
+    ("in two weeks we ship", "2024-01-12 we ship"),
+    ("Ayer fuimos al cine", "2023-12-28 fuimos al cine"),
+    ("Wir haben gestern entschieden", "Wir haben 2023-12-28 entschieden"),
+    ("on Friday we ship", "on Friday we ship"),
+])
+def test_relative_dates_are_resolved_against_the_message_time(text: str, expected: str) -> None:
+    assert resolve_dates(text, FRIDAY) == expected
+
+
+def test_notes_keep_identifiers_numbers_and_names_and_drop_filler() -> None:
+    text = ("lol ok so I just filed OPS-1234 for the billing timeouts, the p99 was 420 ms and "
+            "https://grafana.example.com/d/abc/billing shows it; Carol says commit 9f8e7d6c broke it")
+    note = make_note(text, FRIDAY)
+    assert note is not None
+    for kept in ("OPS-1234", "420 ms", "https://grafana.example.com/d/abc/billing", "Carol", "9f8e7d6c", "billing"):
+        assert kept in note
+    for dropped in ("lol", " the ", " so ", " just "):
+        assert dropped not in f" {note} "
+    assert len(note) < len(text) * 0.8
+
+
+def test_notes_in_other_languages_drop_their_own_function_words() -> None:
+    spanish = make_note("Mañana no podemos desplegar el servicio de pagos porque la base de datos está en "
+                        "mantenimiento hasta las 18:00.", FRIDAY)
+    german = make_note("Wir dürfen den Zahlungsdienst nicht vor dem Release am 15. Januar ausrollen.", FRIDAY)
+    japanese = make_note("明日の会議は午後3時からです。", FRIDAY)
+    assert spanish and "18:00" in spanish and "servicio" in spanish and " el " not in f" {spanish} "
+    assert "no" in spanish.split(), "negation is meaning, never filler"
+    assert german and "nicht" in german.split() and "Zahlungsdienst" in german and " den " not in f" {german} "
+    assert japanese == "明日の会議は午後3時からです。", "text without spaces is kept as written"
+    assert any(len(t) == 2 for t in terms(japanese)), "it is ranked by character pairs"
+
+
+def test_chatter_makes_no_note_and_a_paste_keeps_only_its_error() -> None:
+    assert make_note("lol ok thanks!", FRIDAY) is None
+    assert make_note("haha yeah 😂", FRIDAY) is None
+    paste = "here's what I see:\n```\n" + "\n".join(
+        f"2025-03-01T10:{i:02d}:00Z INFO request handled in {i}ms trace={i:016x}" for i in range(40)) + \
+        "\nTimeoutError: upstream did not answer in time\n```"
+    note = make_note(paste, FRIDAY)
+    assert note is not None and "TimeoutError" in note and "trace=" not in note and len(note) < 120
+
+
+def _entry(ident: str, text: str, at: float, fresh: list[str] | None = None) -> NoteEntry:
+    return NoteEntry(id=ident, author="ann", at=at, text=text, fresh=sorted(terms(text)) if fresh is None else fresh)
+
+
+def test_selection_is_by_value_not_age_and_deterministic() -> None:
+    tokenizer = Tokenizer("gpt-4o")
+    day = 86_400.0
+    old_fact = _entry("m1", "Biscuit greyhound adopted 2023-04-02 Kelowna vet Dr Okafor", 0.0)
+    chatter = [_entry(f"c{i}", "weather nice lunch good", day * 3 + i, fresh=[]) for i in range(30)]
+    echo = _entry("m2", "Biscuit greyhound adopted Kelowna", day * 4, fresh=[])
+    stats = TermStats()
+    stats.add([terms(old_fact.text)] + [terms(c.text) for c in chatter] + [terms(echo.text)])
+    pool = [old_fact, *chatter, echo]
+    cap = 60
+    chosen = select(pool, stats, cap_tokens=cap, now=day * 5, count=tokenizer.count)
+    ids = [n.id for n in chosen.notes]
+    assert ids[0] == "m1", "an old note that says much stays ahead of newer chatter"
+    assert "m2" not in ids, "a note that only repeats what a chosen note says adds nothing"
+    assert chosen.tokens <= cap and chosen.evicted == len(pool) - len(ids)
+    assert select(list(reversed(pool)), stats, cap_tokens=cap, now=day * 5, count=tokenizer.count) == chosen
