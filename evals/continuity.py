@@ -95,7 +95,9 @@ class RunResult:
     benchmark: bool = False
 
 
-def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int) -> list[Case]:
+def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int,
+               styles: Sequence[str] = ("work",)) -> list[Case]:
+    """A dataset file's threads, else generated threads: ``threads`` of each style."""
     if dataset:
         path = Path(dataset)
         try:
@@ -114,8 +116,8 @@ def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int) -
             parse_thread(json.dumps(item), f"{path} thread {i}")
             cases.append(Case(item.get("conversation_id") or f"{path.stem}-{i}", item))
         return cases
-    return [Case(f"thread-{seed + i}", generate_thread(seed + i, messages=messages).as_dict())
-            for i in range(threads)]
+    return [Case(f"{style}-{seed + i}", generate_thread(seed + i, messages=messages, style=style).as_dict())
+            for style in styles for i in range(threads)]
 
 
 async def run_one(settings: Settings, case: Case, strategy: str, window: int, *, turn_every: int,

@@ -1,7 +1,7 @@
 """Deterministic graders: does the final context keep each probe, and does it present stale items as current?
 
 Generated-thread probes (:func:`grade`) are read against the handoff format: lines such as
-``Current ask [ID] alice: ...``, ``- [ask ID] bob, open: ...`` / ``answered by [RID]`` / ``superseded by
+``Current ask [ID] alice: ...``, ``- [ask ID] bob, open: ...`` / ``answered`` / ``superseded by
 [NID]``, ``- [decision ID] alice, reversed by [RID]: ...``, ``- SUSPECT [ID] dan ...`` and compressed notes
 ``- alice: [ID] went skiing Whistler; [ID2] ...``. An id is *cited* when it is a whole token of a
 bracketed reference on a line (see :func:`cited_ids`).
@@ -9,7 +9,8 @@ bracketed reference on a line (see :func:`cited_ids`).
 * ``identifier``: the exact answer string is in the context. ``decision``: the same, or the answer's
   content words, in order and adjacent once function words are dropped, on one line (notes drop
   function words: "go with Kafka for billing" is kept as "go Kafka billing").
-* ``open_ask``: kept when an ask line cites it as open or answered (or as the current ask), or it is
+* ``open_ask``: kept when an ask line cites it as open or answered (or as the current ask), or a note
+  citing it carries the answer's words, or it is
   there verbatim, and no ask line says it was superseded.
 * ``constraint``: the evidence message is cited or there verbatim. ``pinned``: there verbatim.
 * ``superseded_ask`` / ``resolved_ask`` / ``reversed_decision``: kept when what closed it (the second
@@ -47,7 +48,7 @@ class ProbeResult:
 _ASK_LINE = re.compile(r"^\s*(?:-\s*\[ask\s+([^\]\s,;]+)\]|Current ask\s*\[([^\]\s,;]+)\])([^:]*):")
 _DECISION_LINE = re.compile(r"^\s*-\s*\[decision\s+([^\]\s,;]+)\]([^:]*):")
 _OPEN = re.compile(r",\s*open\s*$")
-_ANSWERED = re.compile(r",\s*answered by\b")
+_ANSWERED = re.compile(r",\s*answered\b")
 _TOKEN = re.compile(r"[^\W_](?:[\w'’./:@#%+-]*[^\W_%])?%?")
 FUNCTION_WORDS = frozenset("""
 a an the to of in on at by as is am are be it its we us i me my you he she they them this that these those
@@ -136,7 +137,8 @@ def grade(probes: Sequence[dict[str, Any]], context_texts: Sequence[str],
             superseded = any(aid == ev[0] and "superseded by" in status for aid, status, _ in asks)
             listed = any(aid == ev[0] and (current or _OPEN.search(status) or _ANSWERED.search(status))
                          for aid, status, current in asks)
-            kept = (listed or verbatim(ev[0])) and not superseded
+            noted = any(ev[0] in r and (answer in line or compressed_in(answer, line)) for line, r in zip(lines, refs))
+            kept = (listed or verbatim(ev[0]) or noted) and not superseded
         elif kind == "constraint":
             kept = present(ev[0])
         elif kind == "pinned":

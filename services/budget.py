@@ -9,16 +9,18 @@ Defaults and why:
   without hitting the hard guard.
 * **target 0.50**: after compaction the history must sit at or under half the usable window, so
   one compaction buys at least 30% of the window of new conversation before the next.
-* **retained user messages 0.25, summary cap 0.15, pins 0.10**: the three parts of the
-  replacement history add up to the target (0.25 + 0.15 + 0.10 = 0.50), so a compaction that fills
-  every part still lands on it. Recent words of people get the largest share because they are what
-  the next answer most depends on; the handoff is bounded so it cannot crowd them out.
+* **retained user messages 0.15, pins 0.10; the handoff gets the rest of the target** (0.25 or more;
+  less only when a large input arrives and needs the room): a compaction keeps the newest words of people verbatim and every pinned message
+  within their shares, and the handoff fills what the target leaves, so an unused pin share flows to
+  the notes. Recent messages stay verbatim for the flow of the conversation; older ones are worth more
+  as notes, which cost a fraction of their tokens (measured on public long-conversation benchmarks:
+  see the README's continuity results).
 * **output reserve 10% of the window**, at least 256 tokens and at most the model's maximum
   output (``AI_MAX_OUTPUT_TOKENS`` overrides): enough for a long answer on small windows without
   reserving 100k tokens on a 1M model.
 
-The same fractions give an 8k model about 1.6k tokens of retained user messages and a 1M model
-about 220k: nothing is a fixed count.
+The same fractions give an 8k model about 1k tokens of retained user messages and a 1M model
+about 130k: nothing is a fixed count.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class BudgetPolicy:
     target: float = 0.50
     retained_user: float = 0.15
     summary_cap: float = 0.15
+    """The summary share of the comparison strategies in the continuity eval."""
     pins: float = 0.10
     output_reserve: float = 0.10
     min_output_reserve: int = 256

@@ -101,8 +101,11 @@ class Plan:
 
 
 def target_for(budget: ContextBudget, incoming: Sequence[Message]) -> int:
-    """The size a compaction aims at: the target, less what the turn brings beyond the trigger's room
-    (what arrives must fit beside the compacted history without reaching the trigger again)."""
+    """The size a compaction aims at: the target, less what the turn brings beyond the trigger's room when
+    the turn will ask the model (its request must fit beside the compacted history); a turn that only
+    records messages sends nothing, so it never shrinks what the handoff may keep."""
+    if not any(m.flags.addressed for m in incoming):
+        return budget.target_tokens
     arriving = sum(m.tokens for m in incoming if not m.flags.runtime)
     return max(budget.target_tokens // 4, min(budget.target_tokens, budget.trigger_tokens - arriving))
 
@@ -230,14 +233,17 @@ class Compactor:
         changes = {mid: (c.text or "" if c.kind == "edited" else None) for mid, c in notes.changes.items()}
         changed = suspects(notes)
         now = max([m.created_at for m in messages] + [m.created_at for m in incoming] or [time.time()])
-        retained_budget, pin_budget, shrink = budget.retained_user_tokens, budget.pin_tokens, 1.0
         target = target_for(budget, incoming)
+        # The handoff always keeps room for at least the summary cap: a large input makes room by keeping
+        # fewer recent messages verbatim, never by evicting what earlier generations accumulated.
+        room = max(0, target - min(budget.summary_cap_tokens, target))
+        retained_budget, pin_budget, shrink = min(budget.retained_user_tokens, room), min(budget.pin_tokens, room), 1.0
         carried_before = list(previous.narrative) if previous else []
         narrative: Narrative | None = None
         entries: list[NarrativeEntry] = carried_before
         tightened = 0
         while True:
-            kept = self._retain(live, pinned_ids, retained_budget, pin_budget)
+            kept = self._retain(live, pinned_ids, retained_budget, pin_budget, room)
             kept_ids = {m.id for m in kept}
             folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
             ledger = LedgerBuilder(previous).fold(folded, changes).evict().build()
@@ -255,7 +261,10 @@ class Compactor:
             if after <= target or tightened >= 8:
                 break
             tightened += 1
-            retained_budget, pin_budget, shrink = int(retained_budget * 0.7), int(pin_budget * 0.7), shrink * 0.8
+            if retained_budget or pin_budget:
+                retained_budget, pin_budget = int(retained_budget * 0.7), int(pin_budget * 0.7)
+            else:
+                shrink *= 0.9
         ledger.notes = rendered.notes
         ledger.narrative = entries
         covered = [m.id for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
@@ -276,8 +285,9 @@ class Compactor:
         return self._with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
 
     def _retain(self, people: list[Message], pinned_ids: set[str], retained_budget: int,
-                pin_budget: int) -> list[Message]:
-        """Pinned messages within the pin budget, then the newest people's messages within the retained budget."""
+                pin_budget: int, room: int) -> list[Message]:
+        """Pinned messages within the pin budget, then the newest people's messages within the retained budget,
+        all within ``room``."""
         chosen: dict[str, Message] = {}
         used = 0
         for m in reversed([m for m in people if m.id in pinned_ids]):
@@ -285,6 +295,7 @@ class Compactor:
                 continue
             chosen[m.id] = m.model_copy(update={"flags": m.flags.model_copy(update={"pinned": True})})
             used += m.tokens
+        retained_budget = min(retained_budget, room - used)
         used = 0
         for m in reversed(people):
             if m.id in chosen:
@@ -293,9 +304,9 @@ class Compactor:
                 chosen[m.id] = m
                 used += m.tokens
                 continue
-            room = retained_budget - used
-            if room >= 48:
-                text, _ = bound_text(m.text, self.tokenizer, room - 24)
+            left = retained_budget - used
+            if left >= 48:
+                text, _ = bound_text(m.text, self.tokenizer, left - 24)
                 chosen[m.id] = self._with_tokens(m.model_copy(update={"parts": [TextPart(text=text)]}))
             break
         order = {m.id: i for i, m in enumerate(people)}

@@ -158,6 +158,8 @@ class ReplyExecutor:
         self.runtime_context = runtime_context
         self.transcript = transcript
         """Visible-thread memory (:class:`services.transcript.TranscriptMemory`), when the transport keeps one."""
+        self.clock: Callable[[], float] = time.time
+        """When the executor's own messages (replies, notices) are written; a replay sets the thread's clock."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -166,7 +168,7 @@ class ReplyExecutor:
                      source_ids: Sequence[str] = ()) -> Message:
         """A message with its token count computed now, once."""
         base = Message(id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,  # type: ignore[arg-type]
-                       flags=flags or MessageFlags(), tokens=0, created_at=created_at or time.time(),
+                       flags=flags or MessageFlags(), tokens=0, created_at=created_at or self.clock(),
                        source_ids=list(source_ids))
         return base.model_copy(update={"tokens": self.tokenizer.count_message(base)})
 

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from persistence import Message, ToolResultPart
+from persistence import Message, TextPart, ToolCallPart, ToolResultPart
 
 from . import extract as x
 from .notebook import NoteEntry, TermStats
@@ -46,6 +46,8 @@ class Ask(_Entry):
     id: str
     author: str
     text: str
+    note: str | None = None
+    """The ask's note: how it is shown once it is closed."""
     status: Literal["open", "answered", "superseded"] = "open"
     closed_by: str | None = None
 
@@ -112,11 +114,17 @@ def _short(text: str, limit: int = 280) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def prose(message: Message) -> str:
+    """What a message says in words: its text parts (tool calls and results are not notes)."""
+    return "\n".join(p.text for p in message.parts if isinstance(p, TextPart))
+
+
 def note_of(message: Message) -> str | None:
     """The message's stored note, or one computed now (messages written before notes existed)."""
     if message.note is not None:
         return message.note or None  # "": computed, nothing worth a note
-    return make_note(message.text, message.created_at) if message.text.strip() else None
+    words = prose(message)
+    return make_note(words, message.created_at) if words.strip() else None
 
 
 def is_decision(text: str) -> bool:
@@ -158,9 +166,11 @@ class LedgerBuilder:
             lg.covered_messages += 1
             lg.first_at = m.created_at if lg.first_at is None else min(lg.first_at, m.created_at)
             lg.last_at = m.created_at if lg.last_at is None else max(lg.last_at, m.created_at)
-            text = m.text if m.id not in changes else changes[m.id] or ""
+            text = prose(m) if m.id not in changes else changes[m.id] or ""
             if m.role == "assistant":
-                if not any(isinstance(p, ToolResultPart) for p in m.parts) and text.strip():
+                if any(isinstance(p, ToolCallPart) for p in m.parts):
+                    continue  # a step of the tool loop, not the reply
+                if text.strip():
                     self._answer(m)
             else:
                 self._fold_person(m, text)
@@ -169,12 +179,12 @@ class LedgerBuilder:
             note = make_note(text, m.created_at) if m.id in changes else note_of(m)
             if note:
                 candidates.append((m, note))
-        fresh = self.ledger.stats.add(terms(m.text if m.id not in changes else changes[m.id] or "")
+        fresh = self.ledger.stats.add(terms(prose(m) if m.id not in changes else changes[m.id] or "")
                                       for m, _ in candidates)
         for (m, note), new_words in zip(candidates, fresh, strict=True):
-            self.ledger.notes.append(NoteEntry(
+            self.ledger.notes.append(NoteEntry.model_construct(  # every field is computed here, nothing to check
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
-                text=note, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
+                text=note, tokens=0, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
                 question=m.text.rstrip().endswith(("?", "？"))))
         self.ledger.stats.bound()
         if folded:
@@ -189,6 +199,8 @@ class LedgerBuilder:
         for entry in [*lg.asks, *lg.decisions]:
             if entry.id in changes:
                 entry.text = _short(changes[entry.id] or "")
+                if isinstance(entry, Ask):
+                    entry.note = None
         notes = []
         for n in lg.notes:
             if n.id not in changes:
@@ -210,7 +222,7 @@ class LedgerBuilder:
                 earlier = [a for a in lg.asks if a.author == author and a.status != "superseded"]
                 if earlier:
                     earlier[-1].status, earlier[-1].closed_by = "superseded", m.id
-            ask = Ask(seq=self._seq(), id=m.id, author=author, text=_short(text))
+            ask = Ask(seq=self._seq(), id=m.id, author=author, text=_short(text), note=note_of(m))
             reply = lg.answers.pop(m.id, None)
             if reply is not None:
                 ask.status, ask.closed_by = "answered", reply

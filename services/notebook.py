@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +34,13 @@ COVERED_WEIGHT = 0.3
 REPLY_WEIGHT = 0.5
 """Replies of the assistant count for less than what people said: they mostly restate it."""
 CONSTRAINT_WEIGHT = 1.3
+"""Sentences stating a constraint (must, never, deadline, at most…) count for more."""
+IDENTIFIER_WEIGHT = 2.0
+CJK_PAIR_WEIGHT = 0.5
+"""Text without spaces is ranked by overlapping character pairs; half a pair is about one character's worth."""
+
+"""A number or identifier (ticket key, SHA, URL, path, quantity, date) counts this many times a rare word:
+it cannot be guessed back from the rest of the thread."""
 """Sentences stating a constraint (must, never, deadline, at most…) count for more."""
 MAX_TERMS = 8_000
 """Term statistics carried between handoffs keep at most this many words (the most frequent)."""
@@ -86,6 +94,10 @@ class TermStats(BaseModel):
         return math.log(1.0 + (self.docs - df + 0.5) / (df + 0.5))
 
 
+_IDENTIFIER = re.compile(r"\d|[/@#]|^[a-z]+-\d").search
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]").search
+
+
 def note_line(message_id: str, author: str, text: str, *, edited: bool = False) -> str:
     """A note on a line of its own (an edited message's note always is)."""
     mark = " (edited after it was written; current text)" if edited else ""
@@ -112,8 +124,13 @@ def day(at: float) -> str:
 class _Candidate:
     entry: NoteEntry
     terms: frozenset[str]
+    weighted: list[tuple[str, float]]
+    """Each word with its rarity, discounted when the message only repeated it."""
     weight: float
-    fresh: frozenset[str]
+    tokens: int
+    day: str
+    line: tuple[str, str] | None
+    """The (day, author) line the note joins; None: it stands on a line of its own."""
 
 
 @dataclass(frozen=True)
@@ -122,43 +139,48 @@ class Selection:
     """Chosen notes, in thread order."""
     evicted: int
     tokens: int
+    picked: list[str] = field(default_factory=list)
+    """Ids in the order they were chosen: the most valuable first."""
 
 
 def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int, now: float,
            count: Callable[[str], int]) -> Selection:
     """The notes worth most within ``cap_tokens`` (day headings included), by lazy greedy selection."""
     pool: list[_Candidate] = []
+    idf: dict[str, float] = {}
+    days_of: dict[int, str] = {}
     for entry in candidates:
-        if entry.tokens <= 0:
-            entry = entry.model_copy(update={"tokens": note_cost(entry, count)})
+        tokens = entry.tokens if entry.tokens > 0 else note_cost(entry, count)
         weight = REPLY_WEIGHT if entry.reply else 1.0
         if entry.question:
             weight *= QUESTION_WEIGHT
         if x.CONSTRAINT.search(entry.text):
             weight *= CONSTRAINT_WEIGHT
-        age_days = max(0.0, (now - entry.at) / 86_400)
-        weight *= 0.5 ** (age_days / HALF_LIFE_DAYS)
-        pool.append(_Candidate(entry, terms(entry.text), weight, frozenset(entry.fresh)))
-    idf: dict[str, float] = {}
-    for c in pool:
-        for t in c.terms | c.fresh:
+        weight *= 0.5 ** (max(0.0, (now - entry.at) / 86_400) / HALF_LIFE_DAYS)
+        note_terms, fresh = terms(entry.text), frozenset(entry.fresh)
+        weighted = []
+        for t in sorted(note_terms | fresh):
             if t not in idf:
                 idf[t] = stats.idf(t)
+            weight_t = IDENTIFIER_WEIGHT if _IDENTIFIER(t) else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
+            weighted.append((t, idf[t] * weight_t * (1.0 if t in fresh else ECHO_WEIGHT)))
+        key = int(entry.at // 86_400)
+        d = days_of.get(key) or days_of.setdefault(key, day(entry.at))
+        pool.append(_Candidate(entry, note_terms, weighted, weight, tokens, d,
+                               None if entry.edited else (d, entry.author)))
     covered: set[str] = set()
     days: set[str] = set()
     lines: set[tuple[str, str]] = set()
     authors = {c.entry.author: author_cost(c.entry.author, count) for c in pool}
 
     def cost(c: _Candidate) -> int:
-        d = day(c.entry.at)
-        extra = 0 if d in days else DAY_HEADING_TOKENS
-        if not c.entry.edited and (d, c.entry.author) not in lines:
+        extra = 0 if c.day in days else DAY_HEADING_TOKENS
+        if c.line is not None and c.line not in lines:
             extra += authors[c.entry.author]
-        return c.entry.tokens + extra
+        return c.tokens + extra
 
     def value(c: _Candidate) -> float:
-        gain = sum(idf[t] * (COVERED_WEIGHT if t in covered else 1.0) * (1.0 if t in c.fresh else ECHO_WEIGHT)
-                   for t in c.terms | c.fresh)
+        gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in c.weighted)
         return gain * c.weight / cost(c)
 
     heap = [(-value(c), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)]
@@ -166,21 +188,23 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
     chosen: list[NoteEntry] = []
     used = 0
     while heap and used < cap_tokens:
-        neg, at, ident, i = heapq.heappop(heap)
+        _, at, ident, i = heapq.heappop(heap)
         c = pool[i]
         current = value(c)
         if heap and current < -heap[0][0] - 1e-12:
             heapq.heappush(heap, (-current, at, ident, i))
             continue
-        if current <= 0 or (c.terms and len(c.terms - covered) == 0):
+        if current <= 0 or (c.terms and c.terms <= covered):
             continue
         spend = cost(c)
         if used + spend > cap_tokens:
             continue
-        chosen.append(c.entry)
+        chosen.append(c.entry if c.entry.tokens == c.tokens else c.entry.model_copy(update={"tokens": c.tokens}))
         used += spend
         covered |= c.terms
-        days.add(day(c.entry.at))
-        lines.add((day(c.entry.at), c.entry.author))
+        days.add(c.day)
+        if c.line is not None:
+            lines.add(c.line)
+    picked = [e.id for e in chosen]
     chosen.sort(key=lambda e: (e.at, e.id))
-    return Selection(chosen, len(pool) - len(chosen), used)
+    return Selection(chosen, len(pool) - len(chosen), used, picked)

@@ -20,8 +20,8 @@ from bm25s import stopwords as _sw
 
 from . import extract as x
 
-NOTE_MAX_TOKENS_APPROX = 12
-"""A note keeps at most about this many words' worth of a long message (its best sentences)."""
+NOTE_MAX_WORDS = 12
+"""A note keeps at most about this many words of a message (its best sentences; names, numbers and identifiers always)."""
 
 _LANGUAGES: dict[str, frozenset[str]] = {
     "en": frozenset(_sw.STOPWORDS_EN_PLUS), "de": frozenset(_sw.STOPWORDS_GERMAN),
@@ -52,17 +52,24 @@ _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Panic|Fault)\b.*|.*\b(?:FATAL|panic:)\s.*)$", re.MULTILINE)
 _URLISH = re.compile(r"^<?https?://|^[\w.-]+/[\w./-]+$")
+_has_digit = re.compile(r"\d").search
+_has_alnum = re.compile(r"[^\W_]").search
+
+
+_LANGUAGES_OF: dict[str, tuple[str, ...]] = {}
+for _lang, _words in _LANGUAGES.items():
+    for _w in _words:
+        _LANGUAGES_OF[_w] = (*_LANGUAGES_OF.get(_w, ()), _lang)
 
 
 def language(words: list[str]) -> str:
     """The language whose function words the text uses most (English when nothing stands out)."""
-    best, hits = "en", 0
-    lowered = [w.lower() for w in words]
-    for lang, stop in _LANGUAGES.items():
-        n = sum(1 for w in lowered if w in stop)
-        if n > hits:
-            best, hits = lang, n
-    return best
+    hits: dict[str, int] = {}
+    for w in words:
+        for lang in _LANGUAGES_OF.get(w.lower(), ()):
+            hits[lang] = hits.get(lang, 0) + 1
+    best = max(hits.items(), key=lambda kv: (kv[1], kv[0] == "en"), default=("en", 0))
+    return best[0] if best[1] else "en"
 
 
 # -- relative dates ----------------------------------------------------------------------------
@@ -134,33 +141,34 @@ def _core(token: str) -> str:
     return token.strip(_EDGE)
 
 
-def _keep_token(token: str, core: str, stop: frozenset[str]) -> bool:
-    low = core.lower()
+def _keep_token(token: str, core: str, stop: frozenset[str], digit: bool) -> bool:
     if not core:
         return False
-    if any(c.isdigit() for c in core) or _URLISH.match(token) or _CJK.search(core):
+    if digit or "/" in token and _URLISH.match(token) or not core.isascii() and _CJK.search(core):
         return True
+    low = core.lower()
     if low in _KEEP:
         return True
     if low in _FILLER or low in stop:
         return False
-    return any(c.isalnum() for c in core)
+    return core.isalpha() or bool(_has_alnum(core))
 
 
 def compress(sentence: str, stop: frozenset[str]) -> str:
     """A sentence without filler and function words; identifiers, numbers and names kept verbatim."""
     out: list[str] = []
     after_number = False
-    for token in _TOKEN.findall(sentence):
-        url = x.URL.match(token)
+    for token in sentence.split():
+        url = x.URL.match(token) if "http" in token else None
         if url:
             out.append(url.group(1).rstrip(".,);>"))
             after_number = False
             continue
         core = _core(token)
-        if _keep_token(token, core, stop) or (after_number and len(core) == 1 and core.isalpha()):
+        digit = not core.isalpha() and bool(_has_digit(core))
+        if _keep_token(token, core, stop, digit) or (after_number and len(core) == 1 and core.isalpha()):
             out.append(core)  # a letter right after a number is its unit ("30 s", "5 m")
-        after_number = any(c.isdigit() for c in core)
+        after_number = digit
     return " ".join(out)
 
 
@@ -179,12 +187,12 @@ def _sentences(text: str) -> list[str]:
 def _weight(sentence: str) -> float:
     """How much a sentence is likely to matter, before anything is known about the thread."""
     score = 0.0
-    for i, token in enumerate(_TOKEN.findall(sentence)):
+    for i, token in enumerate(sentence.split()):
         core = _core(token)
         if not core:
             continue
         score += 1.0
-        if any(c.isdigit() for c in core):
+        if not core.isalpha() and _has_digit(core):
             score += 1.5
         if i and core[:1].isupper():
             score += 1.0
@@ -202,20 +210,24 @@ def make_note(text: str, created_at: float) -> str | None:
     sentences = _sentences(resolve_dates(text, created_at))
     if not sentences:
         return None
-    stop = _LANGUAGES[language(_WORD.findall(" ".join(sentences)))]
-    compressed = [(i, compress(s, stop), _weight(s)) for i, s in enumerate(sentences)]
-    compressed = [c for c in compressed if _informative(c[1])]
+    stop = _LANGUAGES[language(" ".join(sentences).split())]
+    compressed = [(i, short) for i, short in ((i, compress(s, stop)) for i, s in enumerate(sentences))
+                  if _informative(short)]
     if not compressed:
         return None
+    sizes = {i: len(short.split()) if not _CJK.search(short) else len(short) // 2 for i, short in compressed}
+    if sum(sizes.values()) <= NOTE_MAX_WORDS:
+        return "; ".join(short.rstrip(";") for _, short in compressed)
     chosen: list[tuple[int, str]] = []
     words = 0
-    for i, short, _ in sorted(compressed, key=lambda c: (-c[2] / (len(c[1].split()) + 3) ** 0.5, c[0])):
-        n = len(short.split()) if not _CJK.search(short) else len(short) // 2
-        if chosen and words + n > NOTE_MAX_TOKENS_APPROX:
+    ranked = sorted(compressed, key=lambda c: (-_weight(sentences[c[0]]) / (sizes[c[0]] + 3) ** 0.5, c[0]))
+    for i, short in ranked:
+        n = sizes[i]
+        if chosen and words + n > NOTE_MAX_WORDS:
             continue
-        if not chosen and n > NOTE_MAX_TOKENS_APPROX:
-            short = _clip(short, NOTE_MAX_TOKENS_APPROX)
-            n = NOTE_MAX_TOKENS_APPROX
+        if not chosen and n > NOTE_MAX_WORDS:
+            short = _clip(short, NOTE_MAX_WORDS)
+            n = NOTE_MAX_WORDS
         chosen.append((i, short))
         words += n
     chosen.sort()
@@ -258,8 +270,17 @@ def _informative(text: str) -> bool:
 @lru_cache(maxsize=50_000)
 def terms(text: str) -> frozenset[str]:
     """The words a note is ranked by: lowercased words and numbers (character pairs for CJK text)."""
-    out = {w.lower().rstrip(".") for w in _WORD.findall(text) if (len(w) > 1 or w.isdigit()) and not _CJK.search(w)}
-    for run in _CJK_RUN.findall(text):
-        out.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+    out: set[str] = set()
     english = _LANGUAGES["en"]
-    return frozenset(w for w in out if w not in _FILLER and w not in english)
+    for token in text.lower().split():
+        word = token.strip(_EDGE)
+        if not word or (len(word) == 1 and not word.isdigit()):
+            continue
+        if not word.isascii() and _CJK.search(word):
+            for run in _CJK_RUN.findall(word):
+                out.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+            continue
+        if word in _FILLER or word in english or not any(c.isalnum() for c in word):
+            continue
+        out.add(word)
+    return frozenset(out)

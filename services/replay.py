@@ -124,28 +124,42 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
     compactions: list[dict[str, Any]] = []
     turns = 0
     total = len(thread.messages)
-    for index, message in enumerate(thread.messages, start=1):
-        if message.edits:
-            edited = pipeline.executor.make_message(message.text, author=message.author, id=message.edits)
-            await pipeline.submit_item(conversation_id, InboxItem(kind="edit", event_id=message.id, message=edited,
-                                                                  reply_expected=False))
-        elif message.deletes:
-            await pipeline.submit_item(conversation_id, InboxItem(kind="delete", event_id=message.id,
-                                                                  target_id=message.deletes, reply_expected=False))
-        else:
-            await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
-                                  pinned=message.pinned, reply_expected=message.reply,
-                                  created_at=message.created_at)
-        if index % turn_every == 0 or index == total:
-            for result in await pipeline.run(conversation_id):
-                turns += 1
-                if result.compaction is not None:
-                    compactions.append(result.compaction.summary())
-        if progress:
-            progress(index, total)
+    executor = pipeline.executor
+    wall_clock, latest = executor.clock, 0.0
+    # The bot's replies and notices happen in the thread's time, right after what they answer.
+    executor.clock = lambda: latest or wall_clock()
+    try:
+        for index, message in enumerate(thread.messages, start=1):
+            latest = max(latest, message.created_at or 0.0)
+            turns += await _deliver(pipeline, message, conversation_id, compactions,
+                                    run=index % turn_every == 0 or index == total)
+            if progress:
+                progress(index, total)
+    finally:
+        executor.clock = wall_clock
     report = await pipeline.context(conversation_id)
     out = report.as_dict()
     out.pop("would_compact", None)
     return {"conversation_id": conversation_id, "window_tokens": pipeline.budget.window_tokens,
             "budget": out["budget"], "messages": total, "turns": turns, "compactions": compactions,
             "context": out["context"], "context_tokens": out["context_tokens"]}
+
+
+async def _deliver(pipeline: Pipeline, message: ReplayMessage, conversation_id: str,
+                   compactions: list[dict[str, Any]], *, run: bool) -> int:
+    """Deliver one replayed message (a message, an edit or a deletion); run the turns if ``run``."""
+    if message.edits:
+        edited = pipeline.executor.make_message(message.text, author=message.author, id=message.edits)
+        await pipeline.submit_item(conversation_id, InboxItem(kind="edit", event_id=message.id, message=edited,
+                                                              reply_expected=False))
+    elif message.deletes:
+        await pipeline.submit_item(conversation_id, InboxItem(kind="delete", event_id=message.id,
+                                                              target_id=message.deletes, reply_expected=False))
+    else:
+        await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
+                              pinned=message.pinned, reply_expected=message.reply, created_at=message.created_at)
+    if not run:
+        return 0
+    results = await pipeline.run(conversation_id)
+    compactions.extend(r.compaction.summary() for r in results if r.compaction is not None)
+    return len(results)

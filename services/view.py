@@ -67,17 +67,17 @@ def _stamp(at: float | None) -> str:
 def _structured(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str]) -> list[_Section]:
     asks = _Section("asks", "Asks to the assistant:")
     suspect = _Section("suspect", "Suspect (edited or deleted after it was written; confirm before relying on it):")
-    rank = {"open": 2.0, "answered": 1.0, "superseded": 0.0}
     for a in ledger.asks:
         if a.id in suspects:
             text = f" {a.text}" if a.text else ""
             suspect.lines.append(_Line(f"- SUSPECT [ask {a.id}] {a.author}:{text} ({suspects[a.id]})", (a.id,),
                                        (1.0, a.seq)))
-            continue
-        status = {"open": "open", "answered": f"answered by [{a.closed_by}]",
-                  "superseded": f"superseded by [{a.closed_by}]"}[a.status]
-        ids = (a.id,) if not a.closed_by else (a.id, a.closed_by)
-        asks.lines.append(_Line(f"- [ask {a.id}] {a.author}, {status}: {a.text}", ids, (rank[a.status], a.seq)))
+        elif a.status == "open":
+            asks.lines.append(_Line(f"- [ask {a.id}] {a.author}, open: {a.text}", (a.id,), (1.0, a.seq)))
+        elif a.status == "superseded":
+            asks.lines.append(_Line(f"- [ask {a.id}] {a.author}, superseded by [{a.closed_by}]: {a.note or a.text}",
+                                    (a.id, a.closed_by or a.id), (0.0, a.seq)))
+        # an answered ask is a note like any other message: it stays if what it says is worth it
     decisions = _Section("decisions", "Decisions:")
     for d in ledger.decisions:
         if d.id in suspects:
@@ -162,11 +162,31 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
     title = "Notes (the most informative things said, by day; compressed):"
     notes_cap = max(0, cap_tokens - used - count(title) - 1)
     deleted = {i for i, why in suspects.items() if "deleted" in why}
-    candidates = [n for n in ledger.notes if n.id not in deleted]
+    shown = {line.ids[0] for section in sections if section.name in ("asks", "decisions", "suspect")
+             for line in section.lines if line.ids}  # their lines already carry the message's own words
+    candidates = [n for n in ledger.notes if n.id not in deleted and n.id not in shown]
     chosen = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap, now=now, count=count)
     notes = list(chosen.notes)
-    note_lines = _render_notes(notes)
     evicted += chosen.evicted
+    picked = list(chosen.picked)
+    while True:
+        text, ids = _assemble(head, sections, title, notes, people)
+        excess = count(text) - cap_tokens
+        if excess <= 0 or not picked:
+            break
+        # The estimate of what the notes cost missed: the least valuable chosen notes leave until it fits.
+        by_id = {n.id: n for n in notes}
+        while excess > 0 and picked:
+            gone = by_id.pop(picked.pop())
+            excess -= max(1, gone.tokens)
+            evicted += 1
+        notes = [n for n in notes if n.id in by_id]
+    return RenderedHandoff(text=text, source_ids=list(dict.fromkeys(i for i in ids if i)), evicted_lines=evicted,
+                           notes=notes)
+
+
+def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequence[NoteEntry],
+              people: str) -> tuple[str, list[str]]:
     out = [head]
     ids: list[str] = []
     for section in sections:
@@ -175,11 +195,10 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
             for line in section.lines:
                 out.append(line.text)
                 ids.extend(line.ids)
-    if note_lines:
+    if notes:
         out.append(title)
-        out.extend(note_lines)
+        out.extend(_render_notes(notes))
         ids.extend(n.id for n in notes)
     if people:
         out.append(people)
-    return RenderedHandoff(text="\n".join(out), source_ids=list(dict.fromkeys(i for i in ids if i)),
-                           evicted_lines=evicted, notes=notes)
+    return "\n".join(out), ids

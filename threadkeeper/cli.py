@@ -181,6 +181,7 @@ def _csv_ints(value: str) -> list[int]:
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from evals.generator import STYLES
     from evals import (BENCHMARK_WINDOWS, DEFAULT_WINDOWS, load_benchmark, load_cases, plot, run_matrix,
                        skipped_text, summarize)
     from services import ModelClient
@@ -194,8 +195,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     if not generated and args.dataset:
         raise SettingsError(f"--dataset is for generated threads; with --benchmark {args.benchmark} use --path")
     benchmark = None if generated else load_benchmark(args.benchmark, args.path, limit=args.limit)
+    styles = [st.strip() for st in args.styles.split(",") if st.strip()]
+    unknown_styles = [st for st in styles if st not in STYLES]
+    if unknown_styles or not styles:
+        raise SettingsError(f"unknown --styles {', '.join(unknown_styles) or '(none)'}; choose from {', '.join(STYLES)}")
     cases = benchmark.cases if benchmark else load_cases(args.dataset, threads=args.threads, seed=args.seed,
-                                                         messages=args.messages)[:args.limit]
+                                                         messages=args.messages, styles=styles)[:args.limit]
     if args.windows is None:
         args.windows = list(DEFAULT_WINDOWS if generated else BENCHMARK_WINDOWS)
     judge = ModelClient(args.judge_model, timeout_seconds=settings.ai_timeout_seconds) if args.judge_model else None
@@ -402,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=_positive, default=5, help="generated threads (default 5)")
     c.add_argument("--messages", type=_positive, default=1500, help="messages per generated thread (default 1500)")
     c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--styles", default="work",
+                   help="generated thread styles, comma-separated: work, casual, multilingual, messy (default work)")
     c.add_argument("--turn-every", type=_positive, default=5, help="run a turn every K messages (default 5)")
     c.add_argument("--json", help="write the results as JSON here")
     c.add_argument("--plot", help="draw retention against window size to this PNG")
