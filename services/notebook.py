@@ -160,10 +160,11 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
         note_terms, fresh = terms(entry.text), frozenset(entry.fresh)
         weighted = []
         for t in sorted(note_terms | fresh):
-            if t not in idf:
-                idf[t] = stats.idf(t)
-            weight_t = IDENTIFIER_WEIGHT if _IDENTIFIER(t) else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
-            weighted.append((t, idf[t] * weight_t * (1.0 if t in fresh else ECHO_WEIGHT)))
+            base = idf.get(t)
+            if base is None:
+                kind = IDENTIFIER_WEIGHT if _IDENTIFIER(t) else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
+                base = idf[t] = stats.idf(t) * kind
+            weighted.append((t, base if t in fresh else base * ECHO_WEIGHT))
         key = int(entry.at // 86_400)
         d = days_of.get(key) or days_of.setdefault(key, day(entry.at))
         pool.append(_Candidate(entry, note_terms, weighted, weight, tokens, d,

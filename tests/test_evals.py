@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import fakeredis
+import pytest
+
 from evals import generate_thread, grade, load_cases, run_matrix, summarize
+from services import parse_thread, replay
+from threadkeeper.root import build_pipeline, build_stores
 from threadkeeper.settings import Settings
 
 from test_budget_and_cli import cli
@@ -124,3 +129,18 @@ def test_eval_cli_writes_json_and_plot_from_a_dataset_file(tmp_path: Path) -> No
     assert "threadkeeper" in result.stdout
     bad = cli("eval", "continuity", "--strategies", "nope", "--threads", "1", "--messages", "100")
     assert bad.returncode == 2 and "unknown strategies" in bad.stderr
+
+
+@pytest.mark.parametrize("style", ["work", "messy"])
+async def test_replayed_context_never_exceeds_the_trigger_and_compactions_meet_the_target(style: str) -> None:
+    settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
+    stores = build_stores(settings, client=fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
+    pipeline = build_pipeline(settings, stores, context_window=8000)
+    thread = parse_thread(json.dumps(generate_thread(11, messages=500, style=style).as_dict()), style)
+    result = await replay(pipeline, thread, conversation_id=f"trigger:{style}", turn_every=5)
+    budget = pipeline.budget
+    history = sum(e["tokens"] for e in result["context"] if e["role"] != "system")
+    assert result["compactions"] and history <= budget.trigger_tokens
+    assert all(c["tokens_after"] <= budget.target_tokens for c in result["compactions"])
+    report = await pipeline.context(f"trigger:{style}")
+    assert report.context_tokens - budget.fixed_prompt_tokens <= budget.trigger_tokens
