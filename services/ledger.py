@@ -33,7 +33,7 @@ from .notes import make_note, terms
 RECORD_STATE = "record_state"
 ACCEPTED_MARK = "accepted entries: "
 LEDGER_VERSION = 2
-LAST_FOLDED = 2_000
+LAST_FOLDED = 500
 """How many recently folded ids a ledger remembers, so folding the same messages again changes nothing."""
 
 

@@ -201,7 +201,7 @@ def _weight(sentence: str) -> float:
     return score
 
 
-@lru_cache(maxsize=20_000)
+@lru_cache(maxsize=4_096)
 def make_note(text: str, created_at: float) -> str | None:
     """The note of a message: its best sentences (all of a short message), compressed; None if nothing is left."""
     text = text.strip()
@@ -267,7 +267,7 @@ def _informative(text: str) -> bool:
 
 # -- terms -------------------------------------------------------------------------------------
 
-@lru_cache(maxsize=50_000)
+@lru_cache(maxsize=20_000)
 def terms(text: str) -> frozenset[str]:
     """The words a note is ranked by: lowercased words and numbers (character pairs for CJK text)."""
     out: set[str] = set()
