@@ -353,7 +353,7 @@ class ReplyExecutor:
                 text = (f"I can't send this to the model: the request would be {request_tokens:,} tokens and the "
                         f"model accepts {self.budget.request_limit_tokens:,}. Please split the latest input into "
                         "smaller messages.")
-                self._finish(turn, self.make_message(text, role="assistant"))
+                self._finish(turn, self.make_message(text, role="assistant"), answered=False)
                 return "refused", text
             reply = await self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None)
             turn.calls += 1
@@ -384,7 +384,7 @@ class ReplyExecutor:
             await self._append(conversation_id, turn, [assistant, *results])
         text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
                 "ask again or narrow the request.")
-        self._finish(turn, self.make_message(text, role="assistant"))
+        self._finish(turn, self.make_message(text, role="assistant"), answered=False)
         return "completed", text
 
     # -- helpers -------------------------------------------------------------------------------
@@ -427,10 +427,14 @@ class ReplyExecutor:
             turn.messages.extend(messages)
 
     @staticmethod
-    def _finish(turn: _Turn, message: Message) -> None:
-        """The turn's final reply: it answers the turn's asks (its ``source_ids``) and carries its note."""
-        message = message.model_copy(update={"note": make_note(message.text, message.created_at) or "",
-                                              "source_ids": [m.id for m in turn.incoming if m.flags.addressed]})
+    def _finish(turn: _Turn, message: Message, *, answered: bool = True) -> None:
+        """The turn's final reply. A model's answer answers the turn's asks (its ``source_ids``) and carries
+        its note; a refusal does neither, so the asks stay open and its words never become a note."""
+        update: dict[str, Any] = {"note": ""}
+        if answered:
+            update = {"note": make_note(message.text, message.created_at) or "",
+                      "source_ids": [m.id for m in turn.incoming if m.flags.addressed]}
+        message = message.model_copy(update=update)
         turn.messages.append(message)
         turn.final.append(message)
 
