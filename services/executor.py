@@ -39,7 +39,7 @@ from persistence import (
 )
 
 from .budget import ContextBudget
-from .context import measure, to_chat, visible
+from .context import to_chat, visible
 from .llm import ModelClient, ModelError, ModelTimeoutError
 from .notes import make_note
 from .tokens import Tokenizer

@@ -3,7 +3,8 @@
 Every folded message is a candidate note (see :mod:`services.notes`); so is every note the previous
 handoff carried. Candidates are ranked by the information they add per token: the rarity of their
 words in the thread so far (BM25's inverse document frequency over every message ever folded, carried
-from one handoff to the next), discounted for words that notes already chosen cover (novelty), and for
+from one handoff to the next), with full credit only for the words a message brought first, numbers and
+identifiers counting double, discounted for words that notes already chosen cover (novelty), and for
 age (a half-life in days). Selection is greedy and deterministic (ties by time, then id), so the same
 inputs always give the same notes; a note that is not chosen is evicted, which is the only way
 knowledge leaves the handoff.
@@ -36,12 +37,10 @@ REPLY_WEIGHT = 0.5
 CONSTRAINT_WEIGHT = 1.3
 """Sentences stating a constraint (must, never, deadline, at most…) count for more."""
 IDENTIFIER_WEIGHT = 2.0
-CJK_PAIR_WEIGHT = 0.5
-"""Text without spaces is ranked by overlapping character pairs; half a pair is about one character's worth."""
-
 """A number or identifier (ticket key, SHA, URL, path, quantity, date) counts this many times a rare word:
 it cannot be guessed back from the rest of the thread."""
-"""Sentences stating a constraint (must, never, deadline, at most…) count for more."""
+CJK_PAIR_WEIGHT = 0.5
+"""Text without spaces is ranked by overlapping character pairs; half a pair is about one character's worth."""
 MAX_TERMS = 8_000
 """Term statistics carried between handoffs keep at most this many words (the most frequent)."""
 DAY_HEADING_TOKENS = 6

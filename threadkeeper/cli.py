@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from persistence import ThreadkeeperError, ping
 
 from bot import run_console
-from bot.render import context_text, lineage_text
+from bot.render import context_text
 from services import Pipeline, load_thread, replay
 from services.replay import default_conversation_id
 
