@@ -19,9 +19,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from persistence import Message, TextPart
+from persistence import Message
 
-from .ledger import NarrativeEntry
+from .ledger import NarrativeEntry, prose
 
 from . import extract as x
 from .llm import ModelClient, ModelError
@@ -38,11 +38,6 @@ log = logging.getLogger("threadkeeper.narrative")
 
 _CAPITALIZED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:[A-Z][a-z]+)*\b")
 _LINE = re.compile(r"^\s*[-*•]\s*(?:\[([^\]]+)\]\s*)?(.+?)\s*$")
-
-
-def prose(message: Message) -> str:
-    """The words of a message: text parts only (tool calls and results are not narrative material)."""
-    return "\n".join(p.text for p in message.parts if isinstance(p, TextPart))
 
 
 def _candidates(messages: Sequence[Message]) -> list[tuple[int, int, Message, str]]:
