@@ -32,9 +32,7 @@ from persistence import (
 
 from .budget import ContextBudget
 from .context import measure
-from .extract import content_hash
-from .ledger import Ledger, LedgerBuilder
-from .ledger import NarrativeEntry, load_ledger
+from .ledger import Ledger, LedgerBuilder, NarrativeEntry, load_ledger
 from .narrative import Summarizer
 from .redact import redact
 from .tokens import Tokenizer
@@ -325,8 +323,7 @@ class Compactor:
     async def _write(self, conversation_id: str, history: History, plan: Plan, report: CompactionReport) -> History:
         info = {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
                 "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
-                "ledger": plan.ledger.model_dump(mode="json"),
-                "ledger_hash": content_hash(plan.ledger.model_dump_json())}
+                "ledger": plan.ledger.model_dump(mode="json")}
         fork = await self.checkpoints.fork_compaction(conversation_id, forked_from=history.checkpoint.id,
                                                       messages=plan.messages, covered_ids=plan.covered_ids, info=info)
         report.new_checkpoint_id = fork.id

@@ -45,8 +45,6 @@ _FILLER = frozenset("""lol lmao lmfao rofl haha hahaha hahahaha hehe hihi jaja j
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
-_TOKEN = re.compile(r"\S+")
-_WORD = re.compile(r"[^\W_](?:[\w'’./:@#%+-]*[^\W_%])?%?")
 _EDGE = "\"'“”‘’«»()[]{}<>*_~`,;:!?.…"
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)

@@ -92,8 +92,11 @@ class Pipeline:
         pending = [i.message for i in await self.inbox.peek(conversation_id) if i.message is not None]
         messages: list[Message] = list(history.messages)
         preview = getattr(self.executor.compactor, "preview", None)
+        should = getattr(self.executor.compactor, "should_compact", None)
         compaction = None
-        would = tokens + sum(m.tokens for m in pending) >= self.budget.trigger_tokens
+        # The executor's own rule, loop breaker included, so the preview never disagrees with the turn.
+        would = should(history, pending, self.budget) if should is not None else \
+            tokens + sum(m.tokens for m in pending) >= self.budget.trigger_tokens
         if would and preview is not None:
             compaction, messages = await preview(conversation_id, history, pending, self.budget)
         return ContextReport(conversation_id, self.budget, [system, *entries(visible(messages))], tokens,

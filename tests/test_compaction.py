@@ -431,3 +431,16 @@ def test_suspects_name_the_reason() -> None:
     notes = Notes(changes={"m1": MessageChange(kind="edited", text="x"), "m2": MessageChange(kind="deleted")})
     found = suspects(notes)
     assert "edited" in found["m1"] and "deleted" in found["m2"]
+
+
+async def test_context_preview_and_the_turn_agree_on_compacting(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client, context_window=4096)
+    await chat(p, filler(60))
+    await p.compact(CONV)
+    history = await p.checkpoints.load_history(CONV)
+    room = p.budget.trigger_tokens - history.token_total
+    big = "word " * (room + 50)  # with it the history passes the trigger, but there is nothing new to fold
+    await p.submit(CONV, big, author="alice", id="big.1", reply_expected=False)
+    report = await p.context(CONV)
+    results = await p.run(CONV)
+    assert report.would_compact is False and results[0].compaction is None
