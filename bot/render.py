@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 from persistence import LineageEntry
 from services import ContextReport
+from services.recall import RECALL_HEADER
 
 
 def _stamp(ts: float) -> str:
@@ -22,18 +23,26 @@ def lineage_text(conversation_id: str, rows: list[LineageEntry]) -> str:
     return "\n".join(lines)
 
 
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def context_text(report: ContextReport, *, width: int = 100) -> str:
     b = report.budget
     lines = [f"context of {report.conversation_id}: {report.context_tokens:,} tokens in {len(report.context)} messages",
              f"budget: window {b.window_tokens:,} = output reserve {b.output_reserve_tokens:,} + fixed prompt "
              f"{b.fixed_prompt_tokens:,} + usable {b.usable_tokens:,}; trigger {b.trigger_tokens:,}, target "
-             f"{b.target_tokens:,}, retained user {b.retained_user_tokens:,}, summary cap {b.summary_cap_tokens:,}",
+             f"{b.target_tokens:,}, retained user {b.retained_user_tokens:,}, summary cap {b.summary_cap_tokens:,}, "
+             f"recall {b.recall_tokens:,}",
              f"history now: {report.history_tokens:,} tokens"
              + (" (the next turn compacts first; shown after compaction)" if report.would_compact else "")]
     for i, entry in enumerate(report.context):
-        text = " ".join(entry.text.split())
-        if len(text) > width:
-            text = text[: width - 1] + "…"
+        head, _, recalled = entry.text.partition(f"\n{RECALL_HEADER}\n") if entry.role == "system" else \
+            (entry.text, "", "")
+        text = _clip(" ".join(head.split()), width)
         ids = ",".join(entry.source_ids[:3]) + ("…" if len(entry.source_ids) > 3 else "")
         lines.append(f"{i:>4} {entry.role:9} {entry.tokens:>6,} tok  [{ids}] {text}")
+        if recalled:
+            lines.append(f"{'':>4} recalled for the new message ({len(entry.source_ids)}):")
+            lines.extend(f"{'':>6}{_clip(line, width)}" for line in recalled.splitlines())
     return "\n".join(lines)

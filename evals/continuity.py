@@ -93,6 +93,10 @@ class RunResult:
     questions: list[QuestionResult] = field(default_factory=list)
     judged: int = 0
     benchmark: bool = False
+    asked: list[QuestionResult] = field(default_factory=list)
+    """Each question asked as the next message: graded on the context built for it (recall included)."""
+    asked_probes: list[ProbeResult] = field(default_factory=list)
+    asked_tokens: list[int] = field(default_factory=list)
 
 
 def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int,
@@ -120,8 +124,35 @@ def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int,
             for style in styles for i in range(threads)]
 
 
+async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str],
+                   ) -> tuple[list[QuestionResult], list[ProbeResult], list[int]]:
+    """Ask every question (or probe) as the next message and grade the context the turn would send for it.
+
+    Nothing is written and no model is called (``Pipeline.context`` with the question arriving). Benchmark
+    questions are graded against the context with and without its recalled messages, and against
+    keep-newest at the same spend; generated probes with the probe grader.
+    """
+    asked: list[QuestionResult] = []
+    probes: list[ProbeResult] = []
+    spent: list[int] = []
+    for item in case.questions or case.probes:
+        if not item.get("question"):
+            continue
+        question = pipeline.executor.make_message(str(item["question"]))
+        report = await pipeline.context(cid, arriving=[question])
+        entries = [e for e in report.context if question.id not in e.source_ids and (e.role != "system" or e.source_ids)]
+        spend = sum(e.tokens for e in entries)
+        spent.append(spend)
+        if case.questions:
+            standing = [e for e in entries if e.role != "system"]
+            asked.extend(grade_questions([item], entries, case.sized_messages(), spend, standing))
+        else:
+            probes.extend(grade([item], [e.text for e in entries], originals))
+    return asked, probes, spent
+
+
 async def run_one(settings: Settings, case: Case, strategy: str, window: int, *, turn_every: int,
-                  client: Any = None, judge: ModelClient | None = None) -> RunResult:
+                  client: Any = None, judge: ModelClient | None = None, ask: bool = False) -> RunResult:
     prefix = f"tkeval-{uuid.uuid4().hex[:10]}"
     own_client = client is None
     client = client or fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
@@ -140,19 +171,20 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
             context = [ContextEntry(**entry) for entry in result["context"]]
             spend = result["context_tokens"] - sum(e.tokens for e in context if e.role == "system")
             questions = grade_questions(case.questions, context, case.sized_messages(), spend)
+        asked, asked_probes, asked_tokens = await ask_each(pipeline, cid, case, originals) if ask else ([], [], [])
         rows = await pipeline.checkpoints.lineage(cid)
         kinds = {r.id: r.kind for r in rows}
         loops = sum(1 for r in rows if r.kind is CheckpointKind.COMPACTION and r.forked_from
                     and kinds.get(r.forked_from) is CheckpointKind.COMPACTION)
-        asked = case.probes or [q for q in case.questions if q.get("answer")]
-        judged = await _judge(pipeline, judge, asked, cid) if judge else None
+        asked_for_judge = case.probes or [q for q in case.questions if q.get("answer")]
+        judged = await _judge(pipeline, judge, asked_for_judge, cid) if judge else None
         return RunResult(strategy, window, case.name, graded, result["context_tokens"],
                          pipeline.budget.usable_tokens + pipeline.budget.fixed_prompt_tokens,
                          len(result["compactions"]), loops,
                          [c["tokens_before"] for c in result["compactions"]],
                          [c["tokens_after"] for c in result["compactions"]],
-                         time.perf_counter() - started, judged, questions, len(asked) if judge else 0,
-                         "questions" in case.data)
+                         time.perf_counter() - started, judged, questions, len(asked_for_judge) if judge else 0,
+                         "questions" in case.data, asked, asked_probes, asked_tokens)
     finally:
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             await client.delete(key)
@@ -184,6 +216,35 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return round(statistics.mean(counted), 4) if counted else None
 
 
+def _asked_row(runs: Sequence[RunResult]) -> dict[str, Any] | None:
+    """Questions asked as the next message: evidence in the context built for each, with and without recall."""
+    questions = [q for r in runs for q in r.asked]
+    probes = [p for r in runs for p in r.asked_probes]
+    spent = [t for r in runs for t in r.asked_tokens]
+    if not questions and not probes:
+        return None
+    row: dict[str, Any] = {"context_tokens": round(statistics.mean(spent)) if spent else 0}
+    if probes:
+        by_kind: dict[str, list[bool]] = defaultdict(list)
+        for p in probes:
+            by_kind[p.kind].append(p.kept)
+        row["retention"] = {"overall": _share([p.kept for p in probes]), **{k: _share(v) for k, v in
+                                                                             sorted(by_kind.items())}}
+        row["probes"] = len(probes)
+        return row
+    kinds: dict[str, list[bool]] = defaultdict(list)
+    for q in questions:
+        kinds[q.kind].append(q.evidence_kept)
+    kept, newest = _share([q.evidence_kept for q in questions]), _share([q.newest_kept for q in questions])
+    row.update({"evidence_retention": {"overall": kept, **{k: _share(v) for k, v in sorted(kinds.items())}},
+                "without_recall": _share([bool(q.standing_kept) for q in questions]),
+                "answer_recall": _mean([q.answer_recall for q in questions]),
+                "keep_newest": {"evidence_retention": newest,
+                                "answer_recall": _mean([q.newest_recall for q in questions])},
+                "ratio": round(kept / newest, 3) if newest else None, "questions": len(questions)})
+    return row
+
+
 def _benchmark_row(strategy: str, window: int, runs: Sequence[RunResult]) -> dict[str, Any]:
     """One report row for benchmark questions: evidence kept and answer recall, against keep-newest."""
     questions = [q for r in runs for q in r.questions]
@@ -205,6 +266,8 @@ def _benchmark_row(strategy: str, window: int, runs: Sequence[RunResult]) -> dic
         "questions": len(questions), "threads": len(runs), "seconds": round(sum(r.seconds for r in runs), 2)}
     if any(r.judge_correct is not None for r in runs):
         row["judge_accuracy"] = round(sum(r.judge_correct or 0 for r in runs) / max(1, sum(r.judged for r in runs)), 4)
+    if (asked := _asked_row(runs)) is not None:
+        row["asked"] = asked
     return row
 
 
@@ -235,6 +298,8 @@ def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
                "seconds": round(sum(r.seconds for r in runs), 2)}
         if any(r.judge_correct is not None for r in runs):
             row["judge_accuracy"] = round(sum(r.judge_correct or 0 for r in runs) / max(1, len(probes)), 4)
+        if (asked := _asked_row(runs)) is not None:
+            row["asked"] = asked
         rows.append(row)
     order = {name: i for i, name in enumerate(STRATEGIES)}
     return sorted(rows, key=lambda r: (order.get(r["strategy"], 99), r["window"]))
@@ -242,7 +307,7 @@ def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
 
 async def run_matrix(settings: Settings, cases: Sequence[Case], strategies: Sequence[str], windows: Sequence[int], *,
                      turn_every: int, client: Any = None, judge: ModelClient | None = None,
-                     progress: Callable[[str], None] | None = None) -> list[RunResult]:
+                     progress: Callable[[str], None] | None = None, ask: bool = False) -> list[RunResult]:
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ThreadkeeperError(f"unknown strategies: {', '.join(unknown)}; choose from {', '.join(STRATEGIES)}")
@@ -251,7 +316,7 @@ async def run_matrix(settings: Settings, cases: Sequence[Case], strategies: Sequ
         for window in windows:
             for strategy in strategies:
                 results.append(await run_one(settings, case, strategy, window, turn_every=turn_every,
-                                             client=client, judge=judge))
+                                             client=client, judge=judge, ask=ask))
                 if progress:
                     progress(f"{case.name} {strategy} {window}")
     return results

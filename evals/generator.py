@@ -232,7 +232,7 @@ def _plant_work(b: _Builder, fam: str, i: int, later: int, followups: Followups)
         svc = rng.choice(ph.SERVICES)
         value, what = _identifier_value(rng, b.counter("identifier"), svc)
         mid = b.say(rng.choice(ph.IDENTIFIERS[lang][what]).format(v=value, svc=svc))
-        b.probe("identifier", f"What is the {what} mentioned for {svc}?", value, [mid])
+        b.probe("identifier", ph.IDENTIFIER_QUESTIONS[what].format(svc=svc), value, [mid])
     elif fam == "decision":
         old, new = ph.TOOLS[b.counter("decision") % len(ph.TOOLS)]
         topic = rng.choice(ph.SERVICES)

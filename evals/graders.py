@@ -186,6 +186,8 @@ class QuestionResult:
     """Fraction of the answer's content words found in the context; ``None`` when it has none."""
     newest_kept: bool
     newest_recall: float | None
+    standing_kept: bool | None = None
+    """Asked questions only: whether the context without the recalled messages held every evidence message."""
 
 
 def is_handoff(entry: ContextEntry) -> bool:
@@ -202,11 +204,10 @@ def cited_ids(text: str) -> set[str]:
 
 
 def present_ids(entries: Sequence[ContextEntry]) -> set[str]:
-    """Message ids a context holds: verbatim (a non-handoff entry's sources) or cited by a handoff line."""
+    """Message ids a context holds: verbatim (a non-handoff entry's sources, recalled messages included) or
+    cited by a handoff line. The system prompt cites nothing."""
     out: set[str] = set()
     for entry in entries:
-        if entry.role == "system":
-            continue
         if is_handoff(entry):
             out |= cited_ids(entry.text)
         else:
@@ -240,14 +241,17 @@ def keep_newest(messages: Sequence[tuple[str, int]], spend: int) -> list[str]:
 
 
 def grade_questions(questions: Sequence[dict[str, Any]], entries: Sequence[ContextEntry],
-                    messages: Sequence[tuple[str, str, int]], spend: int) -> list[QuestionResult]:
+                    messages: Sequence[tuple[str, str, int]], spend: int,
+                    standing: Sequence[ContextEntry] | None = None) -> list[QuestionResult]:
     """Grade each question against the final context and against keep-newest at ``spend`` tokens.
 
     ``messages`` are the thread's ``(id, text, tokens)`` in order; ``spend`` is the history tokens the
-    graded context used (its system entry excluded).
+    graded context used (its system entry excluded). ``standing``, for a context built for the question,
+    is that context without its recalled messages.
     """
     present = present_ids(entries)
-    words = content_words("\n".join(e.text for e in entries if e.role != "system"))
+    held = present_ids(standing) if standing is not None else None
+    words = content_words("\n".join(e.text for e in entries if e.role != "system" or e.source_ids))
     newest = set(keep_newest([(mid, tokens) for mid, _, tokens in messages], spend))
     newest_words = content_words("\n".join(text for mid, text, _ in messages if mid in newest))
     out = []
@@ -258,5 +262,6 @@ def grade_questions(questions: Sequence[dict[str, Any]], entries: Sequence[Conte
                                   bool(evidence) and all(e in present for e in evidence),
                                   answer_recall(answer, words),
                                   bool(evidence) and all(e in newest for e in evidence),
-                                  answer_recall(answer, newest_words)))
+                                  answer_recall(answer, newest_words),
+                                  None if held is None else bool(evidence) and all(e in held for e in evidence)))
     return out

@@ -86,6 +86,12 @@ IDENTIFIERS = {
            "file path": ["{svc}のリトライ設定は {v} にあります"],
            "quantity": ["キャッシュ変更後の{svc}のp99は {v} でした。"]},
 }
+IDENTIFIER_QUESTIONS = {"ticket key": "What is the ticket for the {svc} timeouts?",
+                        "URL": "Where is the {svc} dashboard?", "commit SHA": "Which commit broke {svc}?",
+                        "file path": "Where do the {svc} retry settings live?",
+                        "quantity": "What is the p99 for {svc} since the cache change?"}
+"""How a person asks later for a planted identifier: naming what it belongs to, in their own words (which
+are not always the words of the message that holds it)."""
 DECISIONS = {
     "en": [("We decided to go with {x} for {t}.", "go with {x} for {t}"),
            ("Decision from the sync: {x} for {t}, everyone signed off.", "{x} for {t}"),

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from persistence import Message, MessageFlags, Notes, TextPart, ToolCallPart, ToolResultPart, new_id
 from services.budget import ContextBudget
 from services.compactor import Compactor, Plan
+from services.narrative import extractive
 from services.ledger import Ledger
 
 FIXED_USER_BUDGET = 20_000
@@ -51,8 +52,9 @@ class _Baseline(Compactor):
                     dropped=len([m for m in messages if m.id not in kept_ids]),
                     tokens_after=sum(m.tokens for m in replacement), tightened=0)
 
-    async def _narrate(self, messages: Sequence[Message], cap: int) -> list[str]:
-        narrative = await self.summarizer.narrate(messages, cap)
+    async def _narrate(self, messages: Sequence[Message], cap: int, use_model: bool = True) -> list[str]:
+        narrative = await self.summarizer.narrate(messages, cap) if use_model else \
+            extractive(messages, cap, self.tokenizer)
         return [f"- [{','.join(line.source_ids)}] {line.text}" for line in narrative.lines]
 
 
@@ -62,7 +64,7 @@ class RecencyCompactor(_Baseline):
     name = "recency"
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget) -> Plan:
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
         return self._plan(messages, _newest(_plain(messages), budget.target_tokens))
 
 
@@ -72,13 +74,13 @@ class AccumulatingSummaries(_Baseline):
     name = "accumulating-summaries"
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget) -> Plan:
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
         records = [m for m in messages if m.flags.handoff]
         transcript = [m for m in _plain(messages) if not m.flags.handoff]
         keep = _newest(transcript, budget.target_tokens // 2)
         kept_ids = {m.id for m in keep}
         batch = [m for m in transcript if m.id not in kept_ids]
-        lines = await self._narrate(batch, budget.summary_cap_tokens // 2)
+        lines = await self._narrate(batch, budget.summary_cap_tokens // 2, use_model)
         records.append(self._summary(f"Summary of {len(batch)} earlier messages", lines))
         while len(records) > 1 and sum(m.tokens for m in records + keep) > budget.target_tokens:
             records.pop(0)
@@ -95,7 +97,7 @@ class UserMessagesSummary(_Baseline):
     name = "user-messages+summary"
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget) -> Plan:
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
         people = [m for m in _plain(messages) if m.role == "user" and not m.flags.handoff]
         keep = _newest(people, min(FIXED_USER_BUDGET, budget.target_tokens - budget.summary_cap_tokens))
         kept_ids = {m.id for m in keep}
@@ -106,7 +108,7 @@ class UserMessagesSummary(_Baseline):
             if m.flags.handoff:  # the previous summary is summarized again, as plain text
                 m = m.model_copy(update={"flags": MessageFlags(), "role": "assistant"})
             folded.append(m)
-        lines = await self._narrate(_plain(folded), budget.summary_cap_tokens)
+        lines = await self._narrate(_plain(folded), budget.summary_cap_tokens, use_model)
         summary = self._summary("Summary of the earlier thread", lines)
         return self._plan(messages, [summary, *keep], summary_tokens=summary.tokens)
 

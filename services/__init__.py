@@ -4,10 +4,11 @@ Public entry points: :class:`Pipeline` (what the bot, console, CLI and evals cal
 :class:`ReplyExecutor`, :class:`ModelClient`, :class:`ContextBudget`, :class:`Tokenizer`.
 """
 
-from .budget import BudgetError, BudgetPolicy, ContextBudget, is_offline, resolve_max_output, resolve_window
+from .budget import (BudgetError, BudgetPolicy, ContextBudget, is_offline, offers_tools, resolve_max_output,
+                     resolve_window)
 from .context import ContextEntry, measure, to_chat, visible
 from .executor import ExecutorConfig, ReplyExecutor, TurnEvents, TurnResult
-from .llm import ModelClient, ModelError, ModelReply, ModelTimeoutError, ToolCall
+from .llm import ModelClient, ModelContextError, ModelError, ModelReply, ModelTimeoutError, ToolCall
 from .pipeline import ContextReport, Pipeline
 from .prompts import SYSTEM_PROMPT
 from .replay import ReplayInputError, load_thread, parse_thread, replay
@@ -16,8 +17,8 @@ from .tools import Tool, ToolContext, ToolRegistry
 
 __all__ = [
     "SYSTEM_PROMPT", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport",
-    "ExecutorConfig", "ModelClient", "ModelError", "ModelReply", "ModelTimeoutError", "Pipeline",
+    "ExecutorConfig", "ModelClient", "ModelContextError", "ModelError", "ModelReply", "ModelTimeoutError", "Pipeline",
     "ReplayInputError", "ReplyExecutor", "Tokenizer", "Tool", "ToolCall", "ToolContext", "ToolRegistry",
-    "TurnEvents", "TurnResult", "is_offline", "load_thread", "measure", "parse_thread", "replay",
+    "TurnEvents", "TurnResult", "is_offline", "offers_tools", "load_thread", "measure", "parse_thread", "replay",
     "resolve_max_output", "resolve_window", "to_chat", "visible",
 ]

@@ -15,6 +15,8 @@ Defaults and why:
   the notes. Recent messages stay verbatim for the flow of the conversation; older ones are worth more
   as notes, which cost a fraction of their tokens (measured on public long-conversation benchmarks:
   see the README's continuity results).
+* **recall 0.15**: the earlier messages recalled for a turn's new message (per-turn runtime context, never
+  stored as history) take at most this share, less when the request has no room for it.
 * **output reserve 10% of the window**, at least 256 tokens and at most the model's maximum
   output (``AI_MAX_OUTPUT_TOKENS`` overrides): enough for a long answer on small windows without
   reserving 100k tokens on a 1M model.
@@ -47,6 +49,9 @@ class BudgetPolicy:
     summary_cap: float = 0.15
     """The summary share of the comparison strategies in the continuity eval."""
     pins: float = 0.10
+    recall: float = 0.15
+    """Before a turn, earlier messages recalled for the new message get at most this share; with the trigger
+    at 0.80 it always fits beside the history and a tool result."""
     output_reserve: float = 0.10
     min_output_reserve: int = 256
     max_output_reserve: int = 8_192
@@ -63,6 +68,7 @@ class ContextBudget:
     retained_user_tokens: int
     summary_cap_tokens: int
     pin_tokens: int
+    recall_tokens: int = 0
 
     @classmethod
     def derive(cls, window_tokens: int, *, fixed_prompt_tokens: int, max_output_tokens: int | None = None,
@@ -86,6 +92,7 @@ class ContextBudget:
             retained_user_tokens=int(usable * policy.retained_user),
             summary_cap_tokens=int(usable * policy.summary_cap),
             pin_tokens=int(usable * policy.pins),
+            recall_tokens=int(usable * policy.recall),
         )
 
     @property
@@ -123,6 +130,18 @@ def resolve_max_output(model: str, override: int | None) -> int | None:
         return litellm.get_model_info(model).get("max_output_tokens")
     except Exception:
         return None
+
+
+def offers_tools(model: str) -> bool:
+    """Whether a model is offered the optional tools (``thread_search``): every model except the offline one
+    and those litellm knows cannot call functions (a model unknown to litellm is assumed able to)."""
+    if is_offline(model):
+        return False
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # unknown to litellm: a local or custom model
+        return True
+    return info.get("supports_function_calling") is not False
 
 
 def is_offline(model: str) -> bool:

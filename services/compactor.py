@@ -155,12 +155,15 @@ class Compactor:
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
                       budget: ContextBudget) -> tuple[CompactionReport, list[Message]]:
-        report, plan = await self._plan_and_report(conversation_id, history, pending, budget, "preview", dry_run=True)
+        report, plan = await self._plan_and_report(conversation_id, history, pending, budget, "preview", dry_run=True,
+                                                   use_model=False)
         return report, plan.messages
 
     async def compact(self, conversation_id: str, *, budget: ContextBudget, dry_run: bool = False,
-                      reason: str = "manual") -> CompactionReport:
-        """Compact now, whatever the trigger says (the internal compaction command)."""
+                      reason: str = "manual", with_model: bool = False) -> CompactionReport:
+        """Compact now, whatever the trigger says (the internal compaction command).
+
+        A dry run calls no model unless ``with_model`` (its narrative is then the previous one, carried)."""
         state = await self.checkpoints.require_state(conversation_id)
         if state.active_turn_id:
             active = await self.checkpoints.get(conversation_id, state.active_turn_id)
@@ -181,7 +184,8 @@ class Compactor:
                     headroom_tokens=budget.trigger_tokens - tokens, strategy="none", duration_ms=0.0, reason=reason,
                     dry_run=dry_run, notes=["nothing to compact: the head is a compaction with no newer messages "
                                             f"and already within the target ({budget.target_tokens:,} tokens)"])
-        report, plan = await self._plan_and_report(conversation_id, history, [], budget, reason, dry_run=dry_run)
+        report, plan = await self._plan_and_report(conversation_id, history, [], budget, reason, dry_run=dry_run,
+                                                   use_model=not dry_run or with_model)
         if not dry_run:
             try:
                 await self._write(conversation_id, history, plan, report)
@@ -193,12 +197,12 @@ class Compactor:
 
     async def _plan_and_report(self, conversation_id: str, history: History, incoming: Sequence[Message],
                                budget: ContextBudget, reason: str, *, dry_run: bool = False,
-                               ) -> tuple[CompactionReport, Plan]:
+                               use_model: bool = True) -> tuple[CompactionReport, Plan]:
         started = time.perf_counter()
         tokens_before = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens)
         notes = await self.notes.get(conversation_id)
         previous = await self._previous_ledger(conversation_id, history)
-        plan = await self.plan(history.messages, incoming, notes, previous, budget)
+        plan = await self.plan(history.messages, incoming, notes, previous, budget, use_model=use_model)
         report = CompactionReport(
             conversation_id=conversation_id, previous_checkpoint_id=history.checkpoint.id, new_checkpoint_id=None,
             tokens_before=tokens_before, tokens_after=plan.tokens_after, kept_messages=plan.kept,
@@ -223,7 +227,7 @@ class Compactor:
                                      str(exc).splitlines()[0]) from None
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget) -> Plan:
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
         """The replacement history for ``messages``; pure apart from the summarizer call."""
         people = [m for m in messages if m.role == "user" and not m.flags.handoff and not m.flags.runtime]
         live = [m for m in (self._current(m, notes) for m in people) if m is not None]
@@ -251,7 +255,7 @@ class Compactor:
             if narrative is None:
                 narrative, entries = await self.summarizer.handoff_narrative(
                     carried_before, [m for m in folded if m.role in ("user", "assistant")],
-                    int(cap * SHARES["narrative"]))
+                    int(cap * SHARES["narrative"]), use_model=use_model)
             rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now)
             handoff = self._message(redact(rendered.text), rendered.source_ids)
             replacement = [handoff, *kept]

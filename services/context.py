@@ -61,7 +61,8 @@ def entries(messages: Sequence[Message]) -> list[ContextEntry]:
     out = []
     for m in messages:
         text = render_text(m) if not any(isinstance(p, (ToolCallPart, ToolResultPart)) for p in m.parts) else m.text
-        ids = list(m.source_ids) if m.flags.handoff and m.source_ids else [m.id]  # a handoff: every id it cites
+        # A handoff: every id it cites; a runtime context: the messages it recalled.
+        ids = list(m.source_ids) if (m.flags.handoff or m.flags.runtime) and m.source_ids else [m.id]
         out.append(ContextEntry(role=m.role, text=text, source_ids=ids, tokens=m.tokens))
     return out
 
@@ -69,8 +70,9 @@ def entries(messages: Sequence[Message]) -> list[ContextEntry]:
 def measure(history: History | None, *, fixed_prompt_tokens: int, extra: Sequence[Message] = ()) -> int:
     """Tokens of history the next request carries (fixed prompt excluded), plus ``extra`` new messages.
 
-    When the head checkpoint's last model call reported usage, that number is the ground truth for
-    the prefix it covered; only messages after that prefix are estimated from stored counts.
+    When the head checkpoint's last model call reported usage, that number (less the runtime context that
+    call carried) is the ground truth for the prefix it covered; only messages after that prefix are
+    estimated from stored counts.
     Cumulative usage of a turn is never used.
     """
     extra_tokens = sum(m.tokens for m in extra if not m.flags.runtime)
@@ -80,7 +82,10 @@ def measure(history: History | None, *, fixed_prompt_tokens: int, extra: Sequenc
     outcome = history.checkpoint.outcome
     if outcome and outcome.usage and 0 < outcome.usage_covered_messages <= len(messages):
         covered = outcome.usage_covered_messages
-        prefix = max(0, outcome.usage.input_tokens - fixed_prompt_tokens)
+        # That call also carried its turn's runtime context (recalled messages included), which is never
+        # sent again: it does not count toward what the next request carries.
+        sent_runtime = next((m.tokens for m in reversed(messages[:covered]) if m.flags.runtime), 0)
+        prefix = max(0, outcome.usage.input_tokens - fixed_prompt_tokens - sent_runtime)
         rest = sum(m.tokens for m in visible(messages[covered:]))
         return prefix + rest + extra_tokens
     return sum(m.tokens for m in visible(messages)) + extra_tokens

@@ -14,7 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
@@ -27,11 +27,11 @@ from persistence import (
     History,
     Inbox,
     InboxItem,
-
     LeaseManager,
     Message,
     MessageFlags,
     TextPart,
+    ThreadkeeperError,
     ToolCallPart,
     ToolResultPart,
     Usage,
@@ -40,8 +40,9 @@ from persistence import (
 
 from .budget import ContextBudget
 from .context import to_chat, visible
-from .llm import ModelClient, ModelError, ModelTimeoutError
+from .llm import ModelClient, ModelContextError, ModelError, ModelTimeoutError
 from .notes import make_note
+from .recall import Recall, change_notice_id
 from .tokens import Tokenizer
 from .tools import ToolContext, ToolRegistry, bound_text
 
@@ -49,6 +50,10 @@ log = logging.getLogger("threadkeeper.executor")
 
 TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
 _APPROVAL = re.compile(r"^\s*(yes|y|approve[d]?|ok|okay|go ahead|do it|confirm(ed)?)\b", re.IGNORECASE)
+
+
+class _ContextOverflow(Exception):
+    """The provider refused a turn's request as too long; the turn was superseded and took nothing."""
 
 
 class Compactor(Protocol):
@@ -144,7 +149,8 @@ class ReplyExecutor:
     def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, leases: LeaseManager, model: ModelClient,
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
                  compactor: Compactor | None = None, effects: InboxEffects | None = None,
-                 runtime_context: RuntimeContext = default_runtime_context, transcript: Any = None) -> None:
+                 runtime_context: RuntimeContext = default_runtime_context, transcript: Any = None,
+                 recall: Recall | None = None) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
         self.leases = leases
@@ -157,6 +163,8 @@ class ReplyExecutor:
         self.effects = effects
         self.runtime_context = runtime_context
         self.transcript = transcript
+        self.recall = recall
+        """Earlier messages recalled for each turn that asks the model (None: no recall)."""
         """Visible-thread memory (:class:`services.transcript.TranscriptMemory`), when the transport keeps one."""
         self.clock: Callable[[], float] = time.time
         """When the executor's own messages (replies, notices) are written; a replay sets the thread's clock."""
@@ -185,6 +193,32 @@ class ReplyExecutor:
         if addressed and not message.flags.addressed:
             update["flags"] = message.flags.model_copy(update={"addressed": True})
         return message.model_copy(update=update) if update else message
+
+    def prepare_incoming(self, message: Message, *, addressed: bool) -> Message:
+        """A person's message as a turn takes it from the inbox (counted, noted, marked, bounded)."""
+        return self._bound_input(self._prepared(message, addressed=addressed))
+
+    async def runtime_message(self, conversation_id: str, history: History | None, context: Sequence[Message],
+                              incoming: Sequence[Message]) -> Message:
+        """The turn's runtime context: who and when, plus the earlier messages recalled for ``incoming``.
+
+        ``history`` is the head the turn starts from; ``context`` every message the request carries besides
+        this one (history and incoming). The recall takes at most its budget share and never more than the
+        request has room for beside a tool result. ``Pipeline.context`` shows exactly this message.
+        """
+        header = self.runtime_context(conversation_id, context, incoming)
+        runtime = self.make_message(header, role="system", flags=MessageFlags(runtime=True))
+        if self.recall is None:
+            return runtime
+        sent = sum(m.tokens for m in visible(context)) + runtime.tokens
+        room = self.budget.request_limit_tokens - self.budget.fixed_prompt_tokens - sent - self.tool_limit()
+        cap = min(self.budget.recall_tokens, room)
+        recalled = await self.recall.recall(conversation_id, history, visible(context), incoming, cap)
+        if not recalled.ids:
+            return runtime
+        text = f"{header}\n{recalled.text}"
+        return self.with_tokens(runtime.model_copy(update={"parts": [TextPart(text=text)],
+                                                           "source_ids": recalled.ids}))
 
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
         """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease."""
@@ -218,15 +252,35 @@ class ReplyExecutor:
     # -- one turn ------------------------------------------------------------------------------
 
     async def _turn_with_retries(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
+        overflowed = False
         for attempt in range(self.config.commit_attempts):
             try:
-                return await self._turn(conversation_id, events)
+                return await self._turn(conversation_id, events, overflowed)
             except HeadConflictError as conflict:
                 log.info("head of %s moved during a turn (attempt %d): %s", conversation_id, attempt + 1, conflict)
+            except _ContextOverflow as overflow:
+                overflowed = True
+                await self._compact_tighter(conversation_id, events, str(overflow))
         raise HeadConflictError(conversation_id, None, None)
 
-    async def _turn(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
-        result = await self._run_turn(conversation_id, events)
+    async def _compact_tighter(self, conversation_id: str, events: TurnEvents, why: str) -> None:
+        """After a context-length refusal: compact to half the usual target, so the retried request fits
+        however differently the provider counts."""
+        compact = getattr(self.compactor, "compact", None)
+        if compact is None:
+            return
+        log.warning("%s: the provider refused the request as too long; compacting tighter (%s)", conversation_id, why)
+        await events.status(conversation_id, "compacting history…")
+        b = self.budget
+        tighter = replace(b, target_tokens=b.target_tokens // 2, retained_user_tokens=b.retained_user_tokens // 2,
+                          pin_tokens=b.pin_tokens // 2)
+        try:
+            await compact(conversation_id, budget=tighter, reason="context-length")
+        except ThreadkeeperError as exc:  # nothing to compact, or the head moved: the retry says what happens
+            log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
+
+    async def _turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False) -> TurnResult | None:
+        result = await self._run_turn(conversation_id, events, overflowed)
         if result is not None and self.transcript is not None and result.status != "awaiting_resume":
             seen = list(result.recorded)
             if result.reply:
@@ -234,7 +288,8 @@ class ReplyExecutor:
             await self.transcript.record(conversation_id, seen)
         return result
 
-    async def _run_turn(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
+    async def _run_turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False,
+                        ) -> TurnResult | None:
         state = await self.checkpoints.get_state(conversation_id)
         paused: Checkpoint | None = None
         if state and state.active_turn_id:
@@ -251,7 +306,7 @@ class ReplyExecutor:
         effects = [i for i in items if i.kind != "message"]
         if effects and self.effects is not None:
             await self.effects.apply(conversation_id, effects)
-        incoming = [self._bound_input(self._prepared(i.message, addressed=i.reply_expected))
+        incoming = [self.prepare_incoming(i.message, addressed=i.reply_expected)
                     for i in items if i.kind == "message" and i.message is not None]
         incoming += [notice for i in effects if (notice := self._change_notice(i)) is not None]
         # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
@@ -264,8 +319,7 @@ class ReplyExecutor:
         else:
             history = await self.checkpoints.load_history(conversation_id, head_id) if head_id else None
             history, compaction = await self._maybe_compact(conversation_id, history, incoming, events)
-            head_id = history.checkpoint.id if history else None
-            turn = await self._start(conversation_id, history, head_id, items, incoming, wants_reply)
+            turn = await self._start(conversation_id, history, items, incoming, wants_reply)
             turn.compaction = compaction
             if not wants_reply:
                 await self._commit(conversation_id, turn)
@@ -286,6 +340,11 @@ class ReplyExecutor:
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
+        except ModelContextError as exc:
+            if overflowed or paused is not None:
+                return await self._fail(conversation_id, turn, exc, trace_id)
+            await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)  # its inbox items stay queued
+            raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
         if status == "awaiting_resume":
@@ -308,17 +367,17 @@ class ReplyExecutor:
             await events.status(conversation_id, "compacting history…")
         return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
 
-    async def _start(self, conversation_id: str, history: History | None, head_id: str | None,
-                     items: list[InboxItem], incoming: list[Message], wants_reply: bool) -> _Turn:
+    async def _start(self, conversation_id: str, history: History | None, items: list[InboxItem],
+                     incoming: list[Message], wants_reply: bool) -> _Turn:
         base = list(history.messages) if history else []
-        checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False)
+        head_id = history.checkpoint.id if history else None
         new = list(incoming)
         runtime_id = ""
         if wants_reply:
-            runtime = self.make_message(self.runtime_context(conversation_id, base, new), role="system",
-                                        flags=MessageFlags(runtime=True))
+            runtime = await self.runtime_message(conversation_id, history, base + new, new)
             runtime_id = runtime.id
             new.append(runtime)
+        checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False)
         await self.checkpoints.append(conversation_id, checkpoint.id, new, inbox_consumed=len(items))
         return _Turn(checkpoint, head_id, base + new, runtime_id, items, incoming)
 
@@ -335,7 +394,7 @@ class ReplyExecutor:
             ctx = ToolContext(conversation_id, paused.id, messages + incoming)
             content = (await self.tools.run(call["name"], call["arguments"], ctx)) if approved else \
                 "The person declined this call; it was not run."
-            content, cut = bound_text(content, self.tokenizer, self._tool_limit())
+            content, cut = bound_text(content, self.tokenizer, self.tool_limit())
             new.append(self._tool_result(call["id"], call["name"], content, cut))
         new.extend(incoming)
         runtime_ids = [m.id for m in messages if m.flags.runtime]
@@ -379,7 +438,7 @@ class ReplyExecutor:
                                                "Reply *yes* to approve or *no* to decline.")
                 ctx = ToolContext(conversation_id, turn.checkpoint.id, turn.messages)
                 content = await self.tools.run(call.name, call.arguments, ctx)
-                content, cut = bound_text(content, self.tokenizer, self._tool_limit())
+                content, cut = bound_text(content, self.tokenizer, self.tool_limit())
                 results.append(self._tool_result(call.id, call.name, content, cut))
             await self._append(conversation_id, turn, [assistant, *results])
         text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
@@ -402,11 +461,12 @@ class ReplyExecutor:
             target, author = item.target_id, None
         else:
             return None
-        notice = self.make_message(text, author=author, id=f"{target}:{item.kind}:{item.event_id or new_id('ev')}",
+        notice = self.make_message(text, author=author, id=change_notice_id(target, item.kind,
+                                                                            item.event_id or new_id("ev")),
                                    created_at=item.received_at)
         return notice.model_copy(update={"note": ""})  # the change reaches the handoff through the edit notes
 
-    def _tool_limit(self) -> int:
+    def tool_limit(self) -> int:
         return max(200, int(self.budget.usable_tokens * self.config.tool_output_fraction))
 
     def _tool_result(self, call_id: str, name: str, content: str, truncated: bool) -> Message:
@@ -445,6 +505,8 @@ class ReplyExecutor:
         done = await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
                                              outcome=self._outcome(turn), messages=turn.final)
         turn.inbox_left = done.inbox_left
+        if self.recall is not None:
+            self.recall.observe(conversation_id, [*turn.incoming, *turn.final])
 
     async def _fail(self, conversation_id: str, turn: _Turn, exc: BaseException, trace_id: str) -> TurnResult:
         log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,

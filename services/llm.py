@@ -13,7 +13,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from persistence import ThreadkeeperError, Usage
 
 from ._litellm import litellm
-from .budget import is_offline
+from .budget import is_offline, resolve_max_output
 
 log = logging.getLogger("threadkeeper.llm")
 
@@ -26,6 +26,11 @@ class ModelError(ThreadkeeperError):
 
 class ModelTimeoutError(ModelError):
     """A model call did not answer in time."""
+
+
+class ModelContextError(ModelError):
+    """The provider refused the request as longer than the model's window (it counts tokens differently
+    from the local estimate): the turn compacts tighter and tries once more."""
 
 
 @dataclass(frozen=True)
@@ -70,11 +75,16 @@ class ModelClient:
     """Async chat completions through litellm for one model."""
 
     def __init__(self, model: str, *, timeout_seconds: float = 60.0, attempts: int = 3,
-                 max_output_tokens: int | None = None, retry_wait_seconds: float = 1.0) -> None:
+                 max_output_tokens: int | None = None, retry_wait_seconds: float = 1.0,
+                 context_window: int | None = None) -> None:
         from . import offline  # registers the offline provider
 
         offline.register()
         self.model = model
+        self.output_limit = resolve_max_output(model, None)
+        """The most output the model itself allows (litellm's model info), when known: requests are clamped to it."""
+        self.context_window = context_window
+        """The window the budget assumes; Ollama is told it (``num_ctx``), or it truncates at its own default."""
         self.timeout_seconds = timeout_seconds
         self.attempts = max(1, attempts)
         self.max_output_tokens = max_output_tokens
@@ -94,7 +104,9 @@ class ModelClient:
             kwargs["tools"] = tools
         limit = max_output_tokens or self.max_output_tokens
         if limit:
-            kwargs["max_tokens"] = limit
+            kwargs["max_tokens"] = min(limit, self.output_limit) if self.output_limit else limit
+        if self.context_window and self.model.split("/", 1)[0] in ("ollama", "ollama_chat"):
+            kwargs["num_ctx"] = self.context_window
         try:
             async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts), reraise=True,
                                                wait=wait_random_exponential(multiplier=self.retry_wait_seconds, max=20),
@@ -104,6 +116,8 @@ class ModelClient:
         except (asyncio.TimeoutError, litellm.Timeout) as exc:
             raise ModelTimeoutError(f"model {self.model} did not answer within {timeout:g}s "
                                     f"({self.attempts} attempts)") from exc
+        except litellm.ContextWindowExceededError as exc:
+            raise ModelContextError(f"model {self.model} refused the request as too long: {exc}") from exc
         except Exception as exc:  # litellm maps provider errors to its own hierarchy
             raise ModelError(f"model {self.model} failed: {type(exc).__name__}: {exc}") from exc
         return self._reply(response)

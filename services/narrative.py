@@ -132,14 +132,17 @@ class Summarizer:
         return narrative
 
     async def handoff_narrative(self, previous: Sequence[NarrativeEntry], messages: Sequence[Message],
-                                cap_tokens: int) -> tuple[Narrative, list[NarrativeEntry]]:
+                                cap_tokens: int, *, use_model: bool = True) -> tuple[Narrative, list[NarrativeEntry]]:
         """The narrative of the previous narrative plus ``messages``, validated, and the entries to carry.
 
-        Without a model, or when the model fails, the previous narrative is carried unchanged.
+        Without a model, when the model fails, or for a preview (``use_model=False``: previews never pay
+        for a model call), the previous narrative is carried unchanged.
         """
         kept = list(previous)
         if self.model is None:
             return Narrative((), "notes"), kept
+        if not use_model:
+            return Narrative((), "notes", "preview: the narrative is carried as it is (no summarizer call)"), kept
         if cap_tokens < 32:
             return Narrative((), "notes", "no room for a narrative"), kept
         lines = self._transcript(messages)

@@ -171,7 +171,7 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
     covered: set[str] = set()
     days: set[str] = set()
     lines: set[tuple[str, str]] = set()
-    authors = {c.entry.author: author_cost(c.entry.author, count) for c in pool}
+    authors = {author: author_cost(author, count) for author in {c.entry.author for c in pool}}
 
     def cost(c: _Candidate) -> int:
         extra = 0 if c.day in days else DAY_HEADING_TOKENS

@@ -265,10 +265,10 @@ def _informative(text: str) -> bool:
 
 # -- terms -------------------------------------------------------------------------------------
 
-@lru_cache(maxsize=20_000)
-def terms(text: str) -> frozenset[str]:
-    """The words a note is ranked by: lowercased words and numbers (character pairs for CJK text)."""
-    out: set[str] = set()
+def words(text: str) -> list[str]:
+    """The words of ``text`` that carry content, in order and with repeats: lowercased words and numbers,
+    filler and English function words dropped, character pairs for CJK text (notes and recall share it)."""
+    out: list[str] = []
     english = _LANGUAGES["en"]
     for token in text.lower().split():
         word = token.strip(_EDGE)
@@ -276,9 +276,15 @@ def terms(text: str) -> frozenset[str]:
             continue
         if not word.isascii() and _CJK.search(word):
             for run in _CJK_RUN.findall(word):
-                out.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+                out.extend(run[i:i + 2] for i in range(max(1, len(run) - 1)))
             continue
         if word in _FILLER or word in english or not any(c.isalnum() for c in word):
             continue
-        out.add(word)
-    return frozenset(out)
+        out.append(word)
+    return out
+
+
+@lru_cache(maxsize=20_000)
+def terms(text: str) -> frozenset[str]:
+    """The words a note is ranked by (:func:`words`, as a set)."""
+    return frozenset(words(text))

@@ -69,8 +69,11 @@ class OfflineModel(litellm.CustomLLM):
         super().__init__()
         self.tokenizer = Tokenizer("gpt-4o")
 
-    def _respond(self, model: str, messages: list[dict[str, Any]]) -> litellm.ModelResponse:
-        prompt_tokens = self.tokenizer.count_chat(messages)
+    def _respond(self, model: str, messages: list[dict[str, Any]], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> litellm.ModelResponse:
+        # Like a real provider, the prompt count includes the tool schemas sent with the request.
+        optional = kwargs.get("optional_params") or (args[7] if len(args) > 7 else {}) or {}
+        prompt_tokens = self.tokenizer.count_chat(messages) + self.tokenizer.count_tools(optional.get("tools") or [])
         text = offline_answer(messages, prompt_tokens)
         completion = self.tokenizer.count(text)
         return litellm.ModelResponse(model=f"offline/{model}", choices=[{"index": 0, "finish_reason": "stop",
@@ -79,10 +82,10 @@ class OfflineModel(litellm.CustomLLM):
                                     "total_tokens": prompt_tokens + completion})
 
     def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:  # type: ignore[override]
-        return self._respond(model, messages)
+        return self._respond(model, messages, args, kwargs)
 
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:  # type: ignore[override]
-        return self._respond(model, messages)
+        return self._respond(model, messages, args, kwargs)
 
 
 def register() -> None:

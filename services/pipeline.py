@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,37 +70,50 @@ class Pipeline:
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
         return await self.executor.run(conversation_id, events)
 
-    async def compact(self, conversation_id: str, *, dry_run: bool = False, reason: str = "manual") -> Any:
+    async def compact(self, conversation_id: str, *, dry_run: bool = False, reason: str = "manual",
+                      with_model: bool = False) -> Any:
         """Compact now with this pipeline's budget (the internal compaction command); returns the report.
 
-        A dry run computes everything and writes nothing. A conversation whose turn awaits resume is
-        refused. The summarized checkpoint stays untouched; the new one forks from it.
+        A dry run computes everything and writes nothing, and calls no model unless ``with_model`` (the
+        narrative is then carried as it is). A conversation whose turn awaits resume is refused. The summarized checkpoint stays untouched; the new one forks from it.
         """
         compact = getattr(self.executor.compactor, "compact", None)
         if compact is None:
             raise ThreadkeeperError("this pipeline has no compactor")
-        return await compact(conversation_id, budget=self.budget, dry_run=dry_run, reason=reason)
+        return await compact(conversation_id, budget=self.budget, dry_run=dry_run, reason=reason,
+                             with_model=with_model)
 
-    async def context(self, conversation_id: str) -> ContextReport:
-        """The next turn's context; if that turn would compact first, the context after it (nothing written)."""
+    async def context(self, conversation_id: str, *, arriving: Sequence[Message] = ()) -> ContextReport:
+        """The next turn's context; if that turn would compact first, the context after it (nothing written).
+
+        ``arriving`` are messages to preview as if they reached the inbox now, each asking for a reply
+        (``context --message``): the report then holds exactly what that turn would send, the runtime
+        context with its recalled messages included. No model is called: a previewed compaction carries the
+        narrative as it is.
+        """
         state = await self.checkpoints.require_state(conversation_id)
-        system = ContextEntry(role="system", text=self.executor.config.system_prompt, source_ids=[],
+        executor = self.executor
+        system = ContextEntry(role="system", text=executor.config.system_prompt, source_ids=[],
                               tokens=self.budget.fixed_prompt_tokens)
-        if state.head_checkpoint_id is None:
-            return ContextReport(conversation_id, self.budget, [system], 0, False)
-        history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
+        history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id) \
+            if state.head_checkpoint_id is not None else None
         tokens = measure(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens)
-        pending = [i.message for i in await self.inbox.peek(conversation_id) if i.message is not None]
-        messages: list[Message] = list(history.messages)
-        preview = getattr(self.executor.compactor, "preview", None)
-        should = getattr(self.executor.compactor, "should_compact", None)
+        pending = [executor.prepare_incoming(i.message, addressed=i.reply_expected)
+                   for i in await self.inbox.peek(conversation_id) if i.kind == "message" and i.message is not None]
+        incoming = sorted([*pending, *(executor.prepare_incoming(m, addressed=True) for m in arriving)],
+                          key=lambda m: m.created_at)
+        messages: list[Message] = list(history.messages) if history else []
+        preview = getattr(executor.compactor, "preview", None)
+        should = getattr(executor.compactor, "should_compact", None)
         compaction = None
         # The executor's own rule, loop breaker included, so the preview never disagrees with the turn.
-        would = should(history, pending, self.budget) if should is not None else \
-            tokens + sum(m.tokens for m in pending) >= self.budget.trigger_tokens
+        would = history is not None and (should(history, incoming, self.budget) if should is not None else
+                                          tokens + sum(m.tokens for m in incoming) >= self.budget.trigger_tokens)
         if would and preview is not None:
-            compaction, messages = await preview(conversation_id, history, pending, self.budget)
-        return ContextReport(conversation_id, self.budget, [system, *entries(visible(messages))], tokens,
+            compaction, messages = await preview(conversation_id, history, incoming, self.budget)
+        shown = visible(messages)
+        if arriving:
+            runtime = await executor.runtime_message(conversation_id, history, [*messages, *incoming], incoming)
+            shown = [*shown, *incoming, runtime]
+        return ContextReport(conversation_id, self.budget, [system, *entries(shown)], tokens,
                              would and preview is not None, compaction)
-
-

@@ -197,3 +197,27 @@ def test_eval_cli_needs_a_path_for_benchmarks() -> None:
     missing = cli("eval", "continuity", "--benchmark", "realtalk")
     assert missing.returncode == 2
     assert missing.stderr.strip() == "threadkeeper: error: --path is required with --benchmark realtalk"
+
+
+async def test_questions_asked_after_the_thread_are_graded_with_and_without_recall() -> None:
+    settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
+    facts = ["I adopted a grey cat called Miso from the Lyon shelter.", "My sister Ines moved to Porto in March.",
+             "The quilt I am sewing has 64 hexagon patches."]
+    chatter = [f"day {i}: walked to the bakery, weather mild, read a chapter, cooked soup, slept early again"
+               for i in range(260)]
+    messages = [{"id": f"17000000{i:02d}.000100" if i < 100 else f"1700000{i:03d}.000100",
+                 "author": ("Ana", "Ben")[i % 2], "text": text, "reply": False, "ts": f"{1_700_000_000 + 600 * i}.000100"}
+                for i, text in enumerate([*facts, *chatter])]
+    questions = [{"id": "q1", "question": "What is the name of the cat adopted from the shelter?", "answer": "Miso",
+                  "evidence": [messages[0]["id"]], "kind": "single-hop"},
+                 {"id": "q2", "question": "Which city did Ines move to?", "answer": "Porto",
+                  "evidence": [messages[1]["id"]], "kind": "single-hop"},
+                 {"id": "q3", "question": "How many hexagon patches does the quilt have?", "answer": "64",
+                  "evidence": [messages[2]["id"]], "kind": "single-hop"}]
+    case = Case("asked", {"conversation_id": "asked", "messages": messages, "questions": questions})
+    [row] = summarize(await run_matrix(settings, [case], ["recency"], [4000], turn_every=5, ask=True))
+    assert row["evidence_retention"]["overall"] == 0.0, "the standing context lost the facts"
+    asked = row["asked"]
+    assert asked["evidence_retention"]["overall"] == 1.0 and asked["without_recall"] == 0.0
+    assert asked["keep_newest"]["evidence_retention"] == 0.0 and asked["questions"] == 3
+    assert asked["context_tokens"] <= 4000

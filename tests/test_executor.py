@@ -185,8 +185,9 @@ async def test_reported_usage_is_ground_truth_for_the_prefix(model, prefix, clie
     await p.submit(CONV, "question", author="alice")
     await p.run(CONV)
     history = await p.checkpoints.load_history(CONV)
-    reply = history.messages[-1]
-    expected = 5_000 - p.budget.fixed_prompt_tokens + reply.tokens
+    reply, runtime = history.messages[-1], history.messages[-2]
+    assert runtime.flags.runtime, "the call also carried the turn's runtime context, which is not sent again"
+    expected = 5_000 - p.budget.fixed_prompt_tokens - runtime.tokens + reply.tokens
     assert measure(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens) == expected
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 import time
+import tracemalloc
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -18,6 +20,7 @@ import redis.asyncio as aioredis
 from persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
 from services import measure
 from services.notes import make_note
+from services.recall import Recall
 from services._litellm import litellm, register_provider
 
 from .root import build_pipeline, build_stores
@@ -88,6 +91,89 @@ async def _fill(store: CheckpointStore, cid: str, messages: int, *, per_turn: in
         head = cp.id
     assert head is not None
     return head
+
+
+def _chat_text(rng: random.Random, words: int) -> str:
+    """Chat-like text: words drawn from a skewed 20,000-word vocabulary (a few common, most rare)."""
+    return " ".join(f"w{int(rng.paretovariate(0.8)) % 20_000}" for _ in range(words))
+
+
+async def _fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_epoch: int = 250,
+                       per_turn: int = 10) -> str:
+    """A conversation of ``messages`` chat messages over compaction epochs of ``per_epoch`` each."""
+    rng = random.Random(7)
+    head: str | None = None
+    for start in range(0, messages, per_turn):
+        if head is not None and start % per_epoch == 0:
+            handoff = Message(id=f"h{start}", role="user", parts=[TextPart(text="[handoff]")], tokens=3,
+                              flags={"handoff": True})  # type: ignore[arg-type]
+            fork = await store.fork_compaction(cid, forked_from=head, messages=[handoff], covered_ids=[])
+            await store.commit(cid, fork.id, expected_head=head)
+            head = fork.id
+        cp = await store.start_turn(cid, parent_id=head, from_head=False)
+        batch = []
+        for i in range(start, min(start + per_turn, messages)):
+            text = _chat_text(rng, rng.randint(8, 40))
+            batch.append(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],  # type: ignore[arg-type]
+                                 author=f"U{i % 5}", tokens=len(text) // 4, created_at=1_700_000_000.0 + i))
+        await store.append(cid, cp.id, batch)
+        await store.commit(cid, cp.id, expected_head=head)
+        head = cp.id
+    assert head is not None
+    return head
+
+
+async def _recall_bench(local: Settings, client: aioredis.Redis, sizes: Sequence[int], repeats: int,
+                        progress: Callable[[str], None]) -> dict[str, float]:
+    """Recall over a conversation's earlier epochs: cold (a worker with no index reads Redis and builds it)
+    and warm (the index is held), and the memory the index adds beside the history cache."""
+    out: dict[str, float] = {}
+    pipeline = build_pipeline(local, build_stores(local, client=client), context_window=32_000)
+    cap = pipeline.budget.recall_tokens
+    rng = random.Random(11)
+    for n in sizes:
+        progress(f"recall over {n:,} messages")
+        cid = f"bench:recall:{n}"
+        await _fill_epochs(pipeline.checkpoints, cid, n)
+        queries = [pipeline.executor.make_message(_chat_text(rng, 8)) for _ in range(repeats)]
+        colds = []
+        for i in range(3 if n >= 100_000 else 5):
+            fresh = build_stores(local, client=client)
+            recall = Recall(fresh.checkpoints, fresh.notes, pipeline.executor.tokenizer)
+            started = time.perf_counter()
+            history = await fresh.checkpoints.load_history(cid)
+            await recall.recall(cid, history, history.messages, [queries[i]], cap)
+            colds.append((time.perf_counter() - started) * 1000)
+        out[f"recall_cold_ms_{n}"] = round(statistics.median(colds), 1)
+        notes = await fresh.notes.get(cid)
+        warm = []
+        for query in queries:
+            started = time.perf_counter()
+            result = await recall.recall(cid, history, history.messages, [query], cap, notes=notes)
+            warm.append((time.perf_counter() - started) * 1000)
+            assert result.ids, "the bench queries share words with the thread"
+        out[f"recall_warm_ms_p50_{n}"] = round(statistics.median(warm), 3)
+        if n == 10_000:
+            tracemalloc.start()
+            fresh = build_stores(local, client=client)
+            base = tracemalloc.get_traced_memory()[0]
+            history = await fresh.checkpoints.load_history(cid)
+            epochs = [await fresh.checkpoints.load_history(cid, c.id) for c in await _epoch_ends(fresh, cid)]
+            cached = tracemalloc.get_traced_memory()[0] - base
+            recall = Recall(fresh.checkpoints, fresh.notes, pipeline.executor.tokenizer)
+            await recall.recall(cid, history, history.messages, [queries[0]], cap, notes=notes)
+            indexed = tracemalloc.get_traced_memory()[0] - base - cached
+            tracemalloc.stop()
+            out["history_cache_kb_per_1000"] = round(cached / 1024 / (n / 1000), 1)
+            out["recall_index_kb_per_1000"] = round(indexed / 1024 / (n / 1000), 1)
+            out["recall_index_share_of_cache"] = round(indexed / max(cached, 1), 3)
+            del epochs
+    return out
+
+
+async def _epoch_ends(stores: Any, cid: str) -> list[Any]:
+    rows = await stores.checkpoints.lineage(cid)
+    return [r for r in rows if any(o.forked_from == r.id for o in rows)]
 
 
 async def _median_ms(fn: Callable[[], Awaitable[Any]], repeats: int) -> float:
@@ -244,6 +330,9 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         out["concurrent_1000_wall_s"] = round(time.perf_counter() - started, 3)
         out["concurrent_1000_errors"] = sum(1 for o in outcomes if o is not True)
         out["rss_mb_1000"] = _rss_mb()
+        # Last: reading 100,000 messages into this process's caches would inflate the memory figure above.
+        out.update(await _recall_bench(local, client, (1_000, 10_000) if quick else (1_000, 10_000, 100_000),
+                                       15 if quick else 41, progress))
     finally:
         progress("cleaning up")
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
@@ -256,5 +345,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
 REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "raw_load_ms_p50", "preturn_over_raw",
                                                               "write_bytes_per_turn", "langgraph_bytes_per_turn",
                                                               "write_ratio_vs_langgraph")] + [
-    "compaction_ms_p50_50k", "compaction_ms_p50_200k", "note_us_per_message", "turns_per_second", "concurrent_1000_wall_s",
+    "compaction_ms_p50_50k", "compaction_ms_p50_200k", "note_us_per_message", "recall_cold_ms_1000",
+    "recall_warm_ms_p50_1000", "recall_cold_ms_10000", "recall_warm_ms_p50_10000", "history_cache_kb_per_1000",
+    "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000"]

@@ -20,7 +20,7 @@ from bot.render import context_text
 from services import Pipeline, load_thread, replay
 from services.replay import default_conversation_id
 
-from .root import Stores, build_pipeline, build_slack_bot, build_stores
+from .root import Stores, build_pipeline, build_slack_bot, build_stores, check_models
 from .settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("threadkeeper")
@@ -70,6 +70,7 @@ async def _pipeline_run(settings: Settings, work: Callable[[Stores, Pipeline], A
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    check_models(settings)
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         b = pipeline.budget
         where = "in-process Redis stand-in (not durable)" if not settings.redis_url else "Redis at REDIS_URL"
@@ -102,7 +103,13 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
     async def work(stores: Stores, pipeline: Pipeline) -> int:
-        report = await pipeline.context(args.conversation_id)
+        if args.messages_file:
+            for number, arriving in enumerate(_arriving_lines(args.messages_file, pipeline, args.author), 1):
+                report = await pipeline.context(args.conversation_id, arriving=arriving)
+                print(json.dumps({"line": number, **report.as_dict()}, ensure_ascii=False), flush=True)
+            return 0
+        arriving = [pipeline.executor.make_message(args.message, author=args.author)] if args.message else []
+        report = await pipeline.context(args.conversation_id, arriving=arriving)
         if args.json:
             out = report.as_dict()
             print(json.dumps(out, indent=2, ensure_ascii=False))
@@ -111,6 +118,28 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
     return asyncio.run(_pipeline_run(settings, work, model=args.model, context_window=args.context_window))
+
+
+def _arriving_lines(path: str, pipeline: Pipeline, author: str | None) -> list[list[Any]]:
+    """``--messages-file``: JSON lines of ``{"text", "author"?}``, each previewed on its own."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [line for line in fh.read().splitlines() if line.strip()]
+    except OSError as exc:
+        raise ThreadkeeperError(f"cannot read {path}: {exc.strerror or exc}") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise ThreadkeeperError(f"{path} line {number}: not JSON ({exc})") from None
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not item["text"].strip():
+            raise ThreadkeeperError(f"{path} line {number}: expected an object with a non-empty \"text\" string")
+        who = item.get("author", author)
+        if who is not None and not isinstance(who, str):
+            raise ThreadkeeperError(f"{path} line {number}: \"author\" must be a string")
+        out.append([pipeline.executor.make_message(item["text"], author=who)])
+    return out
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -143,6 +172,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from bot.server import serve_http, serve_socket
 
+    check_models(settings)
     if args.socket and not settings.slack_app_token:
         raise SettingsError("--socket needs SLACK_APP_TOKEN (an app-level token, xapp-…, with connections:write)")
     if args.http and not settings.slack_signing_secret:
@@ -219,7 +249,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
                       console=_stderr_console(), transient=True) as bar:
             task = bar.add_task("continuity eval", total=total)
             results = await run_matrix(settings, cases, strategies, args.windows, turn_every=args.turn_every,
-                                       client=client, judge=judge,
+                                       client=client, judge=judge, ask=args.ask,
                                        progress=lambda label: bar.update(task, advance=1, description=label))
         if client is not None:
             await client.aclose()
@@ -230,6 +260,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
             print(skipped_text(benchmark.skipped))
         else:
             _probe_table(rows, f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes")
+        if any("asked" in r for r in rows):
+            _asked_table(rows, "each question asked as the next message: the context built for it (recall included)")
         report = {"results": rows, "threads": [c.name for c in cases], "strategies": strategies,
                   "windows": args.windows, "turn_every": args.turn_every, "model": settings.ai_model,
                   "benchmark": args.benchmark}
@@ -285,6 +317,38 @@ def _benchmark_table(rows: list[dict[str, Any]], title: str) -> None:
     Console(width=220).print(table)
 
 
+def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
+    """Questions asked after the thread: evidence in the context built for each, with and without recall."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    table = Table(title=title)
+    benchmark = any("evidence_retention" in r["asked"] for r in rows if "asked" in r)
+    cols = ("strategy", "window", "evidence kept", "without recall", "keep-newest (same spend)", "ratio",
+            "answer recall", "ctx tokens", "questions") if benchmark else \
+        ("strategy", "window", "kept", "identifiers", "ctx tokens", "probes")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for r in rows:
+        a = r.get("asked")
+        if a is None:
+            continue
+        if benchmark:
+            newest = a["keep_newest"]
+            table.add_row(r["strategy"], f"{r['window']:,}", pct(a["evidence_retention"]["overall"]),
+                          pct(a["without_recall"]), pct(newest["evidence_retention"]),
+                          "-" if a["ratio"] is None else f"{a['ratio']:.2f}",
+                          f"{pct(a['answer_recall'])} (newest {pct(newest['answer_recall'])})",
+                          f"{a['context_tokens']:,}", f"{a['questions']:,}")
+        else:
+            table.add_row(r["strategy"], f"{r['window']:,}", pct(a["retention"]["overall"]),
+                          pct(a["retention"].get("identifier")), f"{a['context_tokens']:,}", f"{a['probes']:,}")
+    Console(width=220).print(table)
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -315,7 +379,8 @@ REASONS = ("manual", "handoff", "model-upgrade")
 
 def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
     async def work(stores: Stores, pipeline: Pipeline) -> int:
-        report = await pipeline.compact(args.conversation_id, dry_run=args.dry_run, reason=args.reason)
+        report = await pipeline.compact(args.conversation_id, dry_run=args.dry_run, reason=args.reason,
+                                        with_model=args.with_model)
         if args.json:
             keys = ("conversation_id", "previous_checkpoint_id", "new_checkpoint_id", "tokens_before", "tokens_after",
                     "kept_messages", "dropped_messages", "summary_tokens", "headroom_tokens", "strategy",
@@ -371,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--model", help="model whose budget applies (default AI_MODEL)")
     p.add_argument("--context-window", type=_positive, help="override the model's context window (tokens)")
+    p.add_argument("--message", help="preview the turn this message would start if it arrived now (recall included)")
+    p.add_argument("--messages-file", help="JSON lines of {\"text\", \"author\"?}: one JSON context per line")
+    p.add_argument("--author", help="the author of --message (default: none)")
     p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("replay", help="feed a recorded thread through the pipeline; print the next context")
@@ -410,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--styles", default="work",
                    help="generated thread styles, comma-separated: work, casual, multilingual, messy (default work)")
     c.add_argument("--turn-every", type=_positive, default=5, help="run a turn every K messages (default 5)")
+    c.add_argument("--ask", action=argparse.BooleanOptionalAction, default=True,
+                   help="also ask every question as the next message and grade the context built for it, "
+                        "recall included (default on; --no-ask grades only the standing context)")
     c.add_argument("--json", help="write the results as JSON here")
     c.add_argument("--plot", help="draw retention against window size to this PNG")
     c.add_argument("--model", help="a real model to run the threads with (enables --judge-model)")
@@ -424,6 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")
     p.add_argument("conversation_id")
     p.add_argument("--dry-run", action="store_true", help="compute the compaction but write nothing")
+    p.add_argument("--with-model", action="store_true",
+                   help="let a dry run call the summarizer (billable); by default a preview calls no model")
     p.add_argument("--reason", choices=REASONS, default="manual")
     p.add_argument("--target-model", help="budget the result for this model's window (default AI_MODEL)")
     p.add_argument("--json", action="store_true")

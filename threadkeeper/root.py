@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from persistence import CheckpointStore, Inbox, LeaseManager, NotesStore, connect
 from services import (
     SYSTEM_PROMPT,
+    BudgetError,
     ContextBudget,
     ExecutorConfig,
     ModelClient,
@@ -23,12 +24,15 @@ from services import (
     Tool,
     ToolRegistry,
     is_offline,
+    offers_tools,
     resolve_max_output,
     resolve_window,
 )
 from services.compactor import Compactor
 from services.effects import NoteEffects
 from services.narrative import Summarizer
+from services.recall import Recall
+from services.search_tool import thread_search_tool
 from services.state_tool import record_state_tool
 from services.tokens import MESSAGE_OVERHEAD
 from services.transcript import TranscriptMemory
@@ -57,6 +61,32 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common))
 
 
+def check_models(settings: Settings) -> None:
+    """At start-up: each configured model is one litellm can call, with a known window and its provider's
+    key set; otherwise stop with one line naming the variable (instead of failing every turn)."""
+    from services._litellm import litellm
+    from services.llm import litellm_model_name
+
+    for variable, name, window in (("AI_MODEL", settings.ai_model, settings.ai_model_context_window_tokens),
+                                   ("AI_FAST_MODEL", settings.fast_model, settings.ai_fast_model_context_window_tokens)):
+        if is_offline(name):
+            continue
+        try:
+            litellm.get_llm_provider(litellm_model_name(name))
+        except Exception as exc:  # litellm raises its BadRequestError for an unknown provider
+            raise SettingsError(f"{variable}={name!r} is not a model litellm can call ({str(exc).splitlines()[0][:160]})"
+                                ) from None
+        missing = [k for k in litellm.validate_environment(model=litellm_model_name(name)).get("missing_keys") or []
+                   if k.endswith(("_KEY", "_TOKEN"))]
+        if missing:
+            raise SettingsError(f"{variable}={name!r} needs {', '.join(missing)} set (in the environment or .env): "
+                                "the provider's key")
+        try:
+            resolve_window(name, window, variable=f"{variable}_CONTEXT_WINDOW_TOKENS")
+        except BudgetError as exc:
+            raise SettingsError(str(exc)) from None
+
+
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
                    context_window: int | None = None, tools: list[Tool] | None = None,
                    summarizer_model: str | None = None, retry_wait_seconds: float = 1.0,
@@ -73,20 +103,26 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                                   model == settings.ai_model else None)
     tokenizer = Tokenizer("gpt-4o" if is_offline(model_name) else model_name)
     max_output = resolve_max_output(model_name, settings.ai_max_output_tokens)
+    window = resolve_window(model_name, override)
     client = ModelClient(model_name, timeout_seconds=settings.ai_timeout_seconds, max_output_tokens=max_output,
-                         attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds)
+                         attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds,
+                         context_window=window)
+    recall = Recall(stores.checkpoints, stores.notes, tokenizer)
     registry = ToolRegistry([record_state_tool(), *(tools or [])])
+    if offers_tools(model_name):
+        registry.register(thread_search_tool(recall, stores.checkpoints, lambda: executor.tool_limit()))
     fixed = tokenizer.count(SYSTEM_PROMPT) + MESSAGE_OVERHEAD + tokenizer.count_tools(registry.schemas())
-    budget = ContextBudget.derive(resolve_window(model_name, override), fixed_prompt_tokens=fixed,
+    budget = ContextBudget.derive(window, fixed_prompt_tokens=fixed,
                                   max_output_tokens=max_output)
     fast_name = summarizer_model or (settings.fast_model if model is None else model_name)
     if fast_name == model_name:
         fast_client, fast_window = client, budget.window_tokens
     else:
-        fast_client = ModelClient(fast_name, timeout_seconds=settings.ai_timeout_seconds,
-                                  attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds)
         fast_window = resolve_window(fast_name, settings.ai_fast_model_context_window_tokens,
                                      variable="AI_FAST_MODEL_CONTEXT_WINDOW_TOKENS")
+        fast_client = ModelClient(fast_name, timeout_seconds=settings.ai_timeout_seconds,
+                                  attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds,
+                                  context_window=fast_window)
     summarizer = Summarizer(fast_client, tokenizer, window_tokens=fast_window,
                             timeout_seconds=min(settings.ai_timeout_seconds, 60.0))
     compactor = compactor_class(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
@@ -95,6 +131,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
                              budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
                              effects=NoteEffects(stores.notes),
+                             recall=recall,
                              transcript=TranscriptMemory(stores.notes, tokenizer, fast_window_tokens=fast_window)
                              if visible_transcript else None)
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
@@ -68,8 +69,24 @@ class Settings(BaseSettings):
         return bool(self.slack_bot_token and (self.slack_app_token or self.slack_signing_secret))
 
 
+def export_dotenv(path: str = ".env") -> list[str]:
+    """Put the ``.env`` variables that the environment does not set into it, so that the model providers
+    (litellm reads ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OLLAMA_API_BASE``, …) see them too. The
+    environment wins over the file. Returns the names exported."""
+    from dotenv import dotenv_values
+
+    exported = []
+    for name, value in dotenv_values(path).items():
+        if value is not None and name not in os.environ:
+            os.environ[name] = value
+            exported.append(name)
+    return exported
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Read the settings; raise :class:`SettingsError` naming each invalid variable."""
+    """Read the settings (and export ``.env`` to the environment); raise :class:`SettingsError` naming each
+    invalid variable."""
+    export_dotenv()
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

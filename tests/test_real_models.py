@@ -1,0 +1,123 @@
+"""litellm's real provider code (HTTP, the OpenAI SDK, Ollama) against loopback model servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from services import ModelClient
+
+from fakes import pipeline
+from model_server import ModelServer, Reply
+
+
+@pytest.fixture
+async def server(monkeypatch: pytest.MonkeyPatch):
+    srv = await ModelServer().start()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{srv.url}/v1")
+    monkeypatch.setenv("OPENAI_API_BASE", f"{srv.url}/v1")
+    monkeypatch.setenv("OLLAMA_API_BASE", srv.url)
+    yield srv
+    await srv.stop()
+
+
+async def test_output_requests_are_clamped_to_what_the_model_allows(server: ModelServer) -> None:
+    client = ModelClient("openai/gpt-4o", attempts=1, timeout_seconds=10)
+    server.push(Reply(text="fine", prompt_tokens=42, completion_tokens=3))
+    reply = await client.complete([{"role": "user", "content": "hi"}], max_output_tokens=20_000)
+    assert server.paths == ["/v1/chat/completions"]
+    assert server.requests[0]["max_tokens"] == 16_384, "gpt-4o allows 16,384 output tokens"
+    assert reply.text == "fine" and reply.usage is not None and reply.usage.input_tokens == 42
+
+
+async def test_ollama_is_told_the_window_the_budget_assumes(server: ModelServer) -> None:
+    client = ModelClient("ollama_chat/llama3.1", attempts=1, timeout_seconds=10, context_window=8_000)
+    server.push(Reply(text="hola", prompt_tokens=30, completion_tokens=2))
+    reply = await client.complete([{"role": "user", "content": "hi"}])
+    assert server.paths == ["/api/chat"]
+    assert server.requests[0]["options"]["num_ctx"] == 8_000
+    assert reply.text == "hola" and reply.usage is not None and reply.usage.input_tokens == 30
+
+
+async def test_a_turn_runs_through_the_openai_route_with_tools_and_usage(server: ModelServer, prefix, client) -> None:
+    p, _ = pipeline(prefix, client, settings={"ai_model": "openai/gpt-4o", "ai_fast_model": "openai/gpt-4o",
+                                              "ai_model_context_window_tokens": 8_000})
+    server.push(Reply(text="The deploy is green.", prompt_tokens=812, completion_tokens=6))
+    await p.submit("slack:T1:C1:1.000100", "is the deploy green?", author="ana", id="1.000100")
+    [result] = await p.run("slack:T1:C1:1.000100")
+    assert result.reply == "The deploy is green." and result.usage is not None and result.usage.input_tokens == 812
+    sent = server.requests[0]
+    assert {t["function"]["name"] for t in sent["tools"]} == {"record_state", "thread_search"}
+    assert sent["max_tokens"] <= 16_384 and sent["messages"][-2]["content"] == "ana: is the deploy green?"
+
+
+CONTEXT_LENGTH = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
+                                      "resulted in 9107 tokens. Please reduce the length of the messages.",
+                            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
+
+
+async def test_a_context_length_refusal_compacts_tighter_and_the_turn_is_answered(server: ModelServer, prefix,
+                                                                                  client) -> None:
+    p, _ = pipeline(prefix, client, settings={"ai_model": "openai/gpt-4o", "ai_fast_model": "offline/offline",
+                                              "ai_model_context_window_tokens": 8_000})
+    cid = "slack:T1:C1:2.000100"
+    for i in range(150):
+        await p.submit(cid, f"update {i}: the migration of shard {i} finished, latency fine, nothing else to add",
+                       author="ana", id=f"2.{i:06d}", reply_expected=False)
+    await p.run(cid)
+    server.push(Reply(status=400, error=CONTEXT_LENGTH), Reply(text="Answered after compacting."))
+    await p.submit(cid, "so where are we with the migration?", author="ana", id="2.000999")
+    [result] = await p.run(cid)
+    assert result.status == "completed" and result.reply == "Answered after compacting."
+    assert len(server.requests) == 2, "one refusal, one retry"
+    rows = await p.checkpoints.lineage(cid)
+    compactions = [r for r in rows if r.kind.value == "compaction"]
+    assert len(compactions) == 1 and compactions[0].message_count < 150
+    retried = server.requests[1]["messages"]
+    assert retried[-2]["content"] == "ana: so where are we with the migration?"
+    assert sum(len(m["content"] or "") for m in retried) < sum(len(m["content"] or "") for m in server.requests[0]["messages"])
+    # A second refusal in a row is answered with an apology, and the thread is not stuck: its message is kept.
+    server.push(Reply(status=400, error=CONTEXT_LENGTH), Reply(status=400, error=CONTEXT_LENGTH))
+    await p.submit(cid, "and the next step?", author="ana", id="2.001000")
+    [failed] = await p.run(cid)
+    assert failed.status == "failed" and "could not answer" in (failed.reply or "")
+    assert any(m.id == "2.001000" for m in (await p.checkpoints.load_history(cid)).messages)
+
+
+def test_start_up_names_a_missing_key_or_an_unknown_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_budget_and_cli import cli
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    missing = cli("console", env={"AI_MODEL": "openai/gpt-4o"}, stdin="")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("threadkeeper: error: AI_MODEL='openai/gpt-4o' needs OPENAI_API_KEY set (in the "
+                                      "environment or .env): the provider's key")
+    unknown = cli("console", env={"AI_MODEL": "nosuchprovider/some-model"}, stdin="")
+    assert unknown.returncode == 2 and unknown.stderr.startswith(
+        "threadkeeper: error: AI_MODEL='nosuchprovider/some-model' is not a model litellm can call")
+    no_window = cli("console", env={"AI_MODEL": "openai/my-local-model", "OPENAI_API_KEY": "sk-x"}, stdin="")
+    assert no_window.returncode == 2 and "set AI_MODEL_CONTEXT_WINDOW_TOKENS" in no_window.stderr
+    assert len(no_window.stderr.strip().splitlines()) == 1
+
+
+def test_dotenv_variables_reach_the_providers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from threadkeeper.settings import export_dotenv
+
+    env = tmp_path / ".env"
+    env.write_text("OPENAI_API_KEY=sk-from-dotenv\nOLLAMA_API_BASE=http://127.0.0.1:11434\nAI_MODEL=gpt-4o\n")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OLLAMA_API_BASE", "http://from-the-environment:1")
+    monkeypatch.delenv("AI_MODEL", raising=False)
+    assert sorted(export_dotenv(str(env))) == ["AI_MODEL", "OPENAI_API_KEY"]
+    import os
+
+    assert os.environ["OPENAI_API_KEY"] == "sk-from-dotenv"
+    assert os.environ["OLLAMA_API_BASE"] == "http://from-the-environment:1", "the environment wins over .env"
+
+
+async def test_one_retry_layer_counts_every_request(server: ModelServer) -> None:
+    client = ModelClient("openai/gpt-4o", attempts=3, timeout_seconds=10, retry_wait_seconds=0.01)
+    error = {"error": {"message": "upstream overloaded", "type": "server_error", "code": None}}
+    server.push(Reply(status=500, error=error), Reply(status=500, error=error), Reply(text="third time"))
+    reply = await client.complete([{"role": "user", "content": "hi"}])
+    assert reply.text == "third time" and len(server.requests) == 3, "the SDK's own retries are off"

@@ -1,0 +1,220 @@
+"""Recall: earlier messages the context no longer holds, found for each turn's new message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from persistence import InboxItem
+from services.context import visible
+from services.recall import RECALL_HEADER, ConversationIndex, search_terms
+
+from factories import msg
+from fakes import Step, pipeline, scripted
+
+CONV = "slack:T1:C9:1700000000.000400"
+FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",
+         "Our staging cluster lives in eu-west-3, the production one in us-east-2.",
+         "The vendor contract renews on 2025-03-31 and costs 48,000 euros a year.",
+         "Dana prefers the blue guitar for the recording session on Thursday."]
+
+
+def _filler(n: int, start: int = 0) -> list[str]:
+    return [f"status update {i}: weather nice, lunch good, sync moved to the big room, pastries again, "
+            f"nothing else to report from this corner of the office today" for i in range(start, start + n)]
+
+
+@pytest.fixture
+def model():
+    m = scripted()
+    m.default = Step(text="noted")
+    return m
+
+
+def fixed_runtime(conversation_id, history, incoming) -> str:
+    return f"[runtime context] conversation: {conversation_id}"
+
+
+def _pipeline(prefix, client):  # type: ignore[no-untyped-def]
+    """A 4k-window pipeline whose runtime context has no clock in it, so a preview and a turn compare equal."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    p.executor.runtime_context = fixed_runtime
+    return p
+
+
+async def _thread(p, texts: list[str], *, start: int = 0) -> None:
+    for i, text in enumerate(texts, start=start):
+        await p.submit(CONV, text, author=("alice", "bob")[i % 2], id=f"1700.{i:06d}", created_at=1700000000 + i * 60)
+        await p.run(CONV)
+
+
+def test_search_terms_stem_and_drop_function_words() -> None:
+    assert set(search_terms("Which guitars did Dana play?")) == set(search_terms("dana playing the guitar"))
+    assert "the" not in search_terms("the guitar") and search_terms("OPS-4471") == ("ops-4471", "op", "4471")
+    assert {"auth", "gateway", "overview"} <= set(search_terms("https://grafana.example.com/d/7a/auth-gateway-overview"))
+    assert search_terms("Wann ist das Treffen?")[-1] == search_terms("treffen")[0]
+    assert "das" not in search_terms("Wann ist das Treffen?")
+
+
+def test_index_searches_only_what_left_the_context_and_merges_segments() -> None:
+    index = ConversationIndex()
+    messages = [msg(f"note {i} about topic{i % 7}", id=f"x{i}") for i in range(300)]
+    for chunk in range(0, 300, 20):
+        index.add(messages[chunk:chunk + 20])
+        index.searchable(held={m.id for m in messages[chunk + 10:chunk + 20]})
+    assert index.searchable(held=set()) == 300
+    assert len(index.segments) <= 6, "segments of similar size are merged"
+    hits = [index.targets[pos] for _, pos in index.scores(list(search_terms("topic3")))]
+    assert set(hits) == {f"x{i}" for i in range(300) if i % 7 == 3}
+    index.add(messages[:5])
+    assert index.size == 300, "a message is indexed once"
+
+
+async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_request(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(120)])
+    history = await p.checkpoints.load_history(CONV)
+    assert not any("OPS-4471" in m.text for m in history.messages if not m.flags.handoff), "the fact was folded"
+    question = "what was the ticket for the billing outage?"
+    preview = await p.context(CONV, arriving=[p.executor.make_message(question, author="carol")])
+    runtime = preview.context[-1]
+    assert runtime.role == "system" and RECALL_HEADER in runtime.text
+    assert "[1700.000000] alice: The billing outage ticket is OPS-4471" in runtime.text
+    assert "1700.000000" in runtime.source_ids
+    shown = {i for e in preview.context[:-1] if not e.text.startswith("[Threadkeeper handoff") for i in e.source_ids}
+    recent = await p.context(CONV, arriving=[p.executor.make_message("any status update about pastries?")])
+    assert recent.context[-1].source_ids and not set(recent.context[-1].source_ids) & shown, \
+        "what the context holds verbatim is never recalled again"
+    assert runtime.tokens - p.executor.make_message(fixed_runtime(CONV, [], []), role="system").tokens \
+        <= p.budget.recall_tokens + 2
+    model.requests.clear()
+    await p.submit(CONV, question, author="carol", id="1700.009999")
+    await p.run(CONV)
+    sent = model.requests[0]["messages"]
+    assert [m["content"] for m in sent] == [e.text for e in preview.context], "context --message is what is sent"
+    assert sum(e.tokens for e in preview.context) <= p.budget.request_limit_tokens
+
+
+async def test_recall_is_never_stored_as_history_nor_folded(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(120)])
+    await p.submit(CONV, "which region is the staging cluster in?", author="carol", id="1700.009000")
+    await p.run(CONV)
+    runtime = [m["content"] for m in model.requests[-1]["messages"][1:] if m["role"] == "system"]
+    assert len(runtime) == 1 and "[1700.000001] bob: Our staging cluster lives in eu-west-3" in runtime[0]
+    await p.submit(CONV, "thanks, that helps a ton", author="carol", id="1700.009001")
+    await p.run(CONV)
+    runtime = [m["content"] for m in model.requests[-1]["messages"][1:] if m["role"] == "system"]
+    assert len(runtime) == 1 and RECALL_HEADER not in runtime[0], "last turn's recall left with its runtime context"
+    await _thread(p, _filler(120, 200), start=200)
+    handoff = (await p.checkpoints.load_history(CONV)).messages[0]
+    assert handoff.flags.handoff and RECALL_HEADER not in handoff.text
+
+
+async def test_edited_messages_are_recalled_as_they_read_now_and_deleted_ones_never(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    await _thread(p, FACTS)
+    edited = p.executor.make_message("The vendor contract renews on 2025-06-30 and costs 52,000 euros a year.",
+                                     author="alice", id="1700.000002")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e", message=edited))
+    await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-d", target_id="1700.000001"))
+    await _thread(p, _filler(120, 10), start=10)
+    report = await p.context(CONV, arriving=[p.executor.make_message("when does the vendor contract renew? and "
+                                                                     "where is the staging cluster?")])
+    text = report.context[-1].text
+    assert "2025-06-30" in text and "(edited)" in text and "2025-03-31" not in text
+    assert "eu-west-3" not in text and "1700.000001" not in report.context[-1].source_ids
+
+
+async def test_a_worker_without_an_index_builds_it_from_redis(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(120)])
+    question = [p.executor.make_message("who prefers the blue guitar?")]
+    warm = await p.context(CONV, arriving=question)
+    cold_pipeline = _pipeline(prefix, client)
+    assert cold_pipeline.executor.recall.loaded(CONV) is None
+    cold = await cold_pipeline.context(CONV, arriving=question)
+    assert cold.context[-1].text == warm.context[-1].text and "blue guitar" in cold.context[-1].text
+    index = cold_pipeline.executor.recall.loaded(CONV)
+    assert index is not None and index.size >= len(FACTS) + 60
+
+
+async def test_recall_gives_way_when_the_request_has_no_room(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(120)])
+    history = await p.checkpoints.load_history(CONV)
+    question = p.executor.make_message("who prefers the blue guitar?", author="carol")
+    roomy = await p.executor.runtime_message(CONV, history, [*history.messages, question], [question])
+    assert "blue guitar" in roomy.text
+    # A message that leaves less room than the recall share: recall shrinks to what fits beside it.
+    used = p.budget.fixed_prompt_tokens + sum(m.tokens for m in visible(history.messages))
+    filler = p.budget.request_limit_tokens - used - p.executor.tool_limit() - 150
+    big = p.executor.make_message("who prefers the blue guitar? " + "la " * filler, author="carol")
+    tight = await p.executor.runtime_message(CONV, history, [*history.messages, big], [big])
+    sent = used + big.tokens + tight.tokens
+    assert sent + p.executor.tool_limit() <= p.budget.request_limit_tokens
+    assert tight.tokens < roomy.tokens
+
+
+async def test_thread_search_finds_earlier_messages_by_words_author_and_date(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(120)])
+    assert "thread_search" in {s["function"]["name"] for s in p.executor.tools.schemas()}
+    calls = [("thread_search", json.dumps({"query": "vendor contract renewal"})),
+             ("thread_search", json.dumps({"query": "contract", "author": "bob"})),
+             ("thread_search", json.dumps({"query": "contract", "before": "2023-11-14"})),
+             ("thread_search", json.dumps({"query": "the and of"})),
+             ("thread_search", json.dumps({"query": "contract", "after": "last week"}))]
+    model.push(Step(tool_calls=calls), Step(text="found it"))
+    model.requests.clear()
+    await p.submit(CONV, "hm, something about money?", author="carol", id="1700.009500")
+    await p.run(CONV)
+    results = [m["content"] for m in model.requests[1]["messages"] if m["role"] == "tool"]
+    assert "[1700.000002] alice: The vendor contract renews on 2025-03-31" in results[0]
+    assert "1700.000002" not in results[1] and results[1].startswith("no earlier message matches")
+    assert results[2].startswith("no earlier message matches"), "the thread's messages are from 2023-11-14 on"
+    assert results[3] == "rejected: query has no words to search for (only common words)"
+    assert results[4] == "rejected: after must be a date as YYYY-MM-DD, not 'last week'"
+    assert all(p.executor.tokenizer.count(r) <= p.executor.tool_limit() for r in results)
+
+
+def test_the_offline_model_is_not_offered_thread_search(prefix) -> None:
+    p, _ = pipeline(prefix, settings={"ai_model": "offline/offline"})
+    assert "thread_search" not in {s["function"]["name"] for s in p.executor.tools.schemas()}
+
+
+def test_the_runtime_context_a_call_carried_does_not_count_toward_the_next_request() -> None:
+    from persistence import (Checkpoint, CheckpointKind, CheckpointMeta, CheckpointOutcome, CheckpointStatus,
+                             History, Usage)
+    from services.context import measure
+
+    people = [msg("a", tokens=100), msg("b", tokens=200)]
+    runtime = msg("[runtime context] … recalled …", role="system", tokens=900, runtime=True)
+    reply = msg("answer", role="assistant", tokens=50)
+    meta = CheckpointMeta(id="cp1", conversation_id="c", kind=CheckpointKind.TURN)
+    outcome = CheckpointOutcome(usage=Usage(input_tokens=40 + 100 + 200 + 900), usage_covered_messages=3)
+    history = History(checkpoint=Checkpoint(meta=meta, status=CheckpointStatus.COMPLETED, message_count=4,
+                                            token_count=1250, outcome=outcome),
+                      messages=[*people, runtime, reply], chain=["cp1"])
+    assert measure(history, fixed_prompt_tokens=40) == 100 + 200 + 50
+
+
+async def test_previews_call_no_model_unless_asked(model, prefix, client) -> None:
+    summarizer = scripted("scripted-preview")
+    summarizer.default = Step(text="- [1700.000000] The billing outage ticket is OPS-4471.")
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-preview/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096})
+    p.executor.runtime_context = fixed_runtime
+    await _thread(p, FACTS)
+    for i, text in enumerate(_filler(110, 10), start=10):  # pending in the inbox: the next turn compacts first
+        await p.submit(CONV, text, author="bob", id=f"1700.{i:06d}", reply_expected=False)
+    model.requests.clear()
+    summarizer.requests.clear()
+    report = await p.context(CONV, arriving=[p.executor.make_message("what was the billing ticket?")])
+    assert report.would_compact and report.compaction.strategy == "notes"
+    assert "no summarizer call" in report.compaction.notes[0]
+    dry = await p.compact(CONV, dry_run=True)
+    assert dry.strategy == "notes" and not summarizer.requests and not model.requests
+    paid = await p.compact(CONV, dry_run=True, with_model=True)
+    assert len(summarizer.requests) == 1 and paid.strategy in ("llm", "llm-partial", "notes-fallback")
