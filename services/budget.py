@@ -27,7 +27,7 @@ about 130k: nothing is a fixed count.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from persistence import ThreadkeeperError
 
@@ -94,6 +94,22 @@ class ContextBudget:
             pin_tokens=int(usable * policy.pins),
             recall_tokens=int(usable * policy.recall),
         )
+
+    def in_estimates(self, ratio: float) -> ContextBudget:
+        """These thresholds in the local estimate's units, for a provider that counts ``ratio`` times the
+        estimate (see ``services.context.calibration``): what a compaction plans and recall fills with."""
+        if ratio == 1.0:
+            return self
+
+        def total(tokens: int) -> int:  # a size that includes the fixed prompt, as the provider sees it
+            return max(0, int((self.fixed_prompt_tokens + tokens) / ratio) - self.fixed_prompt_tokens)
+
+        return replace(self, usable_tokens=total(self.usable_tokens), trigger_tokens=total(self.trigger_tokens),
+                       target_tokens=total(self.target_tokens),
+                       retained_user_tokens=int(self.retained_user_tokens / ratio),
+                       summary_cap_tokens=int(self.summary_cap_tokens / ratio), pin_tokens=int(self.pin_tokens / ratio),
+                       recall_tokens=int(self.recall_tokens / ratio),
+                       output_reserve_tokens=self.window_tokens - int(self.request_limit_tokens / ratio))
 
     @property
     def request_limit_tokens(self) -> int:

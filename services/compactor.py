@@ -31,7 +31,7 @@ from persistence import (
 )
 
 from .budget import ContextBudget
-from .context import measure
+from .context import calibration, measure, visible
 from .ledger import Ledger, LedgerBuilder, NarrativeEntry, load_ledger
 from .narrative import Summarizer
 from .redact import redact
@@ -150,7 +150,8 @@ class Compactor:
         if tokens < budget.trigger_tokens:
             return False
         if len(history.chain) == 1 and history.checkpoint.kind is CheckpointKind.COMPACTION:
-            return measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens) > target_for(budget, incoming)
+            estimates = budget.in_estimates(calibration(history, fixed_prompt_tokens=budget.fixed_prompt_tokens))
+            return sum(m.tokens for m in visible(history.messages)) > target_for(estimates, incoming)
         return True
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
@@ -199,15 +200,21 @@ class Compactor:
                                budget: ContextBudget, reason: str, *, dry_run: bool = False,
                                use_model: bool = True) -> tuple[CompactionReport, Plan]:
         started = time.perf_counter()
-        tokens_before = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens)
+        fixed = budget.fixed_prompt_tokens
+        tokens_before = measure(history, fixed_prompt_tokens=fixed)
+        # The plan is made in the local estimate's units, with the thresholds converted by how this provider
+        # counts; the report states sizes as the provider counts them.
+        ratio = calibration(history, fixed_prompt_tokens=fixed)
         notes = await self.notes.get(conversation_id)
         previous = await self._previous_ledger(conversation_id, history)
-        plan = await self.plan(history.messages, incoming, notes, previous, budget, use_model=use_model)
+        plan = await self.plan(history.messages, incoming, notes, previous, budget.in_estimates(ratio),
+                               use_model=use_model)
+        tokens_after = plan.tokens_after if ratio == 1.0 else round(ratio * (fixed + plan.tokens_after)) - fixed
         report = CompactionReport(
             conversation_id=conversation_id, previous_checkpoint_id=history.checkpoint.id, new_checkpoint_id=None,
-            tokens_before=tokens_before, tokens_after=plan.tokens_after, kept_messages=plan.kept,
+            tokens_before=tokens_before, tokens_after=tokens_after, kept_messages=plan.kept,
             dropped_messages=plan.dropped, summary_tokens=plan.summary_tokens,
-            headroom_tokens=budget.trigger_tokens - plan.tokens_after, strategy=plan.strategy,
+            headroom_tokens=budget.trigger_tokens - tokens_after, strategy=plan.strategy,
             duration_ms=round((time.perf_counter() - started) * 1000, 2), reason=reason,
             generation=plan.ledger.generation, dry_run=dry_run, tightened=plan.tightened, carried=plan.carried,
             notes=[plan.detail] if plan.detail else [])

@@ -67,25 +67,47 @@ def entries(messages: Sequence[Message]) -> list[ContextEntry]:
     return out
 
 
-def measure(history: History | None, *, fixed_prompt_tokens: int, extra: Sequence[Message] = ()) -> int:
-    """Tokens of history the next request carries (fixed prompt excluded), plus ``extra`` new messages.
+CALIBRATION_BOUNDS = (0.5, 4.0)
 
-    When the head checkpoint's last model call reported usage, that number (less the runtime context that
-    call carried) is the ground truth for the prefix it covered; only messages after that prefix are
-    estimated from stored counts.
-    Cumulative usage of a turn is never used.
+
+def calibration(history: History | None, *, fixed_prompt_tokens: int) -> float:
+    """How the provider counts against the local estimate: the last model call's reported input tokens over
+    the estimate of what that call carried (1.0 when no call reported usage), within ``CALIBRATION_BOUNDS``.
+
+    Triggers, targets and room are all compared on this one measure, so a provider that counts 1.5× the
+    estimate compacts about as often as one that counts 1.0×, instead of compacting to an estimated target
+    that its own count puts over the trigger again.
     """
-    extra_tokens = sum(m.tokens for m in extra if not m.flags.runtime)
     if history is None:
-        return extra_tokens
-    messages = history.messages
+        return 1.0
     outcome = history.checkpoint.outcome
-    if outcome and outcome.usage and 0 < outcome.usage_covered_messages <= len(messages):
-        covered = outcome.usage_covered_messages
-        # That call also carried its turn's runtime context (recalled messages included), which is never
-        # sent again: it does not count toward what the next request carries.
-        sent_runtime = next((m.tokens for m in reversed(messages[:covered]) if m.flags.runtime), 0)
-        prefix = max(0, outcome.usage.input_tokens - fixed_prompt_tokens - sent_runtime)
-        rest = sum(m.tokens for m in visible(messages[covered:]))
-        return prefix + rest + extra_tokens
-    return sum(m.tokens for m in visible(messages)) + extra_tokens
+    messages = history.messages
+    if not (outcome and outcome.usage and outcome.usage.input_tokens > 0
+            and 0 < outcome.usage_covered_messages <= len(messages)):
+        return 1.0
+    covered = messages[:outcome.usage_covered_messages]
+    runtime = next((m.id for m in reversed(covered) if m.flags.runtime), None)
+    estimate = fixed_prompt_tokens + sum(m.tokens for m in visible(covered, runtime))
+    if estimate <= 0:
+        return 1.0
+    low, high = CALIBRATION_BOUNDS
+    return min(high, max(low, outcome.usage.input_tokens / estimate))
+
+
+def measure(history: History | None, *, fixed_prompt_tokens: int, extra: Sequence[Message] = ()) -> int:
+    """Tokens of history the next request carries (fixed prompt excluded), plus ``extra`` new messages, as
+    the provider counts them.
+
+    When the head checkpoint's last model call reported usage, that number is the ground truth for what the
+    call carried; the stored estimates are scaled by the same ratio (:func:`calibration`). The runtime context
+    that call carried (recalled messages included) is never sent again and does not count. Cumulative usage
+    of a turn is never used.
+    """
+    estimate = sum(m.tokens for m in extra if not m.flags.runtime)
+    if history is None:
+        return estimate
+    estimate += sum(m.tokens for m in visible(history.messages))
+    ratio = calibration(history, fixed_prompt_tokens=fixed_prompt_tokens)
+    if ratio == 1.0:
+        return estimate
+    return max(0, round(ratio * (fixed_prompt_tokens + estimate)) - fixed_prompt_tokens)

@@ -39,7 +39,7 @@ from persistence import (
 )
 
 from .budget import ContextBudget
-from .context import to_chat, visible
+from .context import calibration, to_chat, visible
 from .llm import ModelClient, ModelContextError, ModelError, ModelTimeoutError
 from .notes import make_note
 from .recall import Recall, change_notice_id
@@ -211,8 +211,9 @@ class ReplyExecutor:
         if self.recall is None:
             return runtime
         sent = sum(m.tokens for m in visible(context)) + runtime.tokens
-        room = self.budget.request_limit_tokens - self.budget.fixed_prompt_tokens - sent - self.tool_limit()
-        cap = min(self.budget.recall_tokens, room)
+        budget = self.budget.in_estimates(calibration(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens))
+        room = budget.request_limit_tokens - budget.fixed_prompt_tokens - sent - self.tool_limit()
+        cap = min(budget.recall_tokens, room)
         recalled = await self.recall.recall(conversation_id, history, visible(context), incoming, cap)
         if not recalled.ids:
             return runtime

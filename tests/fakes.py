@@ -12,6 +12,7 @@ import fakeredis
 from services._litellm import register_provider  # first: configures litellm before it is imported
 
 from litellm import CustomLLM, ModelResponse  # noqa: E402
+from services.tokens import Tokenizer
 from threadkeeper.root import Stores, build_pipeline, build_stores
 from threadkeeper.settings import Settings
 
@@ -33,12 +34,17 @@ class Step:
     """What the provider says ended the output (default: ``stop``, or ``tool_calls`` with tool calls)."""
 
 
+_COUNTER = Tokenizer("gpt-4o")
+
+
 class ScriptedModel(CustomLLM):
     def __init__(self) -> None:
         super().__init__()
         self.script: deque[Step] = deque()
         self.requests: list[dict[str, Any]] = []
         self.default = Step(text="ok")
+        self.usage_scale = 1.0
+        """Prompt tokens are reported as this multiple of the local count (a provider that counts differently)."""
 
     def push(self, *steps: Step) -> None:
         self.script.extend(steps)
@@ -60,7 +66,12 @@ class ScriptedModel(CustomLLM):
             message["tool_calls"] = [{"id": f"call_{len(self.requests)}_{i}", "type": "function",
                                       "function": {"name": n, "arguments": a}}
                                      for i, (n, a) in enumerate(step.tool_calls)]
-        prompt, completion = step.usage or (sum(len(str(m.get("content") or "")) for m in messages) // 4, 5)
+        if step.usage is not None:
+            prompt, completion = step.usage
+        else:  # counted like the provider would: every message and the tool schemas
+            tools = (optional or {}).get("tools") or []
+            prompt = round(self.usage_scale * (_COUNTER.count_chat(messages) + _COUNTER.count_tools(tools)))
+            completion = 5
         return ModelResponse(model=model, choices=[{"index": 0, "message": message,
                                                     "finish_reason": step.finish_reason or
                                                     ("tool_calls" if step.tool_calls else "stop")}],

@@ -10,6 +10,7 @@ import pytest
 
 from persistence import CheckpointStatus, ToolResultPart
 from services import Tool, measure
+from services.context import calibration, visible
 
 from fakes import Step, pipeline, scripted
 
@@ -179,16 +180,23 @@ async def test_tool_loop_is_bounded_and_tool_output_is_cut(model, prefix, client
     assert all(m.tokens <= limit + 50 for m in history if m.role == "tool")
 
 
-async def test_reported_usage_is_ground_truth_for_the_prefix(model, prefix, client) -> None:
+async def test_reported_usage_calibrates_the_measure(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client)
-    model.push(Step(text="answer", usage=(5_000, 10)))
-    await p.submit(CONV, "question", author="alice")
+    model.usage_scale = 1.5  # this provider counts 1.5 times the local estimate
+    await p.submit(CONV, "question " * 300, author="alice")
     await p.run(CONV)
     history = await p.checkpoints.load_history(CONV)
-    reply, runtime = history.messages[-1], history.messages[-2]
+    fixed = p.budget.fixed_prompt_tokens
+    assert 1.4 < calibration(history, fixed_prompt_tokens=fixed) < 1.6
+    runtime = history.messages[-2]
     assert runtime.flags.runtime, "the call also carried the turn's runtime context, which is not sent again"
-    expected = 5_000 - p.budget.fixed_prompt_tokens - runtime.tokens + reply.tokens
-    assert measure(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens) == expected
+    estimate = sum(m.tokens for m in visible(history.messages))
+    assert abs(measure(history, fixed_prompt_tokens=fixed) - (1.5 * (fixed + estimate) - fixed)) < 0.05 * estimate
+    model.usage_scale = 1.0
+    model.push(Step(text="answer", usage=(10, 10)))  # absurd reports are bounded
+    await p.submit(CONV, "again", author="alice")
+    await p.run(CONV)
+    assert calibration(await p.checkpoints.load_history(CONV), fixed_prompt_tokens=fixed) == 0.5
 
 
 async def test_messages_not_expecting_a_reply_are_recorded_without_a_model_call(model, prefix, client) -> None:
@@ -224,3 +232,24 @@ async def test_edits_and_deletions_reach_the_model_before_any_compaction(model, 
     sent = "\n".join(str(m.get("content")) for m in model.requests[-1]["messages"])
     assert "(edited message 5.1; it now reads:) The deploy window is 16:00 UTC." in sent
     assert "(message 5.2 was deleted; disregard what it said)" in sent
+
+
+@pytest.mark.parametrize("scale", [1.5, 2.0])
+async def test_a_provider_that_counts_more_compacts_about_as_often(model, prefix, client, scale: float) -> None:
+    """Trigger and target are compared on one calibrated measure: no compaction after every turn."""
+    counts = {}
+    for s in (1.0, scale):
+        p, _ = pipeline(prefix, client, context_window=6_000)
+        model.usage_scale = s
+        cid = f"{CONV}:{s}"
+        for i in range(150):
+            await p.submit(cid, f"status {i}: the {('api', 'db', 'queue')[i % 3]} work moved on, build {1000 + i} "
+                                "is green, reviews pending, nothing blocking right now; the migration of shard "
+                                f"{i % 17} is halfway and the dashboards look normal", author="alice", id=f"{s}.{i}")
+            await p.run(cid)
+        counts[s] = sum(1 for r in await p.checkpoints.lineage(cid) if r.kind.value == "compaction")
+    # Text that costs ``scale`` times more of the window fills it ``scale`` times sooner: compacting that much
+    # more often is physics; compacting every turn (an estimated target that the provider's count puts over
+    # the trigger again) is the failure this guards against.
+    assert counts[1.0] >= 2
+    assert counts[scale] <= 2 * scale * counts[1.0], counts

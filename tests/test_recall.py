@@ -7,7 +7,7 @@ import json
 import pytest
 
 from persistence import InboxItem
-from services.context import visible
+from services.context import calibration, visible
 from services.recall import RECALL_HEADER, ConversationIndex, search_terms
 
 from factories import msg
@@ -147,13 +147,15 @@ async def test_recall_gives_way_when_the_request_has_no_room(model, prefix, clie
     question = p.executor.make_message("who prefers the blue guitar?", author="carol")
     roomy = await p.executor.runtime_message(CONV, history, [*history.messages, question], [question])
     assert "blue guitar" in roomy.text
-    # A message that leaves less room than the recall share: recall shrinks to what fits beside it.
-    used = p.budget.fixed_prompt_tokens + sum(m.tokens for m in visible(history.messages))
-    filler = p.budget.request_limit_tokens - used - p.executor.tool_limit() - 150
+    # A message that leaves less room than the recall share: recall shrinks to what fits beside it (in the
+    # provider's count, which the last reported usage calibrates).
+    b = p.budget.in_estimates(calibration(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens))
+    used = b.fixed_prompt_tokens + sum(m.tokens for m in visible(history.messages))
+    filler = b.request_limit_tokens - used - p.executor.tool_limit() - 150
     big = p.executor.make_message("who prefers the blue guitar? " + "la " * filler, author="carol")
     tight = await p.executor.runtime_message(CONV, history, [*history.messages, big], [big])
     sent = used + big.tokens + tight.tokens
-    assert sent + p.executor.tool_limit() <= p.budget.request_limit_tokens
+    assert sent + p.executor.tool_limit() <= b.request_limit_tokens
     assert tight.tokens < roomy.tokens
 
 
