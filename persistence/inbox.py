@@ -52,13 +52,18 @@ class Inbox(RedisStore):
         """A sorted set of conversations by their last inbound event (for the periodic sweep)."""
         return f"{self.prefix}:active"
 
-    async def recently_active(self, since_seconds: float, limit: int = 1000) -> list[str]:
-        """Conversations that received events in the last ``since_seconds``; older entries are pruned."""
+    async def recently_active(self, since_seconds: float, page: int = 1000) -> list[str]:
+        """Every conversation that received events in the last ``since_seconds``, oldest first (read in pages
+        of ``page``); entries older than the retention are pruned."""
         now = time.time()
         await self._call(self.client.zremrangebyscore(self.active_key, 0, now - self.retention_seconds))
-        raw = await self._call(self.client.zrangebyscore(self.active_key, now - since_seconds, now, start=0,
-                                                         num=limit))
-        return [r.decode() if isinstance(r, bytes) else r for r in raw]
+        out: list[str] = []
+        while True:
+            raw = await self._call(self.client.zrangebyscore(self.active_key, now - since_seconds, now,
+                                                             start=len(out), num=page))
+            out.extend(r.decode() if isinstance(r, bytes) else r for r in raw)
+            if len(raw) < page:
+                return out
 
     async def peek(self, conversation_id: str, *, start: int = 0) -> list[InboxItem]:
         """Items waiting, oldest first, from ``start`` on. Nothing is removed."""

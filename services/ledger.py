@@ -150,22 +150,24 @@ class LedgerBuilder:
         """Fold messages in history order; a message already folded (by id) is skipped."""
         changes = changes or {}
         self._apply(changes)
-        candidates: list[tuple[Message, str]] = []
+        candidates: list[tuple[Message, str, str]] = []
         folded: list[str] = []
+        lg = self.ledger
+        # Counted in locals and set once: assigning a pydantic model's attribute costs far more than a local.
+        covered, first, last = lg.covered_messages, lg.first_at, lg.last_at
         for m in messages:
             if m.flags.runtime or m.flags.handoff or m.id in self._known:
                 continue
             self._known.add(m.id)
             folded.append(m.id)
-            lg = self.ledger
             if m.role == "tool":
                 self._fold_tool(m)
                 continue
             if m.role not in ("user", "assistant"):
                 continue
-            lg.covered_messages += 1
-            lg.first_at = m.created_at if lg.first_at is None else min(lg.first_at, m.created_at)
-            lg.last_at = m.created_at if lg.last_at is None else max(lg.last_at, m.created_at)
+            covered += 1
+            first = m.created_at if first is None else min(first, m.created_at)
+            last = m.created_at if last is None else max(last, m.created_at)
             text = prose(m) if m.id not in changes else changes[m.id] or ""
             if m.role == "assistant":
                 if any(isinstance(p, ToolCallPart) for p in m.parts):
@@ -178,10 +180,10 @@ class LedgerBuilder:
                 continue  # deleted: its words never become a note
             note = make_note(text, m.created_at) if m.id in changes else note_of(m)
             if note:
-                candidates.append((m, note))
-        fresh = self.ledger.stats.add(terms(prose(m) if m.id not in changes else changes[m.id] or "")
-                                      for m, _ in candidates)
-        for (m, note), new_words in zip(candidates, fresh, strict=True):
+                candidates.append((m, note, text))
+        lg.covered_messages, lg.first_at, lg.last_at = covered, first, last
+        fresh = self.ledger.stats.add(terms(text) for _, _, text in candidates)
+        for (m, note, _), new_words in zip(candidates, fresh, strict=True):
             self.ledger.notes.append(NoteEntry.model_construct(  # every field is computed here, nothing to check
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
                 text=note, tokens=0, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,

@@ -280,3 +280,12 @@ async def test_twenty_concurrent_writers_exactly_one_wins(store: CheckpointStore
         history = await store.load_history(CONV, cid)
         assert [m.text for m in history.messages][-3:] == [f"w{n}-{i}" for i in range(3)]
         assert history.checkpoint.status is (CheckpointStatus.COMPLETED if won else CheckpointStatus.SUPERSEDED)
+
+
+async def test_the_sweep_sees_every_recently_active_conversation_not_only_the_first_page(client, prefix) -> None:
+    inbox = Inbox(client, prefix=prefix)
+    names = [f"slack:T1:C1:{i}.000100" for i in range(1_050)]
+    for name in names:
+        await inbox.append(name, InboxItem(message=msg("pending")))
+    active = await inbox.recently_active(3_600, page=400)
+    assert sorted(active) == sorted(names) and len(active) == len(set(active))
