@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -12,6 +14,8 @@ from .errors import CorruptRecordError
 from .models import InboxItem
 from .store import RedisStore
 
+
+log = logging.getLogger("threadkeeper.inbox")
 
 REGISTRY_REFRESH_SECONDS = 60.0
 
@@ -65,17 +69,43 @@ class Inbox(RedisStore):
             if len(raw) < page:
                 return out
 
-    async def peek(self, conversation_id: str, *, start: int = 0) -> list[InboxItem]:
-        """Items waiting, oldest first, from ``start`` on. Nothing is removed."""
+    async def peek(self, conversation_id: str, *, start: int = 0, quarantine: bool = False) -> list[InboxItem]:
+        """Items waiting, oldest first, from ``start`` on. Nothing is removed, except with ``quarantine``.
+
+        An item that cannot be read (corrupt, or written by an incompatible version) must not wedge its
+        thread: it is skipped with an error in the log, and with ``quarantine`` (the turn that would take it)
+        moved to the conversation's dead letters (``dead_letters``), atomically and only if it is still
+        where it was read.
+        """
         keys = self.keys(conversation_id)
-        raw = await self._call(self.client.lrange(keys.inbox, start, -1))
-        items: list[InboxItem] = []
-        for offset, value in enumerate(raw):
-            try:
-                items.append(InboxItem.model_validate_json(value))
-            except ValidationError as exc:
-                raise CorruptRecordError(f"{keys.inbox}[{start + offset}]", str(exc).splitlines()[0]) from None
-        return items
+        for _ in range(5):
+            raw = await self._call(self.client.lrange(keys.inbox, start, -1))
+            items: list[InboxItem] = []
+            bad: list[tuple[int, Any, str]] = []
+            for offset, value in enumerate(raw):
+                try:
+                    items.append(InboxItem.model_validate_json(value))
+                except ValidationError as exc:
+                    bad.append((start + offset, value, str(exc).splitlines()[0]))
+            if not bad:
+                return items
+            for index, value, why in bad:
+                log.error("unreadable inbox item %s[%d] skipped%s: %s", keys.inbox, index,
+                          " and moved to the dead letters" if quarantine else "", why)
+            if not quarantine:
+                return items
+            moved = 0
+            for index, value, _ in bad:  # in order; each one moved shifts the later ones down by one
+                moved += int(await self._run("QUARANTINE", [keys.inbox, keys.dead],
+                                             [index - moved, value, self.retention_seconds]))
+            if moved == len(bad):
+                return items
+        raise CorruptRecordError(keys.inbox, "unreadable items kept moving while being set aside; try again")
+
+    async def dead_letters(self, conversation_id: str) -> list[str]:
+        """Inbox items set aside as unreadable, as they were stored."""
+        raw = await self._call(self.client.lrange(self.keys(conversation_id).dead, 0, -1))
+        return [r.decode() if isinstance(r, bytes) else r for r in raw]
 
     async def size(self, conversation_id: str) -> int:
         return int(await self._call(self.client.llen(self.keys(conversation_id).inbox)))

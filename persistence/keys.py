@@ -5,6 +5,7 @@
 ``<prefix>:{<conversation>}:msgs``   hash  ``<id>:<index>`` → message JSON
 ``<prefix>:{<conversation>}:order``  list  checkpoint ids in creation order
 ``<prefix>:{<conversation>}:inbox``  list  inbox items waiting for the next turn
+``<prefix>:{<conversation>}:dead``   list  inbox items no version of this code could read (kept for operators)
 ``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, transcript)
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
@@ -52,6 +53,10 @@ class ConversationKeys:
     @property
     def inbox(self) -> str:
         return f"{self.base}:inbox"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
 
     @property
     def notes(self) -> str:

@@ -213,3 +213,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+# KEYS: inbox, dead letters. ARGV: index, the raw item read there, ttl. Moves that one item, if it is still
+# there, from the inbox to the dead letters; returns 1, or 0 when the inbox changed meanwhile.
+QUARANTINE = """
+if redis.call('LINDEX', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('LSET', KEYS[1], ARGV[1], '__threadkeeper_quarantined__')
+redis.call('LREM', KEYS[1], 1, '__threadkeeper_quarantined__')
+return 1
+"""

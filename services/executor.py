@@ -301,7 +301,7 @@ class ReplyExecutor:
                 await self.checkpoints.fail(conversation_id, active.id,
                                             error="abandoned: its worker's lease expired before it completed")
         offset = paused.inbox_consumed if paused else 0
-        items = await self.inbox.peek(conversation_id, start=offset)
+        items = await self.inbox.peek(conversation_id, start=offset, quarantine=True)
         if not items:
             return None
         effects = [i for i in items if i.kind != "message"]

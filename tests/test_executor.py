@@ -253,3 +253,23 @@ async def test_a_provider_that_counts_more_compacts_about_as_often(model, prefix
     # the trigger again) is the failure this guards against.
     assert counts[1.0] >= 2
     assert counts[scale] <= 2 * scale * counts[1.0], counts
+
+
+async def test_an_unreadable_inbox_item_is_set_aside_and_never_wedges_its_thread(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client)
+    inbox_key = p.inbox.keys(CONV).inbox
+    await p.submit(CONV, "first question", author="alice", id="1.1")
+    newer = ('{"v": 1, "kind": "message", "event_id": "Ev9", "received_at": 1.0, "reply_expected": true, '
+             '"from_a_newer_version": 1, "message": null}')
+    await client.rpush(inbox_key, '{"ts": NaN, not json', newer)
+    await p.submit(CONV, "second question", author="bob", id="1.2")
+    preview = await p.context(CONV)  # a preview skips what it cannot read and writes nothing
+    assert preview.context and await client.llen(inbox_key) == 4
+    results = await p.run(CONV)
+    assert [r.status for r in results] == ["completed"] and results[0].consumed == 2
+    sent = [m["content"] for m in model.requests[-1]["messages"]]
+    assert "alice: first question" in sent and "bob: second question" in sent
+    assert await p.inbox.dead_letters(CONV) == ['{"ts": NaN, not json', newer]
+    assert await client.llen(inbox_key) == 0
+    await p.submit(CONV, "third question", author="alice", id="1.3")
+    assert [r.status for r in await p.run(CONV)] == ["completed"], "later messages are answered"
