@@ -9,6 +9,7 @@ It loops while the inbox has items and releases the lease at the end.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -27,6 +28,7 @@ from persistence import (
     History,
     Inbox,
     InboxItem,
+    Lease,
     LeaseManager,
     Message,
     MessageFlags,
@@ -230,7 +232,13 @@ class ReplyExecutor:
         results: list[TurnResult] = []
         try:
             while True:
-                result = await self._turn_with_retries(conversation_id, events)
+                # The lease is renewed while the turn runs, so a long model call never lets another worker
+                # take the thread over mid-turn (and both answer it).
+                heartbeat = asyncio.create_task(self._heartbeat(lease))
+                try:
+                    result = await self._turn_with_retries(conversation_id, events)
+                finally:
+                    heartbeat.cancel()
                 if result is None:
                     break
                 results.append(result)
@@ -249,6 +257,16 @@ class ReplyExecutor:
                 await self.leases.release(lease)
             await events.status(conversation_id, None)
         return results
+
+    async def _heartbeat(self, lease: Lease) -> None:
+        """Renew ``lease`` every third of its duration until cancelled; stop (and say so) if it was lost."""
+        every = max(0.05, self.config.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(every)
+            if await self.leases.renew(lease, self.config.lease_seconds) is None:
+                log.warning("lease on %s lost during a turn; its commit will not overwrite newer work",
+                            lease.conversation_id)
+                return
 
     # -- one turn ------------------------------------------------------------------------------
 

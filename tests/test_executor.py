@@ -273,3 +273,16 @@ async def test_an_unreadable_inbox_item_is_set_aside_and_never_wedges_its_thread
     assert await client.llen(inbox_key) == 0
     await p.submit(CONV, "third question", author="alice", id="1.3")
     assert [r.status for r in await p.run(CONV)] == ["completed"], "later messages are answered"
+
+
+async def test_the_lease_is_renewed_while_a_long_turn_runs(model, prefix, client) -> None:
+    first, _ = pipeline(prefix, client)
+    second, _ = pipeline(prefix, client)
+    first.executor.config.lease_seconds = second.executor.config.lease_seconds = 0.6
+    model.push(Step(text="slow answer", delay=2.0))
+    await first.submit(CONV, "a question that takes the model a while", author="alice", id="9.1")
+    running = asyncio.create_task(first.run(CONV))
+    await asyncio.sleep(1.3)  # twice the lease: without a heartbeat it would have expired
+    assert await second.run(CONV) == [], "the thread still belongs to the worker answering it"
+    [result] = await running
+    assert result.status == "completed" and result.reply == "slow answer" and len(model.requests) == 1
