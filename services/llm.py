@@ -8,7 +8,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity.wait import wait_base
 
 from persistence import ThreadkeeperError, Usage
 
@@ -55,6 +56,35 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, transient)
 
 
+def retry_after(exc: BaseException | None) -> float | None:
+    """The seconds a provider asked to wait before trying again (``Retry-After`` on a 429 or 503), if any."""
+    for headers in (getattr(exc, "litellm_response_headers", None),
+                    getattr(getattr(exc, "response", None), "headers", None)):
+        value = headers.get("retry-after") if headers else None
+        if value is not None:
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+class _Backoff(wait_base):
+    """Exponential backoff with jitter, or the provider's ``Retry-After`` when it says more."""
+
+    def __init__(self, multiplier: float) -> None:
+        self.backoff = wait_random_exponential(multiplier=multiplier, max=20)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        base = self.backoff(retry_state)
+        asked = retry_after(retry_state.outcome.exception() if retry_state.outcome else None)
+        return max(base, asked) if asked is not None else base
+
+
+class RateLimitedError(ModelError):
+    """The provider asked to wait longer than a model call may take."""
+
+
 def litellm_model_name(model: str) -> str:
     """``offline`` routes to the offline provider; every other name goes to litellm as given."""
     return f"{OFFLINE_PROVIDER}/offline" if is_offline(model) else model
@@ -98,8 +128,9 @@ class ModelClient:
                        max_output_tokens: int | None = None, timeout_seconds: float | None = None) -> ModelReply:
         """One chat completion, retried with backoff on transient errors; raises :class:`ModelError`."""
         timeout = timeout_seconds or self.timeout_seconds
+        # One retry layer (below): the provider SDK's own retries are off, or each attempt would be several.
         kwargs: dict[str, Any] = {"model": litellm_model_name(self.model), "messages": messages, "timeout": timeout,
-                                  "_skip_mcp_handler": True}
+                                  "_skip_mcp_handler": True, "max_retries": 0}
         if tools:
             kwargs["tools"] = tools
         limit = max_output_tokens or self.max_output_tokens
@@ -109,13 +140,23 @@ class ModelClient:
             kwargs["num_ctx"] = self.context_window
         try:
             async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts), reraise=True,
-                                               wait=wait_random_exponential(multiplier=self.retry_wait_seconds, max=20),
+                                               wait=_Backoff(self.retry_wait_seconds),
                                                retry=retry_if_exception(_transient)):
                 with attempt:
-                    response = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=timeout)
+                    try:
+                        response = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=timeout)
+                    except litellm.RateLimitError as exc:
+                        asked = retry_after(exc)
+                        if asked is not None and asked > timeout:
+                            raise RateLimitedError(f"model {self.model} is rate limited: the provider asks to retry "
+                                                   f"after {asked:g}s, longer than a call may take ({timeout:g}s)"
+                                                   ) from exc
+                        raise
         except (asyncio.TimeoutError, litellm.Timeout) as exc:
             raise ModelTimeoutError(f"model {self.model} did not answer within {timeout:g}s "
                                     f"({self.attempts} attempts)") from exc
+        except RateLimitedError:
+            raise
         except litellm.ContextWindowExceededError as exc:
             raise ModelContextError(f"model {self.model} refused the request as too long: {exc}") from exc
         except Exception as exc:  # litellm maps provider errors to its own hierarchy

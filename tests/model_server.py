@@ -21,6 +21,8 @@ class Reply:
     status: int = 200
     error: dict[str, Any] | None = None
     """An error body (``{"error": {...}}``) sent with ``status``."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Response headers (``Retry-After`` with a 429)."""
 
 
 @dataclass
@@ -44,7 +46,7 @@ class ModelServer:
         self.paths.append(request.path)
         reply = self._next()
         if reply.error is not None:
-            return web.json_response(reply.error, status=reply.status)
+            return web.json_response(reply.error, status=reply.status, headers=reply.headers)
         return web.json_response({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "test"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services import ModelClient
+from services import ModelClient, ModelError
 
 from fakes import pipeline
 from model_server import ModelServer, Reply
@@ -116,8 +116,33 @@ def test_dotenv_variables_reach_the_providers(tmp_path, monkeypatch: pytest.Monk
 
 
 async def test_one_retry_layer_counts_every_request(server: ModelServer) -> None:
-    client = ModelClient("openai/gpt-4o", attempts=3, timeout_seconds=10, retry_wait_seconds=0.01)
     error = {"error": {"message": "upstream overloaded", "type": "server_error", "code": None}}
+    once = ModelClient("openai/gpt-4o", attempts=1, timeout_seconds=10, retry_wait_seconds=0.01)
+    server.push(Reply(status=500, error=error), Reply(text="an SDK retry would get this"))
+    with pytest.raises(ModelError):
+        await once.complete([{"role": "user", "content": "hi"}])
+    assert len(server.requests) == 1, "the provider SDK's own retries are off"
+    server.requests.clear()
+    server.replies.clear()
+    thrice = ModelClient("openai/gpt-4o", attempts=3, timeout_seconds=10, retry_wait_seconds=0.01)
     server.push(Reply(status=500, error=error), Reply(status=500, error=error), Reply(text="third time"))
+    reply = await thrice.complete([{"role": "user", "content": "hi"}])
+    assert reply.text == "third time" and len(server.requests) == 3
+
+
+async def test_retry_after_is_honoured_and_a_wait_longer_than_a_call_is_not_a_timeout(server: ModelServer) -> None:
+    import time
+
+    from services.llm import RateLimitedError
+
+    limited = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+    client = ModelClient("openai/gpt-4o", attempts=3, timeout_seconds=5, retry_wait_seconds=0.01)
+    server.push(Reply(status=429, error=limited, headers={"Retry-After": "1"}), Reply(text="after the wait"))
+    started = time.perf_counter()
     reply = await client.complete([{"role": "user", "content": "hi"}])
-    assert reply.text == "third time" and len(server.requests) == 3, "the SDK's own retries are off"
+    assert reply.text == "after the wait" and time.perf_counter() - started >= 1.0 and len(server.requests) == 2
+    server.push(Reply(status=429, error=limited, headers={"Retry-After": "3600"}))
+    started = time.perf_counter()
+    with pytest.raises(RateLimitedError, match="retry after 3600s, longer than a call may take"):
+        await client.complete([{"role": "user", "content": "hi"}])
+    assert time.perf_counter() - started < 2 and len(server.requests) == 3
