@@ -31,7 +31,7 @@ from persistence import (
 )
 
 from .budget import ContextBudget
-from .context import calibration, measure, visible
+from .context import calibration, current_text, measure, visible
 from .ledger import Ledger, LedgerBuilder, NarrativeEntry, load_ledger
 from .narrative import Summarizer
 from .redact import redact
@@ -285,12 +285,11 @@ class Compactor:
                     tightened=tightened, carried=carried, detail=narrative.detail)
 
     def _current(self, message: Message, notes: Notes) -> Message | None:
-        change = notes.changes.get(message.id)
-        if change is None:
-            return message
-        if change.kind == "deleted":
+        text = current_text(message, notes)
+        if text is None:
             return None
-        text = f"{change.text or ''} (edited)"
+        if message.id not in notes.changes:
+            return message
         return self._with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
 
     def _retain(self, people: list[Message], pinned_ids: set[str], retained_budget: int,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import History, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+from persistence import History, ImagePart, Message, Notes, TextPart, ToolCallPart, ToolResultPart
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,18 @@ class ContextEntry:
 def visible(messages: Sequence[Message], current_runtime_id: str | None = None) -> list[Message]:
     """Messages a request carries: runtime context only for the current turn, the rest as stored."""
     return [m for m in messages if not m.flags.runtime or m.id == current_runtime_id]
+
+
+def current_text(message: Message, notes: Notes) -> str | None:
+    """A message's text as it reads now: the edited text (marked), or ``None`` once it was deleted.
+
+    The one rule for what compaction retains and what recall shows of a changed message."""
+    change = notes.changes.get(message.id)
+    if change is None:
+        return message.text
+    if change.kind == "deleted":
+        return None
+    return f"{change.text or ''} (edited)"
 
 
 def render_text(message: Message) -> str:

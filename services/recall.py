@@ -33,6 +33,7 @@ import Stemmer
 
 from persistence import CheckpointKind, CheckpointStore, History, Message, Notes, NotesStore
 
+from .context import current_text
 from .notes import _LANGUAGES, language, words
 from .tokens import Tokenizer
 from .tools import bound_text
@@ -201,9 +202,6 @@ class Recall:
         if index is not None:
             index.add(messages)
 
-    def forget(self, conversation_id: str) -> None:
-        self._indexes.pop(conversation_id, None)
-
     async def sync(self, conversation_id: str, history: History) -> ConversationIndex:
         """The conversation's index, brought up to ``history``: earlier epochs read from Redis once each."""
         index = self._indexes.get(conversation_id)
@@ -276,7 +274,7 @@ class Recall:
             if target in chosen or target in held:
                 return False
             source = index.messages[index.position[target]] if target in index.position else index.messages[position]
-            text = _current_text(source, notes)
+            text = current_text(source, notes)
             if text is None:
                 return False
             if not full and text == source.text and source.note:
@@ -328,27 +326,6 @@ class Recall:
                 day = line_day
             out.append(line)
         return "\n".join(out)
-
-    def memory_bytes(self) -> int:
-        """Approximate bytes the indexes hold beyond the messages themselves (their arrays and vocabularies)."""
-        total = 0
-        for index in self._indexes.values():
-            total += 8 * (len(index.position) * 3 + len(index.pending) + len(index.targets))
-            for segment in index.segments:
-                r = segment.retriever
-                total += segment.positions.nbytes
-                total += sum(getattr(a, "nbytes", 0) for a in (r.scores or {}).values())
-                total += sum(len(k) + 64 for k in r.vocab_dict)
-        return total
-
-
-def _current_text(message: Message, notes: Notes) -> str | None:
-    change = notes.changes.get(message.id)
-    if change is None:
-        return message.text
-    if change.kind == "deleted":
-        return None
-    return f"{change.text or ''} (edited)"
 
 
 def _day(message: Message) -> str:
