@@ -8,6 +8,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 os.environ.setdefault("LITELLM_LOG", "WARNING")
+# litellm would otherwise load the first .env found walking up from its own install directory; Threadkeeper
+# reads the .env of the working directory itself (``threadkeeper.settings.export_dotenv``).
+os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
 import logging  # noqa: E402
 

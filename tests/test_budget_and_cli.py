@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-        timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        timeout: float = 240, cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "threadkeeper", *args], input=stdin, capture_output=True, text=True,
-                          env=full_env, cwd=ROOT, timeout=timeout)
+                          env=full_env, cwd=cwd or ROOT, timeout=timeout)
 
 
 @pytest.mark.parametrize("window", [8_000, 128_000, 1_000_000])

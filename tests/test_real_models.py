@@ -84,18 +84,19 @@ async def test_a_context_length_refusal_compacts_tighter_and_the_turn_is_answere
     assert any(m.id == "2.001000" for m in (await p.checkpoints.load_history(cid)).messages)
 
 
-def test_start_up_names_a_missing_key_or_an_unknown_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_start_up_names_a_missing_key_or_an_unknown_model(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_budget_and_cli import cli
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    missing = cli("console", env={"AI_MODEL": "openai/gpt-4o"}, stdin="")
+    missing = cli("console", env={"AI_MODEL": "openai/gpt-4o"}, stdin="", cwd=tmp_path)  # no .env of anyone's
     assert missing.returncode == 2
     assert missing.stderr.strip() == ("threadkeeper: error: AI_MODEL='openai/gpt-4o' needs OPENAI_API_KEY set (in the "
                                       "environment or .env): the provider's key")
-    unknown = cli("console", env={"AI_MODEL": "nosuchprovider/some-model"}, stdin="")
+    unknown = cli("console", env={"AI_MODEL": "nosuchprovider/some-model"}, stdin="", cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stderr.startswith(
         "threadkeeper: error: AI_MODEL='nosuchprovider/some-model' is not a model litellm can call")
-    no_window = cli("console", env={"AI_MODEL": "openai/my-local-model", "OPENAI_API_KEY": "sk-x"}, stdin="")
+    no_window = cli("console", env={"AI_MODEL": "openai/my-local-model", "OPENAI_API_KEY": "sk-x"}, stdin="",
+                    cwd=tmp_path)
     assert no_window.returncode == 2 and "set AI_MODEL_CONTEXT_WINDOW_TOKENS" in no_window.stderr
     assert len(no_window.stderr.strip().splitlines()) == 1
 
