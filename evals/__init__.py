@@ -1,8 +1,23 @@
 """Continuity evals: generated threads with planted items, public long-conversation benchmarks (LoCoMo-format
 such as REALTALK, and BEAM), baseline strategies, graders and reports."""
 
-from .benchmarks import BENCHMARKS, Benchmark, BenchmarkInputError, load_benchmark, normalize_evidence, skipped_text
-from .continuity import BENCHMARK_WINDOWS, DEFAULT_WINDOWS, Case, load_cases, plot, run_matrix, summarize
+from .benchmarks import (
+           BENCHMARKS,
+           Benchmark,
+           BenchmarkInputError,
+           load_benchmark,
+           normalize_evidence,
+           skipped_text,
+)
+from .continuity import (
+           BENCHMARK_WINDOWS,
+           DEFAULT_WINDOWS,
+           Case,
+           load_cases,
+           plot,
+           run_matrix,
+           summarize,
+)
 from .generator import generate_thread
 from .graders import grade, grade_questions, keep_newest, present_ids
 from .strategies import STRATEGIES

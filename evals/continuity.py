@@ -28,7 +28,7 @@ from threadkeeper.root import build_pipeline, build_stores
 from threadkeeper.settings import Settings
 
 from .generator import generate_thread
-from .graders import ProbeResult, QuestionResult, grade, grade_questions
+from .graders import ProbeResult, QuestionResult, expand, grade, grade_questions
 from .strategies import STRATEGIES
 
 DEFAULT_WINDOWS = (4000, 8000, 16000)
@@ -124,7 +124,7 @@ def load_cases(dataset: str | None, *, threads: int, seed: int, messages: int,
             for style in styles for i in range(threads)]
 
 
-async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str],
+async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str], references: dict[str, str],
                    ) -> tuple[list[QuestionResult], list[ProbeResult], list[int]]:
     """Ask every question (or probe) as the next message and grade the context the turn would send for it.
 
@@ -140,7 +140,8 @@ async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str
             continue
         question = pipeline.executor.make_message(str(item["question"]))
         report = await pipeline.context(cid, arriving=[question])
-        entries = [e for e in report.context if question.id not in e.source_ids and (e.role != "system" or e.source_ids)]
+        entries = expand([e for e in report.context
+                          if question.id not in e.source_ids and (e.role != "system" or e.source_ids)], references)
         spend = sum(e.tokens for e in entries)
         spent.append(spend)
         if case.questions:
@@ -163,15 +164,17 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
         thread = parse_thread(json.dumps(case.data), case.name)
         cid = f"eval:{case.name}:{strategy}:{window}"
         result = await replay(pipeline, thread, conversation_id=cid, turn_every=turn_every)
-        texts = [entry["text"] for entry in result["context"]]
+        references = await pipeline.references(cid)
+        context = expand([ContextEntry(**entry) for entry in result["context"]], references)
+        texts = [entry.text for entry in context]
         originals = {m.id: m.text for m in thread.messages}
         graded = grade(case.probes, texts, originals)
         questions: list[QuestionResult] = []
         if case.questions:
-            context = [ContextEntry(**entry) for entry in result["context"]]
             spend = result["context_tokens"] - sum(e.tokens for e in context if e.role == "system")
             questions = grade_questions(case.questions, context, case.sized_messages(), spend)
-        asked, asked_probes, asked_tokens = await ask_each(pipeline, cid, case, originals) if ask else ([], [], [])
+        asked, asked_probes, asked_tokens = await ask_each(pipeline, cid, case, originals, references) if ask \
+            else ([], [], [])
         rows = await pipeline.checkpoints.lineage(cid)
         kinds = {r.id: r.kind for r in rows}
         loops = sum(1 for r in rows if r.kind is CheckpointKind.COMPACTION and r.forked_from

@@ -30,11 +30,12 @@ content words are looked up in the context; keep-newest at the same token spend 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from services.context import ContextEntry
+from services.refs import REF
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,14 @@ class QuestionResult:
     newest_recall: float | None
     standing_kept: bool | None = None
     """Asked questions only: whether the context without the recalled messages held every evidence message."""
+
+
+def expand(entries: Sequence[ContextEntry], references: Mapping[str, str]) -> list[ContextEntry]:
+    """The entries with every short reference (``#N``) written out as the message id it stands for, so a
+    line is graded by the ids it actually cites."""
+    def written(text: str) -> str:
+        return REF.sub(lambda m: references.get(m.group(0), m.group(0)), text)
+    return [replace(e, text=written(e.text)) for e in entries]
 
 
 def is_handoff(entry: ContextEntry) -> bool:

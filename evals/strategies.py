@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from persistence import Message, MessageFlags, Notes, TextPart, ToolCallPart, ToolResultPart, new_id
+from persistence import (
+    Message,
+    MessageFlags,
+    Notes,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    new_id,
+)
 from services.budget import ContextBudget
 from services.compactor import Compactor, Plan
-from services.narrative import extractive
 from services.ledger import Ledger
+from services.narrative import extractive
+from services.refs import next_ref
 
 FIXED_USER_BUDGET = 20_000
 
@@ -47,6 +56,8 @@ class _Baseline(Compactor):
     def _plan(self, messages: Sequence[Message], replacement: list[Message], summary_tokens: int = 0) -> Plan:
         kept_ids = {m.id for m in replacement}
         covered = [m.id for m in messages if m.id not in kept_ids and not m.flags.runtime]
+        top = next_ref(messages) - 1  # the summary carries the numbering on, as the handoff does
+        replacement = [m.model_copy(update={"ref": top or None}) if m.flags.handoff else m for m in replacement]
         return Plan(messages=replacement, covered_ids=covered, ledger=Ledger(generation=1), strategy=self.name,
                     summary_tokens=summary_tokens, kept=len([m for m in replacement if not m.flags.handoff]),
                     dropped=len([m for m in messages if m.id not in kept_ids]),

@@ -77,6 +77,10 @@ class Message(_Record):
     created_at: float = Field(default_factory=time.time)
     source_ids: list[str] = Field(default_factory=list)
     """Input message ids this message carries (a handoff: every id it cites)."""
+    ref: int | None = Field(default=None, ge=1)
+    """Short stable reference: the message's number in its conversation (1, 2, 3… in the order turns took them),
+    shown to the model as ``#N`` and accepted wherever an id is. A handoff carries the highest number it covers,
+    so numbering continues after a compaction. None: written before references existed, or a tool step."""
     note: str | None = None
     """What the message said, compressed (its most informative sentences); computed once, when its turn
     commits, and folded into handoffs. None: nothing worth a note, or not computed yet."""

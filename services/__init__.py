@@ -4,11 +4,25 @@ Public entry points: :class:`Pipeline` (what the bot, console, CLI and evals cal
 :class:`ReplyExecutor`, :class:`ModelClient`, :class:`ContextBudget`, :class:`Tokenizer`.
 """
 
-from .budget import (BudgetError, BudgetPolicy, ContextBudget, is_offline, offers_tools, resolve_max_output,
-                     resolve_window)
+from .budget import (
+                     BudgetError,
+                     BudgetPolicy,
+                     ContextBudget,
+                     is_offline,
+                     offers_tools,
+                     resolve_max_output,
+                     resolve_window,
+)
 from .context import ContextEntry, measure, to_chat, visible
 from .executor import ExecutorConfig, ReplyExecutor, TurnEvents, TurnResult
-from .llm import ModelClient, ModelContextError, ModelError, ModelReply, ModelTimeoutError, ToolCall
+from .llm import (
+                     ModelClient,
+                     ModelContextError,
+                     ModelError,
+                     ModelReply,
+                     ModelTimeoutError,
+                     ToolCall,
+)
 from .pipeline import ContextReport, Pipeline
 from .prompts import SYSTEM_PROMPT
 from .replay import ReplayInputError, load_thread, parse_thread, replay

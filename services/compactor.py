@@ -16,16 +16,16 @@ from pydantic import ValidationError
 
 from persistence import (
     CheckpointKind,
-    CorruptRecordError,
     CheckpointStore,
+    CorruptRecordError,
     HeadConflictError,
     History,
     InvalidTransitionError,
-    NotFoundError,
     Message,
     MessageFlags,
     Notes,
     NotesStore,
+    NotFoundError,
     TextPart,
     new_id,
 )
@@ -35,6 +35,7 @@ from .context import calibration, current_text, measure, visible
 from .ledger import Ledger, LedgerBuilder, NarrativeEntry, load_ledger
 from .narrative import Summarizer
 from .redact import redact
+from .refs import next_ref
 from .tokens import Tokenizer
 from .tools import bound_text
 from .view import SHARES, Narrative, render_handoff
@@ -262,9 +263,9 @@ class Compactor:
             if narrative is None:
                 narrative, entries = await self.summarizer.handoff_narrative(
                     carried_before, [m for m in folded if m.role in ("user", "assistant")],
-                    int(cap * SHARES["narrative"]), use_model=use_model)
+                    int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
             rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now)
-            handoff = self._message(redact(rendered.text), rendered.source_ids)
+            handoff = self._message(redact(rendered.text), rendered.source_ids, next_ref(messages) - 1, now)
             replacement = [handoff, *kept]
             after = sum(m.tokens for m in replacement)
             if after <= target or tightened >= 8:
@@ -276,6 +277,7 @@ class Compactor:
                 shrink *= 0.9
         ledger.notes = rendered.notes
         ledger.narrative = entries
+        ledger.keep_refs()
         covered = [m.id for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
         dropped = len([m for m in messages if m.id not in kept_ids])
         carried = {"notes": len(rendered.notes), "notes_evicted": rendered.evicted_lines,
@@ -323,9 +325,11 @@ class Compactor:
     def _with_tokens(self, message: Message) -> Message:
         return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
 
-    def _message(self, text: str, source_ids: list[str]) -> Message:
+    def _message(self, text: str, source_ids: list[str], top_ref: int, now: float) -> Message:
+        """The handoff message; it carries the highest reference it covers, so numbering continues after it,
+        and the thread's time (the newest message's), not the clock's."""
         base = Message(id=new_id("handoff"), role="user", parts=[TextPart(text=text)], flags=MessageFlags(handoff=True),
-                       tokens=0, source_ids=source_ids)
+                       tokens=0, source_ids=source_ids, ref=top_ref or None, created_at=now)
         return self._with_tokens(base)
 
     # -- writing -------------------------------------------------------------------------------

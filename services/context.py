@@ -6,7 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import History, ImagePart, Message, Notes, TextPart, ToolCallPart, ToolResultPart
+from persistence import (
+    History,
+    ImagePart,
+    Message,
+    Notes,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+from . import refs
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,7 @@ def render_text(message: Message) -> str:
     if images:
         text += "".join(f"\n[image: {p.url or 'inline image omitted'}]" for p in images)
     if message.role == "user" and message.author and not message.flags.handoff:
-        return f"{message.author}: {text}"
+        return f"{refs.prefix(message)}{message.author}: {text}"
     return text
 
 

@@ -40,11 +40,13 @@ from persistence import (
     new_id,
 )
 
+from . import refs
 from .budget import ContextBudget
 from .context import calibration, to_chat, visible
 from .llm import ModelClient, ModelContextError, ModelError, ModelTimeoutError
 from .notes import make_note
 from .recall import Recall, change_notice_id
+from .refs import next_ref
 from .tokens import Tokenizer
 from .tools import ToolContext, ToolRegistry, bound_text
 
@@ -196,6 +198,20 @@ class ReplyExecutor:
             update["flags"] = message.flags.model_copy(update={"addressed": True})
         return message.model_copy(update=update) if update else message
 
+    def numbered(self, history: Sequence[Message], incoming: Sequence[Message]) -> list[Message]:
+        """``incoming`` with references (:mod:`services.refs`) following on from ``history``'s, counted in
+        the tokens of the messages that show theirs."""
+        ref = next_ref(history)
+        out = []
+        for m in incoming:
+            if m.ref is None and refs.numbered(m):
+                m = m.model_copy(update={"ref": ref})
+                ref += 1
+                if refs.shown(m):
+                    m = m.model_copy(update={"tokens": m.tokens + self.tokenizer.count(refs.prefix(m))})
+            out.append(m)
+        return out
+
     def prepare_incoming(self, message: Message, *, addressed: bool) -> Message:
         """A person's message as a turn takes it from the inbox (counted, noted, marked, bounded)."""
         return self._bound_input(self._prepared(message, addressed=addressed))
@@ -337,13 +353,14 @@ class ReplyExecutor:
             turn = await self._resume(conversation_id, paused, items, incoming)
         else:
             history = await self.checkpoints.load_history(conversation_id, head_id) if head_id else None
+            incoming = self.numbered(history.messages if history else [], incoming)
             history, compaction = await self._maybe_compact(conversation_id, history, incoming, events)
             turn = await self._start(conversation_id, history, items, incoming, wants_reply)
             turn.compaction = compaction
             if not wants_reply:
                 await self._commit(conversation_id, turn)
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
-                                  compaction=compaction, inbox_left=turn.inbox_left, recorded=incoming)
+                                  compaction=compaction, inbox_left=turn.inbox_left, recorded=turn.incoming)
         await events.status(conversation_id, "thinking…")
         trace_id = uuid.uuid4().hex[:12]
         try:
@@ -375,7 +392,7 @@ class ReplyExecutor:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), None, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, incoming)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.incoming)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
                              events: TurnEvents) -> tuple[History | None, Any]:
@@ -405,6 +422,7 @@ class ReplyExecutor:
         history = await self.checkpoints.load_history(conversation_id, paused.id)
         await self.checkpoints.resume(conversation_id, paused.id)
         messages = list(history.messages)
+        incoming = self.numbered(messages, incoming)
         resume = (paused.outcome.resume or {}) if paused.outcome else {}
         new: list[Message] = []
         if resume.get("reason") == "authorization":
@@ -509,10 +527,10 @@ class ReplyExecutor:
     def _finish(turn: _Turn, message: Message, *, answered: bool = True) -> None:
         """The turn's final reply. A model's answer answers the turn's asks (its ``source_ids``) and carries
         its note; a refusal does neither, so the asks stay open and its words never become a note."""
-        update: dict[str, Any] = {"note": ""}
+        update: dict[str, Any] = {"note": "", "ref": next_ref(turn.messages)}
         if answered:
-            update = {"note": make_note(message.text, message.created_at) or "",
-                      "source_ids": [m.id for m in turn.incoming if m.flags.addressed]}
+            update |= {"note": make_note(message.text, message.created_at) or "",
+                       "source_ids": [m.id for m in turn.incoming if m.flags.addressed]}
         message = message.model_copy(update=update)
         turn.messages.append(message)
         turn.final.append(message)

@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from persistence import Message, TextPart, ToolCallPart, ToolResultPart
 
 from . import extract as x
+from . import refs
 from .notebook import NoteEntry, TermStats
-from .notes import make_note, terms
+from .notes import brief, language, make_note, terms
 
 RECORD_STATE = "record_state"
 ACCEPTED_MARK = "accepted entries: "
@@ -56,6 +57,8 @@ class Decision(_Entry):
     id: str
     author: str
     text: str
+    note: str | None = None
+    """The decision's note: how the handoff shows it (compressed like every note)."""
     status: Literal["active", "reversed"] = "active"
     reversed_by: str | None = None
 
@@ -102,6 +105,17 @@ class Ledger(BaseModel):
     """Replies folded before the ask they answer (the ask was still kept verbatim): ask id → reply id."""
     last_folded: list[str] = Field(default_factory=list)
     """Ids the latest generation folded (with the ids every entry cites: what folding again skips)."""
+    refs: dict[str, int] = Field(default_factory=dict)
+    """The short reference (``#N``) of each message the ledger cites, by id."""
+
+    def label(self, ident: str) -> str:
+        """How a handoff cites a message: ``#N``, or the id of a message that has no reference."""
+        return refs.label(ident, self.refs.get(ident))
+
+    def keep_refs(self) -> None:
+        """Forget the references of messages the ledger no longer cites."""
+        cited = set(self.cited_ids())
+        self.refs = {i: r for i, r in self.refs.items() if i in cited}
 
     def cited_ids(self) -> list[str]:
         ids = [a.id for a in self.asks] + [d.id for d in self.decisions] + [f.evidence_id for f in self.model_facts]
@@ -125,6 +139,12 @@ def note_of(message: Message) -> str | None:
         return message.note or None  # "": computed, nothing worth a note
     words = prose(message)
     return make_note(words, message.created_at) if words.strip() else None
+
+
+def brief_of(note: str, text: str) -> str:
+    """The brief form of a message's note ("" when the note is no longer than that)."""
+    short = brief(note, language(text.split()))
+    return "" if short == note else short
 
 
 def is_decision(text: str) -> bool:
@@ -160,6 +180,8 @@ class LedgerBuilder:
                 continue
             self._known.add(m.id)
             folded.append(m.id)
+            if m.ref:
+                lg.refs[m.id] = m.ref
             if m.role == "tool":
                 self._fold_tool(m)
                 continue
@@ -187,7 +209,9 @@ class LedgerBuilder:
             self.ledger.notes.append(NoteEntry.model_construct(  # every field is computed here, nothing to check
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
                 text=note, tokens=0, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
-                question=m.text.rstrip().endswith(("?", "？"))))
+                question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed,
+                brief=brief_of(note, text), brief_tokens=0,
+                brief_only=False))
         self.ledger.stats.bound()
         if folded:
             self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]
@@ -201,8 +225,7 @@ class LedgerBuilder:
         for entry in [*lg.asks, *lg.decisions]:
             if entry.id in changes:
                 entry.text = _short(changes[entry.id] or "")
-                if isinstance(entry, Ask):
-                    entry.note = None
+                entry.note = None
         notes = []
         for n in lg.notes:
             if n.id not in changes:
@@ -210,7 +233,8 @@ class LedgerBuilder:
             elif changes[n.id] is not None:
                 text = make_note(changes[n.id] or "", n.at)
                 if text:
-                    notes.append(n.model_copy(update={"text": text, "edited": True, "tokens": 0}))
+                    notes.append(n.model_copy(update={"text": text, "edited": True, "tokens": 0, "brief": "",
+                                                      "brief_tokens": 0}))
         lg.notes = notes
 
     def _fold_person(self, m: Message, text: str) -> None:
@@ -234,7 +258,7 @@ class LedgerBuilder:
                 old = _best_match([d for d in lg.decisions if d.status == "active"], x.terms(text))
                 if old is not None:
                     old.status, old.reversed_by = "reversed", m.id
-            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=_short(text)))
+            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=_short(text), note=note_of(m)))
 
     def _answer(self, reply: Message) -> None:
         """A reply answers the asks of its turn (its ``source_ids``); one whose ask is not folded yet waits."""
@@ -262,6 +286,9 @@ class LedgerBuilder:
                     continue
                 for i, e in enumerate(entries):
                     kind = e.get("kind", "fact")
+                    for ident, ref in zip(e["evidence"], e.get("refs") or [], strict=False):
+                        if ref:
+                            self.ledger.refs[ident] = ref
                     self.ledger.model_facts.append(ModelFact(
                         seq=self._seq(), key=f"{m.id}#{i}", evidence_id=e["evidence"][0],
                         evidence_hash=e.get("hash", ""), text=_short(e["text"], 240),

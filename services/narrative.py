@@ -17,13 +17,13 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from persistence import Message
 
-from .ledger import NarrativeEntry, prose
-
 from . import extract as x
+from . import refs
+from .ledger import NarrativeEntry, prose
 from .llm import ModelClient, ModelError
 from .prompts import HANDOFF_PROMPT, HANDOFF_UPDATE
 from .redact import redact
@@ -132,7 +132,8 @@ class Summarizer:
         return narrative
 
     async def handoff_narrative(self, previous: Sequence[NarrativeEntry], messages: Sequence[Message],
-                                cap_tokens: int, *, use_model: bool = True) -> tuple[Narrative, list[NarrativeEntry]]:
+                                cap_tokens: int, *, use_model: bool = True,
+                                label: Callable[[str], str] = str) -> tuple[Narrative, list[NarrativeEntry]]:
         """The narrative of the previous narrative plus ``messages``, validated, and the entries to carry.
 
         Without a model, when the model fails, or for a preview (``use_model=False``: previews never pay
@@ -148,10 +149,11 @@ class Summarizer:
         lines = self._transcript(messages)
         if not lines and not previous:
             return Narrative((), "notes"), kept
-        earlier = "\n".join(f"- [{','.join(e.source_ids)}] {e.text}" if e.source_ids else f"- {e.text}"
-                            for e in previous)
-        valid_ids = {m.id for m in messages} | {i for e in previous for i in e.source_ids}
-        source_text = earlier + "\n" + "\n".join(lines)
+        earlier = "\n".join(f"- [{','.join(label(i) for i in e.source_ids)}] {e.text}" if e.source_ids
+                            else f"- {e.text}" for e in previous)
+        valid_ids = {m.id: m.id for m in messages} | {i: i for e in previous for i in e.source_ids}
+        valid_ids |= {refs.label(m.id, m.ref): m.id for m in messages} | {label(i): i for i in list(valid_ids)}
+        source_text = refs.REF.sub(" ", earlier + "\n" + "\n".join(lines))  # numbers must come from the words
         try:
             text, cut = await self._update(earlier, lines, cap_tokens)
         except (ModelError, ValueError) as exc:
@@ -195,7 +197,7 @@ class Summarizer:
         """Room for the narrative and some slack, never more than a quarter of the summarizer's window."""
         return max(64, min(cap_tokens + 64, self.window_tokens // 4))
 
-    def _checked(self, text: str, valid_ids: set[str], source: str, cap_tokens: int,
+    def _checked(self, text: str, valid_ids: Mapping[str, str], source: str, cap_tokens: int,
                  cut: bool) -> tuple[list[NarrativeLine], int]:
         """Lines that cite only real ids and state only numbers and identifiers found in ``source``."""
         known = set(_CHECKED.findall(source))
@@ -211,7 +213,7 @@ class Summarizer:
             if any(i not in valid_ids for i in ids) or any(v not in known for v in _CHECKED.findall(body)):
                 rejected += 1
                 continue
-            line = NarrativeLine(redact(body[:400]), ids)
+            line = NarrativeLine(redact(body[:400]), tuple(dict.fromkeys(valid_ids[i] for i in ids)))
             cost = self.tokenizer.count(line.text) + 4
             if used + cost > cap_tokens:
                 break
@@ -227,7 +229,7 @@ class Summarizer:
             who = m.author if m.role == "user" and m.author else m.role
             text = prose(m)
             if text.strip():
-                lines.append(f"[{m.id}] {who}: {' '.join(text.split())[:2000]}")
+                lines.append(f"[{refs.label(m.id, m.ref)}] {who}: {' '.join(text.split())[:2000]}")
         return lines
 
     async def _call(self, body: str, cap_tokens: int) -> str:
@@ -239,7 +241,7 @@ class Summarizer:
 
     async def _llm(self, messages: Sequence[Message], cap_tokens: int) -> Narrative:
         lines = self._transcript(messages)
-        valid_ids = {m.id for m in messages}
+        valid_ids = {m.id: m.id for m in messages} | {refs.label(m.id, m.ref): m.id for m in messages}
         chunk_budget = max(512, int(self.window_tokens * 0.6))
         chunks: list[list[str]] = [[]]
         used = 0
@@ -258,14 +260,15 @@ class Summarizer:
                                     "one handoff in the same format:\n\n" + "\n\n".join(parts), cap_tokens)
         return self._validate(text, valid_ids, cap_tokens)
 
-    def _validate(self, text: str, valid_ids: set[str], cap_tokens: int) -> Narrative:
+    def _validate(self, text: str, valid_ids: Mapping[str, str], cap_tokens: int) -> Narrative:
         lines: list[NarrativeLine] = []
         used = 0
         for raw in text.splitlines():
             match = _LINE.match(raw)
             if not match or not match.group(2).strip():
                 continue
-            ids = tuple(i.strip() for i in (match.group(1) or "").split(",") if i.strip() in valid_ids)
+            ids = tuple(dict.fromkeys(valid_ids[i.strip()] for i in (match.group(1) or "").split(",")
+                                      if i.strip() in valid_ids))
             line = NarrativeLine(redact(match.group(2).strip()[:400]), ids)
             cost = self.tokenizer.count(line.text) + 4
             if used + cost > cap_tokens:

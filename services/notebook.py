@@ -5,8 +5,10 @@ handoff carried. Candidates are ranked by the information they add per token: th
 words in the thread so far (BM25's inverse document frequency over every message ever folded, carried
 from one handoff to the next), with full credit only for the words a message brought first, numbers and
 identifiers counting double, discounted for words that notes already chosen cover (novelty), and for
-age (a half-life in days). Selection is greedy and deterministic (ties by time, then id), so the same
-inputs always give the same notes; a note that is not chosen is evicted, which is the only way
+age (a half-life in days). Each note has a brief form (its rarest few words, every number and
+identifier) and its full text: the selection first gives as many messages as fit their brief form, then
+spends what is left on full text. Selection is greedy and deterministic (ties by time, then id), so the
+same inputs always give the same notes; a note that is not chosen is evicted, which is the only way
 knowledge leaves the handoff.
 """
 
@@ -63,7 +65,18 @@ class NoteEntry(BaseModel):
     fresh: list[str] = Field(default_factory=list)
     """Its words that no earlier folded message used: what this message brought to the thread."""
     question: bool = False
-    """The message only asks; the information is in the answers."""
+    """The message only asks (people asking each other); the information is in the answers."""
+    brief: str = ""
+    """The note's brief form (:func:`services.notes.brief`); empty when the note is already that short."""
+    brief_tokens: int = 0
+    """Tokens the brief form adds to a line (0: not counted yet)."""
+    brief_only: bool = False
+    """The handoff showed only the brief form (the full text is kept for the next generation)."""
+
+    @property
+    def shown(self) -> str:
+        """The text a handoff shows: the brief form when that is all it had room for."""
+        return self.brief if self.brief_only and self.brief else self.text
 
 
 class TermStats(BaseModel):
@@ -97,17 +110,19 @@ _IDENTIFIER = re.compile(r"\d|[/@#]|^[a-z]+-\d").search
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]").search
 
 
-def note_line(message_id: str, author: str, text: str, *, edited: bool = False) -> str:
-    """A note on a line of its own (an edited message's note always is)."""
+def note_line(cited: str, author: str, text: str, *, edited: bool = False) -> str:
+    """A note on a line of its own (an edited message's note always is); ``cited``: its ``#N`` or id."""
     mark = " (edited after it was written; current text)" if edited else ""
-    return f"- {'SUSPECT ' if edited else ''}[{message_id}] {author or 'someone'}{mark}: {text}"
+    return f"- {'SUSPECT ' if edited else ''}[{cited}] {author or 'someone'}{mark}: {text}"
 
 
-def note_cost(entry: NoteEntry, count: Callable[[str], int]) -> int:
-    """What a note adds to its author's line of the day: ``; [id] text``."""
+def note_cost(entry: NoteEntry, count: Callable[[str], int], text: str | None = None,
+              label: Callable[[str], str] = str) -> int:
+    """What a note (or ``text`` in its place) adds to its author's line of the day: ``; [#N] text``
+    (``label`` gives how a message id is cited)."""
     if entry.edited:
-        return count(note_line(entry.id, entry.author, entry.text, edited=True)) + 1
-    return count(f"; [{entry.id}] {entry.text}")
+        return count(note_line(label(entry.id), entry.author, entry.text, edited=True)) + 1
+    return count(f"; [{label(entry.id)}] {entry.text if text is None else text}")
 
 
 def author_cost(author: str, count: Callable[[str], int]) -> int:
@@ -123,10 +138,14 @@ def day(at: float) -> str:
 class _Candidate:
     entry: NoteEntry
     terms: frozenset[str]
-    weighted: list[tuple[str, float]]
-    """Each word with its rarity, discounted when the message only repeated it."""
+    brief_terms: frozenset[str]
+    brief_weighted: list[tuple[str, float]]
+    """Each word of the brief form with its rarity, discounted when the message only repeated it."""
+    extra_weighted: list[tuple[str, float]]
+    """The same for the words only the full note has: what showing it in full adds."""
     weight: float
     tokens: int
+    brief_tokens: int
     day: str
     line: tuple[str, str] | None
     """The (day, author) line the note joins; None: it stands on a line of its own."""
@@ -138,18 +157,34 @@ class Selection:
     """Chosen notes, in thread order."""
     evicted: int
     tokens: int
-    picked: list[str] = field(default_factory=list)
-    """Ids in the order they were chosen: the most valuable first."""
+    picked: list[tuple[str, int]] = field(default_factory=list)
+    """``(id, level)`` in the order chosen, the most valuable first: level 0 a note in its brief form,
+    level 1 the step to its full text."""
 
 
 def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int, now: float,
-           count: Callable[[str], int]) -> Selection:
-    """The notes worth most within ``cap_tokens`` (day headings included), by lazy greedy selection."""
+           count: Callable[[str], int], label: Callable[[str], str] = str) -> Selection:
+    """The notes worth most within ``cap_tokens`` (day headings included), by lazy greedy selection.
+
+    Two passes: first every note in its brief form, then, for the chosen ones, the step to the full text
+    at what that step adds and costs. So a tight cap shows the gist of as many messages as it can hold
+    and a roomy one the detail of all of them (measured on REALTALK at an 8k window: 41% of questions
+    keep all their evidence this way, 27% when detail competes with gist by value per token)."""
     pool: list[_Candidate] = []
     idf: dict[str, float] = {}
     days_of: dict[int, str] = {}
+
+    def rarity(t: str) -> float:
+        base = idf.get(t)
+        if base is None:
+            kind = IDENTIFIER_WEIGHT if _IDENTIFIER(t) else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
+            base = idf[t] = stats.idf(t) * kind
+        return base
+
     for entry in candidates:
-        tokens = entry.tokens if entry.tokens > 0 else note_cost(entry, count)
+        tokens = entry.tokens if entry.tokens > 0 else note_cost(entry, count, label=label)
+        short = entry.brief if entry.brief and not entry.edited else ""
+        brief_tokens = tokens if not short else entry.brief_tokens or note_cost(entry, count, short, label)
         weight = REPLY_WEIGHT if entry.reply else 1.0
         if entry.question:
             weight *= QUESTION_WEIGHT
@@ -157,54 +192,68 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
             weight *= CONSTRAINT_WEIGHT
         weight *= 0.5 ** (max(0.0, (now - entry.at) / 86_400) / HALF_LIFE_DAYS)
         note_terms, fresh = terms(entry.text), frozenset(entry.fresh)
-        weighted = []
+        brief_terms = terms(short) if short else note_terms
+        brief_weighted, extra_weighted = [], []
         for t in sorted(note_terms | fresh):
-            base = idf.get(t)
-            if base is None:
-                kind = IDENTIFIER_WEIGHT if _IDENTIFIER(t) else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
-                base = idf[t] = stats.idf(t) * kind
-            weighted.append((t, base if t in fresh else base * ECHO_WEIGHT))
+            w = rarity(t) if t in fresh else rarity(t) * ECHO_WEIGHT
+            (brief_weighted if t in brief_terms or t not in note_terms else extra_weighted).append((t, w))
         key = int(entry.at // 86_400)
         d = days_of.get(key) or days_of.setdefault(key, day(entry.at))
-        pool.append(_Candidate(entry, note_terms, weighted, weight, tokens, d,
-                               None if entry.edited else (d, entry.author)))
+        pool.append(_Candidate(entry, note_terms, brief_terms, brief_weighted, extra_weighted, weight, tokens,
+                               brief_tokens, d, None if entry.edited else (d, entry.author)))
     covered: set[str] = set()
     days: set[str] = set()
     lines: set[tuple[str, str]] = set()
     authors = {author: author_cost(author, count) for author in {c.entry.author for c in pool}}
 
-    def cost(c: _Candidate) -> int:
+    def cost(c: _Candidate, level: int) -> int:
+        if level:
+            return max(1, c.tokens - c.brief_tokens)
         extra = 0 if c.day in days else DAY_HEADING_TOKENS
         if c.line is not None and c.line not in lines:
             extra += authors[c.entry.author]
-        return c.tokens + extra
+        return c.brief_tokens + extra
 
-    def value(c: _Candidate) -> float:
-        gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in c.weighted)
-        return gain * c.weight / cost(c)
+    def value(c: _Candidate, level: int) -> float:
+        weighted = c.extra_weighted if level else c.brief_weighted
+        gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in weighted)
+        return gain * c.weight / cost(c, level)
 
-    heap = [(-value(c), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)]
-    heapq.heapify(heap)
-    chosen: list[NoteEntry] = []
+    level_of: dict[int, int] = {}
+    picked: list[tuple[str, int]] = []
     used = 0
-    while heap and used < cap_tokens:
-        _, at, ident, i = heapq.heappop(heap)
+    for level in (0, 1):  # every note's gist before any note's detail
+        heap = [(-value(c, level), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)
+                if (i not in level_of if level == 0 else level_of.get(i) == 0 and c.extra_weighted)]
+        heapq.heapify(heap)
+        while heap and used < cap_tokens:
+            _, at, ident, i = heapq.heappop(heap)
+            c = pool[i]
+            current = value(c, level)
+            if heap and current < -heap[0][0] - 1e-12:
+                heapq.heappush(heap, (-current, at, ident, i))
+                continue
+            if current <= 0 or (level == 0 and c.brief_terms and c.brief_terms <= covered):
+                continue  # nothing of value, or a repeat of what chosen notes already say
+            spend = cost(c, level)
+            if used + spend > cap_tokens:
+                continue
+            level_of[i] = level
+            picked.append((ident, level))
+            used += spend
+            covered |= c.terms if level else c.brief_terms
+            if level == 0:
+                days.add(c.day)
+                if c.line is not None:
+                    lines.add(c.line)
+    chosen = []
+    for i, level in level_of.items():
         c = pool[i]
-        current = value(c)
-        if heap and current < -heap[0][0] - 1e-12:
-            heapq.heappush(heap, (-current, at, ident, i))
-            continue
-        if current <= 0 or (c.terms and c.terms <= covered):
-            continue
-        spend = cost(c)
-        if used + spend > cap_tokens:
-            continue
-        chosen.append(c.entry if c.entry.tokens == c.tokens else c.entry.model_copy(update={"tokens": c.tokens}))
-        used += spend
-        covered |= c.terms
-        days.add(c.day)
-        if c.line is not None:
-            lines.add(c.line)
-    picked = [e.id for e in chosen]
+        update = {"tokens": c.tokens, "brief_tokens": c.brief_tokens if c.entry.brief else 0,
+                  "brief_only": bool(c.entry.brief) and not c.entry.edited and level == 0}
+        entry = c.entry
+        if any(getattr(entry, k) != v for k, v in update.items()):
+            entry = entry.model_copy(update=update)
+        chosen.append(entry)
     chosen.sort(key=lambda e: (e.at, e.id))
     return Selection(chosen, len(pool) - len(chosen), used, picked)

@@ -12,19 +12,27 @@ English-only; text in scripts without spaces (Japanese, Chinese, Korean) is kept
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
 
 from bm25s import stopwords as _sw
+from wordfreq import available_languages, get_frequency_dict
 
 from . import extract as x
 
 NOTE_MAX_WORDS = 12
 """A note keeps at most about this many words of a message (its best sentences; names, numbers and identifiers always)."""
+BRIEF_WORDS = 3
+"""A note's brief form keeps this many of its most informative words (and every name, number and identifier).
+A handoff shows the brief form of many notes before the full form of a few (see :mod:`services.notebook`);
+measured on REALTALK and BEAM, the gist of more messages keeps more of a thread than the detail of fewer."""
 
+_CONTRACTIONS = frozenset("""i'm i've i'll i'd you've you'll you'd he's she's we're we've we'll we'd they're they've
+    they'll they'd that's there's here's what's who's where's how's let's it'll that'll""".split())
 _LANGUAGES: dict[str, frozenset[str]] = {
-    "en": frozenset(_sw.STOPWORDS_EN_PLUS), "de": frozenset(_sw.STOPWORDS_GERMAN),
+    "en": frozenset(_sw.STOPWORDS_EN_PLUS) | _CONTRACTIONS, "de": frozenset(_sw.STOPWORDS_GERMAN),
     "es": frozenset(_sw.STOPWORDS_SPANISH), "fr": frozenset(_sw.STOPWORDS_FRENCH),
     "it": frozenset(_sw.STOPWORDS_ITALIAN), "pt": frozenset(_sw.STOPWORDS_PORTUGUESE),
     "nl": frozenset(_sw.STOPWORDS_DUTCH), "sv": frozenset(_sw.STOPWORDS_SWEDISH),
@@ -52,6 +60,33 @@ _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Panic|Fault)\b.*|.*\b
 _URLISH = re.compile(r"^<?https?://|^[\w.-]+/[\w./-]+$")
 _has_digit = re.compile(r"\d").search
 _has_alnum = re.compile(r"[^\W_]").search
+
+
+_WORDFREQ_CODES = {"no": "nb"}
+_AVAILABLE = frozenset(available_languages("small"))
+
+
+@lru_cache(maxsize=16)
+def _zipf(lang: str) -> dict[str, float]:
+    """Word frequencies of a language on the Zipf scale (``wordfreq``'s small lists: about 30,000 words
+    each, loaded once per language the thread uses)."""
+    code = _WORDFREQ_CODES.get(lang, lang)
+    if code not in _AVAILABLE:
+        return {}
+    return {w: math.log10(f) + 9.0 for w, f in get_frequency_dict(code, wordlist="small").items()}
+
+
+MAX_INFO = 8.0
+"""The information of a word no general word list knows (a name, a rare term, a typo)."""
+
+
+@lru_cache(maxsize=100_000)
+def information(word: str, lang: str = "en") -> float:
+    """How much a word says, from how rare it is in general use: ``8 - Zipf frequency`` in its language or
+    in English, whichever knows it better ("the" about 0.3, "cooking" 3.5, "melatonin" 5, a name 8)."""
+    low = word.lower().strip(_EDGE).replace("’", "'")
+    zipf = max(_zipf("en").get(low, 0.0), _zipf(lang).get(low, 0.0) if lang != "en" else 0.0)
+    return max(0.25, MAX_INFO - zipf)
 
 
 _LANGUAGES_OF: dict[str, tuple[str, ...]] = {}
@@ -125,12 +160,20 @@ def _resolve(match: re.Match[str], today: date) -> str:
     return _iso(today + timedelta(days=sign * days))
 
 
-def resolve_dates(text: str, created_at: float) -> str:
-    """Relative date phrases replaced by the dates they mean, seen from ``created_at`` (UTC)."""
+def resolve_dates(text: str, created_at: float, *, own_day: str | None = None) -> str:
+    """Relative date phrases replaced by the dates they mean, seen from ``created_at`` (UTC).
+
+    ``own_day`` replaces a phrase that means the message's own day ("today", "tonight"): a note sits under
+    its day's heading, so the date would only repeat it."""
     if not _RELATIVE.search(text):
         return text
     today = datetime.fromtimestamp(created_at, tz=timezone.utc).date()
-    return _RELATIVE.sub(lambda m: _resolve(m, today), text)
+
+    def resolved(match: re.Match[str]) -> str:
+        value = _resolve(match, today)
+        return own_day if own_day is not None and value == _iso(today) else value
+
+    return _RELATIVE.sub(resolved, text)
 
 
 # -- compression -------------------------------------------------------------------------------
@@ -144,7 +187,7 @@ def _keep_token(token: str, core: str, stop: frozenset[str], digit: bool) -> boo
         return False
     if digit or "/" in token and _URLISH.match(token) or not core.isascii() and _CJK.search(core):
         return True
-    low = core.lower()
+    low = core.lower().replace("’", "'")
     if low in _KEEP:
         return True
     if low in _FILLER or low in stop:
@@ -182,21 +225,9 @@ def _sentences(text: str) -> list[str]:
     return out + [" ".join(e.split())[:200] for e in dict.fromkeys(errors)][:2]
 
 
-def _weight(sentence: str) -> float:
-    """How much a sentence is likely to matter, before anything is known about the thread."""
-    score = 0.0
-    for i, token in enumerate(sentence.split()):
-        core = _core(token)
-        if not core:
-            continue
-        score += 1.0
-        if not core.isalpha() and _has_digit(core):
-            score += 1.5
-        if i and core[:1].isupper():
-            score += 1.0
-        if len(core) >= 8:
-            score += 0.5
-    return score
+def _weight(short: str, lang: str) -> float:
+    """How much a compressed sentence says: the information of its words, numbers counting double."""
+    return sum(information(t, lang) * (2.0 if _has_digit(t) else 1.0) for t in short.split())
 
 
 @lru_cache(maxsize=4_096)
@@ -205,10 +236,11 @@ def make_note(text: str, created_at: float) -> str | None:
     text = text.strip()
     if not text:
         return None
-    sentences = _sentences(resolve_dates(text, created_at))
+    sentences = _sentences(resolve_dates(text, created_at, own_day=""))
     if not sentences:
         return None
-    stop = _LANGUAGES[language(" ".join(sentences).split())]
+    lang = language(" ".join(sentences).split())
+    stop = _LANGUAGES[lang]
     compressed = [(i, short) for i, short in ((i, compress(s, stop)) for i, s in enumerate(sentences))
                   if _informative(short)]
     if not compressed:
@@ -218,13 +250,13 @@ def make_note(text: str, created_at: float) -> str | None:
         return "; ".join(short.rstrip(";") for _, short in compressed)
     chosen: list[tuple[int, str]] = []
     words = 0
-    ranked = sorted(compressed, key=lambda c: (-_weight(sentences[c[0]]) / (sizes[c[0]] + 3) ** 0.5, c[0]))
+    ranked = sorted(compressed, key=lambda c: (-_weight(c[1], lang) / (sizes[c[0]] + 3) ** 0.5, c[0]))
     for i, short in ranked:
         n = sizes[i]
         if chosen and words + n > NOTE_MAX_WORDS:
             continue
         if not chosen and n > NOTE_MAX_WORDS:
-            short = _clip(short, NOTE_MAX_WORDS)
+            short = _clip(short, NOTE_MAX_WORDS, lang)
             n = NOTE_MAX_WORDS
         chosen.append((i, short))
         words += n
@@ -233,26 +265,34 @@ def make_note(text: str, created_at: float) -> str | None:
 
 
 def _essential(word: str) -> bool:
-    """Names, numbers and identifiers: what a clipped note keeps whatever its length."""
-    return word[:1].isupper() or any(c.isdigit() or c in "/_@#" for c in word) or "://" in word
+    """Numbers and identifiers: what a shortened note keeps whatever its length."""
+    return any(c.isdigit() or c in "/_@#" for c in word) or "://" in word
 
 
-def _clip(text: str, words: int) -> str:
-    """At most about ``words`` words: every essential word, then the earliest others, in their order."""
+def _unit(before: str, word: str) -> bool:
+    """``word`` is the unit of the number before it ("250 ms", "3 GB", "5 m")."""
+    return bool(_has_digit(before)) and bool(x.NUMBER_UNIT.fullmatch(f"{before} {word}".rstrip(";") )
+                                              or len(word) == 1 and word.isalpha())
+
+
+def _clip(text: str, words: int, lang: str = "en") -> str:
+    """At most about ``words`` words, in their order: every number and identifier, then the most informative
+    of the others (:func:`information`; names count as rare)."""
     if _CJK.search(text) and " " not in text.strip():
         return text[: words * 2] + "…"
     parts = text.split()
     if len(parts) <= words:
         return text
-    room = max(0, words - sum(1 for p in parts if _essential(p)))
-    keep = []
-    for p in parts:
-        if _essential(p):
-            keep.append(p)
-        elif room > 0:
-            keep.append(p)
-            room -= 1
-    return " ".join(keep) + "…"
+    essential = [i for i, p in enumerate(parts) if _essential(p) or i and _unit(parts[i - 1], p)][: words * 2]
+    others = sorted((i for i, p in enumerate(parts) if i not in essential),
+                    key=lambda i: (-information(parts[i].rstrip(";"), lang), i))
+    keep = sorted(essential + others[: max(1, words - len(essential))])  # and what the numbers are about
+    return " ".join(parts[i] for i in keep).rstrip(";")
+
+
+def brief(note: str, lang: str = "en", words: int = BRIEF_WORDS) -> str:
+    """A note's brief form: its ``words`` most informative words and every number and identifier, in order."""
+    return _clip(" ".join(note.replace("; ", " ").split()), words, lang)
 
 
 def _informative(text: str) -> bool:

@@ -44,7 +44,7 @@ def offline_answer(messages: list[dict[str, Any]], prompt_tokens: int) -> str:
     latest, who = "(no message from a person)", ""
     if user:
         raw = _text(user[-1]["content"])
-        author = re.match(r"^([^:\n]{1,60}): ", raw)
+        author = re.match(r"^(?:\[#\d+\] )?([^:\n]{1,60}): ", raw)
         if author:
             who, raw = f" from {author.group(1)}", raw[author.end():]
         latest = _excerpt(raw)

@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import CheckpointStore, Inbox, InboxItem, Message, MessageFlags, ThreadkeeperError
+from persistence import (
+    CheckpointStore,
+    Inbox,
+    InboxItem,
+    Message,
+    MessageFlags,
+    ThreadkeeperError,
+)
 
 from .budget import ContextBudget
 from .context import ContextEntry, entries, measure, visible
@@ -103,6 +110,7 @@ class Pipeline:
         incoming = sorted([*pending, *(executor.prepare_incoming(m, addressed=True) for m in arriving)],
                           key=lambda m: m.created_at)
         messages: list[Message] = list(history.messages) if history else []
+        incoming = executor.numbered(messages, incoming)
         preview = getattr(executor.compactor, "preview", None)
         should = getattr(executor.compactor, "should_compact", None)
         compaction = None
@@ -117,3 +125,13 @@ class Pipeline:
             shown = [*shown, *incoming, runtime]
         return ContextReport(conversation_id, self.budget, [system, *entries(shown)], tokens,
                              would and preview is not None, compaction)
+
+    async def references(self, conversation_id: str) -> dict[str, str]:
+        """Message id by short reference (``#N``), over the conversation's whole lineage."""
+        state = await self.checkpoints.require_state(conversation_id)
+        recall = self.executor.recall
+        if state.head_checkpoint_id is None or recall is None:
+            return {}
+        history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
+        index = await recall.sync(conversation_id, history)
+        return {f"#{ref}": ident for ref, ident in index.refs.items()}

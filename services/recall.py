@@ -31,10 +31,18 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from persistence import CheckpointKind, CheckpointStore, History, Message, Notes, NotesStore
+from persistence import (
+    CheckpointKind,
+    CheckpointStore,
+    History,
+    Message,
+    Notes,
+    NotesStore,
+)
 
 from .context import current_text
 from .notes import _LANGUAGES, language, words
+from .refs import label, parse
 from .tokens import Tokenizer
 from .tools import bound_text
 
@@ -125,6 +133,8 @@ class ConversationIndex:
     """Checkpoints whose histories were read from Redis (each epoch's last checkpoint before a fork)."""
     roots: set[str] = field(default_factory=set)
     """Epoch roots already followed back to their forks."""
+    refs: dict[int, str] = field(default_factory=dict)
+    """Message id by short reference (``#N``)."""
 
     def add(self, messages: Iterable[Message]) -> int:
         added = 0
@@ -136,6 +146,8 @@ class ConversationIndex:
                 continue
             if not m.text.strip():
                 continue
+            if m.ref and change is None:
+                self.refs[m.ref] = m.id
             self.position[m.id] = len(self.messages)
             self.pending.append(len(self.messages))
             self.messages.append(m)
@@ -226,6 +238,14 @@ class Recall:
         index.add(history.messages)
         self._evict()
         return index
+
+    async def resolve(self, conversation_id: str, history: History, cited: str) -> Message | None:
+        """The message ``cited`` names (``#N``, ``N`` or its id) anywhere in the conversation's lineage."""
+        index = await self.sync(conversation_id, history)
+        ref = parse(cited)
+        ident = index.refs.get(ref) if ref is not None else cited.strip()
+        position = index.position.get(ident) if ident else None
+        return index.messages[position] if position is not None else None
 
     def _evict(self) -> None:
         total = sum(i.size for i in self._indexes.values())
@@ -334,4 +354,5 @@ def _day(message: Message) -> str:
 
 def _line(message: Message, target: str, text: str) -> str:
     who = message.author or ("assistant" if message.role == "assistant" else "someone")
-    return f"[{target}] {who}: " + " ".join(text.split())
+    cited = label(target, message.ref if message.id == target else None)
+    return f"[{cited}] {who}: " + " ".join(text.split())

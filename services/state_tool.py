@@ -1,6 +1,7 @@
 """The ``record_state`` tool: the model proposes ledger entries; the host validates them.
 
-Each entry must cite an existing message id as evidence. Entries without evidence, and entries that
+Each entry must cite an existing message as evidence, by its reference (``#N``) or id; a message folded
+into a handoff is found too. Entries without evidence, and entries that
 are standing behavioural instructions ("always…", "from now on ignore…") rather than facts, decisions
 or plan steps, are rejected with a reason the model sees. Accepted entries are written into the tool
 result, from which the ledger folds them at the next compaction.
@@ -9,10 +10,15 @@ result, from which the ledger folds them at the next compaction.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+
+from persistence import CheckpointStore, Message
 
 from . import extract as x
 from .ledger import ACCEPTED_MARK, RECORD_STATE
+from .recall import Recall
+from .refs import parse
 from .tools import Tool, ToolContext
 
 KINDS = ("fact", "decision", "plan_step")
@@ -28,7 +34,7 @@ PARAMETERS: dict[str, Any] = {
                     "kind": {"type": "string", "enum": list(KINDS)},
                     "text": {"type": "string", "description": "One sentence stating the fact, decision or step."},
                     "evidence": {"type": "array", "items": {"type": "string"},
-                                 "description": "Ids of the thread messages this comes from."},
+                                 "description": "References (#N) of the thread messages this comes from."},
                 },
                 "required": ["kind", "text", "evidence"],
             },
@@ -38,8 +44,13 @@ PARAMETERS: dict[str, Any] = {
 }
 
 
-def validate_entry(entry: Any, messages: dict[str, str]) -> tuple[dict[str, Any] | None, str | None]:
-    """An accepted entry (with its evidence hash) or the reason it is rejected."""
+Resolver = Callable[[ToolContext, str], Awaitable[Message | None]]
+"""Finds a message the history no longer holds (folded into a handoff) by ``#N`` or id."""
+
+
+def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[str, Any] | None, str | None]:
+    """An accepted entry (evidence as message ids, with the first one's content hash) or the reason it is
+    rejected; ``messages`` maps each evidence value as cited (``#N``, ``N`` or an id) to its message."""
     if not isinstance(entry, dict):
         return None, "each entry must be an object with kind, text and evidence"
     kind, text, evidence = entry.get("kind"), entry.get("text"), entry.get("evidence")
@@ -53,33 +64,60 @@ def validate_entry(entry: Any, messages: dict[str, str]) -> tuple[dict[str, Any]
         return None, ("this is a standing behavioural instruction, not a fact, decision or plan step; "
                       "instructions are not recorded")
     if not isinstance(evidence, list) or not evidence or not all(isinstance(e, str) for e in evidence):
-        return None, "evidence must list at least one message id"
+        return None, "evidence must list at least one message reference (#N) or id"
     missing = [e for e in evidence if e not in messages]
     if missing:
         return None, f"evidence {', '.join(missing)} is not a message of this thread"
-    return {"kind": kind, "text": " ".join(text.split()), "evidence": evidence,
-            "hash": x.content_hash(messages[evidence[0]])}, None
+    found = [messages[e] for e in evidence]
+    return {"kind": kind, "text": " ".join(text.split()), "evidence": [m.id for m in found],
+            "refs": [m.ref for m in found], "hash": x.content_hash(found[0].text)}, None
 
 
-async def _record_state(args: dict[str, Any], ctx: ToolContext) -> str:
-    entries = args.get("entries")
-    if not isinstance(entries, list) or not entries:
-        return "rejected: 'entries' must be a non-empty list"
-    known = {m.id: m.text for m in ctx.messages if not m.flags.runtime and not m.flags.handoff}
-    accepted, rejected = [], []
-    for i, entry in enumerate(entries):
-        ok, reason = validate_entry(entry, known)
-        if ok is not None:
-            accepted.append(ok)
-        else:
-            rejected.append(f"entry {i}: {reason}")
-    lines = [f"recorded {len(accepted)} of {len(entries)} entries"]
-    if accepted:
-        lines.append(ACCEPTED_MARK + json.dumps(accepted, sort_keys=True, separators=(",", ":")))
-    lines.extend(f"rejected {r}" for r in rejected)
-    return "\n".join(lines)
+def lineage_resolver(recall: Recall, checkpoints: CheckpointStore) -> Resolver:
+    """Finds cited messages anywhere in the conversation's lineage, through the recall index."""
+
+    async def resolve(ctx: ToolContext, cited: str) -> Message | None:
+        history = await checkpoints.load_history(ctx.conversation_id, ctx.checkpoint_id)
+        return await recall.resolve(ctx.conversation_id, history, cited)
+
+    return resolve
 
 
-def record_state_tool() -> Tool:
+def record_state_tool(resolve: Resolver | None = None) -> Tool:
+    """The tool; ``resolve`` finds cited messages that only a handoff still mentions."""
+
+    async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
+        entries = args.get("entries")
+        if not isinstance(entries, list) or not entries:
+            return "rejected: 'entries' must be a non-empty list"
+        held = [m for m in ctx.messages if not m.flags.runtime and not m.flags.handoff]
+        by_id = {m.id: m for m in held}
+        by_ref = {m.ref: m for m in held if m.ref}
+        cited: dict[str, Message] = {}
+        for entry in entries:
+            evidence = entry.get("evidence") if isinstance(entry, dict) else None
+            for value in evidence if isinstance(evidence, list) else []:
+                if not isinstance(value, str) or value in cited:
+                    continue
+                ref = parse(value)
+                found = by_ref.get(ref) if ref is not None else by_id.get(value.strip())
+                if found is None and resolve is not None:
+                    found = await resolve(ctx, value)
+                if found is not None:
+                    cited[value] = found
+        accepted, rejected = [], []
+        for i, entry in enumerate(entries):
+            ok, reason = validate_entry(entry, cited)
+            if ok is not None:
+                accepted.append(ok)
+            else:
+                rejected.append(f"entry {i}: {reason}")
+        lines = [f"recorded {len(accepted)} of {len(entries)} entries"]
+        if accepted:
+            lines.append(ACCEPTED_MARK + json.dumps(accepted, sort_keys=True, separators=(",", ":")))
+        lines.extend(f"rejected {r}" for r in rejected)
+        return "\n".join(lines)
+
     return Tool(RECORD_STATE, "Record a fact, decision or plan step from this thread so it survives when older "
-                "messages are compacted. Cite the ids of the messages it comes from.", PARAMETERS, _record_state)
+                "messages are compacted. Cite the messages it comes from by their references (#N).", PARAMETERS,
+                handler)

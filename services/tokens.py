@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 
+from . import refs
 from ._litellm import litellm
 
 log = logging.getLogger("threadkeeper.tokens")
@@ -64,6 +65,8 @@ class Tokenizer:
 
 def count_parts(tokenizer: Tokenizer, message: Message) -> int:
     total = MESSAGE_OVERHEAD + (tokenizer.count(message.author) if message.author else 0)
+    if refs.shown(message):
+        total += tokenizer.count(refs.prefix(message))
     for part in message.parts:
         if isinstance(part, TextPart):
             total += tokenizer.count(part.text)

@@ -64,39 +64,42 @@ def _stamp(at: float | None) -> str:
     return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d") if at else "?"
 
 
-def _structured(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str]) -> list[_Section]:
+def _structured(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str],
+                lab: Callable[[str], str]) -> list[_Section]:
     asks = _Section("asks", "Asks to the assistant:")
     suspect = _Section("suspect", "Suspect (edited or deleted after it was written; confirm before relying on it):")
     for a in ledger.asks:
         if a.id in suspects:
             text = f" {a.text}" if a.text else ""
-            suspect.lines.append(_Line(f"- SUSPECT [ask {a.id}] {a.author}:{text} ({suspects[a.id]})", (a.id,),
+            suspect.lines.append(_Line(f"- SUSPECT [ask {lab(a.id)}] {a.author}:{text} ({suspects[a.id]})", (a.id,),
                                        (1.0, a.seq)))
         elif a.status == "open":
-            asks.lines.append(_Line(f"- [ask {a.id}] {a.author}, open: {a.text}", (a.id,), (1.0, a.seq)))
+            asks.lines.append(_Line(f"- [ask {lab(a.id)}] {a.author}, open: {a.text}", (a.id,), (1.0, a.seq)))
         elif a.status == "superseded":
-            asks.lines.append(_Line(f"- [ask {a.id}] {a.author}, superseded by [{a.closed_by}]: {a.note or a.text}",
+            asks.lines.append(_Line(f"- [ask {lab(a.id)}] {a.author}, superseded by [{lab(a.closed_by or a.id)}]: {a.note or a.text}",
                                     (a.id, a.closed_by or a.id), (0.0, a.seq)))
         # an answered ask is a note like any other message: it stays if what it says is worth it
     decisions = _Section("decisions", "Decisions:")
     for d in ledger.decisions:
         if d.id in suspects:
             text = f" {d.text}" if d.text else ""
-            suspect.lines.append(_Line(f"- SUSPECT [decision {d.id}] {d.author}:{text} ({suspects[d.id]})", (d.id,),
+            suspect.lines.append(_Line(f"- SUSPECT [decision {lab(d.id)}] {d.author}:{text} ({suspects[d.id]})", (d.id,),
                                        (2.0, d.seq)))
         elif d.status == "reversed":
-            decisions.lines.append(_Line(f"- [decision {d.id}] {d.author}, reversed by [{d.reversed_by}]: {d.text}",
+            decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}, reversed by [{lab(d.reversed_by or d.id)}]: "
+                                         f"{d.note or d.text}",
                                          (d.id, d.reversed_by or d.id), (0.0, d.seq)))
         else:
-            decisions.lines.append(_Line(f"- [decision {d.id}] {d.author}: {d.text}", (d.id,), (1.0, d.seq)))
+            decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}: {d.note or d.text}", (d.id,),
+                                         (1.0, d.seq)))
     facts = _Section("facts", "Recorded by the assistant (with evidence):")
     for f in ledger.model_facts:
         if f.evidence_id in suspects:
             continue
-        facts.lines.append(_Line(f"- [{f.kind} {f.evidence_id}] {f.text}", (f.evidence_id,), (0.0, f.seq)))
+        facts.lines.append(_Line(f"- [{f.kind} {lab(f.evidence_id)}] {f.text}", (f.evidence_id,), (0.0, f.seq)))
     story = _Section("narrative", "Narrative (model-written):")
     for i, entry in enumerate(narrative):
-        ids = ",".join(entry.source_ids)
+        ids = ",".join(lab(i) for i in entry.source_ids)
         story.lines.append(_Line(f"- [{ids}] {entry.text}" if ids else f"- {entry.text}", tuple(entry.source_ids),
                                  (-float(i),)))
     return [asks, decisions, suspect, facts, story]
@@ -122,7 +125,7 @@ def _fit(section: _Section, budget: int, count: Callable[[str], int]) -> tuple[i
     return used, dropped
 
 
-def _render_notes(notes: Sequence[NoteEntry]) -> list[str]:
+def _render_notes(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list[str]:
     """Notes by day; within a day one line per author (in order of their first note that day), each note
     ``[id] text``; an edited message's note stands on a line of its own, marked SUSPECT."""
     out: list[str] = []
@@ -134,9 +137,9 @@ def _render_notes(notes: Sequence[NoteEntry]) -> list[str]:
         runs: dict[str, list[str]] = {}
         for n in entries:
             if n.edited:
-                out.append(notebook.note_line(n.id, n.author, n.text, edited=True))
+                out.append(notebook.note_line(lab(n.id), n.author, n.text, edited=True))
             else:
-                runs.setdefault(n.author, []).append(f"[{n.id}] {n.text}")
+                runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.shown}")
         out.extend(f"- {author}: " + "; ".join(parts) for author, parts in runs.items())
     return out
 
@@ -146,14 +149,15 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
     """Render within ``cap_tokens`` (as counted by ``count``); ``ledger.notes`` are the candidate notes."""
     span = f" from {_stamp(ledger.first_at)} to {_stamp(ledger.last_at)}" if ledger.first_at else ""
     head = (f"{HEADER} · generation {ledger.generation} · covers {ledger.covered_messages:,} earlier messages{span}] "
-            "This stands in for the earlier part of the thread; [ids] are message ids.")
+            "This stands in for the earlier part of the thread; [#N] cites message N.")
+    lab = ledger.label
     used = count(head) + 1
     people = ""
     if ledger.participants:
         ranked = sorted(ledger.participants.items(), key=lambda kv: (-kv[1], kv[0]))
         people = "Participants: " + ", ".join(f"{n} ({c})" for n, c in ranked[:30])
         used += count(people) + 1
-    sections = _structured(ledger, narrative, suspects)
+    sections = _structured(ledger, narrative, suspects, lab)
     evicted = 0
     for section in sections:
         spent, dropped = _fit(section, int(cap_tokens * SHARES[section.name]), count)
@@ -165,28 +169,39 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
     shown = {line.ids[0] for section in sections if section.name in ("asks", "decisions", "suspect")
              for line in section.lines if line.ids}  # their lines already carry the message's own words
     candidates = [n for n in ledger.notes if n.id not in deleted and n.id not in shown]
-    chosen = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap, now=now, count=count)
+    chosen = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap, now=now, count=count, label=lab)
     notes = list(chosen.notes)
     evicted += chosen.evicted
     picked = list(chosen.picked)
     while True:
-        text, ids = _assemble(head, sections, title, notes, people)
+        text, ids = _assemble(head, sections, title, notes, people, lab)
         excess = count(text) - cap_tokens
         if excess <= 0 or not picked:
             break
-        # The estimate of what the notes cost missed: the least valuable chosen notes leave until it fits.
+        # The estimate of what the notes cost missed: the least valuable steps are undone until it fits (a
+        # note shown in full goes back to its brief form; a brief one leaves).
         by_id = {n.id: n for n in notes}
         while excess > 0 and picked:
-            gone = by_id.pop(picked.pop())
-            excess -= max(1, gone.tokens)
+            ident, level = picked.pop()
+            note = by_id[ident]
+            if level:
+                by_id[ident] = note.model_copy(update={"brief_only": True})
+                excess -= max(1, note.tokens - note.brief_tokens)
+                continue
+            del by_id[ident]
+            excess -= max(1, note.brief_tokens or note.tokens)
             evicted += 1
-        notes = [n for n in notes if n.id in by_id]
+        notes = [by_id[n.id] for n in notes if n.id in by_id]
+    # A note whose message another section shows is not repeated, but it is carried: once that line goes
+    # (an ask evicted, a suspect mark cleared), the note competes again.
+    carried = sorted([*notes, *(n for n in ledger.notes if n.id in shown and n.id not in deleted)],
+                     key=lambda n: (n.at, n.id))
     return RenderedHandoff(text=text, source_ids=list(dict.fromkeys(i for i in ids if i)), evicted_lines=evicted,
-                           notes=notes)
+                           notes=carried)
 
 
 def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequence[NoteEntry],
-              people: str) -> tuple[str, list[str]]:
+              people: str, lab: Callable[[str], str]) -> tuple[str, list[str]]:
     out = [head]
     ids: list[str] = []
     for section in sections:
@@ -197,7 +212,7 @@ def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequen
                 ids.extend(line.ids)
     if notes:
         out.append(title)
-        out.extend(_render_notes(notes))
+        out.extend(_render_notes(notes, lab))
         ids.extend(n.id for n in notes)
     if people:
         out.append(people)

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fakeredis
-
-from services._litellm import register_provider  # first: configures litellm before it is imported
-
 from litellm import CustomLLM, ModelResponse  # noqa: E402
+
+from services._litellm import (
+    register_provider,  # first: configures litellm before it is imported
+)
 from services.tokens import Tokenizer
 from threadkeeper.root import Stores, build_pipeline, build_stores
 from threadkeeper.settings import Settings
@@ -103,3 +104,11 @@ def pipeline(prefix: str, client: Any = None, **kwargs: Any):  # type: ignore[no
     overrides = kwargs.pop("settings", {})
     st = stores(prefix, client, **overrides)
     return build_pipeline(settings(prefix, **overrides), st, retry_wait_seconds=0.01, **kwargs), st
+
+
+async def written(p: Any, conversation_id: str, text: str) -> str:
+    """``text`` with each short reference (``#N``) written out as the message id it stands for."""
+    from services.refs import REF
+
+    references = await p.references(conversation_id)
+    return REF.sub(lambda m: references.get(m.group(0), m.group(0)), text)

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from factories import msg
+from fakes import Step, pipeline, scripted, written
+from litellm import CustomLLM, ModelResponse
 
-from persistence import CheckpointKind, CheckpointStatus, InboxItem, InvalidTransitionError, Notes
+from persistence import (
+    CheckpointKind,
+    CheckpointStatus,
+    InboxItem,
+    InvalidTransitionError,
+    Notes,
+)
 from services import Tokenizer
+from services._litellm import register_provider
 from services.compactor import suspects
-from services.ledger import Ask, Decision, Ledger, LedgerBuilder, NarrativeEntry, load_ledger
+from services.ledger import (
+    Ask,
+    Decision,
+    Ledger,
+    LedgerBuilder,
+    NarrativeEntry,
+    brief_of,
+    load_ledger,
+)
 from services.narrative import extractive
 from services.notebook import NoteEntry, TermStats
 from services.notes import terms
 from services.redact import redact
 from services.view import render_handoff
-
-from factories import msg
-from fakes import Step, pipeline, scripted
-from services._litellm import register_provider
-from litellm import CustomLLM, ModelResponse
 
 
 class EchoSummarizer(CustomLLM):
@@ -151,7 +165,7 @@ async def test_asks_are_what_people_asked_the_bot_with_status(model, prefix, cli
     for i, text in enumerate(filler(70, 6), start=6):
         await p.submit(CONV, text, author=["erin", "farid"][i % 2], id=f"1700.{i:06d}", reply_expected=False)
         await p.run(CONV)
-    handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
+    handoff = await written(p, CONV, (await p.checkpoints.load_history(CONV)).messages[0].text)
     asks = handoff.split("Asks to the assistant:")[1].split("\nDecisions:")[0].split("\nNotes")[0]
     assert "- [ask 1700.000000] alice, superseded by [1700.000003]: draft Q3 migration plan billing database" in asks
     assert "- [ask 1700.000005] dan, open: Can you list the open incidents for payments?" in asks
@@ -176,7 +190,7 @@ async def test_edited_and_deleted_messages_are_marked_and_never_presented_as_cur
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del", target_id="1700.000001"))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del2", target_id="1700.000002"))
     await chat(p, filler(70, 3))
-    handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
+    handoff = await written(p, CONV, (await p.checkpoints.load_history(CONV)).messages[0].text)
     lines = handoff.splitlines()
     edited_line = next(line for line in lines if "1700.000000" in line)
     assert edited_line.startswith("- SUSPECT [1700.000000] alice (edited") and "45" in edited_line
@@ -199,11 +213,11 @@ async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix
     result = next(m for m in history if m.role == "tool").text
     assert result.startswith("recorded 1 of 5 entries")
     assert result.count("standing behavioural instruction") == 2
-    assert "at least one message id" in result and "no-such-message is not a message" in result
+    assert "at least one message reference" in result and "no-such-message is not a message" in result
     tool_result_sent = [m for m in model.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "rejected entry 1" in tool_result_sent
     await chat(p, filler(70, 1))
-    handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
+    handoff = await written(p, CONV, (await p.checkpoints.load_history(CONV)).messages[0].text)
     recorded = handoff.split("Recorded by the assistant (with evidence):")[1]
     assert "- [decision 1700.000000] Ship the canary to 5% of EU traffic" in recorded
     assert "French" not in handoff and "poem" not in handoff
@@ -233,7 +247,7 @@ async def test_llm_narrative_rejects_invented_ids_and_numbers_and_trims_cut_outp
     await chat(p, ["Ticket OPS-77 tracks the outage.", "token xoxb-123456789012-abcdefghijkl noted"] + filler(70, 2))
     history = await p.checkpoints.load_history(CONV)
     root = await p.checkpoints.get(CONV, history.chain[0])
-    handoff = history.messages[0].text
+    handoff = await written(p, CONV, history.messages[0].text)
     assert root.meta.info["strategy"] == "llm-partial"
     narrative = handoff.split("Narrative (model-written):")[1].split("\nNotes")[0]
     assert "- [1700.000000] Ticket OPS-77 tracks the outage." in narrative
@@ -254,9 +268,9 @@ async def test_previous_narrative_reaches_the_next_summarizer_and_survives(model
     history = await p.checkpoints.load_history(CONV)
     root = await p.checkpoints.get(CONV, history.chain[0])
     assert root.meta.info["generation"] >= 3 and echo.calls >= 3
-    narrative = history.messages[0].text.split("Narrative (model-written):")[1]
+    narrative = (await written(p, CONV, history.messages[0].text)).split("Narrative (model-written):")[1]
     assert "- [1700.000000] Ticket OPS-77 tracks the outage of the ledger service." in narrative
-    assert "[1700.000000] Ticket OPS-77" in echo.inputs[-1].split("New messages:")[0], \
+    assert "[1700.000000] Ticket OPS-77" in (await written(p, CONV, echo.inputs[-1])).split("New messages:")[0], \
         "the last summarizer call received the first generation's line as the earlier narrative"
 
 async def test_identifiers_survive_several_generations(model, prefix, client) -> None:
@@ -328,7 +342,8 @@ DAY = 1_700_006_400.0  # 2023-11-15 00:00 UTC
 
 
 def note(ident: str, author: str, at: float, text: str, **extra: object) -> NoteEntry:
-    return NoteEntry(id=ident, author=author, at=at, text=text, fresh=sorted(terms(text)), **extra)
+    return NoteEntry(id=ident, author=author, at=at, text=text, fresh=sorted(terms(text)), brief=brief_of(text, text),
+                     **extra)
 
 
 def golden_ledger() -> Ledger:
@@ -351,7 +366,10 @@ def golden_ledger() -> Ledger:
         decisions=[Decision(seq=3, id="1700006490.000100", author="alice", text="We decided to go with Postgres 16."),
                    Decision(seq=4, id="1700006495.000100", author="bob", text="Going with MySQL.", status="reversed",
                             reversed_by="1700006499.000100")],
-        notes=notes, stats=stats, participants={"alice": 40, "bob": 50, "carol": 30, "dan": 2})
+        notes=notes, stats=stats, participants={"alice": 40, "bob": 50, "carol": 30, "dan": 2},
+        refs={"1700006400.000100": 41, "1700006450.000100": 44, "1700006460.000100": 45, "1700006490.000100": 48,
+              "1700006500.000100": 50, "1700006600.000100": 57, "1700006700.000100": 63, "1700093000.000100": 101,
+              "1700093100.000100": 102})
 
 
 def test_view_is_byte_for_byte_stable_golden() -> None:
@@ -368,9 +386,13 @@ def test_view_is_byte_for_byte_stable_golden() -> None:
     small = render_handoff(golden_ledger(), narrative, {}, cap_tokens=230, count=tokenizer.count, now=DAY + 90_000)
     assert small.text == (GOLDEN / "handoff_capped.txt").read_text()
     assert small.evicted_lines > 0 and tokenizer.count(small.text) <= 230
-    kept = {n.id for n in small.notes}
-    assert "1700093100.000100" not in kept, "the note with the least information leaves first"
+    kept = {n.id: n for n in small.notes}
     assert "1700006600.000100" in kept, "an old note stays when it is worth more than newer ones"
+    assert kept["1700006600.000100"].brief_only and "[#57] p99 latency 250 ms\n" in small.text, \
+        "within the notes, detail leaves before gist: the note is shown in its brief form"
+    assert "[ask #41]" in small.text and "[ask #44]" not in small.text, "within the asks, the closed one leaves first"
+    assert "[#50] INC-2041 caused expired certificate api-gateway" in rendered.text, "with room, notes are in full"
+    assert "1700006495.000100" in rendered.text, "a message without a reference is cited by its id"
 
 
 def test_ledger_folding_is_keyed_by_id_not_time_and_idempotent() -> None:
@@ -444,3 +466,51 @@ async def test_context_preview_and_the_turn_agree_on_compacting(model, prefix, c
     report = await p.context(CONV)
     results = await p.run(CONV)
     assert report.would_compact is False and results[0].compaction is None
+
+
+async def test_references_are_short_stable_and_continue_across_compactions(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client, context_window=4096)
+    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service."] + filler(150, 1))
+    rows = await p.checkpoints.lineage(CONV)
+    assert sum(r.kind is CheckpointKind.COMPACTION for r in rows) >= 3
+    references = await p.references(CONV)
+    assert len(references) == len(set(references.values())), "one message per reference, never reused"
+    people = [f"1700.{i:06d}" for i in range(151)]
+    assert all(i in references.values() for i in people), "every person's message is numbered"
+    numbers = {ident: int(label[1:]) for label, ident in references.items()}
+    assert [numbers[i] for i in people] == sorted(numbers[i] for i in people), "in the order turns took them"
+    history = await p.checkpoints.load_history(CONV)
+    handoff = history.messages[0]
+    root = await p.checkpoints.get(CONV, history.chain[0])
+    before = await p.checkpoints.load_history(CONV, root.meta.forked_from)
+    assert handoff.ref == max(m.ref or 0 for m in before.messages), "the handoff carries the highest number it covers"
+    assert "1700.0" not in handoff.text, "a handoff cites short references, not Slack ids"
+    by_id = {ident: label for label, ident in references.items()}
+    lines = handoff.text.splitlines()
+    for ident in handoff.source_ids:
+        assert any(f"[{by_id[ident]}]" in line or f" {by_id[ident]}]" in line or f"[{by_id[ident]}," in line
+                   for line in lines), f"{ident} is cited as {by_id[ident]}"
+    await p.submit(CONV, "one more", author="bob", id="1700.999999")
+    await p.run(CONV)
+    assert (await p.references(CONV))["#%d" % (max(numbers.values()) + 1)] == "1700.999999", \
+        "numbering continues after the compactions"
+
+
+async def test_record_state_accepts_a_reference_from_a_handoff(model, prefix, client) -> None:
+    """A model cites what it reads: a note's ``#N`` names a folded message, and the tool resolves it."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    await chat(p, ["The ledger service outage is tracked in OPS-77; root cause was an expired certificate."]
+               + filler(80, 1))
+    handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
+    label = "#" + re.search(r"\[#(\d+)\] [^\n;]*OPS-77", handoff.split("Notes (")[1]).group(1)
+    references = await p.references(CONV)
+    folded = references[label]
+    assert folded not in {m.id for m in (await p.checkpoints.load_history(CONV)).messages}, "it was folded"
+    entries = [{"kind": "fact", "text": "The outage is tracked in OPS-77.", "evidence": [label]},
+               {"kind": "fact", "text": "Unknown source", "evidence": ["#99999"]}]
+    model.push(Step(tool_calls=[("record_state", json.dumps({"entries": entries}))]), Step(text="recorded"))
+    await p.submit(CONV, "please note where the outage is tracked", author="alice", id="1700.900000")
+    await p.run(CONV)
+    result = next(m for m in reversed((await p.checkpoints.load_history(CONV)).messages) if m.role == "tool").text
+    assert result.startswith("recorded 1 of 2 entries") and "#99999 is not a message of this thread" in result
+    assert f'"evidence":["{folded}"]' in result, "stored under the message's id"

@@ -7,12 +7,11 @@ import json
 
 import litellm
 import pytest
+from fakes import Step, pipeline, scripted
 
 from persistence import CheckpointStatus, ToolResultPart
 from services import Tool, measure
 from services.context import calibration, visible
-
-from fakes import Step, pipeline, scripted
 
 CONV = "slack:T1:C1:1700000000.000200"
 
@@ -29,7 +28,8 @@ async def test_inbox_is_drained_in_order_into_one_turn(model, prefix, client) ->
     results = await p.run(CONV)
     assert [r.status for r in results] == ["completed"]
     sent = [m["content"] for m in model.requests[0]["messages"] if m["role"] == "user"]
-    assert sent == ["alice: message 0", "alice: message 1", "alice: message 2"]
+    assert sent == ["[#1] alice: message 0", "[#2] alice: message 1", "[#3] alice: message 2"], \
+        "each person's message reaches the model with its reference"
     history = await p.checkpoints.load_history(CONV)
     assert [m.id for m in history.messages if m.role == "user"] == ["1.0", "1.1", "1.2"]
     assert await p.inbox.size(CONV) == 0
@@ -63,7 +63,7 @@ async def test_lease_held_during_a_turn_and_mid_turn_messages_go_to_the_next_tur
     assert [r.reply for r in results] == ["first answer", "second answer"]
     assert await stores.leases.holder(CONV) is None
     second_request = [m["content"] for m in model.requests[1]["messages"] if m["role"] == "user"]
-    assert second_request[-1] == "carol: arrived mid-turn"
+    assert second_request[-1] == "[#3] carol: arrived mid-turn", "numbering continues after the first answer (#2)"
     history = await p.checkpoints.load_history(CONV)
     assert [m.text for m in history.messages if m.role in ("user", "assistant")] == [
         "first", "first answer", "arrived mid-turn", "second answer"]
@@ -268,7 +268,7 @@ async def test_an_unreadable_inbox_item_is_set_aside_and_never_wedges_its_thread
     results = await p.run(CONV)
     assert [r.status for r in results] == ["completed"] and results[0].consumed == 2
     sent = [m["content"] for m in model.requests[-1]["messages"]]
-    assert "alice: first question" in sent and "bob: second question" in sent
+    assert "[#1] alice: first question" in sent and "[#2] bob: second question" in sent
     assert await p.inbox.dead_letters(CONV) == ['{"ts": NaN, not json', newer]
     assert await client.llen(inbox_key) == 0
     await p.submit(CONV, "third question", author="alice", id="1.3")

@@ -8,7 +8,7 @@ import pytest
 
 from services import Tokenizer
 from services.notebook import NoteEntry, TermStats, select
-from services.notes import make_note, resolve_dates, terms
+from services.notes import brief, information, make_note, resolve_dates, terms
 
 FRIDAY = datetime(2023, 12, 29, 22, 42, tzinfo=timezone.utc).timestamp()  # a Friday
 
@@ -82,3 +82,34 @@ def test_selection_is_by_value_not_age_and_deterministic() -> None:
     assert "m2" not in ids, "a note that only repeats what a chosen note says adds nothing"
     assert chosen.tokens <= cap and chosen.evicted == len(pool) - len(ids)
     assert select(list(reversed(pool)), stats, cap_tokens=cap, now=day * 5, count=tokenizer.count) == chosen
+
+
+def test_a_note_drops_its_own_day_and_its_brief_keeps_numbers_units_and_rare_words() -> None:
+    note = make_note("I'm planning on taking a cooking class today! See you tomorrow.", FRIDAY)
+    assert note is not None and "cooking class" in note and "2023-12-30" in note
+    assert "2023-12-29" not in note, "the day heading already says which day 'today' is"
+    assert brief("p99 latency budget 250 ms checkout") == "p99 latency 250 ms", "a number keeps its unit and topic"
+    skiing = make_note("Yes I actually love skiing, it is my favorite sport in winter", FRIDAY)
+    assert skiing is not None and brief(skiing) == "skiing sport winter", "common words ('love') leave first"
+    assert information("melatonin") > information("cooking") > information("the")
+    assert information("servicio", "es") < information("servicio", "en"), "a word is rare or common in its language"
+
+
+def test_a_tight_cap_shows_the_gist_of_many_notes_and_a_roomy_one_their_detail() -> None:
+    tokenizer = Tokenizer("gpt-4o")
+    texts = ["Kate adopted greyhound Biscuit Kelowna shelter vet Okafor checkup Tuesday",
+             "Marco moving Lisbon March startup fintech payments team hiring engineers",
+             "Priya marathon Berlin September training plan coach intervals tempo runs",
+             "Dev bought vintage Gibson guitar Nashville pawn shop restoring frets pickups",
+             "Lena learning Japanese evening classes trip Kyoto temples spring cherry blossoms"]
+    pool = [NoteEntry(id=f"m{i}", author="ann", at=float(i), text=t, fresh=sorted(terms(t)), brief=brief(t))
+            for i, t in enumerate(texts)]
+    stats = TermStats()
+    stats.add([terms(t) for t in texts])
+    tight = select(pool, stats, cap_tokens=60, now=10.0, count=tokenizer.count)
+    levels = [lvl for _, lvl in tight.picked]
+    assert levels[:5] == [0] * 5 and sum(n.brief_only for n in tight.notes) >= 4, \
+        "every message's gist before any detail (what is left over may show one in full)"
+    roomy = select(pool, stats, cap_tokens=400, now=10.0, count=tokenizer.count)
+    assert len(roomy.notes) == 5 and not any(n.brief_only for n in roomy.notes)
+    assert roomy.tokens > tight.tokens and [lvl for _, lvl in roomy.picked] == [0] * 5 + [1] * 5

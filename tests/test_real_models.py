@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from services import ModelClient, ModelError
-
 from fakes import pipeline
 from model_server import ModelServer, Reply
+
+from services import ModelClient, ModelError
 
 
 @pytest.fixture
@@ -48,7 +47,7 @@ async def test_a_turn_runs_through_the_openai_route_with_tools_and_usage(server:
     assert result.reply == "The deploy is green." and result.usage is not None and result.usage.input_tokens == 812
     sent = server.requests[0]
     assert {t["function"]["name"] for t in sent["tools"]} == {"record_state", "thread_search"}
-    assert sent["max_tokens"] <= 16_384 and sent["messages"][-2]["content"] == "ana: is the deploy green?"
+    assert sent["max_tokens"] <= 16_384 and sent["messages"][-2]["content"] == "[#1] ana: is the deploy green?"
 
 
 CONTEXT_LENGTH = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
@@ -74,7 +73,7 @@ async def test_a_context_length_refusal_compacts_tighter_and_the_turn_is_answere
     compactions = [r for r in rows if r.kind.value == "compaction"]
     assert len(compactions) == 1 and compactions[0].message_count < 150
     retried = server.requests[1]["messages"]
-    assert retried[-2]["content"] == "ana: so where are we with the migration?"
+    assert retried[-2]["content"].endswith("] ana: so where are we with the migration?")
     assert sum(len(m["content"] or "") for m in retried) < sum(len(m["content"] or "") for m in server.requests[0]["messages"])
     # A second refusal in a row is answered with an apology, and the thread is not stuck: its message is kept.
     server.push(Reply(status=400, error=CONTEXT_LENGTH), Reply(status=400, error=CONTEXT_LENGTH))

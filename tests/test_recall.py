@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from factories import msg
+from fakes import Step, pipeline, scripted, written
 
 from persistence import InboxItem
 from services.context import calibration, visible
 from services.recall import RECALL_HEADER, ConversationIndex, search_terms
-
-from factories import msg
-from fakes import Step, pipeline, scripted
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",
@@ -80,7 +79,8 @@ async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_reques
     preview = await p.context(CONV, arriving=[p.executor.make_message(question, author="carol")])
     runtime = preview.context[-1]
     assert runtime.role == "system" and RECALL_HEADER in runtime.text
-    assert "[1700.000000] alice: The billing outage ticket is OPS-4471" in runtime.text
+    assert "[1700.000000] alice: The billing outage ticket is OPS-4471" in await written(p, CONV, runtime.text)
+    assert "[#1] alice: The billing" in runtime.text, "recalled lines cite the short reference"
     assert "1700.000000" in runtime.source_ids
     shown = {i for e in preview.context[:-1] if not e.text.startswith("[Threadkeeper handoff") for i in e.source_ids}
     recent = await p.context(CONV, arriving=[p.executor.make_message("any status update about pastries?")])
@@ -102,7 +102,8 @@ async def test_recall_is_never_stored_as_history_nor_folded(model, prefix, clien
     await p.submit(CONV, "which region is the staging cluster in?", author="carol", id="1700.009000")
     await p.run(CONV)
     runtime = [m["content"] for m in model.requests[-1]["messages"][1:] if m["role"] == "system"]
-    assert len(runtime) == 1 and "[1700.000001] bob: Our staging cluster lives in eu-west-3" in runtime[0]
+    assert len(runtime) == 1 and "[1700.000001] bob: Our staging cluster lives in eu-west-3" in \
+        await written(p, CONV, runtime[0])
     await p.submit(CONV, "thanks, that helps a ton", author="carol", id="1700.009001")
     await p.run(CONV)
     runtime = [m["content"] for m in model.requests[-1]["messages"][1:] if m["role"] == "system"]
@@ -173,7 +174,7 @@ async def test_thread_search_finds_earlier_messages_by_words_author_and_date(mod
     await p.submit(CONV, "hm, something about money?", author="carol", id="1700.009500")
     await p.run(CONV)
     results = [m["content"] for m in model.requests[1]["messages"] if m["role"] == "tool"]
-    assert "[1700.000002] alice: The vendor contract renews on 2025-03-31" in results[0]
+    assert "[1700.000002] alice: The vendor contract renews on 2025-03-31" in await written(p, CONV, results[0])
     assert "1700.000002" not in results[1] and results[1].startswith("no earlier message matches")
     assert results[2].startswith("no earlier message matches"), "the thread's messages are from 2023-11-14 on"
     assert results[3] == "rejected: query has no words to search for (only common words)"
@@ -187,8 +188,15 @@ def test_the_offline_model_is_not_offered_thread_search(prefix) -> None:
 
 
 def test_the_runtime_context_a_call_carried_does_not_count_toward_the_next_request() -> None:
-    from persistence import (Checkpoint, CheckpointKind, CheckpointMeta, CheckpointOutcome, CheckpointStatus,
-                             History, Usage)
+    from persistence import (
+        Checkpoint,
+        CheckpointKind,
+        CheckpointMeta,
+        CheckpointOutcome,
+        CheckpointStatus,
+        History,
+        Usage,
+    )
     from services.context import measure
 
     people = [msg("a", tokens=100), msg("b", tokens=200)]

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from fakes import Step, scripted, written
+from fakes import settings as make_settings
+from slack_fake import BOT_USER, FakeSlack, event_body, sign
 
 from bot.server import build_web_app
 from persistence import CheckpointKind
 from threadkeeper.root import build_pipeline, build_slack_bot, build_stores
-
-from fakes import Step, scripted, settings as make_settings
-from slack_fake import BOT_USER, FakeSlack, event_body, sign
 
 SECRET = "test-signing-secret"
 CHANNEL = "C100"
@@ -188,7 +188,7 @@ async def test_edit_and_delete_make_facts_suspect_and_pins_survive_compaction(mo
         rows = await h.pipeline.checkpoints.lineage(cid)
         assert any(r.kind is CheckpointKind.COMPACTION for r in rows)
         history = await h.pipeline.checkpoints.load_history(cid)
-        handoff = history.messages[0].text
+        handoff = await written(h.pipeline, cid, history.messages[0].text)
         assert f"SUSPECT [ask {root}] U1: The API timeout is 45 s in prod. (its message was edited" in handoff
         assert "30 s" not in handoff
         pinned = [m for m in history.messages if m.id == "1700000300.000200"]

@@ -9,14 +9,12 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
 from datetime import datetime, timezone
-
-
-from persistence import ThreadkeeperError, ping
+from typing import Any
 
 from bot import run_console
 from bot.render import context_text
+from persistence import ThreadkeeperError, ping
 from services import Pipeline, load_thread, replay
 from services.replay import default_conversation_id
 
@@ -147,7 +145,13 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=_stderr_console(), transient=True,
@@ -209,11 +213,25 @@ def _csv_ints(value: str) -> list[int]:
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
+    from evals import (
+        BENCHMARK_WINDOWS,
+        DEFAULT_WINDOWS,
+        load_benchmark,
+        load_cases,
+        plot,
+        run_matrix,
+        skipped_text,
+        summarize,
+    )
     from evals.generator import STYLES
-    from evals import (BENCHMARK_WINDOWS, DEFAULT_WINDOWS, load_benchmark, load_cases, plot, run_matrix,
-                       skipped_text, summarize)
     from services import ModelClient
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]

@@ -33,7 +33,7 @@ from services.effects import NoteEffects
 from services.narrative import Summarizer
 from services.recall import Recall
 from services.search_tool import thread_search_tool
-from services.state_tool import record_state_tool
+from services.state_tool import lineage_resolver, record_state_tool
 from services.tokens import MESSAGE_OVERHEAD
 from services.transcript import TranscriptMemory
 
@@ -108,7 +108,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                          attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds,
                          context_window=window)
     recall = Recall(stores.checkpoints, stores.notes, tokenizer)
-    registry = ToolRegistry([record_state_tool(), *(tools or [])])
+    registry = ToolRegistry([record_state_tool(lineage_resolver(recall, stores.checkpoints)), *(tools or [])])
     if offers_tools(model_name):
         registry.register(thread_search_tool(recall, stores.checkpoints, lambda: executor.tool_limit()))
     fixed = tokenizer.count(SYSTEM_PROMPT) + MESSAGE_OVERHEAD + tokenizer.count_tools(registry.schemas())
