@@ -44,7 +44,7 @@ from . import refs
 from .budget import ContextBudget
 from .context import calibration, to_chat, visible
 from .llm import ModelClient, ModelContextError, ModelError, ModelTimeoutError
-from .notes import make_note
+from .notes import note_and_brief
 from .recall import Recall, change_notice_id
 from .refs import next_ref
 from .tokens import Tokenizer
@@ -193,7 +193,7 @@ class ReplyExecutor:
         if message.tokens == 0:
             update["tokens"] = self.tokenizer.count_message(message)
         if message.note is None:
-            update["note"] = make_note(message.text, message.created_at) or ""
+            update["note"], update["brief"] = note_and_brief(message.text, message.created_at)
         if addressed and not message.flags.addressed:
             update["flags"] = message.flags.model_copy(update={"addressed": True})
         return message.model_copy(update=update) if update else message
@@ -529,7 +529,8 @@ class ReplyExecutor:
         its note; a refusal does neither, so the asks stay open and its words never become a note."""
         update: dict[str, Any] = {"note": "", "ref": next_ref(turn.messages)}
         if answered:
-            update |= {"note": make_note(message.text, message.created_at) or "",
+            note, short = note_and_brief(message.text, message.created_at)
+            update |= {"note": note, "brief": short,
                        "source_ids": [m.id for m in turn.incoming if m.flags.addressed]}
         message = message.model_copy(update=update)
         turn.messages.append(message)

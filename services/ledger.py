@@ -210,7 +210,8 @@ class LedgerBuilder:
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
                 text=note, tokens=0, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
                 question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed,
-                brief=brief_of(note, text), brief_tokens=0,
+                brief=m.brief if m.brief is not None and m.id not in changes and m.note else brief_of(note, text),
+                brief_tokens=0,
                 brief_only=False))
         self.ledger.stats.bound()
         if folded:

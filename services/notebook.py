@@ -182,8 +182,9 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
         return base
 
     for entry in candidates:
-        tokens = entry.tokens if entry.tokens > 0 else note_cost(entry, count, label=label)
         short = entry.brief if entry.brief and not entry.edited else ""
+        # The full text's cost is counted only when it is needed (a note shown briefly may never need it).
+        tokens = entry.tokens if entry.tokens > 0 else 0 if short else note_cost(entry, count, label=label)
         brief_tokens = tokens if not short else entry.brief_tokens or note_cost(entry, count, short, label)
         weight = REPLY_WEIGHT if entry.reply else 1.0
         if entry.question:
@@ -206,24 +207,29 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
     lines: set[tuple[str, str]] = set()
     authors = {author: author_cost(author, count) for author in {c.entry.author for c in pool}}
 
-    def cost(c: _Candidate, level: int) -> int:
+    def cost(c: _Candidate, level: int, exact: bool = True) -> int:
         if level:
+            if not c.tokens:
+                if not exact:  # an estimate to order the heap by; counted when the step is taken
+                    return max(1, round(c.brief_tokens * len(c.entry.text) / max(1, len(c.entry.brief))) -
+                               c.brief_tokens)
+                c.tokens = note_cost(c.entry, count, label=label)
             return max(1, c.tokens - c.brief_tokens)
         extra = 0 if c.day in days else DAY_HEADING_TOKENS
         if c.line is not None and c.line not in lines:
             extra += authors[c.entry.author]
         return c.brief_tokens + extra
 
-    def value(c: _Candidate, level: int) -> float:
+    def value(c: _Candidate, level: int, exact: bool = True) -> float:
         weighted = c.extra_weighted if level else c.brief_weighted
         gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in weighted)
-        return gain * c.weight / cost(c, level)
+        return gain * c.weight / cost(c, level, exact)
 
     level_of: dict[int, int] = {}
     picked: list[tuple[str, int]] = []
     used = 0
     for level in (0, 1):  # every note's gist before any note's detail
-        heap = [(-value(c, level), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)
+        heap = [(-value(c, level, exact=False), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)
                 if (i not in level_of if level == 0 else level_of.get(i) == 0 and c.extra_weighted)]
         heapq.heapify(heap)
         while heap and used < cap_tokens:

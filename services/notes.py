@@ -230,24 +230,39 @@ def _weight(short: str, lang: str) -> float:
     return sum(information(t, lang) * (2.0 if _has_digit(t) else 1.0) for t in short.split())
 
 
-@lru_cache(maxsize=4_096)
 def make_note(text: str, created_at: float) -> str | None:
     """The note of a message: its best sentences (all of a short message), compressed; None if nothing is left."""
+    return _note(text, created_at)[0]
+
+
+def note_and_brief(text: str, created_at: float) -> tuple[str, str]:
+    """A message's note and its brief form, as a turn stores them ("" for no note; "" for a brief form that
+    would be the note itself)."""
+    note, lang = _note(text, created_at)
+    if not note:
+        return "", ""
+    short = brief(note, lang)
+    return note, "" if short == note else short
+
+
+@lru_cache(maxsize=4_096)
+def _note(text: str, created_at: float) -> tuple[str | None, str]:
+    """The note and the language it was made in."""
     text = text.strip()
     if not text:
-        return None
+        return None, "en"
     sentences = _sentences(resolve_dates(text, created_at, own_day=""))
     if not sentences:
-        return None
+        return None, "en"
     lang = language(" ".join(sentences).split())
     stop = _LANGUAGES[lang]
     compressed = [(i, short) for i, short in ((i, compress(s, stop)) for i, s in enumerate(sentences))
                   if _informative(short)]
     if not compressed:
-        return None
+        return None, lang
     sizes = {i: len(short.split()) if not _CJK.search(short) else len(short) // 2 for i, short in compressed}
     if sum(sizes.values()) <= NOTE_MAX_WORDS:
-        return "; ".join(short.rstrip(";") for _, short in compressed)
+        return "; ".join(short.rstrip(";") for _, short in compressed), lang
     chosen: list[tuple[int, str]] = []
     words = 0
     ranked = sorted(compressed, key=lambda c: (-_weight(c[1], lang) / (sizes[c[0]] + 3) ** 0.5, c[0]))
@@ -261,12 +276,15 @@ def make_note(text: str, created_at: float) -> str | None:
         chosen.append((i, short))
         words += n
     chosen.sort()
-    return "; ".join(s.rstrip(";") for _, s in chosen)
+    return "; ".join(s.rstrip(";") for _, s in chosen), lang
+
+
+_IDENTIFYING = re.compile(r"[\d/_@#]").search
 
 
 def _essential(word: str) -> bool:
     """Numbers and identifiers: what a shortened note keeps whatever its length."""
-    return any(c.isdigit() or c in "/_@#" for c in word) or "://" in word
+    return bool(_IDENTIFYING(word))
 
 
 def _unit(before: str, word: str) -> bool:

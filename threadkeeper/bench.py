@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
 from services import measure
-from services.notes import make_note
+from services import notes
 from services.recall import Recall
 from services._litellm import litellm, register_provider
 
@@ -63,18 +63,19 @@ def _msg(i: int, role: str = "user", chars: int = 400) -> Message:
     """A stored message as a committed turn writes it: token count and note computed once."""
     text = _text(chars, i)
     at = 1_700_000_000.0 + i
+    note, short = notes.note_and_brief(text, at)
     return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
                    parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4,
-                   created_at=at, note=make_note(text, at) or "")
+                   created_at=at, note=note, brief=short, ref=i + 1)
 
 
 def _note_cost_us(count: int = 2_000) -> float:
-    """Microseconds to compute one message's note (what a commit adds per message), cache cold."""
+    """Microseconds to compute one message's note and brief form (what a commit adds per message), cache cold."""
     texts = [_text(300, 10_000_000 + i) for i in range(count)]
-    make_note.cache_clear()
+    notes._note.cache_clear()
     started = time.perf_counter()
     for i, text in enumerate(texts):
-        make_note(text, 1_700_000_000.0 + i)
+        notes.note_and_brief(text, 1_700_000_000.0 + i)
     return round((time.perf_counter() - started) / count * 1e6, 1)
 
 
