@@ -23,6 +23,8 @@ class Metrics:
                               registry=self.registry)
         self.events = Counter("threadkeeper_slack_events_total", "Slack events received, by kind and outcome",
                               ["kind", "outcome"], registry=self.registry)
+        self.backfill = Histogram("threadkeeper_backfill_seconds", "Reading a thread's earlier messages on joining it",
+                                  registry=self.registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 
     def observe(self, results: list[TurnResult], seconds: float) -> None:
         self.latency.observe(seconds)

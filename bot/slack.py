@@ -39,6 +39,25 @@ SUGGESTED_PROMPTS = [
 ]
 
 
+BACKFILL_LIMIT = 2_000
+"""The most earlier messages read when the bot joins a thread (the newest ones)."""
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """What a Slack message says: its text, plus the names, titles and snippets of the files it shares."""
+    parts = [message.get("text") or ""]
+    for f in message.get("files") or []:
+        label = " ".join(p for p in (f.get("title") or f.get("name") or "file", f.get("filetype") or "") if p)
+        snippet = (f.get("preview") or f.get("plain_text") or "").strip()
+        parts.append(f"[file: {label}]" + (f"\n{snippet[:2000]}" if snippet else ""))
+    return "\n".join(p for p in parts if p).strip()
+
+
+def _bot_name(message: dict[str, Any]) -> str:
+    profile = message.get("bot_profile") or {}
+    return str(profile.get("name") or message.get("username") or message.get("bot_id") or "a bot")
+
+
 def slack_error(exc: SlackApiError) -> str:
     """The Slack error code, or the HTTP status when the body was not Slack's JSON."""
     data = exc.response.data if isinstance(exc.response.data, dict) else {}
@@ -170,6 +189,7 @@ class SlackBot:
         self.events = SlackEvents(client, notes, self.trigger_ts, self.metrics)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self.bot_user_id: str | None = None
+        self.bot_id: str | None = None
         self._names: dict[str, str] = {}
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
                             request_verification_enabled=bool(signing_secret), process_before_response=True)
@@ -179,6 +199,7 @@ class SlackBot:
         if self.bot_user_id is None:
             auth = await self.client.auth_test()
             self.bot_user_id = auth.get("user_id")
+            self.bot_id = auth.get("bot_id")
         return self.bot_user_id
 
     def _register(self) -> None:
@@ -195,7 +216,7 @@ class SlackBot:
                 await self.record_edit(body, event)
             elif subtype == "message_deleted":
                 await self.record_delete(body, event)
-            elif subtype in (None, "file_share", "thread_broadcast"):
+            elif subtype in (None, "file_share", "thread_broadcast", "bot_message"):
                 await self.record_message(body, event, mention=False)
 
         @app.event("pin_added")
@@ -228,28 +249,37 @@ class SlackBot:
     # -- recording -----------------------------------------------------------------------------
 
     async def record_message(self, body: dict[str, Any], event: dict[str, Any], *, mention: bool) -> None:
-        if event.get("bot_id") or not event.get("user") or "ts" not in event:
+        if "ts" not in event or not (event.get("user") or event.get("bot_id")):
             return
+        bot = await self._bot_user()
+        from_bot = bool(event.get("bot_id")) or event.get("subtype") == "bot_message"
+        if event.get("user") == bot or (from_bot and event.get("bot_id") == self.bot_id):
+            return  # the bot's own posts
         team = body.get("team_id") or event.get("team") or "T"
         channel, ts = event["channel"], event["ts"]
         thread_ts = event.get("thread_ts") or ts
         cid = conversation_id(team, channel, thread_ts)
-        text = event.get("text") or ""
-        bot = await self._bot_user()
+        text = message_text(event)
         is_dm = event.get("channel_type") == "im"
-        addressed = mention or is_dm or bool(bot and f"<@{bot}" in text)
+        # Other bots' posts (alerts, CI, deploys) are part of the thread, but never make the bot answer.
+        addressed = not from_bot and (mention or is_dm or bool(bot and f"<@{bot}" in text))
         subscribed = await self.notes.flag(cid, "subscribed") == "1"
         if not (addressed or subscribed):
             self.metrics.events.labels("message", "ignored").inc()
             return
-        if addressed:
+        if from_bot:
+            reply = False
+        elif addressed:
             reply = True
+            if not subscribed and thread_ts != ts and not await self.pipeline.checkpoints.conversation_exists(cid):
+                await self.backfill(cid, channel, thread_ts, before=ts)
             await self.notes.set_flag(cid, "subscribed", "1")
         else:
             reply = await should_reply(text, bot, self.fast_model, await self._recent(cid))
         clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
-        message = self.pipeline.executor.make_message(clean, author=await self._name(event["user"]), id=ts,
-                                                      created_at=float(ts), flags=MessageFlags())
+        author = await self._name(event["user"]) if event.get("user") and not from_bot else _bot_name(event)
+        message = self.pipeline.executor.make_message(clean, author=author, id=ts, created_at=float(ts),
+                                                      flags=MessageFlags())
         appended = await self.pipeline.submit_item(cid, InboxItem(event_id=body.get("event_id"), message=message,
                                                                   reply_expected=reply))
         self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
@@ -257,6 +287,41 @@ class SlackBot:
             if reply:
                 self.trigger_ts[cid] = ts
             self.worker.kick(cid)
+
+    async def backfill(self, cid: str, channel: str, thread_ts: str, *, before: str) -> int:
+        """Record the thread's earlier messages when the bot is brought into it mid-way, so its first answer
+        knows what was said. They are read with ``conversations.replies`` (paged; rate limits are waited out
+        by the client's retry handler), deduplicated by ``ts``, and recorded without asking for replies;
+        the executor takes them over as many turns as the window needs, so the oldest reach the handoff
+        through compaction instead of being dropped. At most ``BACKFILL_LIMIT`` messages, the newest."""
+        earlier: list[dict[str, Any]] = []
+        cursor: str | None = None
+        started = time.perf_counter()
+        try:
+            while True:
+                page = await self.client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
+                                                               cursor=cursor or None)
+                earlier.extend(m for m in page.get("messages") or [] if m.get("ts") and float(m["ts"]) < float(before))
+                cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+                if not cursor:
+                    break
+        except SlackApiError as exc:  # no history scope, or the thread is gone: answer with what arrives
+            log.warning("reading the earlier messages of %s failed: %s", cid, slack_error(exc))
+            self.metrics.errors.labels("backfill").inc()
+        bot = await self._bot_user()
+        recorded = 0
+        for m in sorted(earlier, key=lambda m: float(m["ts"]))[-BACKFILL_LIMIT:]:
+            if bot and m.get("user") == bot:
+                continue  # the bot's own posts come back as its replies, not as people's messages
+            text = message_text(m)
+            if not text:
+                continue
+            author = await self._name(m["user"]) if m.get("user") else _bot_name(m)
+            message = self.pipeline.executor.make_message(text, author=author, id=m["ts"], created_at=float(m["ts"]))
+            recorded += await self.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False))
+        self.metrics.backfill.observe(time.perf_counter() - started)
+        log.info("read %d earlier messages of %s (%d new)", len(earlier), cid, recorded)
+        return recorded
 
     async def _name(self, user_id: str) -> str:
         """A person's display name (cached), so the model and the ledger read names, not ids."""

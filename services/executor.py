@@ -335,7 +335,7 @@ class ReplyExecutor:
                 await self.checkpoints.fail(conversation_id, active.id,
                                             error="abandoned: its worker's lease expired before it completed")
         offset = paused.inbox_consumed if paused else 0
-        items = await self.inbox.peek(conversation_id, start=offset, quarantine=True)
+        items = self.bounded(await self.inbox.peek(conversation_id, start=offset, quarantine=True))
         if not items:
             return None
         effects = [i for i in items if i.kind != "message"]
@@ -502,6 +502,19 @@ class ReplyExecutor:
                                                                             item.event_id or new_id("ev")),
                                    created_at=item.received_at)
         return notice.model_copy(update={"note": ""})  # the change reaches the handoff through the edit notes
+
+    def bounded(self, items: list[InboxItem]) -> list[InboxItem]:
+        """The items one turn takes: the oldest ones whose messages fit half the usable window (at least one).
+
+        A backlog (a thread read when the bot joins it, a burst while a turn ran) is then recorded over
+        several turns, each compacting as it needs to, instead of one request over the window."""
+        limit, used = self.budget.usable_tokens // 2, 0
+        for n, item in enumerate(items):
+            tokens = item.message.tokens if item.message is not None else 0
+            if n and used + tokens > limit:
+                return items[:n]
+            used += tokens
+        return items
 
     def tool_limit(self) -> int:
         return max(200, int(self.budget.usable_tokens * self.config.tool_output_fraction))

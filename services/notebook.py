@@ -226,6 +226,7 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
         return gain * c.weight / cost(c, level, exact)
 
     level_of: dict[int, int] = {}
+    said: set[tuple[str, str]] = set()
     picked: list[tuple[str, int]] = []
     used = 0
     for level in (0, 1):  # every note's gist before any note's detail
@@ -239,8 +240,8 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
             if heap and current < -heap[0][0] - 1e-12:
                 heapq.heappush(heap, (-current, at, ident, i))
                 continue
-            if current <= 0 or (level == 0 and c.brief_terms and c.brief_terms <= covered):
-                continue  # nothing of value, or a repeat of what chosen notes already say
+            if current <= 0 or (level == 0 and (c.entry.author, c.entry.text) in said):
+                continue  # nothing of value, or the same person saying the same thing again
             spend = cost(c, level)
             if used + spend > cap_tokens:
                 continue
@@ -249,6 +250,7 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
             used += spend
             covered |= c.terms if level else c.brief_terms
             if level == 0:
+                said.add((c.entry.author, c.entry.text))
                 days.add(c.day)
                 if c.line is not None:
                     lines.add(c.line)

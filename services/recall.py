@@ -190,7 +190,9 @@ class ConversationIndex:
 def _build(positions: list[int], messages: list[Message]) -> _Segment:
     positions = sorted(positions)
     retriever = bm25s.BM25()
-    retriever.index([list(search_terms(messages[p].text)) for p in positions], show_progress=False)
+    # A message with no searchable words (only common words, only symbols) gets a term no query can have:
+    # bm25s cannot index a segment without any term.
+    retriever.index([list(search_terms(messages[p].text)) or ["\x00"] for p in positions], show_progress=False)
     return _Segment(np.asarray(positions, dtype=np.int64), retriever)
 
 

@@ -20,6 +20,8 @@ class FakeSlack:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.rate_limit: dict[str, int] = {}
         """method → how many more calls answer 429 with Retry-After: 1."""
+        self.rate_limit_calls: dict[str, set[int]] = {}
+        """method → which of its calls (1 = the first) answer 429 with Retry-After: 1."""
         self.server: TestServer | None = None
         self.sockets: list[web.WebSocketResponse] = []
         self.acks: list[str] = []
@@ -27,6 +29,8 @@ class FakeSlack:
         self.people: dict[str, str] = {}
         """user id → display name answered by users.info (others: user_not_found)."""
         self._ts = 1800000000.0
+        self.threads: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        """(channel, thread ts) → its messages, answered by conversations.replies in pages."""
 
     @property
     def base_url(self) -> str:
@@ -60,6 +64,8 @@ class FakeSlack:
         else:
             params = dict(await request.post())
         self.calls.append((method, params))
+        if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):
+            return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         if self.rate_limit.get(method, 0) > 0:
             self.rate_limit[method] -= 1
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
@@ -76,6 +82,15 @@ class FakeSlack:
                 return web.json_response({"ok": True, "user": {"id": user, "name": user.lower(),
                                                                "profile": {"display_name": self.people[user]}}})
             return web.json_response({"ok": False, "error": "user_not_found"})
+        if method == "conversations.replies":
+            messages = self.threads.get((params.get("channel", ""), params.get("ts", "")))
+            if messages is None:
+                return web.json_response({"ok": False, "error": "thread_not_found"})
+            start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
+            page = messages[start:start + limit]
+            more = start + limit < len(messages)
+            return web.json_response({"ok": True, "messages": page, "has_more": more,
+                                      "response_metadata": {"next_cursor": str(start + limit) if more else ""}})
         if method == "apps.connections.open":
             assert self.server is not None
             url = str(self.server.make_url("/socket")).replace("http://", "ws://")

@@ -80,8 +80,22 @@ async def test_runtime_context_is_sent_only_for_the_current_turn(model, prefix, 
     assert not any(e.text.startswith("[runtime context]") for e in report.context)
 
 
+async def test_a_backlog_is_taken_over_several_turns_each_within_the_window(model, prefix, client) -> None:
+    p, _ = pipeline(prefix, client, context_window=2048)
+    chunk = "word " * int(p.budget.usable_tokens * 0.45)
+    for i in range(3):
+        await p.submit(CONV, chunk, author="alice", id=f"big.{i}", reply_expected=i == 2)
+    results = await p.run(CONV)
+    assert [r.status for r in results] == ["recorded", "recorded", "completed"], "one chunk per turn"
+    turns = [r for r in model.requests if r["messages"][0]["content"].startswith("You are Threadkeeper")]
+    assert len(turns) == 1 and any(r.compaction for r in results), "the earlier chunks were compacted"
+    sent = sum(p.executor.tokenizer.count(str(m["content"])) for m in turns[0]["messages"])
+    assert sent <= p.budget.request_limit_tokens
+
+
 async def test_guard_refuses_an_oversized_request_without_calling_the_model(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=2048)
+    p.executor.bounded = lambda items: items  # one turn takes the whole backlog: only the guard stands in the way
     limit = p.budget.request_limit_tokens
     chunk = "word " * int(p.budget.usable_tokens * 0.45)
     for i in range(3):

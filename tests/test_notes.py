@@ -72,14 +72,15 @@ def test_selection_is_by_value_not_age_and_deterministic() -> None:
     old_fact = _entry("m1", "Biscuit greyhound adopted 2023-04-02 Kelowna vet Dr Okafor", 0.0)
     chatter = [_entry(f"c{i}", "weather nice lunch good", day * 3 + i, fresh=[]) for i in range(30)]
     echo = _entry("m2", "Biscuit greyhound adopted Kelowna", day * 4, fresh=[])
+    repeat = _entry("m3", old_fact.text, day * 4 + 1, fresh=[])
     stats = TermStats()
-    stats.add([terms(old_fact.text)] + [terms(c.text) for c in chatter] + [terms(echo.text)])
-    pool = [old_fact, *chatter, echo]
+    stats.add([terms(old_fact.text)] + [terms(c.text) for c in chatter] + [terms(echo.text), terms(repeat.text)])
+    pool = [old_fact, *chatter, echo, repeat]
     cap = 60
     chosen = select(pool, stats, cap_tokens=cap, now=day * 5, count=tokenizer.count)
     ids = [n.id for n in chosen.notes]
-    assert ids[0] == "m1", "an old note that says much stays ahead of newer chatter"
-    assert "m2" not in ids, "a note that only repeats what a chosen note says adds nothing"
+    assert ids[0] == "m1" and chosen.picked[0] == ("m1", 0), "an old note that says much comes before chatter"
+    assert "m3" not in ids, "the same person saying the same thing again is not repeated"
     assert chosen.tokens <= cap and chosen.evicted == len(pool) - len(ids)
     assert select(list(reversed(pool)), stats, cap_tokens=cap, now=day * 5, count=tokenizer.count) == chosen
 

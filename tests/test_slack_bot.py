@@ -272,3 +272,44 @@ async def test_socket_mode_through_a_loopback_fake(model, prefix, client) -> Non
         await handler.close_async()
         await http.close()
         await h.slack.close()
+
+
+async def test_a_mid_thread_mention_reads_the_thread_first(h: Harness, model) -> None:
+    """Mentioned at reply 250 of a thread it never followed, the bot answers knowing the first reply."""
+    root = "1700000100.000100"
+    h.slack.people.update({"U1": "Ana", "U2": "Ben"})
+    earlier = [{"type": "message", "user": "U2", "ts": root, "text": "Kickoff for the payments migration"},
+               {"type": "message", "user": "U1", "ts": "1700000100.000200", "thread_ts": root,
+                "text": "The staging database for payments is pg-stage-7, ticket PAY-5512."}]
+    earlier += [{"type": "message", "user": ["U1", "U2"][i % 2], "ts": f"1700000101.{i:06d}", "thread_ts": root,
+                 "text": f"update {i}: still reviewing the rollout checklist with the team, going through each "
+                         "service owner's notes on dashboards, alerts and the runbook links one by one, nothing "
+                         "blocking yet but the review is slow going and will take the rest of the week"}
+                for i in range(240)]
+    earlier.append({"type": "message", "subtype": "bot_message", "bot_id": "BALERT", "ts": "1700000102.000100",
+                    "thread_ts": root, "username": "alertbot", "text": "ALERT payments p99 over 900 ms",
+                    "bot_profile": {"name": "Alertbot"}})
+    earlier.append({"type": "message", "user": BOT_USER, "ts": "1700000102.000200", "thread_ts": root,
+                    "text": "(an earlier post by this bot)"})
+    ask = mention("1700000200.000100", "which staging database do we use?", thread_ts=root)
+    h.slack.threads[(CHANNEL, root)] = [*earlier, {k: v for k, v in ask.items() if k != "type"}]
+    h.slack.rate_limit_calls["conversations.replies"] = {2}  # Slack says "slow down" in the middle of it
+    assert await h.post(event_body(ask, event_id="EvMid")) == 200
+    await h.settle()
+    pages = h.slack.calls_to("conversations.replies")
+    assert len(pages) == 3 and pages[1]["cursor"] == pages[2]["cursor"] == "200", "paged, and the 429 retried"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    references = await h.pipeline.references(cid)
+    assert {"1700000100.000200", "1700000102.000100", "1700000200.000100"} <= set(references.values())
+    assert "1700000102.000200" not in references.values(), "the bot's own posts are not people's messages"
+    sent = "\n".join(str(m.get("content")) for m in model.requests[-1]["messages"])
+    assert "pg-stage-7" in sent and "PAY-5512" in sent, "the first reply reaches the answer (notes or recall)"
+    turns = [r for r in model.requests if r["messages"][0]["content"].startswith("You are Threadkeeper")]
+    assert len(h.replies()) == 1 and len(turns) == 1, "one answer, to the mention; the backlog asked for none"
+    history = await h.pipeline.checkpoints.load_history(cid)
+    assert history.messages[-1].text == "Here is what I found."
+    lineage = await h.pipeline.checkpoints.lineage(cid)
+    assert any(r.kind is CheckpointKind.COMPACTION for r in lineage), "the backlog reached the handoff by compaction"
+    await h.post(event_body(ask, event_id="EvMid2"))
+    await h.settle()
+    assert len(h.slack.calls_to("conversations.replies")) == 3, "a thread is read once"
