@@ -64,8 +64,20 @@ def slack_error(exc: SlackApiError) -> str:
     return str(data.get("error") or f"HTTP {exc.response.status_code}")
 
 
+DIRECT = "dm"
+"""The thread part of a direct message conversation's id: its top-level messages are one conversation."""
+
+
 def conversation_id(team: str, channel: str, thread_ts: str) -> str:
     return f"slack:{team}:{channel}:{thread_ts}"
+
+
+def conversation_of(team: str, channel: str, ts: str, thread_ts: str | None) -> str:
+    """The conversation a message belongs to: its thread; in a direct message (a ``D…`` channel), every
+    top-level message continues one conversation, and a thread in it starts its own."""
+    if thread_ts is None and channel.startswith("D"):
+        return conversation_id(team, channel, DIRECT)
+    return conversation_id(team, channel, thread_ts or ts)
 
 
 def parse_conversation(cid: str) -> tuple[str, str, str]:
@@ -116,9 +128,9 @@ class SlackEvents:
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
         _, channel, thread_ts = parse_conversation(conversation_id)
         for part in split_reply(text):
-            try:
-                await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=part,
-                                                   unfurl_links=False)
+            try:  # a direct message conversation is answered in the conversation itself, not in a thread
+                await self.client.chat_postMessage(channel=channel, thread_ts=None if thread_ts == DIRECT else thread_ts,
+                                                   text=part, unfurl_links=False)
             except SlackApiError as exc:
                 self.metrics.errors.labels("post").inc()
                 log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
@@ -258,7 +270,7 @@ class SlackBot:
         team = body.get("team_id") or event.get("team") or "T"
         channel, ts = event["channel"], event["ts"]
         thread_ts = event.get("thread_ts") or ts
-        cid = conversation_id(team, channel, thread_ts)
+        cid = conversation_of(team, channel, ts, event.get("thread_ts"))
         text = message_text(event)
         is_dm = event.get("channel_type") == "im"
         # Other bots' posts (alerts, CI, deploys) are part of the thread, but never make the bot answer.
@@ -358,7 +370,7 @@ class SlackBot:
         if "ts" not in new:
             return
         team = body.get("team_id") or "T"
-        cid = conversation_id(team, event["channel"], new.get("thread_ts") or new["ts"])
+        cid = conversation_of(team, event["channel"], new["ts"], new.get("thread_ts"))
         edited = self.pipeline.executor.make_message(new.get("text") or "", author=new.get("user"), id=new["ts"])
         item = InboxItem(kind="edit", event_id=body.get("event_id"), message=edited, reply_expected=False)
         await self._effect(cid, item)
@@ -369,7 +381,7 @@ class SlackBot:
         if not deleted:
             return
         team = body.get("team_id") or "T"
-        cid = conversation_id(team, event["channel"], previous.get("thread_ts") or deleted)
+        cid = conversation_of(team, event["channel"], deleted, previous.get("thread_ts"))
         await self._effect(cid, InboxItem(kind="delete", event_id=body.get("event_id"), target_id=deleted,
                                           reply_expected=False))
 
@@ -380,7 +392,7 @@ class SlackBot:
             return
         team = body.get("team_id") or "T"
         channel = event.get("channel_id") or item.get("channel")
-        cid = conversation_id(team, channel, message.get("thread_ts") or message["ts"])
+        cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
         await self._effect(cid, InboxItem(kind="pin" if pinned else "unpin", event_id=body.get("event_id"),
                                           target_id=message["ts"], reply_expected=False))
 

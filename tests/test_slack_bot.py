@@ -313,3 +313,23 @@ async def test_a_mid_thread_mention_reads_the_thread_first(h: Harness, model) ->
     await h.post(event_body(ask, event_id="EvMid2"))
     await h.settle()
     assert len(h.slack.calls_to("conversations.replies")) == 3, "a thread is read once"
+
+
+async def test_top_level_direct_messages_continue_one_conversation(h: Harness, model) -> None:
+    def dm(ts: str, text: str, **extra: str) -> dict:
+        return {"type": "message", "user": "U1", "text": text, "ts": ts, "channel": "D7", "channel_type": "im",
+                "event_ts": ts, **extra}
+
+    await h.post(event_body(dm("1700000900.000100", "my staging cluster is eu-west-3"), event_id="Ev-d1"))
+    await h.settle()
+    await h.post(event_body(dm("1700000950.000100", "which region did I say?"), event_id="Ev-d2"))
+    await h.settle()
+    second = "\n".join(str(m["content"]) for m in model.requests[-1]["messages"])
+    assert "eu-west-3" in second, "the second DM knows the first"
+    assert [r.get("thread_ts") for r in h.replies()] == [None, None], "answered in the DM itself"
+    await h.post(event_body(dm("1700000990.000100", "a side question", thread_ts="1700000950.000100"),
+                            event_id="Ev-d3"))
+    await h.settle()
+    assert h.replies()[-1]["thread_ts"] == "1700000950.000100", "a thread in the DM is its own conversation"
+    assert await h.pipeline.checkpoints.conversation_exists("slack:T1:D7:dm")
+    assert await h.pipeline.checkpoints.conversation_exists("slack:T1:D7:1700000950.000100")
