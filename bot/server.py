@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -55,20 +56,39 @@ async def sweep_forever(bot: SlackBot, every_seconds: float) -> None:
             log.exception("sweep failed")
 
 
-async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int, sweep_seconds: float) -> None:
+async def run_until_stopped(bot: SlackBot, *, sweep_seconds: float, shutdown_seconds: float) -> None:
+    """Sweep for orphaned work until SIGTERM or SIGINT; then stop taking turns, give running ones up to
+    ``shutdown_seconds`` to finish, and set aside the rest with their leases released (another worker
+    resumes them at once)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    sweeper = asyncio.create_task(sweep_forever(bot, sweep_seconds))
+    try:
+        await stop.wait()
+        log.info("stopping: no new turns; running ones get up to %.0f s to finish", shutdown_seconds)
+    finally:
+        sweeper.cancel()
+        await bot.worker.shutdown(shutdown_seconds)
+
+
+async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int, sweep_seconds: float,
+                     shutdown_seconds: float = 20.0) -> None:
     runner = web.AppRunner(build_web_app(bot, health))
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
     log.info("listening for Slack events on http://%s:%d/slack/events", host, port)
     try:
-        await sweep_forever(bot, sweep_seconds)
+        await run_until_stopped(bot, sweep_seconds=sweep_seconds, shutdown_seconds=shutdown_seconds)
     finally:
         await runner.cleanup()
 
 
 async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, port: int | None,
-                       sweep_seconds: float) -> None:
+                       sweep_seconds: float, shutdown_seconds: float = 20.0) -> None:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
     runner = None
@@ -80,7 +100,7 @@ async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, po
     await handler.connect_async()
     log.info("connected to Slack in Socket Mode")
     try:
-        await sweep_forever(bot, sweep_seconds)
+        await run_until_stopped(bot, sweep_seconds=sweep_seconds, shutdown_seconds=shutdown_seconds)
     finally:
         await handler.close_async()
         if runner is not None:

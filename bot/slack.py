@@ -146,8 +146,11 @@ class TurnWorker:
         self.metrics = metrics
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.again: set[str] = set()
+        self.closing = False
 
     def kick(self, cid: str) -> None:
+        if self.closing:
+            return  # shutting down: the work stays in the inbox for another worker's sweep
         task = self.tasks.get(cid)
         if task is not None and not task.done():
             self.again.add(cid)
@@ -176,6 +179,22 @@ class TurnWorker:
             if not running:
                 return
             await asyncio.gather(*running, return_exceptions=True)
+
+    async def shutdown(self, deadline_seconds: float) -> int:
+        """Stop taking turns, let running ones finish for up to ``deadline_seconds``, then stop the rest:
+        a stopped turn is set aside (superseded) and its lease released, so another worker takes the
+        conversation over at once from its inbox. Returns how many were stopped."""
+        self.closing = True
+        running = [t for t in self.tasks.values() if not t.done()]
+        if not running:
+            return 0
+        _, pending = await asyncio.wait(running, timeout=max(0.0, deadline_seconds))
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+            log.warning("shutdown: %d turns stopped at the deadline; other workers resume them", len(pending))
+        return len(pending)
 
     async def sweep(self, *, window_seconds: float = 86_400) -> int:
         """Resume conversations with pending work and no lease holder (a crashed worker's threads)."""

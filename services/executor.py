@@ -253,6 +253,9 @@ class ReplyExecutor:
                 heartbeat = asyncio.create_task(self._heartbeat(lease))
                 try:
                     result = await self._turn_with_retries(conversation_id, events)
+                except asyncio.CancelledError:
+                    await self._set_aside(conversation_id)
+                    raise
                 finally:
                     heartbeat.cancel()
                 if result is None:
@@ -273,6 +276,18 @@ class ReplyExecutor:
                 await self.leases.release(lease)
             await events.status(conversation_id, None)
         return results
+
+    async def _set_aside(self, conversation_id: str) -> None:
+        """A turn stopped from outside (shutdown): its running checkpoint is superseded, not failed; its inbox
+        items were never consumed, so whoever takes the lease next runs the turn again from the start."""
+        try:
+            state = await self.checkpoints.get_state(conversation_id)
+            if state and state.active_turn_id:
+                active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+                if active.status is CheckpointStatus.RUNNING:
+                    await self.checkpoints.supersede(conversation_id, active.id)
+        except Exception:  # noqa: BLE001 - best effort: a turn left running is failed by the next worker
+            log.exception("setting aside the stopped turn of %s failed", conversation_id)
 
     async def _heartbeat(self, lease: Lease) -> None:
         """Renew ``lease`` every third of its duration until cancelled; stop (and say so) if it was lost."""

@@ -333,3 +333,43 @@ async def test_top_level_direct_messages_continue_one_conversation(h: Harness, m
     assert h.replies()[-1]["thread_ts"] == "1700000950.000100", "a thread in the DM is its own conversation"
     assert await h.pipeline.checkpoints.conversation_exists("slack:T1:D7:dm")
     assert await h.pipeline.checkpoints.conversation_exists("slack:T1:D7:1700000950.000100")
+
+
+async def test_a_turn_stopped_by_shutdown_is_answered_by_another_worker_within_seconds(model, prefix, client) -> None:
+    """A deploy's SIGTERM stops the worker mid-turn; the next worker answers from the inbox at once."""
+    import time
+
+    from persistence import CheckpointStatus
+
+    first, first_http = await make_harness(prefix, client)
+    second, second_http = await make_harness(prefix, client)  # another process on the same Redis
+    try:
+        model.push(Step(text="too slow to finish", delay=30))
+        await first.post(event_body(mention("1700001000.000100", "deploy status?"), event_id="Ev-term"))
+        for _ in range(100):  # wait until the model call is under way
+            if model.requests:
+                break
+            await asyncio.sleep(0.02)
+        started = time.perf_counter()
+        stopped = await first.bot.worker.shutdown(0.2)
+        assert stopped == 1
+        cid = f"slack:T1:{CHANNEL}:1700001000.000100"
+        assert await first.stores.leases.holder(cid) is None, "the lease is released, not left to expire"
+        assert await second.bot.worker.sweep() == 1
+        await second.settle()
+        elapsed = time.perf_counter() - started
+        assert [r["text"] for r in first.slack.calls_to("chat.postMessage")] == []
+        assert [r["text"] for r in second.replies()] == ["Here is what I found."] and elapsed < 5
+        rows = await second.pipeline.checkpoints.lineage(cid)
+        statuses = sorted(r.status.value for r in rows)
+        assert CheckpointStatus.SUPERSEDED.value in statuses and "failed" not in statuses, \
+            "the stopped turn is set aside, not failed"
+        await first.post(event_body(mention("1700001000.000200", "still there?", thread_ts="1700001000.000100"),
+                                    event_id="Ev-after"))
+        assert await first.pipeline.pending(cid) == 1 and first.bot.worker.tasks[cid].done(), \
+            "a closing worker records but starts no turn"
+    finally:
+        for harness, http in ((first, first_http), (second, second_http)):
+            await harness.settle()
+            await http.close()
+            await harness.slack.close()

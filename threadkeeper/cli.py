@@ -193,10 +193,12 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
         if args.socket:
             await serve_socket(bot, health, app_token=settings.slack_app_token or "", port=args.port,
-                               sweep_seconds=settings.threadkeeper_sweep_seconds)
+                               sweep_seconds=settings.threadkeeper_sweep_seconds,
+                               shutdown_seconds=settings.threadkeeper_shutdown_seconds)
         else:
             await serve_http(bot, health, host=args.host, port=args.port or 3000,
-                             sweep_seconds=settings.threadkeeper_sweep_seconds)
+                             sweep_seconds=settings.threadkeeper_sweep_seconds,
+                             shutdown_seconds=settings.threadkeeper_shutdown_seconds)
         return 0
 
     return asyncio.run(_with_stores(settings, work))
