@@ -84,6 +84,9 @@ class Message(_Record):
     note: str | None = None
     """What the message said, compressed (its most informative sentences); computed once, when its turn
     commits, and folded into handoffs. None: nothing worth a note, or not computed yet."""
+    note_tokens: list[int] = Field(default_factory=list)
+    """Tokens the note and its brief form add after a space (``[note, brief]``), counted with them; empty:
+    not counted."""
     brief: str | None = None
     """The note's brief form (its rarest few words, every number and identifier), computed with it; "": the
     note is that short already. None: not computed yet."""

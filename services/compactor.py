@@ -256,7 +256,7 @@ class Compactor:
             kept = self._retain(live, pinned_ids, retained_budget, pin_budget, room)
             kept_ids = {m.id for m in kept}
             folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
-            ledger = LedgerBuilder(previous).fold(folded, changes).evict().build()
+            ledger = LedgerBuilder(previous, count=self.tokenizer.count).fold(folded, changes).evict().build()
             ledger.generation = (previous.generation if previous else 0) + 1
             kept_tokens = sum(m.tokens for m in kept)
             cap = max(64, int((target - kept_tokens) * shrink) - HANDOFF_OVERHEAD)

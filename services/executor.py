@@ -193,7 +193,7 @@ class ReplyExecutor:
         if message.tokens == 0:
             update["tokens"] = self.tokenizer.count_message(message)
         if message.note is None:
-            update["note"], update["brief"] = note_and_brief(message.text, message.created_at)
+            update |= self.noted(message.text, message.created_at)
         if addressed and not message.flags.addressed:
             update["flags"] = message.flags.model_copy(update={"addressed": True})
         return message.model_copy(update=update) if update else message
@@ -551,15 +551,20 @@ class ReplyExecutor:
             await self.checkpoints.append(conversation_id, turn.checkpoint.id, messages)
             turn.messages.extend(messages)
 
-    @staticmethod
-    def _finish(turn: _Turn, message: Message, *, answered: bool = True) -> None:
+    def noted(self, text: str, created_at: float) -> dict[str, Any]:
+        """A message's note, brief form and their token counts, computed once when its turn commits, so a
+        compaction only selects and renders."""
+        note, short = note_and_brief(text, created_at)
+        tokens = [self.tokenizer.count(" " + note), self.tokenizer.count(" " + short) if short else 0] if note else []
+        return {"note": note, "brief": short, "note_tokens": tokens}
+
+    def _finish(self, turn: _Turn, message: Message, *, answered: bool = True) -> None:
         """The turn's final reply. A model's answer answers the turn's asks (its ``source_ids``) and carries
         its note; a refusal does neither, so the asks stay open and its words never become a note."""
         update: dict[str, Any] = {"note": "", "ref": next_ref(turn.messages)}
         if answered:
-            note, short = note_and_brief(message.text, message.created_at)
-            update |= {"note": note, "brief": short,
-                       "source_ids": [m.id for m in turn.incoming if m.flags.addressed]}
+            update |= self.noted(message.text, message.created_at)
+            update["source_ids"] = [m.id for m in turn.incoming if m.flags.addressed]
         message = message.model_copy(update=update)
         turn.messages.append(message)
         turn.final.append(message)

@@ -19,7 +19,7 @@ Knowledge leaves only through the deterministic, value-based eviction of the vie
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -156,9 +156,12 @@ def is_decision(text: str) -> bool:
 class LedgerBuilder:
     """Folds messages into a ledger; ``changes`` maps edited message ids to their current text (None: deleted)."""
 
-    def __init__(self, ledger: Ledger | None = None, caps: Caps | None = None) -> None:
+    def __init__(self, ledger: Ledger | None = None, caps: Caps | None = None,
+                 count: Callable[[str], int] | None = None) -> None:
         self.ledger = (ledger or Ledger()).model_copy(deep=True)
         self.caps = caps or Caps()
+        self.count = count
+        """The tokenizer's count: with it, a note's cost comes from the counts stored with its message."""
         self._known = {a.id for a in self.ledger.asks} | {d.id for d in self.ledger.decisions}
         self._known |= {n.id for n in self.ledger.notes} | set(self.ledger.last_folded)
 
@@ -206,13 +209,18 @@ class LedgerBuilder:
         lg.covered_messages, lg.first_at, lg.last_at = covered, first, last
         fresh = self.ledger.stats.add(terms(text) for _, _, text in candidates)
         for (m, note, _), new_words in zip(candidates, fresh, strict=True):
+            stored = m.brief is not None and m.id not in changes and bool(m.note)
+            short = m.brief if stored else brief_of(note, text)
+            tokens = brief_tokens = 0
+            if stored and self.count is not None and len(m.note_tokens) == 2:
+                # what ``notebook.note_cost`` counts, from the counts made when the message was committed
+                line = self.count(f"; [{refs.label(m.id, m.ref)}]")
+                tokens, brief_tokens = line + m.note_tokens[0], line + m.note_tokens[1] if short else 0
             self.ledger.notes.append(NoteEntry.model_construct(  # every field is computed here, nothing to check
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
-                text=note, tokens=0, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
+                text=note, tokens=tokens, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
                 question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed,
-                brief=m.brief if m.brief is not None and m.id not in changes and m.note else brief_of(note, text),
-                brief_tokens=0,
-                brief_only=False))
+                brief=short, brief_tokens=brief_tokens, brief_only=False))
         self.ledger.stats.bound()
         if folded:
             self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]

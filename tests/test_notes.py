@@ -114,3 +114,27 @@ def test_a_tight_cap_shows_the_gist_of_many_notes_and_a_roomy_one_their_detail()
     roomy = select(pool, stats, cap_tokens=400, now=10.0, count=tokenizer.count)
     assert len(roomy.notes) == 5 and not any(n.brief_only for n in roomy.notes)
     assert roomy.tokens > tight.tokens and [lvl for _, lvl in roomy.picked] == [0] * 5 + [1] * 5
+
+
+def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
+    """Compaction never recounts a committed note: the counts stored with the message give the same cost."""
+    from types import SimpleNamespace
+
+    from persistence import Message, TextPart
+    from services.executor import ReplyExecutor
+    from services.ledger import LedgerBuilder
+    from services.notebook import note_cost
+
+    tokenizer = Tokenizer("gpt-4o")
+    texts = ["The staging database for payments is pg-stage-7, ticket PAY-5512, owned by Dana's team.",
+             "明日の会議は午後3時からです。", "We must keep p99 under 250 ms for checkout; see https://wiki.example.com/slo"]
+    messages = []
+    for i, text in enumerate(texts):
+        noted = ReplyExecutor.noted(SimpleNamespace(tokenizer=tokenizer), text, FRIDAY + i)  # type: ignore[arg-type]
+        messages.append(Message(id=f"m{i}", role="user", author="ann", parts=[TextPart(text=text)], tokens=1,
+                                created_at=FRIDAY + i, ref=40 + i, **noted))
+    ledger = LedgerBuilder(count=tokenizer.count).fold(messages).build()
+    for entry in ledger.notes:
+        assert entry.tokens == note_cost(entry, tokenizer.count, label=ledger.label)
+        if entry.brief:
+            assert entry.brief_tokens == note_cost(entry, tokenizer.count, entry.brief, ledger.label)

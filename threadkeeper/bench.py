@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
 from services import measure
 from services import notes
+from services.tokens import Tokenizer
 from services.recall import Recall
 from services._litellm import litellm, register_provider
 
@@ -59,14 +60,19 @@ def _text(n: int, i: int) -> str:
     return (base * (n // len(base) + 1))[:n]
 
 
+_TOKENIZER = Tokenizer("gpt-4o")
+"""The offline model's tokenizer: what a committed turn counts its messages and notes with."""
+
+
 def _msg(i: int, role: str = "user", chars: int = 400) -> Message:
     """A stored message as a committed turn writes it: token count and note computed once."""
     text = _text(chars, i)
     at = 1_700_000_000.0 + i
     note, short = notes.note_and_brief(text, at)
+    counted = [_TOKENIZER.count(" " + note), _TOKENIZER.count(" " + short) if short else 0] if note else []
     return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
                    parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4,
-                   created_at=at, note=note, brief=short, ref=i + 1)
+                   created_at=at, note=note, brief=short, note_tokens=counted, ref=i + 1)
 
 
 def _note_cost_us(count: int = 2_000) -> float:
