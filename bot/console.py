@@ -20,7 +20,8 @@ class ConsoleEvents:
         if text and self.out.isatty():
             print(f"  … {text}", file=self.out, flush=True)
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+                    checkpoint_id: str | None = None) -> None:
         print(f"threadkeeper> {text}", file=self.out, flush=True)
 
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -22,7 +23,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from persistence import InboxItem, MessageFlags, NotesStore
+from persistence import CheckpointKind, CheckpointStatus, InboxItem, MessageFlags, NotesStore
 from services import ModelClient, Pipeline
 
 from .format import split_reply
@@ -64,6 +65,8 @@ def slack_error(exc: SlackApiError) -> str:
     return str(data.get("error") or f"HTTP {exc.response.status_code}")
 
 
+POSTED = "posted"
+"""Conversation flag: the checkpoint whose reply was last posted to Slack."""
 DIRECT = "dm"
 """The thread part of a direct message conversation's id: its top-level messages are one conversation."""
 
@@ -107,6 +110,7 @@ class SlackEvents:
         self.trigger_ts = trigger_ts
         self.metrics = metrics
         self._reacted: dict[str, str] = {}
+        self.bot_user: Callable[[], Awaitable[str | None]] | None = None
 
     async def status(self, conversation_id: str, text: str | None) -> None:
         _, channel, thread_ts = parse_conversation(conversation_id)
@@ -125,7 +129,12 @@ class SlackEvents:
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
             log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+                    checkpoint_id: str | None = None) -> None:
+        """Post a turn's reply; once it is posted, the turn is marked delivered (``posted``: its checkpoint),
+        so a reply is posted again only when the process died before that mark (see ``deliver_pending``)."""
+        if checkpoint_id and await self.notes.flag(conversation_id, POSTED) == checkpoint_id:
+            return
         _, channel, thread_ts = parse_conversation(conversation_id)
         for part in split_reply(text):
             try:  # a direct message conversation is answered in the conversation itself, not in a thread
@@ -135,6 +144,26 @@ class SlackEvents:
                 self.metrics.errors.labels("post").inc()
                 log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
                 return
+        if checkpoint_id:
+            await self.notes.set_flag(conversation_id, POSTED, checkpoint_id)
+
+    async def in_slack(self, conversation_id: str, text: str, *, since: float) -> bool:
+        """Whether the bot's post of ``text`` is already in the conversation (posted, then the process died
+        before marking it delivered). A failed lookup answers no: a reply is better twice than never."""
+        _, channel, thread_ts = parse_conversation(conversation_id)
+        first = split_reply(text)[0]
+        bot = await self.bot_user() if self.bot_user is not None else None
+        try:
+            if thread_ts == DIRECT:
+                page = await self.client.conversations_history(channel=channel, oldest=f"{since:.6f}", limit=200)
+            else:
+                page = await self.client.conversations_replies(channel=channel, ts=thread_ts, oldest=f"{since:.6f}",
+                                                               limit=200)
+        except SlackApiError as exc:
+            log.info("checking for an earlier post in %s failed: %s", conversation_id, slack_error(exc))
+            return False
+        return any(m.get("text") == first and (m.get("user") == bot or m.get("bot_id"))
+                   for m in page.get("messages") or [])
 
 
 class TurnWorker:
@@ -157,8 +186,32 @@ class TurnWorker:
             return
         self.tasks[cid] = asyncio.create_task(self._drive(cid), name=f"turns:{cid}")
 
+    async def deliver_pending(self, cid: str, *, within_seconds: float = 3_600) -> bool:
+        """Post the reply of the conversation's last turn if it committed but was never marked posted (the
+        process died in between), unless Slack already shows it. Returns whether it was posted now."""
+        checkpoints = self.pipeline.checkpoints
+        state = await checkpoints.get_state(cid)
+        if state is None or state.head_checkpoint_id is None:
+            return False
+        head = await checkpoints.get(cid, state.head_checkpoint_id)
+        done_at = head.outcome.at if head.outcome else head.meta.created_at
+        if head.kind is not CheckpointKind.TURN or head.status is not CheckpointStatus.COMPLETED or \
+                time.time() - done_at > within_seconds or await self.events.notes.flag(cid, POSTED) == head.id:
+            return False
+        last = (await checkpoints.load_history(cid, head.id)).messages[-1]
+        if last.role != "assistant" or not last.text.strip() or \
+                any(p.type in ("tool_call", "tool_result") for p in last.parts):
+            return False  # a turn that only recorded messages
+        if await self.events.in_slack(cid, last.text, since=head.meta.created_at - 1):
+            await self.events.notes.set_flag(cid, POSTED, head.id)
+            return False
+        log.warning("posting the reply of %s that a stopped worker committed but never posted", head.id)
+        await self.events.reply(cid, last.text, kind="completed", trace_id=None, checkpoint_id=head.id)
+        return True
+
     async def _drive(self, cid: str) -> None:
         try:
+            await self.deliver_pending(cid)
             while True:
                 self.again.discard(cid)
                 started = time.perf_counter()
@@ -202,8 +255,12 @@ class TurnWorker:
         for cid in await self.pipeline.inbox.recently_active(window_seconds):
             if cid in self.tasks and not self.tasks[cid].done():
                 continue
-            if await self.pipeline.pending(cid) > 0 and await self.pipeline.executor.leases.holder(cid) is None:
-                self.kick(cid)
+            if await self.pipeline.executor.leases.holder(cid) is not None:
+                continue
+            if await self.pipeline.pending(cid) > 0:
+                self.kick(cid)  # its turn delivers a pending reply first
+                kicked += 1
+            elif await self.deliver_pending(cid):
                 kicked += 1
         return kicked
 
@@ -218,6 +275,7 @@ class SlackBot:
         self.metrics = metrics or Metrics()
         self.trigger_ts: dict[str, str] = {}
         self.events = SlackEvents(client, notes, self.trigger_ts, self.metrics)
+        self.events.bot_user = self._bot_user
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None

@@ -84,14 +84,16 @@ class TurnEvents(Protocol):
 
     async def status(self, conversation_id: str, text: str | None) -> None: ...
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None: ...
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+                    checkpoint_id: str | None = None) -> None: ...
 
 
 class SilentEvents:
     async def status(self, conversation_id: str, text: str | None) -> None:
         return None
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None) -> None:
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+                    checkpoint_id: str | None = None) -> None:
         return None
 
 
@@ -262,7 +264,8 @@ class ReplyExecutor:
                     break
                 results.append(result)
                 if result.reply:
-                    await events.reply(conversation_id, result.reply, kind=result.status, trace_id=result.trace_id)
+                    await events.reply(conversation_id, result.reply, kind=result.status, trace_id=result.trace_id,
+                                       checkpoint_id=result.checkpoint_id)
                 if result.status == "awaiting_resume" or result.inbox_left == 0:
                     break
                 renewed = await self.leases.renew(lease, self.config.lease_seconds)

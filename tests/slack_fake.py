@@ -29,6 +29,8 @@ class FakeSlack:
         self.people: dict[str, str] = {}
         """user id → display name answered by users.info (others: user_not_found)."""
         self._ts = 1800000000.0
+        self.channels: dict[str, list[dict[str, Any]]] = {}
+        """channel → its top-level messages posted by the bot (conversations.history)."""
         self.threads: dict[tuple[str, str], list[dict[str, Any]]] = {}
         """(channel, thread ts) → its messages, answered by conversations.replies in pages."""
 
@@ -74,8 +76,19 @@ class FakeSlack:
                                       "user": "threadkeeper", "team": "Acme"})
         if method == "chat.postMessage":
             self._ts += 1
-            return web.json_response({"ok": True, "channel": params.get("channel"), "ts": f"{self._ts:.6f}",
+            ts = f"{self._ts:.6f}"
+            posted = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": params.get("text"), "ts": ts}
+            if params.get("thread_ts"):
+                self.threads.setdefault((params.get("channel", ""), params["thread_ts"]), []).append(
+                    dict(posted, thread_ts=params["thread_ts"]))
+            else:
+                self.channels.setdefault(params.get("channel", ""), []).append(posted)
+            return web.json_response({"ok": True, "channel": params.get("channel"), "ts": ts,
                                       "message": {"text": params.get("text")}})
+        if method == "conversations.history":
+            return web.json_response({"ok": True, "messages": list(reversed(self.channels.get(params.get("channel", ""),
+                                                                                            []))),
+                                      "has_more": False})
         if method == "users.info":
             user = params.get("user", "")
             if user in self.people:

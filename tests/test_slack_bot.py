@@ -373,3 +373,36 @@ async def test_a_turn_stopped_by_shutdown_is_answered_by_another_worker_within_s
             await harness.settle()
             await http.close()
             await harness.slack.close()
+
+
+async def test_a_reply_committed_but_never_posted_is_posted_exactly_once(model, prefix, client) -> None:
+    """The worker dies between the commit and the post: another worker posts it once, and only once."""
+    first, first_http = await make_harness(prefix, client)
+    second, second_http = await make_harness(prefix, client)
+    try:
+        async def killed(*args, **kwargs) -> None:  # the process dies right after the turn committed
+            raise ConnectionResetError("killed")
+
+        first.bot.events.reply = killed
+        await first.post(event_body(mention("1700002000.000100", "what changed today?"), event_id="Ev-kill"))
+        await first.settle()
+        cid = f"slack:T1:{CHANNEL}:1700002000.000100"
+        state = await first.pipeline.checkpoints.require_state(cid)
+        head = await first.pipeline.checkpoints.get(cid, state.head_checkpoint_id)
+        assert head.status.value == "completed" and first.slack.calls_to("chat.postMessage") == []
+        assert await second.bot.worker.sweep() == 1
+        assert await second.bot.worker.sweep() == 0
+        await second.post(event_body(mention("1700002100.000100", "and now?", thread_ts="1700002000.000100"),
+                                     event_id="Ev-next"))
+        await second.settle()
+        texts = [r["text"] for r in second.replies()]
+        assert texts == ["Here is what I found.", "Here is what I found."], "the lost reply once, then the new one"
+        # Posted, then killed before it was marked: Slack shows it, so the recovery does not post it again.
+        await second.stores.notes.set_flag(cid, "posted", "")
+        assert await second.bot.worker.deliver_pending(cid) is False
+        assert len(second.replies()) == 2
+    finally:
+        for harness, http in ((first, first_http), (second, second_http)):
+            await harness.settle()
+            await http.close()
+            await harness.slack.close()
