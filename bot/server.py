@@ -19,8 +19,11 @@ log = logging.getLogger("threadkeeper.server")
 HealthCheck = Callable[[], Awaitable[bool]]
 
 
-def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True) -> web.Application:
-    """``POST /slack/events`` (signature verified by Bolt), ``GET /healthz``, ``GET /metrics``."""
+def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
+                  durability: str = "unknown") -> web.Application:
+    """``POST /slack/events`` (signature verified by Bolt), ``GET /healthz``, ``GET /metrics``.
+
+    ``/healthz`` also says how Redis keeps acknowledged messages across its own restart (``durability``)."""
 
     async def slack_events(request: web.Request) -> web.Response:
         bolt_response = await bot.app.async_dispatch(await to_bolt_request(request))
@@ -30,7 +33,7 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True) ->
         ok = False
         with contextlib.suppress(Exception):
             ok = await health()
-        body = {"ok": ok, "redis": "reachable" if ok else "unreachable"}
+        body = {"ok": ok, "redis": "reachable" if ok else "unreachable", "durability": durability}
         return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
 
     async def metrics(_: web.Request) -> web.Response:
@@ -75,8 +78,8 @@ async def run_until_stopped(bot: SlackBot, *, sweep_seconds: float, shutdown_sec
 
 
 async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int, sweep_seconds: float,
-                     shutdown_seconds: float = 20.0) -> None:
-    runner = web.AppRunner(build_web_app(bot, health))
+                     shutdown_seconds: float = 20.0, durability: str = "unknown") -> None:
+    runner = web.AppRunner(build_web_app(bot, health, durability=durability))
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -88,12 +91,12 @@ async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int
 
 
 async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, port: int | None,
-                       sweep_seconds: float, shutdown_seconds: float = 20.0) -> None:
+                       sweep_seconds: float, shutdown_seconds: float = 20.0, durability: str = "unknown") -> None:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
     runner = None
     if port:
-        runner = web.AppRunner(build_web_app(bot, health, events=False))
+        runner = web.AppRunner(build_web_app(bot, health, events=False, durability=durability))
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
     handler = AsyncSocketModeHandler(bot.app, app_token)

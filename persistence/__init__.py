@@ -4,7 +4,7 @@ Knows no Slack and no LLM. Public entry points: :class:`CheckpointStore`, :class
 :class:`LeaseManager`, :func:`connect`, and the models in :mod:`persistence.models`.
 """
 
-from .connection import IN_PROCESS_URL, connect, ping
+from .connection import IN_PROCESS_URL, connect, durability, ping
 from .errors import (
     CorruptRecordError,
     HeadConflictError,
@@ -37,7 +37,7 @@ from .notes import MessageChange, Notes, NotesStore
 from .store import CheckpointStore, Commit, new_id
 
 __all__ = [
-    "IN_PROCESS_URL", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
+    "IN_PROCESS_URL", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",

@@ -50,3 +50,22 @@ async def ping(client: aioredis.Redis, url: str) -> None:
         await client.ping()
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise StoreUnavailableError(url, exc) from exc
+
+
+async def durability(client: Any) -> str:
+    """How Redis keeps acknowledged messages across a restart: ``aof`` (every write appended to a log),
+    ``rdb`` (periodic snapshots: the writes since the last one are lost), ``none`` (a restart loses
+    everything), or ``unknown`` (``CONFIG GET`` is not allowed, as on some managed services)."""
+    try:
+        aof = await client.config_get("appendonly")
+        save = await client.config_get("save")
+    except Exception:  # noqa: BLE001 - a restricted or in-process Redis cannot tell
+        return "unknown"
+
+    def value(reply: dict[Any, Any], key: str) -> str:
+        raw = reply.get(key, reply.get(key.encode(), b""))
+        return (raw.decode() if isinstance(raw, bytes) else str(raw or "")).strip()
+
+    if value(aof, "appendonly") == "yes":
+        return "aof"
+    return "rdb" if value(save, "save") else "none"

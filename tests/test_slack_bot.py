@@ -231,7 +231,8 @@ async def test_long_replies_are_split_with_fences_repaired(h: Harness, model) ->
 
 async def test_healthz_and_metrics(h: Harness) -> None:
     response = await h.http.get("/healthz")
-    assert response.status == 200 and (await response.json())["redis"] == "reachable"
+    body = await response.json()
+    assert response.status == 200 and body["redis"] == "reachable" and body["durability"] == "unknown"
     await h.post(event_body(mention("1700000700.000100"), event_id="Ev-m"))
     await h.settle()
     text = await (await h.http.get("/metrics")).text()

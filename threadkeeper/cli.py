@@ -14,7 +14,7 @@ from typing import Any
 
 from bot import run_console
 from bot.render import context_text
-from persistence import ThreadkeeperError, ping
+from persistence import ThreadkeeperError, durability, ping
 from services import Pipeline, load_thread, replay
 from services.replay import default_conversation_id
 
@@ -191,14 +191,22 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         async def health() -> bool:
             return bool(await stores.client.ping())
 
+        kept = await durability(stores.client) if settings.redis_url else "none"
+        if kept == "none" and settings.redis_url:
+            log.warning("Redis at REDIS_URL keeps nothing across a restart (appendonly no, no snapshots): every "
+                        "acknowledged message not yet answered would be lost. Production needs appendonly yes "
+                        "(see the README).")
+        elif kept == "rdb":
+            log.warning("Redis at REDIS_URL only snapshots: messages acknowledged since the last snapshot are lost "
+                        "if Redis restarts. Production needs appendonly yes (see the README).")
         if args.socket:
             await serve_socket(bot, health, app_token=settings.slack_app_token or "", port=args.port,
                                sweep_seconds=settings.threadkeeper_sweep_seconds,
-                               shutdown_seconds=settings.threadkeeper_shutdown_seconds)
+                               shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept)
         else:
             await serve_http(bot, health, host=args.host, port=args.port or 3000,
                              sweep_seconds=settings.threadkeeper_sweep_seconds,
-                             shutdown_seconds=settings.threadkeeper_shutdown_seconds)
+                             shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept)
         return 0
 
     return asyncio.run(_with_stores(settings, work))
