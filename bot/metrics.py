@@ -23,6 +23,8 @@ class Metrics:
                               registry=self.registry)
         self.events = Counter("threadkeeper_slack_events_total", "Slack events received, by kind and outcome",
                               ["kind", "outcome"], registry=self.registry)
+        self.model_seconds = Histogram("threadkeeper_model_seconds", "Model time of a turn, every call and retry",
+                                       registry=self.registry, buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
         self.backfill = Histogram("threadkeeper_backfill_seconds", "Reading a thread's earlier messages on joining it",
                                   registry=self.registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 
@@ -30,6 +32,8 @@ class Metrics:
         self.latency.observe(seconds)
         for r in results:
             self.turns.labels(r.status).inc()
+            if r.model_calls:
+                self.model_seconds.observe(r.model_seconds)
             if r.status == "failed":
                 self.errors.labels("turn").inc()
             report = r.compaction

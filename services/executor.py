@@ -112,6 +112,8 @@ class TurnResult:
     """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
     recorded: list[Message] = field(default_factory=list)
     """People's messages this turn took from the inbox."""
+    model_seconds: float = 0.0
+    """Time the turn spent waiting for the model (bounded by ``ExecutorConfig.turn_model_seconds``)."""
 
 
 @dataclass
@@ -122,6 +124,9 @@ class ExecutorConfig:
     tool_output_fraction: float = 0.05
     """Tool output is cut to this fraction of the usable window."""
     commit_attempts: int = 3
+    turn_model_seconds: float = 300.0
+    """The most model time one turn may spend over all its calls and retries; past it, the turn is saved as
+    it is (awaiting resume) like a call that timed out."""
 
 
 RuntimeContext = Callable[[str, Sequence[Message], Sequence[Message]], str]
@@ -149,6 +154,8 @@ class _Turn:
     final: list[Message] = field(default_factory=list)
     """The turn's last messages, written by the commit itself."""
     inbox_left: int | None = None
+    model_seconds: float = 0.0
+    """Time spent waiting for the model, over every call and retry of the turn."""
 
 
 class ReplyExecutor:
@@ -410,7 +417,7 @@ class ReplyExecutor:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), None, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, turn.incoming)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.incoming, turn.model_seconds)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
                              events: TurnEvents) -> tuple[History | None, Any]:
@@ -469,7 +476,20 @@ class ReplyExecutor:
                         "smaller messages.")
                 self._finish(turn, self.make_message(text, role="assistant"), answered=False)
                 return "refused", text
-            reply = await self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None)
+            remaining = self.config.turn_model_seconds - turn.model_seconds
+            if remaining <= 0:
+                raise ModelTimeoutError(f"the turn used its {self.config.turn_model_seconds:g}s of model time")
+            started = time.perf_counter()
+            try:
+                reply = await asyncio.wait_for(
+                    self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None,
+                                        timeout_seconds=min(self.model.timeout_seconds, remaining)),
+                    timeout=remaining)
+            except asyncio.TimeoutError as exc:
+                raise ModelTimeoutError(f"the turn used its {self.config.turn_model_seconds:g}s of model time "
+                                        "(retries included)") from exc
+            finally:
+                turn.model_seconds += time.perf_counter() - started
             turn.calls += 1
             turn.usage = reply.usage or turn.usage
             turn.covered = len(turn.messages)

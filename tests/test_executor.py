@@ -300,3 +300,16 @@ async def test_the_lease_is_renewed_while_a_long_turn_runs(model, prefix, client
     assert await second.run(CONV) == [], "the thread still belongs to the worker answering it"
     [result] = await running
     assert result.status == "completed" and result.reply == "slow answer" and len(model.requests) == 1
+
+
+async def test_a_turn_spends_at_most_its_model_time_over_all_calls(model, prefix, client) -> None:
+    """Each call within its own timeout, but tool steps add up: the turn stops at AI_TURN_SECONDS."""
+    p, _ = pipeline(prefix, client, settings={"ai_timeout_seconds": 0.6, "ai_turn_seconds": 1.0})
+    step = Step(tool_calls=[("thread_search", '{"query": "x"}')], delay=0.4)
+    model.push(step, step, step, step, Step(text="never reached"))
+    await p.submit(CONV, "look everything up", author="alice")
+    started = asyncio.get_running_loop().time()
+    results = await p.run(CONV)
+    elapsed = asyncio.get_running_loop().time() - started
+    assert results[0].status == "awaiting_resume" and elapsed < 2.0, "stopped near 1 s, not after 5 calls"
+    assert 2 <= len(model.requests) <= 3

@@ -127,7 +127,8 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                             timeout_seconds=min(settings.ai_timeout_seconds, 60.0))
     compactor = compactor_class(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
                           summarizer=summarizer, fixed_prompt_tokens=fixed)
-    config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds)
+    config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds,
+                            turn_model_seconds=settings.ai_turn_seconds)
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
                              budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
                              effects=NoteEffects(stores.notes),

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     ai_fast_model_context_window_tokens: int | None = Field(default=None, ge=1024, le=100_000_000)
     ai_max_output_tokens: int | None = Field(default=None, ge=64, le=1_000_000)
     ai_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    ai_turn_seconds: float = Field(default=300.0, gt=0, le=7200)
+    """The most model time one turn may spend over all its calls and retries."""
     ai_retry_attempts: int = Field(default=3, ge=1, le=10)
 
     slack_bot_token: str | None = None
