@@ -98,6 +98,17 @@ def test_start_up_names_a_missing_key_or_an_unknown_model(tmp_path, monkeypatch:
                     cwd=tmp_path)
     assert no_window.returncode == 2 and "set AI_MODEL_CONTEXT_WINDOW_TOKENS" in no_window.stderr
     assert len(no_window.stderr.strip().splitlines()) == 1
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    down = cli("console", env={"AI_MODEL": "openai/my-local-model", "OPENAI_API_KEY": "sk-x",
+                               "AI_MODEL_CONTEXT_WINDOW_TOKENS": "8192",
+                               "OPENAI_BASE_URL": f"http://127.0.0.1:{closed}/v1"}, stdin="", cwd=tmp_path)
+    assert down.returncode == 2 and len(down.stderr.strip().splitlines()) == 1
+    assert down.stderr.startswith(f"threadkeeper: error: AI_MODEL='openai/my-local-model' is served from "
+                                  f"OPENAI_BASE_URL=http://127.0.0.1:{closed}/v1, which does not answer")
 
 
 def test_dotenv_variables_reach_the_providers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

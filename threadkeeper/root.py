@@ -85,6 +85,34 @@ def check_models(settings: Settings) -> None:
             resolve_window(name, window, variable=f"{variable}_CONTEXT_WINDOW_TOKENS")
         except BudgetError as exc:
             raise SettingsError(str(exc)) from None
+        _check_reachable(variable, name)
+
+
+_BASE_URLS = {"openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"), "ollama": ("OLLAMA_API_BASE",),
+              "ollama_chat": ("OLLAMA_API_BASE",), "hosted_vllm": ("HOSTED_VLLM_API_BASE",)}
+_DEFAULT_BASES = {"ollama": "http://localhost:11434", "ollama_chat": "http://localhost:11434"}
+
+
+def _check_reachable(variable: str, name: str) -> None:
+    """A model served from a base URL (a local or self-hosted server) must answer a TCP connection at
+    start-up; hosted providers' own endpoints are not probed."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    provider = name.split("/", 1)[0]
+    names = _BASE_URLS.get(provider, ())
+    setting = next((v for v in names if os.environ.get(v)), None)
+    url = os.environ[setting] if setting else _DEFAULT_BASES.get(provider)
+    if not url:
+        return
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "localhost", port), timeout=3).close()
+    except OSError as exc:
+        where = f"{setting}={url}" if setting else f"{url} (the default; set {names[0]} if it runs elsewhere)"
+        raise SettingsError(f"{variable}={name!r} is served from {where}, which does not answer ({exc})") from None
 
 
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
