@@ -57,8 +57,6 @@ class Decision(_Entry):
     id: str
     author: str
     text: str
-    note: str | None = None
-    """The decision's note: how the handoff shows it (compressed like every note)."""
     status: Literal["active", "reversed"] = "active"
     reversed_by: str | None = None
 
@@ -145,6 +143,12 @@ def brief_of(note: str, text: str) -> str:
     """The brief form of a message's note ("" when the note is no longer than that)."""
     short = brief(note, language(text.split()))
     return "" if short == note else short
+
+
+def decided(text: str) -> str:
+    """What a decision line says: the sentences that state the decision (the whole text if none stands out)."""
+    stated = [sentence for sentence in x.sentences(text) if x.DECISION.search(sentence)]
+    return " ".join(stated) if stated else text
 
 
 def is_decision(text: str) -> bool:
@@ -234,7 +238,8 @@ class LedgerBuilder:
         for entry in [*lg.asks, *lg.decisions]:
             if entry.id in changes:
                 entry.text = _short(changes[entry.id] or "")
-                entry.note = None
+                if isinstance(entry, Ask):
+                    entry.note = None
         notes = []
         for n in lg.notes:
             if n.id not in changes:
@@ -267,7 +272,7 @@ class LedgerBuilder:
                 old = _best_match([d for d in lg.decisions if d.status == "active"], x.terms(text))
                 if old is not None:
                     old.status, old.reversed_by = "reversed", m.id
-            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=_short(text), note=note_of(m)))
+            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=_short(decided(text))))
 
     def _answer(self, reply: Message) -> None:
         """A reply answers the asks of its turn (its ``source_ids``); one whose ask is not folded yet waits."""

@@ -309,8 +309,28 @@ def _clip(text: str, words: int, lang: str = "en") -> str:
 
 
 def brief(note: str, lang: str = "en", words: int = BRIEF_WORDS) -> str:
-    """A note's brief form: its ``words`` most informative words and every number and identifier, in order."""
-    return _clip(" ".join(note.replace("; ", " ").split()), words, lang)
+    """A note's brief form: the run of ``words`` consecutive words that says most (numbers and identifiers
+    inside it come free), plus every number and identifier outside it, in order. A run keeps a phrase
+    together ("Postgres 16 reporting"), where the rarest words picked one by one would scatter it."""
+    parts = note.replace("; ", " ").split()
+    if _CJK.search(note) and len(parts) <= 1:
+        return _clip(note, words, lang)
+    essential = [_essential(p) or bool(i and _unit(parts[i - 1], p)) for i, p in enumerate(parts)]
+    if sum(1 for e in essential if not e) <= words:
+        return " ".join(parts)
+    info = [0.0 if e else information(p.rstrip(";"), lang) for p, e in zip(parts, essential, strict=True)]
+    best, best_score = (0, 0), -1.0
+    for start in range(len(parts)):
+        end, taken, score = start, 0, 0.0
+        while end < len(parts) and (taken < words or essential[end]):
+            if not essential[end]:
+                taken += 1
+                score += info[end]
+            end += 1
+        if taken == words and score > best_score:
+            best, best_score = (start, end), score
+    start, end = best
+    return " ".join(p.rstrip(";") for i, p in enumerate(parts) if start <= i < end or essential[i])
 
 
 def _informative(text: str) -> bool:

@@ -87,10 +87,10 @@ def _structured(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: M
                                        (2.0, d.seq)))
         elif d.status == "reversed":
             decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}, reversed by [{lab(d.reversed_by or d.id)}]: "
-                                         f"{d.note or d.text}",
+                                         f"{d.text}",
                                          (d.id, d.reversed_by or d.id), (0.0, d.seq)))
         else:
-            decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}: {d.note or d.text}", (d.id,),
+            decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}: {d.text}", (d.id,),
                                          (1.0, d.seq)))
     facts = _Section("facts", "Recorded by the assistant (with evidence):")
     for f in ledger.model_facts:
