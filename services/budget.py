@@ -14,7 +14,7 @@ Defaults and why:
   verbatim and every pinned message within their shares, and the handoff fills what the target leaves, so
   an unused pin share flows to the notes. Recent messages stay verbatim for the flow of the conversation;
   older ones are worth more as notes, which cost a fraction of their tokens (measured on REALTALK at an 8k
-  window: 41% of questions keep all their evidence with 0.10, 35% with 0.15; see the README).
+  window: 42% of questions keep all their evidence with 0.10, 37% with 0.15; see the README).
 * **recall 0.15**: the earlier messages recalled for a turn's new message (per-turn runtime context, never
   stored as history) take at most this share, less when the request has no room for it.
 * **output reserve 10% of the window**, at least 256 tokens and at most the model's maximum
