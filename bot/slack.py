@@ -279,6 +279,7 @@ class SlackBot:
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
+        self.team_id: str | None = None
         self._names: dict[str, str] = {}
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
                             request_verification_enabled=bool(signing_secret), process_before_response=True)
@@ -289,7 +290,18 @@ class SlackBot:
             auth = await self.client.auth_test()
             self.bot_user_id = auth.get("user_id")
             self.bot_id = auth.get("bot_id")
+            self.team_id = auth.get("team_id")
         return self.bot_user_id
+
+    async def _foreign(self, body: dict[str, Any], kind: str) -> bool:
+        """An event from a workspace other than the one this bot's token belongs to: ignored (and counted)."""
+        team = body.get("team_id")
+        await self._bot_user()
+        if team and self.team_id and team != self.team_id:
+            self.metrics.events.labels(kind, "foreign").inc()
+            log.info("ignored a %s event from team %s (this bot belongs to %s)", kind, team, self.team_id)
+            return True
+        return False
 
     def _register(self) -> None:
         app = self.app
@@ -318,6 +330,8 @@ class SlackBot:
 
         @app.event("assistant_thread_started")
         async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
+            if await self._foreign(body, "assistant"):
+                return
             thread = event.get("assistant_thread", {})
             cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
             await self.notes.set_flag(cid, "assistant", "1")
@@ -330,6 +344,8 @@ class SlackBot:
 
         @app.event("assistant_thread_context_changed")
         async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
+            if await self._foreign(body, "assistant"):
+                return
             thread = event.get("assistant_thread", {})
             cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
             context = thread.get("context") or {}
@@ -338,7 +354,7 @@ class SlackBot:
     # -- recording -----------------------------------------------------------------------------
 
     async def record_message(self, body: dict[str, Any], event: dict[str, Any], *, mention: bool) -> None:
-        if "ts" not in event or not (event.get("user") or event.get("bot_id")):
+        if "ts" not in event or not (event.get("user") or event.get("bot_id")) or await self._foreign(body, "message"):
             return
         bot = await self._bot_user()
         from_bot = bool(event.get("bot_id")) or event.get("subtype") == "bot_message"
@@ -443,6 +459,8 @@ class SlackBot:
                 if m.role in ("user", "assistant") and not m.flags.runtime][-6:]
 
     async def record_edit(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        if await self._foreign(body, "edit"):
+            return
         new = event.get("message") or {}
         if "ts" not in new:
             return
@@ -453,6 +471,8 @@ class SlackBot:
         await self._effect(cid, item)
 
     async def record_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        if await self._foreign(body, "delete"):
+            return
         previous = event.get("previous_message") or {}
         deleted = event.get("deleted_ts") or previous.get("ts")
         if not deleted:
@@ -463,6 +483,8 @@ class SlackBot:
                                           reply_expected=False))
 
     async def record_pin(self, body: dict[str, Any], event: dict[str, Any], *, pinned: bool) -> None:
+        if await self._foreign(body, "pin"):
+            return
         item = event.get("item") or {}
         message = item.get("message") or {}
         if "ts" not in message:

@@ -407,3 +407,17 @@ async def test_a_reply_committed_but_never_posted_is_posted_exactly_once(model, 
             await harness.settle()
             await http.close()
             await harness.slack.close()
+
+
+async def test_events_from_another_workspace_are_ignored(h: Harness, model) -> None:
+    """A single-token bot belongs to one workspace (auth.test says T1): another team's events do nothing."""
+    assert await h.post(event_body(mention("1700003000.000100", "hi from elsewhere"), event_id="Ev-T9",
+                                   team="T9")) == 200
+    await h.settle()
+    assert h.replies() == [] and model.requests == []
+    assert not await h.pipeline.checkpoints.conversation_exists(f"slack:T9:{CHANNEL}:1700003000.000100")
+    text = await (await h.http.get("/metrics")).text()
+    assert 'threadkeeper_slack_events_total{kind="message",outcome="foreign"} 1.0' in text
+    assert await h.post(event_body(mention("1700003001.000100", "hi from home"), event_id="Ev-T1")) == 200
+    await h.settle()
+    assert len(h.replies()) == 1
