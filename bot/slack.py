@@ -65,6 +65,8 @@ def slack_error(exc: SlackApiError) -> str:
     return str(data.get("error") or f"HTTP {exc.response.status_code}")
 
 
+REACTED = "reacted"
+"""Conversation flag: the message carrying the bot's :eyes: while it works ("" when none)."""
 POSTED = "posted"
 """Conversation flag: the checkpoint whose reply was last posted to Slack."""
 DIRECT = "dm"
@@ -109,7 +111,6 @@ class SlackEvents:
         self.notes = notes
         self.trigger_ts = trigger_ts
         self.metrics = metrics
-        self._reacted: dict[str, str] = {}
         self.bot_user: Callable[[], Awaitable[str | None]] | None = None
 
     async def status(self, conversation_id: str, text: str | None) -> None:
@@ -119,13 +120,16 @@ class SlackEvents:
                 await self.client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts,
                                                               status=text or "")
                 return
-            if text and conversation_id not in self._reacted and conversation_id in self.trigger_ts:
+            # The reaction's message is kept in Redis, not in memory, so whichever worker ends the conversation's
+            # work next (after a restart too) removes it.
+            reacted = await self.notes.flag(conversation_id, REACTED)
+            if text and not reacted and conversation_id in self.trigger_ts:
                 ts = self.trigger_ts[conversation_id]
+                await self.notes.set_flag(conversation_id, REACTED, ts)
                 await self.client.reactions_add(channel=channel, timestamp=ts, name="eyes")
-                self._reacted[conversation_id] = ts
-            elif text is None and conversation_id in self._reacted:
-                await self.client.reactions_remove(channel=channel, timestamp=self._reacted.pop(conversation_id),
-                                                   name="eyes")
+            elif text is None and reacted:
+                await self.notes.set_flag(conversation_id, REACTED, "")
+                await self.client.reactions_remove(channel=channel, timestamp=reacted, name="eyes")
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
             log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
 
@@ -260,8 +264,11 @@ class TurnWorker:
             if await self.pipeline.pending(cid) > 0:
                 self.kick(cid)  # its turn delivers a pending reply first
                 kicked += 1
-            elif await self.deliver_pending(cid):
+                continue
+            if await self.deliver_pending(cid):
                 kicked += 1
+            if await self.events.notes.flag(cid, REACTED):
+                await self.events.status(cid, None)  # left by a worker that died mid-turn
         return kicked
 
 

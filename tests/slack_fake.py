@@ -64,7 +64,7 @@ class FakeSlack:
         elif request.content_type == "application/json":
             params = await request.json()
         else:
-            params = dict(await request.post())
+            params = {**dict(request.query), **dict(await request.post())}  # slack-sdk sends some in the query
         self.calls.append((method, params))
         if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})

@@ -421,3 +421,16 @@ async def test_events_from_another_workspace_are_ignored(h: Harness, model) -> N
     assert await h.post(event_body(mention("1700003001.000100", "hi from home"), event_id="Ev-T1")) == 200
     await h.settle()
     assert len(h.replies()) == 1
+
+
+async def test_a_reaction_left_by_a_dead_worker_is_removed_by_the_sweep(h: Harness) -> None:
+    await h.post(event_body(mention("1700004000.000100", "status?"), event_id="Ev-r1"))
+    await h.settle()
+    assert len(h.slack.calls_to("reactions.add")) == 1 and len(h.slack.calls_to("reactions.remove")) == 1
+    cid = f"slack:T1:{CHANNEL}:1700004000.000100"
+    await h.stores.notes.set_flag(cid, "reacted", "1700004000.000100")  # a worker died with :eyes: on it
+    await h.bot.worker.sweep()
+    removed = h.slack.calls_to("reactions.remove")
+    assert len(removed) == 2 and removed[-1]["timestamp"] == "1700004000.000100"
+    await h.bot.worker.sweep()
+    assert len(h.slack.calls_to("reactions.remove")) == 2, "removed once"
