@@ -46,6 +46,9 @@ class ToolResultPart(_Record):
     name: str
     content: str
     truncated: bool = False
+    data: list[dict[str, Any]] | None = None
+    """Structured records the tool returned beside its text (``record_state``'s accepted entries), stored
+    whole even when the text was cut to fit."""
 
 
 ContentPart = Annotated[TextPart | ImagePart | ToolCallPart | ToolResultPart, Field(discriminator="type")]

@@ -48,7 +48,7 @@ from .notes import note_and_brief
 from .recall import Recall, change_notice_id
 from .refs import next_ref
 from .tokens import Tokenizer
-from .tools import ToolContext, ToolRegistry, bound_text
+from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
 
 log = logging.getLogger("threadkeeper.executor")
 
@@ -457,7 +457,7 @@ class ReplyExecutor:
             content = (await self.tools.run(call["name"], call["arguments"], ctx)) if approved else \
                 "The person declined this call; it was not run."
             content, cut = bound_text(content, self.tokenizer, self.tool_limit())
-            new.append(self._tool_result(call["id"], call["name"], content, cut))
+            new.append(self._tool_result(call["id"], call["name"], content, cut, ctx.extras.get(RECORDS)))
         new.extend(incoming)
         runtime_ids = [m.id for m in messages if m.flags.runtime]
         await self.checkpoints.append(conversation_id, paused.id, new, inbox_consumed=len(items))
@@ -514,7 +514,7 @@ class ReplyExecutor:
                 ctx = ToolContext(conversation_id, turn.checkpoint.id, turn.messages)
                 content = await self.tools.run(call.name, call.arguments, ctx)
                 content, cut = bound_text(content, self.tokenizer, self.tool_limit())
-                results.append(self._tool_result(call.id, call.name, content, cut))
+                results.append(self._tool_result(call.id, call.name, content, cut, ctx.extras.get(RECORDS)))
             await self._append(conversation_id, turn, [assistant, *results])
         text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
                 "ask again or narrow the request.")
@@ -557,8 +557,9 @@ class ReplyExecutor:
     def tool_limit(self) -> int:
         return max(200, int(self.budget.usable_tokens * self.config.tool_output_fraction))
 
-    def _tool_result(self, call_id: str, name: str, content: str, truncated: bool) -> Message:
-        part = ToolResultPart(call_id=call_id, name=name, content=content, truncated=truncated)
+    def _tool_result(self, call_id: str, name: str, content: str, truncated: bool,
+                     data: list[dict[str, Any]] | None = None) -> Message:
+        part = ToolResultPart(call_id=call_id, name=name, content=content, truncated=truncated, data=data)
         return self.with_tokens(Message(id=new_id("m"), role="tool", parts=[part], tokens=0))
 
     def _bound_input(self, message: Message) -> Message:

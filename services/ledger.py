@@ -292,21 +292,27 @@ class LedgerBuilder:
 
     def _fold_tool(self, m: Message) -> None:
         for part in m.parts:
-            if isinstance(part, ToolResultPart) and part.name == RECORD_STATE and ACCEPTED_MARK in part.content:
+            if not isinstance(part, ToolResultPart) or part.name != RECORD_STATE:
+                continue
+            if part.data is not None:
+                entries = part.data
+            elif ACCEPTED_MARK in part.content:  # written before entries were stored as data
                 raw = part.content.split(ACCEPTED_MARK, 1)[1].splitlines()[0]
                 try:
                     entries = json.loads(raw)
                 except ValueError:
                     continue
-                for i, e in enumerate(entries):
-                    kind = e.get("kind", "fact")
-                    for ident, ref in zip(e["evidence"], e.get("refs") or [], strict=False):
-                        if ref:
-                            self.ledger.refs[ident] = ref
-                    self.ledger.model_facts.append(ModelFact(
-                        seq=self._seq(), key=f"{m.id}#{i}", evidence_id=e["evidence"][0],
-                        evidence_hash=e.get("hash", ""), text=_short(e["text"], 240),
-                        kind=kind if kind in ("fact", "plan_step", "decision") else "fact"))
+            else:
+                continue
+            for i, e in enumerate(entries):
+                kind = e.get("kind", "fact")
+                for ident, ref in zip(e["evidence"], e.get("refs") or [], strict=False):
+                    if ref:
+                        self.ledger.refs[ident] = ref
+                self.ledger.model_facts.append(ModelFact(
+                    seq=self._seq(), key=f"{m.id}#{i}", evidence_id=e["evidence"][0],
+                    evidence_hash=e.get("hash", ""), text=_short(e["text"], 240),
+                    kind=kind if kind in ("fact", "plan_step", "decision") else "fact"))
 
     def evict(self) -> LedgerBuilder:
         """Apply the caps by value: open asks before answered ones before superseded ones; newer first within."""

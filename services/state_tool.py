@@ -3,8 +3,9 @@
 Each entry must cite an existing message as evidence, by its reference (``#N``) or id; a message folded
 into a handoff is found too. Entries without evidence, and entries that
 are standing behavioural instructions ("always…", "from now on ignore…") rather than facts, decisions
-or plan steps, are rejected with a reason the model sees. Accepted entries are written into the tool
-result, from which the ledger folds them at the next compaction.
+or plan steps, are rejected with a reason the model sees. Accepted entries are stored as structured data
+on the tool result (and shown in its text, which may be cut to fit), and the ledger folds them from that
+data at the next compaction.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from . import extract as x
 from .ledger import ACCEPTED_MARK, RECORD_STATE
 from .recall import Recall
 from .refs import parse
-from .tools import Tool, ToolContext
+from .tools import RECORDS, Tool, ToolContext
 
 KINDS = ("fact", "decision", "plan_step")
 
@@ -114,6 +115,7 @@ def record_state_tool(resolve: Resolver | None = None) -> Tool:
                 rejected.append(f"entry {i}: {reason}")
         lines = [f"recorded {len(accepted)} of {len(entries)} entries"]
         if accepted:
+            ctx.extras[RECORDS] = accepted  # stored whole on the tool result; the text below may be cut
             lines.append(ACCEPTED_MARK + json.dumps(accepted, sort_keys=True, separators=(",", ":")))
         lines.extend(f"rejected {r}" for r in rejected)
         return "\n".join(lines)

@@ -23,6 +23,10 @@ class ToolContext:
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
+RECORDS = "records"
+"""``ToolContext.extras`` key: structured records a tool returns beside its text (``record_state``'s accepted
+entries). The executor stores them whole on the tool result, so cutting the text never loses them."""
+
 
 @dataclass(frozen=True)
 class Tool:

@@ -513,3 +513,26 @@ async def test_record_state_accepts_a_reference_from_a_handoff(model, prefix, cl
     result = next(m for m in reversed((await p.checkpoints.load_history(CONV)).messages) if m.role == "tool").text
     assert result.startswith("recorded 1 of 2 entries") and "#99999 is not a message of this thread" in result
     assert f'"evidence":["{folded}"]' in result, "stored under the message's id"
+
+
+async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, client) -> None:
+    """At a 4k window the tool result's text is cut; the entries are stored as data and all reach the handoff."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    await chat(p, ["The canary for payments-api runs in eu-west-3 on build 812."])
+    entries = [{"kind": "fact", "text": f"Recorded fact number {i}: the canary check {i} passed on build 812 in "
+                f"eu-west-3 with p99 latency under {200 + i} ms and no errors in the logs.", "evidence": ["#1"]}
+               for i in range(8)]
+    model.push(Step(tool_calls=[("record_state", json.dumps({"entries": entries}))]), Step(text="recorded"))
+    await chat(p, ["please record the canary checks"])
+    history = (await p.checkpoints.load_history(CONV)).messages
+    result = next(m for m in history if m.role == "tool")
+    part = result.parts[0]
+    assert part.truncated and "cut" in part.content, "the text was cut to the tool limit"
+    assert part.data is not None and len(part.data) == 8
+    await chat(p, filler(70, 2))
+    history = await p.checkpoints.load_history(CONV)
+    ledger = (await p.checkpoints.get(CONV, history.chain[0])).meta.info["ledger"]
+    assert sorted(f["text"][:22] for f in ledger["model_facts"]) == [f"Recorded fact number {i}" for i in range(8)], \
+        "every entry was folded, though the text that showed them was cut"
+    assert "Recorded fact number 7:" in history.messages[0].text.split("Recorded by the assistant")[1], \
+        "the newest are shown within the section's share"
