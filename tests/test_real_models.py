@@ -157,3 +157,34 @@ async def test_retry_after_is_honoured_and_a_wait_longer_than_a_call_is_not_a_ti
     with pytest.raises(RateLimitedError, match="retry after 3600s, longer than a call may take"):
         await client.complete([{"role": "user", "content": "hi"}])
     assert time.perf_counter() - started < 2 and len(server.requests) == 3
+
+
+@pytest.mark.parametrize("fast_model, window, limit", [("openai/gpt-4o", None, 16_384),
+                                                      ("openai/fast-8k", 8_192, 8_192 // 4)])
+async def test_a_compaction_gets_its_narrative_from_a_real_provider_route(server: ModelServer, prefix, client,
+                                                                         fast_model, window, limit) -> None:
+    """The summarizer is called through litellm's OpenAI route; its request stays within the model's limits
+    and its narrative, citing a real reference, is accepted."""
+    from fakes import Step, scripted
+    from test_compaction import CONV, chat, filler
+
+    main = scripted()
+    main.default = Step(text="noted")
+    settings = {"ai_fast_model": fast_model}
+    if window:
+        settings["ai_fast_model_context_window_tokens"] = window
+    p, _ = pipeline(prefix, client, context_window=4096, settings=settings)
+    server.default = Reply(text="- [#1] Ticket OPS-77 tracks the outage of the ledger service.",
+                           prompt_tokens=900, completion_tokens=20)
+    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service."] + filler(70, 1))
+    history = await p.checkpoints.load_history(CONV)
+    root = await p.checkpoints.get(CONV, history.chain[0])
+    assert server.requests and all(path == "/v1/chat/completions" for path in server.paths)
+    for request in server.requests:
+        chars = sum(len(m["content"]) for m in request["messages"])
+        print(f"{fast_model}: model={request['model']} max_tokens={request['max_tokens']} "
+              f"messages={len(request['messages'])} prompt_chars={chars}")
+        assert request["max_tokens"] <= limit
+    assert root.meta.info["strategy"] == "llm"
+    narrative = history.messages[0].text.split("Narrative (model-written):")[1]
+    assert "- [#1] Ticket OPS-77 tracks the outage of the ledger service." in narrative
