@@ -233,7 +233,8 @@ def _langgraph_bytes(history: int) -> int | None:
 async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str], None] = lambda _: None,
                     ) -> dict[str, float]:
     url = settings.redis_url or "redis://127.0.0.1:6379/15"
-    prefix = f"tkbench-{uuid.uuid4().hex[:8]}"
+    # Under the configured prefix, so a caller can find (and check it removed) exactly its own keys.
+    prefix = f"tkbench-{settings.threadkeeper_key_prefix}-{uuid.uuid4().hex[:8]}"
     pool = aioredis.BlockingConnectionPool.from_url(url, connection_class=CountingConnection, timeout=30,
                                                     max_connections=settings.threadkeeper_redis_max_connections)
     client = aioredis.Redis(connection_pool=pool)
