@@ -29,7 +29,7 @@ from persistence import Message, TextPart, ToolCallPart, ToolResultPart
 from . import extract as x
 from . import refs
 from .notebook import NoteEntry, TermStats
-from .notes import brief, language, make_note, terms
+from .notes import brief_or_empty, language, make_note, terms
 
 RECORD_STATE = "record_state"
 ACCEPTED_MARK = "accepted entries: "
@@ -140,9 +140,8 @@ def note_of(message: Message) -> str | None:
 
 
 def brief_of(note: str, text: str) -> str:
-    """The brief form of a message's note ("" when the note is no longer than that)."""
-    short = brief(note, language(text.split()))
-    return "" if short == note else short
+    """The brief form of a message's note ("" when the note is no longer than that), in ``text``'s language."""
+    return brief_or_empty(note, language(text.split()))
 
 
 def decided(text: str) -> str:

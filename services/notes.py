@@ -25,9 +25,10 @@ from . import extract as x
 NOTE_MAX_WORDS = 12
 """A note keeps at most about this many words of a message (its best sentences; names, numbers and identifiers always)."""
 BRIEF_WORDS = 3
-"""A note's brief form keeps this many of its most informative words (and every name, number and identifier).
-A handoff shows the brief form of many notes before the full form of a few (see :mod:`services.notebook`);
-measured on REALTALK and BEAM, the gist of more messages keeps more of a thread than the detail of fewer."""
+"""A note's brief form keeps the run of this many consecutive words that says most (and every number and
+identifier). A handoff shows the brief form of many notes before the full form of a few (see
+:mod:`services.notebook`). On REALTALK at an 8k window three words kept more questions' complete evidence
+than four (41% against 36%, measured with briefs of the rarest words rather than runs)."""
 
 _CONTRACTIONS = frozenset("""i'm i've i'll i'd you've you'll you'd he's she's we're we've we'll we'd they're they've
     they'll they'd that's there's here's what's who's where's how's let's it'll that'll""".split())
@@ -241,8 +242,13 @@ def note_and_brief(text: str, created_at: float) -> tuple[str, str]:
     note, lang = _note(text, created_at)
     if not note:
         return "", ""
+    return note, brief_or_empty(note, lang)
+
+
+def brief_or_empty(note: str, lang: str) -> str:
+    """A note's brief form, or "" when it would be the note itself (what is stored)."""
     short = brief(note, lang)
-    return note, "" if short == note else short
+    return "" if short == note else short
 
 
 @lru_cache(maxsize=4_096)
@@ -289,7 +295,7 @@ def _essential(word: str) -> bool:
 
 def _unit(before: str, word: str) -> bool:
     """``word`` is the unit of the number before it ("250 ms", "3 GB", "5 m")."""
-    return bool(_has_digit(before)) and bool(x.NUMBER_UNIT.fullmatch(f"{before} {word}".rstrip(";") )
+    return bool(_has_digit(before)) and bool(x.NUMBER_UNIT.fullmatch(f"{before} {word}".rstrip(";"))
                                               or len(word) == 1 and word.isalpha())
 
 

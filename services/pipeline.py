@@ -105,9 +105,12 @@ class Pipeline:
         history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id) \
             if state.head_checkpoint_id is not None else None
         tokens = measure(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens)
-        pending = [executor.prepare_incoming(i.message, addressed=i.reply_expected)
-                   for i in await self.inbox.peek(conversation_id) if i.kind == "message" and i.message is not None]
-        incoming = sorted([*pending, *(executor.prepare_incoming(m, addressed=True) for m in arriving)],
+        # What the next turn takes: the queue, then the arriving messages, as far as one turn's bound goes (a
+        # question behind a long backlog waits for a later turn, and the preview says so by leaving it out).
+        taken = executor.bounded([*await self.inbox.peek(conversation_id),
+                                  *(InboxItem(message=m, reply_expected=True) for m in arriving)])
+        incoming = sorted([executor.prepare_incoming(i.message, addressed=i.reply_expected)
+                           for i in taken if i.kind == "message" and i.message is not None],
                           key=lambda m: m.created_at)
         messages: list[Message] = list(history.messages) if history else []
         incoming = executor.numbered(messages, incoming)

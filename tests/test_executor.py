@@ -83,8 +83,14 @@ async def test_runtime_context_is_sent_only_for_the_current_turn(model, prefix, 
 async def test_a_backlog_is_taken_over_several_turns_each_within_the_window(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=2048)
     chunk = "word " * int(p.budget.usable_tokens * 0.45)
+    await p.submit(CONV, "starting the import", author="alice", id="start", reply_expected=False)
+    await p.run(CONV)
     for i in range(3):
         await p.submit(CONV, chunk, author="alice", id=f"big.{i}", reply_expected=i == 2)
+    question = p.executor.make_message("is it done?", author="bob", id="q")
+    preview = await p.context(CONV, arriving=[question])
+    assert [i for e in preview.context if e.role == "user" for i in e.source_ids] == ["start", "big.0"], \
+        "the preview is the next turn: one chunk; the question waits behind the backlog"
     results = await p.run(CONV)
     assert [r.status for r in results] == ["recorded", "recorded", "completed"], "one chunk per turn"
     turns = [r for r in model.requests if r["messages"][0]["content"].startswith("You are Threadkeeper")]

@@ -217,8 +217,9 @@ async def test_previews_call_no_model_unless_asked(model, prefix, client) -> Non
                                                                    "ai_fast_model_context_window_tokens": 4096})
     p.executor.runtime_context = fixed_runtime
     await _thread(p, FACTS)
-    for i, text in enumerate(_filler(110, 10), start=10):  # pending in the inbox: the next turn compacts first
+    for i, text in enumerate(_filler(110, 10), start=10):  # pending in the inbox
         await p.submit(CONV, text, author="bob", id=f"1700.{i:06d}", reply_expected=False)
+    p.executor.bounded = lambda items: items  # one turn takes the whole queue, so it compacts first
     model.requests.clear()
     summarizer.requests.clear()
     report = await p.context(CONV, arriving=[p.executor.make_message("what was the billing ticket?")])
