@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -22,8 +23,13 @@ def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
         timeout: float = 240, cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
     full_env.update(env or {})
+    # Not the checkout: a developer's .env there (keys, a REDIS_URL of theirs) must never reach the tests.
     return subprocess.run([sys.executable, "-m", "threadkeeper", *args], input=stdin, capture_output=True, text=True,
-                          env=full_env, cwd=cwd or ROOT, timeout=timeout)
+                          env=full_env, cwd=cwd or _NO_DOTENV, timeout=timeout)
+
+
+_NO_DOTENV = tempfile.mkdtemp(prefix="threadkeeper-cli-")
+"""An empty working directory for the command-line tests."""
 
 
 @pytest.mark.parametrize("window", [8_000, 128_000, 1_000_000])
