@@ -16,8 +16,6 @@ from services.budget import OFFLINE_WINDOW_TOKENS
 
 from conftest import REDIS_URL, drop_prefix, real_redis
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
         timeout: float = 240, cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
