@@ -18,7 +18,7 @@ from persistence import (
     new_id,
 )
 from services.budget import ContextBudget
-from services.compactor import Compactor, Plan
+from services.compactor import Compactor, Plan, RunningFold
 from services.ledger import Ledger
 from services.narrative import extractive
 from services.refs import next_ref
@@ -75,7 +75,8 @@ class RecencyCompactor(_Baseline):
     name = "recency"
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
+                   running: RunningFold | None = None) -> Plan:
         return self._plan(messages, _newest(_plain(messages), budget.target_tokens))
 
 
@@ -85,7 +86,8 @@ class AccumulatingSummaries(_Baseline):
     name = "accumulating-summaries"
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
+                   running: RunningFold | None = None) -> Plan:
         records = [m for m in messages if m.flags.handoff]
         transcript = [m for m in _plain(messages) if not m.flags.handoff]
         keep = _newest(transcript, budget.target_tokens // 2)
@@ -108,7 +110,8 @@ class UserMessagesSummary(_Baseline):
     name = "user-messages+summary"
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
+                   running: RunningFold | None = None) -> Plan:
         people = [m for m in _plain(messages) if m.role == "user" and not m.flags.handoff]
         keep = _newest(people, min(FIXED_USER_BUDGET, budget.target_tokens - budget.summary_cap_tokens))
         kept_ids = {m.id for m in keep}

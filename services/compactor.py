@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -109,6 +110,11 @@ def target_for(budget: ContextBudget, incoming: Sequence[Message]) -> int:
     return max(budget.target_tokens // 4, min(budget.target_tokens, budget.trigger_tokens - arriving))
 
 
+def changes_of(notes: Notes) -> dict[str, str | None]:
+    """Edited message ids with their current text, deleted ones with None."""
+    return {mid: (c.text or "" if c.kind == "edited" else None) for mid, c in notes.changes.items()}
+
+
 def suspects(notes: Notes) -> dict[str, str]:
     """Message ids that were edited or deleted after they were written, with the reason."""
     out: dict[str, str] = {}
@@ -116,6 +122,50 @@ def suspects(notes: Notes) -> dict[str, str]:
         out[message_id] = ("its message was deleted" if change.kind == "deleted"
                            else "its message was edited after this was recorded")
     return out
+
+
+RUNNING_NOTES = 20_000
+"""How many notes the running folds of one process hold in all (about 3 KB each, so at most about 60 MB); the
+conversations used least recently leave first and are folded again from their messages when they compact."""
+
+
+@dataclass
+class RunningFold:
+    """The ledger folded over the oldest messages of an epoch, which no compaction can keep verbatim.
+
+    Kept per conversation in the process and extended before each turn, so a compaction folds only what
+    arrived since (at most the messages it could keep) and then selects and renders. Folding in steps gives
+    exactly what one fold gives, so a worker that never saw the conversation writes the same handoff."""
+
+    root: str
+    """The epoch's first checkpoint: the compaction whose ledger this one continues (or the conversation's first)."""
+    changes: dict[str, str | None]
+    """The edits and deletions it was folded with."""
+    consumed: list[str]
+    """The ids of the epoch's first ``len(consumed)`` messages, in history order."""
+    builder: LedgerBuilder
+
+    def matches(self, messages: Sequence[Message], changes: dict[str, str | None]) -> bool:
+        n = len(self.consumed)
+        return changes == self.changes and len(messages) >= n and \
+            (n == 0 or (messages[n - 1].id == self.consumed[-1] and [m.id for m in messages[:n]] == self.consumed))
+
+
+def foldable(messages: Sequence[Message], retained_tokens: int) -> int:
+    """How many of the oldest messages no compaction keeps verbatim: people's messages newer than them
+    hold more than ``retained_tokens``, and none of them is pinned."""
+    after = 0
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "user" and not m.flags.handoff and not m.flags.runtime:
+            if after > retained_tokens:
+                end = i + 1
+                break
+            after += m.tokens
+    else:
+        return 0
+    pinned = next((i for i, m in enumerate(messages[:end]) if m.flags.pinned), end)
+    return min(end, pinned)
 
 
 class Compactor:
@@ -126,12 +176,51 @@ class Compactor:
         self.tokenizer = tokenizer
         self.summarizer = summarizer
         self.fixed_prompt_tokens = fixed_prompt_tokens
+        self._running: OrderedDict[str, RunningFold] = OrderedDict()
+        self._running_notes = 0
+
+    # -- the running fold ----------------------------------------------------------------------
+
+    async def advance(self, conversation_id: str, history: History, budget: ContextBudget,
+                      previous: Ledger | None = None, changes: dict[str, str | None] | None = None) -> RunningFold:
+        """Fold the committed messages no compaction can keep into the conversation's running fold.
+
+        Called before every turn; ``previous`` and ``changes`` when the caller has them (a compaction), else
+        the epoch's ledger is read once and the edits last seen are assumed (a compaction checks them)."""
+        root = history.chain[0]
+        running = self._running.pop(conversation_id, None)
+        if running is not None:
+            self._running_notes -= len(running.builder.ledger.notes)
+        if changes is None:
+            changes = running.changes if running is not None else {}
+        if running is None or running.root != root or not running.matches(history.messages, changes):
+            if previous is None:
+                previous = await self._previous_ledger(conversation_id, history)
+            running = RunningFold(root, dict(changes), [], LedgerBuilder(previous, count=self.tokenizer.count))
+        # Twice the retained share, as the compaction may count tokens differently by then; it checks.
+        end = foldable(history.messages, 2 * budget.retained_user_tokens)
+        if end > len(running.consumed):
+            fresh = history.messages[len(running.consumed):end]
+            running.builder.fold(fresh, running.changes)
+            running.consumed.extend(m.id for m in fresh)
+        self._running[conversation_id] = running
+        self._running_notes += len(running.builder.ledger.notes)
+        while self._running_notes > RUNNING_NOTES and len(self._running) > 1:  # the least recently used leave
+            _, gone = self._running.popitem(last=False)
+            self._running_notes -= len(gone.builder.ledger.notes)
+        return running
 
     # -- hook used by the reply executor -------------------------------------------------------
 
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
                           budget: ContextBudget) -> tuple[History | None, CompactionReport | None]:
-        if history is None or not self.should_compact(history, incoming, budget):
+        if history is None:
+            return history, None
+        try:
+            await self.advance(conversation_id, history, budget)
+        except CorruptRecordError as exc:  # the compaction, if one is due, reports it
+            log.warning("running fold of %s skipped: %s", conversation_id, exc)
+        if not self.should_compact(history, incoming, budget):
             return history, None
         report, plan = await self._plan_and_report(conversation_id, history, incoming, budget, "trigger")
         try:
@@ -190,7 +279,7 @@ class Compactor:
                                                    use_model=not dry_run or with_model)
         if not dry_run:
             try:
-                await self._write(conversation_id, history, plan, report)
+                await self._write(conversation_id, history, plan, report, reload=False)
             except HeadConflictError:
                 report.superseded = True
         return report
@@ -208,8 +297,9 @@ class Compactor:
         ratio = calibration(history, fixed_prompt_tokens=fixed)
         notes = await self.notes.get(conversation_id)
         previous = await self._previous_ledger(conversation_id, history)
+        running = await self.advance(conversation_id, history, budget, previous, changes_of(notes))
         plan = await self.plan(history.messages, incoming, notes, previous, budget.in_estimates(ratio),
-                               use_model=use_model)
+                               use_model=use_model, running=running)
         tokens_after = plan.tokens_after if ratio == 1.0 else round(ratio * (fixed + plan.tokens_after)) - fixed
         report = CompactionReport(
             conversation_id=conversation_id, previous_checkpoint_id=history.checkpoint.id, new_checkpoint_id=None,
@@ -235,12 +325,17 @@ class Compactor:
                                      str(exc).splitlines()[0]) from None
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
-                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True) -> Plan:
-        """The replacement history for ``messages``; pure apart from the summarizer call."""
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
+                   running: RunningFold | None = None) -> Plan:
+        """The replacement history for ``messages``; pure apart from the summarizer call. ``running``: the
+        ledger already folded over the oldest of them (used when none of those is kept)."""
         people = [m for m in messages if m.role == "user" and not m.flags.handoff and not m.flags.runtime]
         live = [m for m in (self._current(m, notes) for m in people) if m is not None]
         pinned_ids = {m.id for m in live if notes.pins.get(m.id, m.flags.pinned)}
-        changes = {mid: (c.text or "" if c.kind == "edited" else None) for mid, c in notes.changes.items()}
+        changes = changes_of(notes)
+        # Taken now: the running fold may be extended while this plan waits for the summarizer.
+        base = running.builder.clone() if running is not None and running.matches(messages, changes) else None
+        consumed = list(running.consumed) if base is not None and running is not None else []
         changed = suspects(notes)
         now = max([m.created_at for m in messages] + [m.created_at for m in incoming] or [time.time()])
         target = target_for(budget, incoming)
@@ -256,7 +351,12 @@ class Compactor:
             kept = self._retain(live, pinned_ids, retained_budget, pin_budget, room)
             kept_ids = {m.id for m in kept}
             folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
-            ledger = LedgerBuilder(previous, count=self.tokenizer.count).fold(folded, changes).evict().build()
+            if base is not None and kept_ids.isdisjoint(consumed):
+                rest = messages[len(consumed):]
+                builder = base.clone().fold([m for m in rest if m.id not in kept_ids], changes)
+            else:
+                builder = LedgerBuilder(previous, count=self.tokenizer.count).fold(folded, changes)
+            ledger = builder.evict().build()
             ledger.generation = (previous.generation if previous else 0) + 1
             kept_tokens = sum(m.tokens for m in kept)
             cap = max(64, int((target - kept_tokens) * shrink) - HANDOFF_OVERHEAD)
@@ -334,7 +434,9 @@ class Compactor:
 
     # -- writing -------------------------------------------------------------------------------
 
-    async def _write(self, conversation_id: str, history: History, plan: Plan, report: CompactionReport) -> History:
+    async def _write(self, conversation_id: str, history: History, plan: Plan, report: CompactionReport, *,
+                     reload: bool = True) -> History | None:
+        """Fork and commit the compaction; with ``reload``, the history at the new head (what the turn goes on with)."""
         info = {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
                 "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
                 "ledger": plan.ledger.model_dump(mode="json")}
@@ -347,4 +449,4 @@ class Compactor:
             await self.checkpoints.supersede(conversation_id, fork.id)
             report.superseded = True
             raise
-        return await self.checkpoints.load_history(conversation_id, fork.id)
+        return await self.checkpoints.load_history(conversation_id, fork.id) if reload else None

@@ -167,6 +167,23 @@ class LedgerBuilder:
         """The tokenizer's count: with it, a note's cost comes from the counts stored with its message."""
         self._known = {a.id for a in self.ledger.asks} | {d.id for d in self.ledger.decisions}
         self._known |= {n.id for n in self.ledger.notes} | set(self.ledger.last_folded)
+        self._applied: dict[str, str | None] = {}
+        """Changes already applied: folding in several steps gives what one fold over all of it gives."""
+
+    def clone(self) -> LedgerBuilder:
+        """An independent copy to fold further, made in proportion to the mutable entries (notes are immutable
+        and shared)."""
+        lg = self.ledger
+        other = LedgerBuilder.__new__(LedgerBuilder)
+        other.ledger = lg.model_copy(update={
+            "asks": [a.model_copy() for a in lg.asks], "decisions": [d.model_copy() for d in lg.decisions],
+            "model_facts": list(lg.model_facts), "notes": list(lg.notes), "narrative": list(lg.narrative),
+            "stats": TermStats.model_construct(docs=lg.stats.docs, df=dict(lg.stats.df)),
+            "participants": dict(lg.participants), "answers": dict(lg.answers), "last_folded": list(lg.last_folded),
+            "refs": dict(lg.refs)})
+        other.caps, other.count = self.caps, self.count
+        other._known, other._applied = set(self._known), dict(self._applied)
+        return other
 
     def _seq(self) -> int:
         self.ledger.next_seq += 1
@@ -224,15 +241,16 @@ class LedgerBuilder:
                 text=note, tokens=tokens, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
                 question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed,
                 brief=short, brief_tokens=brief_tokens, brief_only=False))
-        self.ledger.stats.bound()
         if folded:
             self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]
         return self
 
     def _apply(self, changes: Mapping[str, str | None]) -> None:
         """What earlier generations carry follows later edits (current text) and deletions (no text)."""
+        changes = {i: t for i, t in changes.items() if i not in self._applied or self._applied[i] != t}
         if not changes:
             return
+        self._applied.update(changes)
         lg = self.ledger
         for entry in [*lg.asks, *lg.decisions]:
             if entry.id in changes:
@@ -323,6 +341,7 @@ class LedgerBuilder:
         return self
 
     def build(self) -> Ledger:
+        self.ledger.stats.bound()
         return self.ledger
 
 

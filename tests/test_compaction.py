@@ -20,7 +20,7 @@ from persistence import (
 )
 from services import Tokenizer
 from services._litellm import register_provider
-from services.compactor import suspects
+from services.compactor import changes_of, foldable, suspects
 from services.ledger import (
     Ask,
     Decision,
@@ -536,3 +536,66 @@ async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, 
         "every entry was folded, though the text that showed them was cut"
     assert "Recorded fact number 7:" in history.messages[0].text.split("Recorded by the assistant")[1], \
         "the newest are shown within the section's share"
+
+
+async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_thread_writes(
+        model, prefix, client, monkeypatch) -> None:
+    """Before each turn the compactor folds what no compaction can keep; a compaction then folds only the rest.
+    Folding in steps must give exactly what one fold gives, edits and deletions included, so that any worker
+    writes the same handoff."""
+    p, _ = pipeline(prefix, client, context_window=6000)
+    texts = [f"Ticket OPS-{100 + i} is blocked on {['the vault policy', 'PR #88', 'the 30 s timeout'][i % 3]}; "
+             f"we decided to ship build {4000 + i}." if i % 7 == 0 else f"{t} (note {i})"
+             for i, t in enumerate(filler(160))]
+    await chat(p, texts[:100], author=["alice", "bob", "carol"])
+    edited = p.executor.make_message("Ticket OPS-185 moved to the platform team.", author="bob", id="1700.000099")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e1", message=edited))
+    await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-d1", target_id="1700.000098"))
+    for i in range(100, len(texts), 5):  # until the epoch holds more than a compaction can keep
+        await chat(p, texts[i:i + 5], author=["alice", "bob", "carol"])
+        history = await p.checkpoints.load_history(CONV)
+        if i > 120 and foldable(history.messages, 2 * p.budget.retained_user_tokens) > 15:
+            break
+    assert history.messages[0].flags.handoff, "an epoch that continues an earlier generation"
+
+    warm = p.executor.compactor
+    running = await warm.advance(CONV, history, p.budget)
+    assert len(running.consumed) > 15, "the turns kept a running fold"
+    target = next(m for m in history.messages if m.id in running.consumed and m.role == "user"
+                  and not m.flags.handoff)
+    edited = p.executor.make_message(target.text.replace("note", "edited note"), author=target.author, id=target.id)
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e2", message=edited))
+    await chat(p, ["one more status line, nothing new"], author="carol")
+    history = await p.checkpoints.load_history(CONV)
+    assert target.id in {m.id for m in history.messages}, "the edited message is in the epoch"
+
+    folded: list[int] = []
+    original = LedgerBuilder.fold
+
+    def counting(self, messages, changes=None):  # type: ignore[no-untyped-def]
+        messages = list(messages)
+        folded.append(len(messages))
+        return original(self, messages, changes)
+
+    monkeypatch.setattr(LedgerBuilder, "fold", counting)
+    notes = await warm.notes.get(CONV)
+    previous = await warm._previous_ledger(CONV, history)
+    running = await warm.advance(CONV, history, p.budget, previous, changes_of(notes))
+    assert target.id in running.consumed and running.changes[target.id]
+    plans = []
+    for _ in range(2):  # a compaction never disturbs the running fold it starts from
+        folded.clear()
+        plans.append(await warm.plan(history.messages, [], notes, previous, p.budget, use_model=False,
+                                     running=running))
+        assert folded and max(folded) <= len(history.messages) - len(running.consumed), \
+            "the compaction folded only what the running fold had not"
+    scratch = await warm.plan(history.messages, [], notes, previous, p.budget, use_model=False)
+    for plan in plans:
+        assert plan.ledger.model_dump() == scratch.ledger.model_dump()
+        assert plan.messages[0].text == scratch.messages[0].text
+        assert [m.id for m in plan.messages[1:]] == [m.id for m in scratch.messages[1:]]
+
+    other, _ = pipeline(prefix, client, context_window=6000)
+    _, fresh = await other.executor.compactor.preview(CONV, history, [], p.budget)
+    _, warm_preview = await warm.preview(CONV, history, [], p.budget)
+    assert warm_preview[0].text == fresh[0].text
