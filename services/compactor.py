@@ -364,7 +364,9 @@ class Compactor:
                 narrative, entries = await self.summarizer.handoff_narrative(
                     carried_before, [m for m in folded if m.role in ("user", "assistant")],
                     int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
-            rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now)
+            carry = max(cap, budget.target_tokens - kept_tokens - HANDOFF_OVERHEAD)
+            rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
+                                      carry_tokens=carry)
             handoff = self._message(redact(rendered.text), rendered.source_ids, next_ref(messages) - 1, now)
             replacement = [handoff, *kept]
             after = sum(m.tokens for m in replacement)

@@ -129,12 +129,15 @@ class ExecutorConfig:
     it is (awaiting resume) like a call that timed out."""
 
 
-RuntimeContext = Callable[[str, Sequence[Message], Sequence[Message]], str]
+RuntimeContext = Callable[[str, Sequence[Message], Sequence[Message], float], str]
+"""``(conversation_id, history, incoming, now)``: the runtime context's text; ``now`` is the executor's clock
+(the thread's time in a replay)."""
 
 
-def default_runtime_context(conversation_id: str, history: Sequence[Message], incoming: Sequence[Message]) -> str:
+def default_runtime_context(conversation_id: str, history: Sequence[Message], incoming: Sequence[Message],
+                            at: float) -> str:
     people = sorted({m.author for m in [*history, *incoming] if m.role == "user" and m.author and not m.flags.handoff})
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     shown = ", ".join(people[:20]) + (f" and {len(people) - 20} more" if len(people) > 20 else "")
     return f"[runtime context] now: {now}; conversation: {conversation_id}; participants: {shown or 'unknown'}"
 
@@ -233,7 +236,7 @@ class ReplyExecutor:
         this one (history and incoming). The recall takes at most its budget share and never more than the
         request has room for beside a tool result. ``Pipeline.context`` shows exactly this message.
         """
-        header = self.runtime_context(conversation_id, context, incoming)
+        header = self.runtime_context(conversation_id, context, incoming, self.clock())
         runtime = self.make_message(header, role="system", flags=MessageFlags(runtime=True))
         if self.recall is None:
             return runtime

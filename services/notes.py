@@ -54,6 +54,8 @@ _FILLER = frozenset("""lol lmao lmfao rofl haha hahaha hahahaha hehe hihi jaja j
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+_ASCII_RUN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:@#-]*[A-Za-z0-9])?")
+"""A run of Latin letters, digits and identifier punctuation: how an identifier sits inside CJK text."""
 _EDGE = "\"'“”‘’«»()[]{}<>*_~`,;:!?.…"
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
@@ -302,8 +304,12 @@ def _unit(before: str, word: str) -> bool:
 def _clip(text: str, words: int, lang: str = "en") -> str:
     """At most about ``words`` words, in their order: every number and identifier, then the most informative
     of the others (:func:`information`; names count as rare)."""
-    if _CJK.search(text) and " " not in text.strip():
-        return text[: words * 2] + "…"
+    if _CJK.search(text) and " " not in text.strip():  # no spaces: the opening characters, and every identifier
+        end = words * 2
+        cut = next((m for m in _ASCII_RUN.finditer(text) if m.start() < end < m.end()), None)
+        end = cut.end() if cut else end  # never through the middle of an identifier
+        rest = [run for run in _ASCII_RUN.findall(text[end:]) if _essential(run)]
+        return " ".join([text[:end] + ("…" if end < len(text) else ""), *rest])
     parts = text.split()
     if len(parts) <= words:
         return text
@@ -361,6 +367,7 @@ def words(text: str) -> list[str]:
         if not word.isascii() and _CJK.search(word):
             for run in _CJK_RUN.findall(word):
                 out.extend(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+            out.extend(run for run in _ASCII_RUN.findall(word) if run not in english and run not in _FILLER)
             continue
         if word in _FILLER or word in english or not any(c.isalnum() for c in word):
             continue

@@ -148,13 +148,15 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
 async def _deliver(pipeline: Pipeline, message: ReplayMessage, conversation_id: str,
                    compactions: list[dict[str, Any]], *, run: bool) -> int:
     """Deliver one replayed message (a message, an edit or a deletion); run the turns if ``run``."""
+    at = message.created_at or pipeline.executor.clock()  # an edit or deletion happens in the thread's time
     if message.edits:
         edited = pipeline.executor.make_message(message.text, author=message.author, id=message.edits)
         await pipeline.submit_item(conversation_id, InboxItem(kind="edit", event_id=message.id, message=edited,
-                                                              reply_expected=False))
+                                                              reply_expected=False, received_at=at))
     elif message.deletes:
         await pipeline.submit_item(conversation_id, InboxItem(kind="delete", event_id=message.id,
-                                                              target_id=message.deletes, reply_expected=False))
+                                                              target_id=message.deletes, reply_expected=False,
+                                                              received_at=at))
     else:
         await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
                               pinned=message.pinned, reply_expected=message.reply, created_at=message.created_at)

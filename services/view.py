@@ -145,8 +145,13 @@ def _render_notes(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list
 
 
 def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str], *,
-                   cap_tokens: int, count: Callable[[str], int], now: float) -> RenderedHandoff:
-    """Render within ``cap_tokens`` (as counted by ``count``); ``ledger.notes`` are the candidate notes."""
+                   cap_tokens: int, count: Callable[[str], int], now: float,
+                   carry_tokens: int | None = None) -> RenderedHandoff:
+    """Render within ``cap_tokens`` (as counted by ``count``); ``ledger.notes`` are the candidate notes.
+
+    ``carry_tokens``: the cap a handoff of this thread has when nothing presses on it. A handoff made under
+    pressure (a large message arriving) shows fewer notes, but carries the notes that cap would have shown,
+    so that one tight compaction does not evict what every later one would have kept."""
     span = f" from {_stamp(ledger.first_at)} to {_stamp(ledger.last_at)}" if ledger.first_at else ""
     head = (f"{HEADER} · generation {ledger.generation} · covers {ledger.covered_messages:,} earlier messages{span}] "
             "This stands in for the earlier part of the thread; [#N] cites message N.")
@@ -194,7 +199,13 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
         notes = [by_id[n.id] for n in notes if n.id in by_id]
     # A note whose message another section shows is not repeated, but it is carried: once that line goes
     # (an ask evicted, a suspect mark cleared), the note competes again.
-    carried = sorted([*notes, *(n for n in ledger.notes if n.id in shown and n.id not in deleted)],
+    held = {n.id: n for n in notes}
+    if carry_tokens is not None and carry_tokens > cap_tokens:
+        reserve = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap + carry_tokens - cap_tokens, now=now,
+                                  count=count, label=lab)
+        for n in reserve.notes:
+            held.setdefault(n.id, n)
+    carried = sorted([*held.values(), *(n for n in ledger.notes if n.id in shown and n.id not in deleted)],
                      key=lambda n: (n.at, n.id))
     return RenderedHandoff(text=text, source_ids=list(dict.fromkeys(i for i in ids if i)), evicted_lines=evicted,
                            notes=carried)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 import re
 from pathlib import Path
 
@@ -394,6 +395,19 @@ def test_view_is_byte_for_byte_stable_golden() -> None:
     assert "1700006495.000100" in rendered.text, "a message without a reference is cited by its id"
 
 
+def test_a_handoff_made_under_pressure_shows_less_but_carries_what_a_normal_one_would() -> None:
+    """A large arriving message shrinks one handoff's cap; the notes it has no room to show are carried to
+    the next generation, as far as the cap of a handoff with nothing pressing on it goes."""
+    tokenizer = Tokenizer("gpt-4o")
+    normal = render_handoff(golden_ledger(), [], {}, cap_tokens=2000, count=tokenizer.count, now=DAY + 90_000)
+    tight = render_handoff(golden_ledger(), [], {}, cap_tokens=230, count=tokenizer.count, now=DAY + 90_000)
+    pressed = render_handoff(golden_ledger(), [], {}, cap_tokens=230, count=tokenizer.count, now=DAY + 90_000,
+                             carry_tokens=2000)
+    assert pressed.text == tight.text, "what the handoff shows is what its cap allows"
+    assert {n.id for n in tight.notes} < {n.id for n in normal.notes}
+    assert {n.id for n in pressed.notes} == {n.id for n in normal.notes}, "nothing the normal cap keeps is evicted"
+
+
 def test_ledger_folding_is_keyed_by_id_not_time_and_idempotent() -> None:
     messages = [msg("Can you check ABC-9 today?", id="a1", author="bob", addressed=True),
                 msg("Have we decided where to go for dinner?", id="a2", author="erin"),
@@ -599,3 +613,31 @@ async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_threa
     _, fresh = await other.executor.compactor.preview(CONV, history, [], p.budget)
     _, warm_preview = await warm.preview(CONV, history, [], p.budget)
     assert warm_preview[0].text == fresh[0].text
+
+
+async def test_a_replay_happens_in_the_thread_time_edits_and_deletions_included(model, prefix, client) -> None:
+    """Replies, notices and handoffs of a replayed thread carry the thread's time, never the clock's, so a
+    handoff's span and its notes' ages are those of the thread."""
+    from services.replay import parse_thread, replay
+
+    p, _ = pipeline(prefix, client, context_window=4096)
+    start = 1_600_000_000.0
+    rows = [{"id": f"{start + 60 * i:.6f}", "ts": f"{start + 60 * i:.6f}", "author": "alice", "text": t,
+             "reply": i % 10 == 0}
+            for i, t in enumerate(filler(60))]
+    rows.append({"id": f"{start + 3_700:.6f}", "ts": f"{start + 3_700:.6f}", "author": "alice",
+                 "text": "The timeout is 45 s.", "edits": rows[3]["id"]})
+    rows.append({"id": f"{start + 3_800:.6f}", "ts": f"{start + 3_800:.6f}", "author": "alice", "text": "",
+                 "deletes": rows[4]["id"]})
+    thread = parse_thread(json.dumps({"messages": rows}))
+    await replay(p, thread, conversation_id=CONV, turn_every=5)
+    latest = start + 3_800
+    history = await p.checkpoints.load_history(CONV)
+    lineage = await p.checkpoints.lineage(CONV)
+    messages = []
+    for row in lineage:
+        messages += (await p.checkpoints.load_history(CONV, row.id)).messages
+    assert any(m.flags.handoff for m in history.messages) and len(messages) > 60
+    late = [(m.id, m.role, m.created_at, m.text[:60]) for m in messages if m.created_at > latest]
+    assert not late, f"nothing is stamped with the wall clock: {late[:3]}"
+    assert str(datetime.now(timezone.utc).year) not in history.messages[0].text.split("]", 1)[0]

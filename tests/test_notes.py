@@ -8,6 +8,7 @@ import pytest
 
 from services import Tokenizer
 from services.notebook import NoteEntry, TermStats, select
+from services import notes
 from services.notes import brief, information, make_note, resolve_dates, terms
 
 FRIDAY = datetime(2023, 12, 29, 22, 42, tzinfo=timezone.utc).timestamp()  # a Friday
@@ -142,3 +143,12 @@ def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
         assert entry.tokens == note_cost(entry, tokenizer.count, label=ledger.label)
         if entry.brief:
             assert entry.brief_tokens == note_cost(entry, tokenizer.count, entry.brief, ledger.label)
+
+
+def test_an_identifier_inside_text_without_spaces_is_a_term_and_survives_every_shortening() -> None:
+    """Japanese and Chinese write identifiers into the sentence with no space around them."""
+    text = "ledgerのタイムアウトについてINFRA-5382を起票しました。メモはそちらへ。詳細は後で共有します。"
+    note, short = notes.note_and_brief(text, 1_700_000_000.0)
+    assert "INFRA-5382" in note and (not short or "INFRA-5382" in short)
+    assert "INFRA-5382" in notes.brief(text, "ja")
+    assert "infra-5382" in notes.words(text) and "ledger" in notes.words(text)

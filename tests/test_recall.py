@@ -31,7 +31,7 @@ def model():
     return m
 
 
-def fixed_runtime(conversation_id, history, incoming) -> str:
+def fixed_runtime(conversation_id, history, incoming, now) -> str:
     return f"[runtime context] conversation: {conversation_id}"
 
 
