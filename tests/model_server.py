@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
@@ -23,6 +24,8 @@ class Reply:
     """An error body (``{"error": {...}}``) sent with ``status``."""
     headers: dict[str, str] = field(default_factory=dict)
     """Response headers (``Retry-After`` with a 429)."""
+    delay: float = 0.0
+    """Seconds to wait before answering (a hung provider: longer than the client's timeout)."""
 
 
 @dataclass
@@ -45,6 +48,8 @@ class ModelServer:
         self.requests.append(body)
         self.paths.append(request.path)
         reply = self._next()
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
         if reply.error is not None:
             return web.json_response(reply.error, status=reply.status, headers=reply.headers)
         return web.json_response({

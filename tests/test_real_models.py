@@ -50,6 +50,32 @@ async def test_a_turn_runs_through_the_openai_route_with_tools_and_usage(server:
     assert sent["max_tokens"] <= 16_384 and sent["messages"][-2]["content"] == "[#1] ana: is the deploy green?"
 
 
+async def test_a_hung_provider_pauses_the_turn_at_the_timeout_and_the_next_message_resumes_it(
+        server: ModelServer, prefix, client) -> None:
+    """A provider that accepts the request and never answers: the HTTP call is cut at AI_TIMEOUT_SECONDS (by
+    the SDK's own client, no retry behind it), the turn is saved awaiting resume, and the next message
+    resumes it once the provider answers again."""
+    import time
+
+    conv = "slack:T1:C1:2.000100"
+    p, _ = pipeline(prefix, client, settings={"ai_model": "openai/gpt-4o", "ai_fast_model": "openai/gpt-4o",
+                                              "ai_model_context_window_tokens": 8_000, "ai_timeout_seconds": 0.5,
+                                              "ai_retry_attempts": 1})
+    server.push(Reply(text="too late", delay=3))
+    await p.submit(conv, "what broke the deploy?", author="ana", id="2.000100")
+    started = time.perf_counter()
+    [paused] = await p.run(conv)
+    assert paused.status == "awaiting_resume" and time.perf_counter() - started < 5
+    assert len(server.requests) == 1
+    server.push(Reply(text="The migration did.", prompt_tokens=300, completion_tokens=4))
+    await p.submit(conv, "any news?", author="ana", id="2.000200")
+    [resumed] = await p.run(conv)
+    assert resumed.checkpoint_id == paused.checkpoint_id and resumed.status == "completed"
+    assert resumed.reply == "The migration did."
+    asked = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "user"]
+    assert any("what broke the deploy?" in a for a in asked) and any("any news?" in a for a in asked)
+
+
 CONTEXT_LENGTH = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
                                       "resulted in 9107 tokens. Please reduce the length of the messages.",
                             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}

@@ -86,7 +86,7 @@ async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_reques
     recent = await p.context(CONV, arriving=[p.executor.make_message("any status update about pastries?")])
     assert recent.context[-1].source_ids and not set(recent.context[-1].source_ids) & shown, \
         "what the context holds verbatim is never recalled again"
-    assert runtime.tokens - p.executor.make_message(fixed_runtime(CONV, [], []), role="system").tokens \
+    assert runtime.tokens - p.executor.make_message(fixed_runtime(CONV, [], [], 0.0), role="system").tokens \
         <= p.budget.recall_tokens + 2
     model.requests.clear()
     await p.submit(CONV, question, author="carol", id="1700.009999")
