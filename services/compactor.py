@@ -353,9 +353,9 @@ class Compactor:
             folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
             if base is not None and kept_ids.isdisjoint(consumed):
                 rest = messages[len(consumed):]
-                builder = base.clone().fold([m for m in rest if m.id not in kept_ids], changes)
+                builder = base.clone().fold(rest, changes, kept_ids)
             else:
-                builder = LedgerBuilder(previous, count=self.tokenizer.count).fold(folded, changes)
+                builder = LedgerBuilder(previous, count=self.tokenizer.count).fold(messages, changes, kept_ids)
             ledger = builder.evict().build()
             ledger.generation = (previous.generation if previous else 0) + 1
             kept_tokens = sum(m.tokens for m in kept)

@@ -105,6 +105,9 @@ class Ledger(BaseModel):
     """Ids the latest generation folded (with the ids every entry cites: what folding again skips)."""
     refs: dict[str, int] = Field(default_factory=dict)
     """The short reference (``#N``) of each message the ledger cites, by id."""
+    kept_fresh: dict[str, list[str]] = Field(default_factory=dict)
+    """Messages the handoff kept verbatim, already counted in the word statistics in thread order: the words
+    each brought first (its note gets them when it is folded, not a later reply that repeated them)."""
 
     def label(self, ident: str) -> str:
         """How a handoff cites a message: ``#N``, or the id of a message that has no reference."""
@@ -180,7 +183,7 @@ class LedgerBuilder:
             "model_facts": list(lg.model_facts), "notes": list(lg.notes), "narrative": list(lg.narrative),
             "stats": TermStats.model_construct(docs=lg.stats.docs, df=dict(lg.stats.df)),
             "participants": dict(lg.participants), "answers": dict(lg.answers), "last_folded": list(lg.last_folded),
-            "refs": dict(lg.refs)})
+            "refs": dict(lg.refs), "kept_fresh": dict(lg.kept_fresh)})
         other.caps, other.count = self.caps, self.count
         other._known, other._applied = set(self._known), dict(self._applied)
         return other
@@ -189,8 +192,11 @@ class LedgerBuilder:
         self.ledger.next_seq += 1
         return self.ledger.next_seq
 
-    def fold(self, messages: Iterable[Message], changes: Mapping[str, str | None] | None = None) -> LedgerBuilder:
-        """Fold messages in history order; a message already folded (by id) is skipped."""
+    def fold(self, messages: Iterable[Message], changes: Mapping[str, str | None] | None = None,
+             kept: frozenset[str] | set[str] = frozenset()) -> LedgerBuilder:
+        """Fold messages in history order; a message already folded (by id) is skipped. Messages in ``kept``
+        stay verbatim: they are not folded, but their words enter the statistics in thread order, so a later
+        message that repeats them does not count as having brought them."""
         changes = changes or {}
         self._apply(changes)
         candidates: list[tuple[Message, str, str]] = []
@@ -200,6 +206,12 @@ class LedgerBuilder:
         covered, first, last = lg.covered_messages, lg.first_at, lg.last_at
         for m in messages:
             if m.flags.runtime or m.flags.handoff or m.id in self._known:
+                continue
+            if m.id in kept:
+                if m.id not in lg.kept_fresh and m.role == "user" and changes.get(m.id, "") is not None:
+                    text = prose(m) if m.id not in changes else changes[m.id] or ""
+                    if note_of(m) if m.id not in changes else make_note(text, m.created_at):
+                        candidates.append((m, "", text))  # counted, not noted
                 continue
             self._known.add(m.id)
             folded.append(m.id)
@@ -227,8 +239,15 @@ class LedgerBuilder:
             if note:
                 candidates.append((m, note, text))
         lg.covered_messages, lg.first_at, lg.last_at = covered, first, last
-        fresh = self.ledger.stats.add(terms(text) for _, _, text in candidates)
-        for (m, note, _), new_words in zip(candidates, fresh, strict=True):
+        counted = [c for c in candidates if c[0].id not in lg.kept_fresh]
+        fresh = dict(zip((id(c) for c in counted), self.ledger.stats.add(terms(text) for _, _, text in counted),
+                         strict=True))
+        for c in candidates:
+            m, note, _ = c
+            if not note:  # kept verbatim: what it brought waits for its note
+                lg.kept_fresh[m.id] = fresh[id(c)]
+                continue
+            new_words = lg.kept_fresh.pop(m.id) if m.id in lg.kept_fresh else fresh[id(c)]
             stored = m.brief is not None and m.id not in changes and bool(m.note)
             short = m.brief if stored else brief_of(note, text)
             tokens = brief_tokens = 0
@@ -243,6 +262,10 @@ class LedgerBuilder:
                 brief=short, brief_tokens=brief_tokens, brief_only=False))
         if folded:
             self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]
+            for ident in folded:  # folded without a note (deleted, chatter): nothing waits for it any more
+                lg.kept_fresh.pop(ident, None)
+        if len(lg.kept_fresh) > LAST_FOLDED:
+            lg.kept_fresh = dict(list(lg.kept_fresh.items())[-LAST_FOLDED:])
         return self
 
     def _apply(self, changes: Mapping[str, str | None]) -> None:

@@ -408,6 +408,23 @@ def test_a_handoff_made_under_pressure_shows_less_but_carries_what_a_normal_one_
     assert {n.id for n in pressed.notes} == {n.id for n in normal.notes}, "nothing the normal cap keeps is evicted"
 
 
+def test_a_message_kept_verbatim_keeps_the_credit_for_what_it_brought_over_a_reply_folded_before_it() -> None:
+    """A person's message is kept verbatim while the reply quoting it is folded; when the message is folded
+    at the next compaction, its note, not the reply's, is the one that brought the dashboard URL."""
+    url = "https://grafana.example.com/d/7a817d424e/notifications-overview"
+    said = msg(f"The notifications overview lives at {url} now.", id="p1", author="dan")
+    reply = msg(f"Noted: the notifications overview is at {url}.", id="r1", role="assistant", author=None)
+    later = msg("Lunch is at noon on the terrace today, bring sunscreen.", id="p2", author="erin")
+    one = LedgerBuilder().fold([said, reply, later], kept={"p1", "p2"}).build()
+    assert [n.id for n in one.notes] == ["r1"] and url.lower() not in one.notes[0].fresh
+    assert url.lower() in one.kept_fresh["p1"] and one.stats.df[url.lower()] == 2
+    two = LedgerBuilder(one).fold([said, reply, later]).build()
+    notes = {n.id: n for n in two.notes}
+    assert url.lower() in notes["p1"].fresh, "the message that said it first brought it"
+    assert two.stats.df[url.lower()] == 2 and two.stats.docs == one.stats.docs, "nothing counted twice"
+    assert not two.kept_fresh
+
+
 def test_ledger_folding_is_keyed_by_id_not_time_and_idempotent() -> None:
     messages = [msg("Can you check ABC-9 today?", id="a1", author="bob", addressed=True),
                 msg("Have we decided where to go for dinner?", id="a2", author="erin"),
@@ -586,10 +603,10 @@ async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_threa
     folded: list[int] = []
     original = LedgerBuilder.fold
 
-    def counting(self, messages, changes=None):  # type: ignore[no-untyped-def]
+    def counting(self, messages, changes=None, kept=frozenset()):  # type: ignore[no-untyped-def]
         messages = list(messages)
         folded.append(len(messages))
-        return original(self, messages, changes)
+        return original(self, messages, changes, kept)
 
     monkeypatch.setattr(LedgerBuilder, "fold", counting)
     notes = await warm.notes.get(CONV)
