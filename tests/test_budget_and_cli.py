@@ -74,6 +74,17 @@ def test_invalid_setting_fails_at_start_naming_the_variable() -> None:
     assert "THREADKEEPER_RETENTION_DAYS" in result.stderr
 
 
+def test_help_and_history_start_without_the_model_stack() -> None:
+    """``--help`` and ``history`` import neither litellm nor the tokenizers and word lists: every command
+    would otherwise pay seconds of imports before doing anything."""
+    probe = ("import sys, threadkeeper.cli as c; c.build_parser(); "
+             "print(sorted(m for m in ('litellm', 'tiktoken', 'wordfreq', 'services', 'bot') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=_NO_DOTENV, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert cli("--help").returncode == 0
+
+
 def test_unknown_conversation_exits_non_zero() -> None:
     for command in ("history", "context"):
         result = cli(command, "slack:T0:C0:0.0")

@@ -192,6 +192,19 @@ async def _median_ms(fn: Callable[[], Awaitable[Any]], repeats: int) -> float:
     return round(statistics.median(samples), 3)
 
 
+def _cli_seconds(*args: str, repeats: int = 3) -> float:
+    """Wall seconds of ``threadkeeper ARGS`` in a fresh process (the median of ``repeats``)."""
+    import subprocess
+    import sys
+
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "threadkeeper", *args], capture_output=True, check=False, timeout=120)
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times), 2)
+
+
 def _rss_mb() -> float:
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
@@ -241,7 +254,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
     await ping(client, url)
     local = settings.model_copy(update={"threadkeeper_key_prefix": prefix, "redis_url": url})
     stores = build_stores(local, client=client)
-    out: dict[str, float] = {"rss_mb_baseline": _rss_mb()}
+    out: dict[str, float] = {"rss_mb_baseline": _rss_mb(), "cli_help_s": _cli_seconds("--help")}
     sizes = (100, 1000, 10000)
     repeats = 15 if quick else 41
     try:
@@ -362,7 +375,7 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
                                                               "write_bytes_per_turn", "langgraph_bytes_per_turn",
                                                               "write_ratio_vs_langgraph")] + [
     "compaction_ms_p50_50k", "compaction_ms_p50_200k", "compaction_cold_ms_p50_200k", "fold_us_per_message_200k",
-    "note_us_per_message", "recall_cold_ms_1000",
+    "note_us_per_message", "cli_help_s", "recall_cold_ms_1000",
     "recall_warm_ms_p50_1000", "recall_cold_ms_10000", "recall_warm_ms_p50_10000", "history_cache_kb_per_1000",
     "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000"]

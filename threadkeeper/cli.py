@@ -10,16 +10,18 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot import run_console
-from bot.render import context_text
 from persistence import ThreadkeeperError, durability, ping
-from services import Pipeline, load_thread, replay
-from services.replay import default_conversation_id
 
-from .root import Stores, build_pipeline, build_slack_bot, build_stores, check_models
 from .settings import Settings, SettingsError, load_settings
+from .stores import Stores, build_stores
+
+if TYPE_CHECKING:
+    from services import Pipeline
+
+# Commands import the model stack (litellm, tokenizers, word lists) only when they need it, so that
+# ``--help`` and ``history`` start in well under a second.
 
 log = logging.getLogger("threadkeeper")
 
@@ -61,6 +63,8 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _pipeline_run(settings: Settings, work: Callable[[Stores, Pipeline], Awaitable[int]], *,
                         model: str | None = None, context_window: int | None = None) -> int:
+    from .root import build_pipeline
+
     async def inner(stores: Stores) -> int:
         return await work(stores, build_pipeline(settings, stores, model=model, context_window=context_window))
 
@@ -68,7 +72,12 @@ async def _pipeline_run(settings: Settings, work: Callable[[Stores, Pipeline], A
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    from bot import run_console
+
+    from .root import check_models
+
     check_models(settings)
+
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         b = pipeline.budget
         where = "in-process Redis stand-in (not durable)" if not settings.redis_url else "Redis at REDIS_URL"
@@ -112,6 +121,8 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
             out = report.as_dict()
             print(json.dumps(out, indent=2, ensure_ascii=False))
         else:
+            from bot.render import context_text
+
             print(context_text(report))
         return 0
 
@@ -141,6 +152,9 @@ def _arriving_lines(path: str, pipeline: Pipeline, author: str | None) -> list[l
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from services import load_thread, replay
+    from services.replay import default_conversation_id
+
     thread = load_thread(args.thread_file)
     conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
 
@@ -175,6 +189,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from bot.server import serve_http, serve_socket
+
+    from .root import build_pipeline, build_slack_bot, check_models
 
     check_models(settings)
     if args.socket and not settings.slack_app_token:

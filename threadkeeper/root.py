@@ -6,12 +6,8 @@ patching globals.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
-from persistence import CheckpointStore, Inbox, LeaseManager, NotesStore, connect
 from services import (
     SYSTEM_PROMPT,
     BudgetError,
@@ -38,27 +34,7 @@ from services.tokens import MESSAGE_OVERHEAD
 from services.transcript import TranscriptMemory
 
 from .settings import Settings, SettingsError
-
-
-@dataclass
-class Stores:
-    client: aioredis.Redis
-    checkpoints: CheckpointStore
-    inbox: Inbox
-    leases: LeaseManager
-    notes: NotesStore
-
-    async def close(self) -> None:
-        await self.client.aclose()
-
-
-def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, server: Any = None) -> Stores:
-    client = client or connect(settings.redis_url, server=server,
-                               max_connections=settings.threadkeeper_redis_max_connections)
-    common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
-                  url=settings.redis_url or "")
-    return Stores(client=client, checkpoints=CheckpointStore(client, **common), inbox=Inbox(client, **common),
-                  leases=LeaseManager(client, **common), notes=NotesStore(client, **common))
+from .stores import Stores, build_stores  # noqa: F401  (re-exported: the composition root builds both)
 
 
 def check_models(settings: Settings) -> None:
