@@ -17,10 +17,13 @@ _warned_in_process = False
 IN_PROCESS_URL = "memory://"
 
 
-def connect(url: str | None, *, server: Any = None, max_connections: int = 128) -> aioredis.Redis:
+def connect(url: str | None, *, server: Any = None, max_connections: int = 128,
+            cluster: bool = False) -> aioredis.Redis:
     """Return an async Redis client for ``url``, or an in-process stand-in when ``url`` is empty.
 
-    Real connections come from a blocking pool of at most ``max_connections``.
+    Real connections come from a blocking pool of at most ``max_connections``. With ``cluster``, ``url``
+    names one node of a Redis Cluster and redis-py's cluster client routes each command to the node that
+    holds its keys (every key of a conversation shares one hash slot, so every script runs on one node).
 
     The stand-in is fakeredis with Lua support: the same store code runs on it, but nothing it
     holds survives the process. That is logged once.
@@ -36,6 +39,11 @@ def connect(url: str | None, *, server: Any = None, max_connections: int = 128) 
             )
             _warned_in_process = True
         return fakeredis.FakeAsyncRedis(server=server or fakeredis.FakeServer())
+    if cluster:
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(url, max_connections=max_connections, socket_connect_timeout=5,
+                                     health_check_interval=30)  # type: ignore[return-value]
     # A bounded, blocking pool: a burst of turns waits briefly for a connection instead of failing with
     # "too many connections" or opening one socket per turn (1,000 concurrent turns: 3.8 s with 128
     # connections, 5.0 s with one connection each, in ``threadkeeper bench``).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import fakeredis
 import pytest
@@ -37,13 +37,49 @@ def prefix() -> str:
     return f"tktest-{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A 3-master Redis Cluster on free loopback ports, started once for the session and stopped after it."""
+    import redis_cluster
+
+    if not redis_cluster.available():
+        message = "redis-server and redis-cli are needed to start a Redis Cluster on loopback"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = redis_cluster.start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+async def make_client(kind: str, request: pytest.FixtureRequest) -> aioredis.Redis:
+    """A client of ``kind``: ``fakeredis`` (with Lua), ``redis`` (the real one) or ``cluster`` (the loopback
+    Redis Cluster, through the client the product uses for one)."""
+    if kind == "fakeredis":
+        return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    if kind == "cluster":
+        from persistence import connect
+
+        return connect(request.getfixturevalue("redis_cluster_url"), cluster=True, max_connections=32)
+    return await real_redis()
+
+
 @pytest.fixture(params=["fakeredis", "redis"])
 async def client(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[aioredis.Redis]:
     """Runs the test once on fakeredis (with Lua) and once on the real Redis."""
-    if request.param == "fakeredis":
-        c: aioredis.Redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    else:
-        c = await real_redis()
+    c = await make_client(request.param, request)
+    try:
+        yield c
+    finally:
+        await drop_prefix(c, prefix)
+        await c.aclose()
+
+
+@pytest.fixture
+async def cluster_client(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[aioredis.Redis]:
+    c = await make_client("cluster", request)
     try:
         yield c
     finally:

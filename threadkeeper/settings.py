@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from persistence import ThreadkeeperError
@@ -22,6 +22,8 @@ class Settings(BaseSettings):
                                       case_sensitive=False)
 
     redis_url: str | None = None
+    redis_cluster: bool = False
+    """``REDIS_URL`` names one node of a Redis Cluster: use redis-py's cluster client (it finds the others)."""
     threadkeeper_key_prefix: str = Field(default="tk", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
     threadkeeper_retention_days: float = Field(default=30.0, gt=0, le=3650)
     threadkeeper_lease_seconds: float = Field(default=120.0, ge=5, le=3600)
@@ -64,6 +66,12 @@ class Settings(BaseSettings):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
 
+    @model_validator(mode="after")
+    def _cluster_needs_a_url(self) -> Settings:
+        if self.redis_cluster and (not self.redis_url or self.redis_url.startswith(("memory://", "unix://"))):
+            raise ValueError("REDIS_CLUSTER=true needs REDIS_URL to name a node of the cluster (redis://host:port)")
+        return self
+
     @property
     def fast_model(self) -> str:
         return self.ai_fast_model or self.ai_model
@@ -96,6 +104,9 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            name = str(err["loc"][0]).upper() if err["loc"] else "?"
+            if not err["loc"]:  # a rule across settings: its message names them (never the values: secrets)
+                problems.append(err["msg"].removeprefix("Value error, "))
+                continue
+            name = str(err["loc"][0]).upper()
             problems.append(f"{name}={err.get('input')!r}: {err['msg']}")
         raise SettingsError("invalid configuration: " + "; ".join(problems)) from None

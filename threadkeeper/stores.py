@@ -25,7 +25,7 @@ class Stores:
 
 
 def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, server: Any = None) -> Stores:
-    client = client or connect(settings.redis_url, server=server,
+    client = client or connect(settings.redis_url, server=server, cluster=settings.redis_cluster,
                                max_connections=settings.threadkeeper_redis_max_connections)
     common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
                   url=settings.redis_url or "")
