@@ -43,7 +43,7 @@ def redis_cluster_url() -> Iterator[str]:
     import redis_cluster
 
     if not redis_cluster.available():
-        message = "redis-server and redis-cli are needed to start a Redis Cluster on loopback"
+        message = "redis-server is needed to start a Redis Cluster on loopback"
         if IN_CI:
             pytest.fail(message)
         pytest.skip(message)
