@@ -343,6 +343,12 @@ class Compactor:
         # fewer recent messages verbatim, never by evicting what earlier generations accumulated.
         room = max(0, target - min(budget.summary_cap_tokens, target))
         retained_budget, pin_budget, shrink = min(budget.retained_user_tokens, room), min(budget.pin_tokens, room), 1.0
+        # What a compaction of this history with nothing pressing on it would give the handoff: the notes such a
+        # handoff would show are carried even when this one has less room to show them.
+        calm_room = max(0, budget.target_tokens - min(budget.summary_cap_tokens, budget.target_tokens))
+        calm = self._retain(live, pinned_ids, min(budget.retained_user_tokens, calm_room),
+                            min(budget.pin_tokens, calm_room), calm_room)
+        carry = budget.target_tokens - sum(m.tokens for m in calm) - HANDOFF_OVERHEAD
         carried_before = list(previous.narrative) if previous else []
         narrative: Narrative | None = None
         entries: list[NarrativeEntry] = carried_before
@@ -364,9 +370,8 @@ class Compactor:
                 narrative, entries = await self.summarizer.handoff_narrative(
                     carried_before, [m for m in folded if m.role in ("user", "assistant")],
                     int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
-            carry = max(cap, budget.target_tokens - kept_tokens - HANDOFF_OVERHEAD)
             rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
-                                      carry_tokens=carry)
+                                      carry_tokens=max(cap, carry))
             handoff = self._message(redact(rendered.text), rendered.source_ids, next_ref(messages) - 1, now)
             replacement = [handoff, *kept]
             after = sum(m.tokens for m in replacement)
