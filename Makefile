@@ -7,20 +7,32 @@ EXTRAS ?= test,plot,bench
 
 .PHONY: run test install bench eval console clean
 
-$(STAMP): pyproject.toml
+RUN_STAMP := $(VENV)/.installed-run
+
+define setup
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
 	  { echo "Threadkeeper needs Python 3.11 or newer: run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+endef
+
+# Running needs only the package; tests, plots and the bench's peer comparison add their extras.
+$(RUN_STAMP): pyproject.toml
+	$(setup)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml
+	$(setup)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/threadkeeper run
 
-console: $(STAMP)
+console: $(RUN_STAMP)
 	$(BIN)/threadkeeper console
 
 test: $(STAMP)

@@ -138,3 +138,26 @@ async def test_replay_2000_messages_against_real_redis(tmp_path: Path, prefix: s
     finally:
         await drop_prefix(client, prefix)
         await client.aclose()
+
+
+def test_the_deploy_kit_matches_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`.env.example` names every setting and loads as it is; the image installs through `deploy/install.sh`
+    and copies every package the distribution ships."""
+    import re
+    import tomllib
+
+    from threadkeeper.settings import Settings
+
+    root = Path(__file__).resolve().parents[1]
+    example = (root / ".env.example").read_text()
+    named = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.M))
+    assert {field.upper() for field in Settings.model_fields} <= named
+    for field in Settings.model_fields:
+        monkeypatch.delenv(field.upper(), raising=False)
+    loaded = Settings(_env_file=str(root / ".env.example"))  # type: ignore[call-arg]
+    assert loaded.ai_model == "offline" and loaded.redis_url is None and not loaded.slack_configured
+    dockerfile = (root / "Dockerfile").read_text()
+    assert "deploy/install.sh" in dockerfile and "USER threadkeeper" in dockerfile
+    packages = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in packages:
+        assert f"COPY {package.rstrip('*')} ./{package.rstrip('*')}" in dockerfile, package
