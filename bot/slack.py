@@ -23,7 +23,15 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from persistence import CheckpointKind, CheckpointStatus, InboxItem, MessageFlags, NotesStore
+from persistence import (
+    CheckpointKind,
+    CheckpointStatus,
+    Forgetter,
+    InboxItem,
+    InvalidTransitionError,
+    MessageFlags,
+    NotesStore,
+)
 from services import ModelClient, Pipeline
 
 from .format import split_reply
@@ -190,6 +198,10 @@ class TurnWorker:
             return
         self.tasks[cid] = asyncio.create_task(self._drive(cid), name=f"turns:{cid}")
 
+    def background(self, work: Any) -> None:
+        """Run ``work`` (a coroutine) beside the turns; shutdown and ``idle`` wait for it like a turn."""
+        self.tasks[f"background:{id(work)}"] = asyncio.create_task(work, name="background")
+
     async def deliver_pending(self, cid: str, *, within_seconds: float = 3_600) -> bool:
         """Post the reply of the conversation's last turn if it committed but was never marked posted (the
         process died in between), unless Slack already shows it. Returns whether it was posted now."""
@@ -274,8 +286,10 @@ class TurnWorker:
 
 class SlackBot:
     def __init__(self, *, pipeline: Pipeline, notes: NotesStore, client: AsyncWebClient,
-                 signing_secret: str | None, fast_model: ModelClient | None, metrics: Metrics | None = None) -> None:
+                 signing_secret: str | None, fast_model: ModelClient | None, metrics: Metrics | None = None,
+                 forget: Forgetter | None = None) -> None:
         self.pipeline = pipeline
+        self.forget = forget
         self.notes = notes
         self.client = client
         self.fast_model = fast_model
@@ -335,6 +349,15 @@ class SlackBot:
         async def on_unpin(body: dict[str, Any], event: dict[str, Any]) -> None:
             await self.record_pin(body, event, pinned=False)
 
+        @app.event("app_uninstalled")
+        async def on_uninstalled(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self.forget_workspace(body, "app_uninstalled")
+
+        @app.event("tokens_revoked")
+        async def on_tokens_revoked(body: dict[str, Any], event: dict[str, Any]) -> None:
+            if (event.get("tokens") or {}).get("bot"):  # the bot's token: nothing of this workspace is served
+                await self.forget_workspace(body, "tokens_revoked")
+
         @app.event("assistant_thread_started")
         async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
             if await self._foreign(body, "assistant"):
@@ -357,6 +380,33 @@ class SlackBot:
             cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
             context = thread.get("context") or {}
             await self.notes.set_flag(cid, "assistant_context", str(context.get("channel_id") or ""))
+
+    async def forget_workspace(self, body: dict[str, Any], why: str) -> None:
+        """The workspace removed the app (or revoked its token): every conversation of that team is deleted.
+        Conversations whose turn is running are deleted once it has finished (retried in the background)."""
+        team = body.get("team_id")
+        if not team or self.forget is None or await self._foreign(body, why):
+            return
+        deleted, busy = await self.forget.team(team)
+        self.metrics.events.labels(why, "forgotten").inc()
+        log.warning("%s: deleted %d keys of team %s (%d conversations busy, retried)", why, deleted, team, len(busy))
+        if busy:
+            self.worker.background(self._forget_later(team, busy))
+
+    async def _forget_later(self, team: str, busy: list[str]) -> None:
+        assert self.forget is not None
+        for _ in range(120):
+            await asyncio.sleep(5)
+            left = []
+            for cid in busy:
+                try:
+                    await self.forget.conversation(cid)
+                except InvalidTransitionError:
+                    left.append(cid)
+            if not left:
+                return
+            busy = left
+        log.error("could not forget %d conversations of team %s: their turns never finished", len(busy), team)
 
     # -- recording -----------------------------------------------------------------------------
 

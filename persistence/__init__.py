@@ -13,6 +13,7 @@ from .errors import (
     StoreUnavailableError,
     ThreadkeeperError,
 )
+from .forget import Forgetter
 from .inbox import Inbox, Lease, LeaseManager
 from .keys import ConversationKeys
 from .models import (
@@ -37,7 +38,7 @@ from .notes import MessageChange, Notes, NotesStore
 from .store import CheckpointStore, Commit, new_id
 
 __all__ = [
-    "IN_PROCESS_URL", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
+    "Forgetter", "IN_PROCESS_URL", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",

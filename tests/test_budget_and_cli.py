@@ -161,3 +161,21 @@ def test_the_deploy_kit_matches_the_code(monkeypatch: pytest.MonkeyPatch) -> Non
     packages = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     for package in packages:
         assert f"COPY {package.rstrip('*')} ./{package.rstrip('*')}" in dockerfile, package
+
+
+async def test_forget_deletes_a_conversation_only_when_told_to(redis_client, prefix: str) -> None:
+    env = {"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix}
+    chat = cli("console", "--conversation", "console:forget-me", stdin="my card ends in 4242\n/quit\n", env=env)
+    assert chat.returncode == 0, chat.stderr
+    cli("console", "--conversation", "console:keep-me", stdin="keep this\n/quit\n", env=env)
+    asked = cli("forget", "console:forget-me", env=env)
+    assert asked.returncode == 1 and "would delete" in asked.stdout and "--yes" in asked.stdout
+    assert cli("history", "console:forget-me", env=env).returncode == 0, "nothing deleted without --yes"
+    done = cli("forget", "console:forget-me", "--yes", env=env)
+    assert done.returncode == 0 and "deleted" in done.stdout, done.stderr
+    gone = cli("history", "console:forget-me", env=env)
+    assert gone.returncode != 0 and "no conversation" in gone.stderr
+    assert [k async for k in redis_client.scan_iter(match=f"{prefix}:{{console:forget-me}}*")] == []
+    assert cli("history", "console:keep-me", env=env).returncode == 0
+    again = cli("forget", "console:forget-me", "--yes", env=env)
+    assert again.returncode == 2 and "no conversation" in again.stderr

@@ -434,3 +434,26 @@ async def test_a_reaction_left_by_a_dead_worker_is_removed_by_the_sweep(h: Harne
     assert len(removed) == 2 and removed[-1]["timestamp"] == "1700004000.000100"
     await h.bot.worker.sweep()
     assert len(h.slack.calls_to("reactions.remove")) == 2, "removed once"
+
+
+async def test_uninstalling_the_app_deletes_that_workspace_and_nothing_else(h: Harness) -> None:
+    for i in range(3):
+        assert await h.post(event_body(mention(f"170000500{i}.000100", f"remember ticket OPS-{i}"),
+                                       event_id=f"Ev-u{i}")) == 200
+    await h.settle()
+    ours = [f"slack:T1:{CHANNEL}:170000500{i}.000100" for i in range(3)]
+    elsewhere = "slack:T2:C7:1700005009.000100"  # another workspace's thread in the same Redis
+    await h.pipeline.submit(elsewhere, "kept", author="someone", id="1700005009.000100")
+    forget = h.stores.forget
+    assert all([await forget.keys_of(cid) for cid in ours])
+    revoked_user = {"type": "tokens_revoked", "tokens": {"oauth": ["U5"]}}
+    assert await h.post(event_body(revoked_user, event_id="Ev-rev")) == 200
+    assert all([await forget.keys_of(cid) for cid in ours]), "a revoked user token is not the app leaving"
+    assert await h.post(event_body({"type": "app_uninstalled"}, event_id="Ev-uninst", team="T2")) == 200
+    assert await forget.keys_of(elsewhere), "another workspace's uninstall is not ours to act on"
+    assert await h.post(event_body({"type": "app_uninstalled"}, event_id="Ev-uninst1")) == 200
+    await h.settle()
+    assert await forget.conversations_of_team("T1") == []
+    assert await forget.keys_of(elsewhere)
+    text = await (await h.http.get("/metrics")).text()
+    assert 'threadkeeper_slack_events_total{kind="app_uninstalled",outcome="forgotten"} 1.0' in text

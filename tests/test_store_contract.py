@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from persistence import (
+    Forgetter,
     CheckpointKind,
     CheckpointOutcome,
     CheckpointStatus,
@@ -301,3 +302,32 @@ async def test_the_sweep_sees_every_recently_active_conversation_not_only_the_fi
         await inbox.append(name, InboxItem(message=msg("pending")))
     active = await inbox.recently_active(3_600, page=400)
     assert sorted(active) == sorted(names) and len(active) == len(set(active))
+
+
+async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_else(client, prefix) -> None:
+    store = CheckpointStore(client, prefix=prefix)
+    inbox = Inbox(client, prefix=prefix)
+    leases = LeaseManager(client, prefix=prefix)
+    forget = Forgetter(client, prefix=prefix)
+    one, two, other = "slack:T1:C1:1.000100", "slack:T1:C2:2.000100", "slack:T2:C1:1.000100"
+    for cid in (one, two, other):
+        await turn(store, ["the deploy key is in the vault"], conv=cid)
+        await inbox.append(cid, InboxItem(event_id=f"E-{cid}", message=msg("pending", id=f"{cid}-p")),
+                           dedup_keys=[f"E-{cid}"])
+    assert set(await inbox.recently_active(3_600)) == {one, two, other}
+    held = await leases.acquire(one, 30)
+    with pytest.raises(InvalidTransitionError, match="lease is held"):
+        await forget.conversation(one)
+    keys_of_two = await forget.keys_of(two)
+    assert len(keys_of_two) >= 5 and any(":dedup:" in k for k in keys_of_two)
+    assert await forget.team("T1") == (len(keys_of_two), [one]), "a busy conversation waits"
+    assert await forget.keys_of(two) == [] and await forget.keys_of(other)
+    assert held is not None and await leases.release(held)
+    deleted = await forget.conversation(one)
+    assert deleted >= 5 and await forget.keys_of(one) == []
+    remaining = [k async for k in client.scan_iter(match=f"{prefix}:*")]
+    assert remaining and all((k.decode() if isinstance(k, bytes) else k).startswith((f"{prefix}:{{{other}}}",
+                                                                                      f"{prefix}:active"))
+                             for k in remaining)
+    assert await inbox.recently_active(3_600) == [other]
+    assert (await store.load_history(other)).messages[0].text == "the deploy key is in the vault"

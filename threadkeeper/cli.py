@@ -418,6 +418,32 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    async def work(stores: Stores) -> int:
+        if args.team:
+            cids = await stores.forget.conversations_of_team(args.target)
+            if not args.yes:
+                print(f"would delete {len(cids):,} conversations of workspace {args.target}; "
+                      "run again with --yes to delete them")
+                return 1
+            deleted, busy = await stores.forget.team(args.target)
+            print(f"deleted {deleted:,} keys of {len(cids) - len(busy):,} conversations of workspace {args.target}"
+                  + (f"; {len(busy)} have a turn running, run again once it has finished" if busy else ""))
+            return 0 if not busy else 3
+        found = await stores.forget.keys_of(args.target)
+        if not found:
+            raise ThreadkeeperError(f"no conversation {args.target!r} in this store (prefix "
+                                    f"{settings.threadkeeper_key_prefix!r}); check the id and THREADKEEPER_KEY_PREFIX")
+        if not args.yes:
+            print(f"would delete {len(found):,} keys of {args.target} (its whole history, every checkpoint); "
+                  "run again with --yes to delete them")
+            return 1
+        print(f"deleted {await stores.forget.conversation(args.target):,} keys of {args.target}")
+        return 0
+
+    return asyncio.run(_with_stores(settings, work))
+
+
 REASONS = ("manual", "handoff", "model-upgrade")
 
 
@@ -545,6 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-model", help="budget the result for this model's window (default AI_MODEL)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("forget", help="delete a conversation's whole history (or, with --team, a workspace's)")
+    p.add_argument("target", help="a conversation id, or with --team a Slack team id")
+    p.add_argument("--team", action="store_true", help="forget every conversation of this Slack workspace")
+    p.add_argument("--yes", action="store_true", help="delete; without it, only say what would be deleted")
+    p.set_defaults(func=cmd_forget)
     return parser
 
 

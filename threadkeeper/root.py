@@ -154,4 +154,4 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
                            attempts=1)
     client = make_client(settings.slack_bot_token, settings.slack_api_base_url)
     return SlackBot(pipeline=pipeline, notes=stores.notes, client=client,
-                    signing_secret=settings.slack_signing_secret, fast_model=fast)
+                    signing_secret=settings.slack_signing_secret, fast_model=fast, forget=stores.forget)

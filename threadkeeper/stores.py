@@ -7,7 +7,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from persistence import CheckpointStore, Inbox, LeaseManager, NotesStore, connect
+from persistence import CheckpointStore, Forgetter, Inbox, LeaseManager, NotesStore, connect
 
 from .settings import Settings
 
@@ -19,6 +19,7 @@ class Stores:
     inbox: Inbox
     leases: LeaseManager
     notes: NotesStore
+    forget: Forgetter
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -30,4 +31,5 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
     common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
                   url=settings.redis_url or "")
     return Stores(client=client, checkpoints=CheckpointStore(client, **common), inbox=Inbox(client, **common),
-                  leases=LeaseManager(client, **common), notes=NotesStore(client, **common))
+                  leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
+                  forget=Forgetter(client, **common))
