@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class ThreadkeeperError(Exception):
     """Base class of every error Threadkeeper raises on purpose."""
@@ -12,11 +14,17 @@ class StoreUnavailableError(ThreadkeeperError):
 
     def __init__(self, url: str, cause: BaseException | None = None) -> None:
         detail = f": {cause}" if cause else ""
+        shown = without_password(url)
         super().__init__(
-            f"cannot reach Redis at REDIS_URL={url}{detail}. Start Redis or point REDIS_URL at a "
-            "reachable server (unset REDIS_URL to use the in-process, non-durable stand-in)."
+            f"cannot reach Redis at REDIS_URL={shown}{without_password(detail)}. Start Redis or point REDIS_URL "
+            "at a reachable server (unset REDIS_URL to use the in-process, non-durable stand-in)."
         )
-        self.url = url
+        self.url = shown
+
+
+def without_password(text: str) -> str:
+    """``redis://user:secret@host`` → ``redis://user:***@host`` (error messages and logs never show it)."""
+    return re.sub(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@", r"\1***@", text)
 
 
 class CorruptRecordError(ThreadkeeperError):

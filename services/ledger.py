@@ -30,6 +30,7 @@ from . import extract as x
 from . import refs
 from .notebook import NoteEntry, TermStats
 from .notes import brief_or_empty, language, make_note, terms
+from .redact import redact
 
 RECORD_STATE = "record_state"
 ACCEPTED_MARK = "accepted entries: "
@@ -211,7 +212,7 @@ class LedgerBuilder:
                 if m.id not in lg.kept_fresh and m.role == "user" and changes.get(m.id, "") is not None:
                     text = prose(m) if m.id not in changes else changes[m.id] or ""
                     if note_of(m) if m.id not in changes else make_note(text, m.created_at):
-                        candidates.append((m, "", text))  # counted, not noted
+                        candidates.append((m, "", redact(text)))  # counted, not noted
                 continue
             self._known.add(m.id)
             folded.append(m.id)
@@ -236,8 +237,8 @@ class LedgerBuilder:
             if m.id in changes and changes[m.id] is None:
                 continue  # deleted: its words never become a note
             note = make_note(text, m.created_at) if m.id in changes else note_of(m)
-            if note:
-                candidates.append((m, note, text))
+            if note:  # its words are counted without any secret in them (they travel with the ledger)
+                candidates.append((m, note, redact(text)))
         lg.covered_messages, lg.first_at, lg.last_at = covered, first, last
         counted = [c for c in candidates if c[0].id not in lg.kept_fresh]
         fresh = dict(zip((id(c) for c in counted), self.ledger.stats.add(terms(text) for _, _, text in counted),
@@ -255,11 +256,14 @@ class LedgerBuilder:
                 # what ``notebook.note_cost`` counts, from the counts made when the message was committed
                 line = self.count(f"; [{refs.label(m.id, m.ref)}]")
                 tokens, brief_tokens = line + m.note_tokens[0], line + m.note_tokens[1] if short else 0
+            clean, clean_short = redact(note), redact(short)
+            if clean != note or clean_short != short:  # a secret was removed: its stored counts no longer apply
+                tokens = brief_tokens = 0
             self.ledger.notes.append(NoteEntry.model_construct(  # every field is computed here, nothing to check
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
-                text=note, tokens=tokens, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
+                text=clean, tokens=tokens, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
                 question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed,
-                brief=short, brief_tokens=brief_tokens, brief_only=False))
+                brief=clean_short, brief_tokens=brief_tokens, brief_only=False))
         if folded:
             self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]
             for ident in folded:  # folded without a note (deleted, chatter): nothing waits for it any more
@@ -277,7 +281,7 @@ class LedgerBuilder:
         lg = self.ledger
         for entry in [*lg.asks, *lg.decisions]:
             if entry.id in changes:
-                entry.text = _short(changes[entry.id] or "")
+                entry.text = redact(_short(changes[entry.id] or ""))
                 if isinstance(entry, Ask):
                     entry.note = None
         notes = []
@@ -286,6 +290,7 @@ class LedgerBuilder:
                 notes.append(n)
             elif changes[n.id] is not None:
                 text = make_note(changes[n.id] or "", n.at)
+                text = redact(text) if text else text
                 if text:
                     notes.append(n.model_copy(update={"text": text, "edited": True, "tokens": 0, "brief": "",
                                                       "brief_tokens": 0}))
@@ -302,7 +307,9 @@ class LedgerBuilder:
                 earlier = [a for a in lg.asks if a.author == author and a.status != "superseded"]
                 if earlier:
                     earlier[-1].status, earlier[-1].closed_by = "superseded", m.id
-            ask = Ask(seq=self._seq(), id=m.id, author=author, text=_short(text), note=note_of(m))
+            note = note_of(m)
+            ask = Ask(seq=self._seq(), id=m.id, author=author, text=redact(_short(text)),
+                      note=redact(note) if note else note)
             reply = lg.answers.pop(m.id, None)
             if reply is not None:
                 ask.status, ask.closed_by = "answered", reply
@@ -312,7 +319,7 @@ class LedgerBuilder:
                 old = _best_match([d for d in lg.decisions if d.status == "active"], x.terms(text))
                 if old is not None:
                     old.status, old.reversed_by = "reversed", m.id
-            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=_short(decided(text))))
+            lg.decisions.append(Decision(seq=self._seq(), id=m.id, author=author, text=redact(_short(decided(text)))))
 
     def _answer(self, reply: Message) -> None:
         """A reply answers the asks of its turn (its ``source_ids``); one whose ask is not folded yet waits."""
@@ -351,7 +358,7 @@ class LedgerBuilder:
                         self.ledger.refs[ident] = ref
                 self.ledger.model_facts.append(ModelFact(
                     seq=self._seq(), key=f"{m.id}#{i}", evidence_id=e["evidence"][0],
-                    evidence_hash=e.get("hash", ""), text=_short(e["text"], 240),
+                    evidence_hash=e.get("hash", ""), text=redact(_short(e["text"], 240)),
                     kind=kind if kind in ("fact", "plan_step", "decision") else "fact"))
 
     def evict(self) -> LedgerBuilder:

@@ -21,6 +21,7 @@ from bm25s import stopwords as _sw
 from wordfreq import available_languages, get_frequency_dict
 
 from . import extract as x
+from .redact import redact
 
 NOTE_MAX_WORDS = 12
 """A note keeps at most about this many words of a message (its best sentences; names, numbers and identifiers always)."""
@@ -255,8 +256,9 @@ def brief_or_empty(note: str, lang: str) -> str:
 
 @lru_cache(maxsize=4_096)
 def _note(text: str, created_at: float) -> tuple[str | None, str]:
-    """The note and the language it was made in."""
-    text = text.strip()
+    """The note and the language it was made in (made from the text with its secrets redacted: a note travels
+    into handoffs and the stored ledger, where only the person's own message may keep them)."""
+    text = redact(text).strip()
     if not text:
         return None, "en"
     sentences = _sentences(resolve_dates(text, created_at, own_day=""))

@@ -179,3 +179,8 @@ async def test_forget_deletes_a_conversation_only_when_told_to(redis_client, pre
     assert cli("history", "console:keep-me", env=env).returncode == 0
     again = cli("forget", "console:forget-me", "--yes", env=env)
     assert again.returncode == 2 and "no conversation" in again.stderr
+
+
+def test_a_bad_setting_is_named_without_its_secret() -> None:
+    result = cli("history", "x", env={"REDIS_URL": "http://u:hunter2pw@cache:6379"})
+    assert result.returncode == 2 and "REDIS_URL" in result.stderr and "hunter2pw" not in result.stderr

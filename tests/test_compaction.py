@@ -254,7 +254,8 @@ async def test_llm_narrative_rejects_invented_ids_and_numbers_and_trims_cut_outp
     assert "- [1700.000000] Ticket OPS-77 tracks the outage." in narrative
     assert "invented line" not in narrative and "9,999" not in narrative, "invented ids and numbers are rejected"
     assert "- [1700.000000] The out" not in narrative, "a line cut off by the output limit is dropped"
-    assert "xoxb-" not in handoff and "[REDACTED SLACK TOKEN]" in handoff
+    assert "xoxb-" not in handoff, [ln for ln in handoff.splitlines() if "xoxb" in ln]
+    assert "REDACTED SLACK TOKEN" in handoff, "the note says a token was there, without it"
     request = summarizer.requests[0]["messages"][1]["content"]
     assert request.startswith("Earlier narrative:\n(none yet)")
 
@@ -658,3 +659,40 @@ async def test_a_replay_happens_in_the_thread_time_edits_and_deletions_included(
     late = [(m.id, m.role, m.created_at, m.text[:60]) for m in messages if m.created_at > latest]
     assert not late, f"nothing is stamped with the wall clock: {late[:3]}"
     assert str(datetime.now(timezone.utc).year) not in history.messages[0].text.split("]", 1)[0]
+
+
+PLANTED_SECRETS = [
+    ("the prod AWS creds: aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    ("access key id AKIAIOSFODNN7EXAMPLE for the billing bucket", "AKIAIOSFODNN7EXAMPLE"),
+    ("session jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+     "dozjgNryP4J3jVmNHl0w5N"),
+    ("stripe live key sk_live_51HxYzABCDEFGHIJKLMNOPQRS for the checkout service", "sk_live_51HxYz"),
+    ("ci uses ghp_abcdefghijklmnopqrstuvwxyz0123 and github_pat_11ABCDEFG0123456789_abcdefghijkl", "ghp_abcdefghij"),
+    ("the bot token is xoxb-111111111111-2222222222-abcdefABCDEF", "xoxb-111111111111"),
+    ("OPENAI key sk-proj-ABCDEFGHIJKLMNOPQRSTUV1234 for the summarizer", "sk-proj-ABCDEFGH"),
+    ("connect with postgres://admin:hunter2hunter2@db.internal:5432/app", "hunter2hunter2"),
+    ("set DB_PASSWORD=correct-horse-battery in the staging env", "correct-horse-battery"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4Z\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx4Z"),
+    ('config {"api_key": "abcd1234efgh5678"} for the search cluster', "abcd1234efgh5678"),
+]
+
+
+async def test_planted_secrets_reach_no_handoff_and_no_stored_ledger(model, prefix, client) -> None:
+    """Each secret stays only in the person's own verbatim message: never in a handoff, the ledger stored
+    with a compaction checkpoint, or what the next turn sends."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    texts = [text for text, _ in PLANTED_SECRETS] + filler(70)
+    await chat(p, texts, author=["alice", "bob"])
+    history = await p.checkpoints.load_history(CONV)
+    assert history.messages[0].flags.handoff and history.messages[0].text.count("[#") > 5
+    stored_ledgers = [json.dumps((await p.checkpoints.get(CONV, row.id)).meta.info)
+                      for row in await p.checkpoints.lineage(CONV) if row.kind is CheckpointKind.COMPACTION]
+    assert stored_ledgers and any('"notes"' in ledger for ledger in stored_ledgers)
+    sent = "\n".join(entry.text for entry in (await p.context(CONV)).context)
+    raw = await all_fields(client, prefix)
+    verbatim = [v for k, fields in raw.items() if k.endswith(b":msgs") for v in fields.values()]
+    for text, secret in PLANTED_SECRETS:
+        assert all(secret not in ledger for ledger in stored_ledgers), secret
+        assert secret not in sent and secret not in history.messages[0].text, secret
+        assert any(secret.encode() in v for v in verbatim), f"the person's own message keeps {secret}"
+    assert "DB_PASSWORD=[REDACTED]" in "\n".join(stored_ledgers) or "DB_PASSWORD" not in "\n".join(stored_ledgers)

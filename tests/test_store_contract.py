@@ -331,3 +331,9 @@ async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_
                              for k in remaining)
     assert await inbox.recently_active(3_600) == [other]
     assert (await store.load_history(other)).messages[0].text == "the deploy key is in the vault"
+
+
+def test_a_redis_password_never_reaches_an_error_message() -> None:
+    error = StoreUnavailableError("redis://default:s3cret-pw@cache.internal:6379/0",
+                                  OSError("Error connecting to redis://default:s3cret-pw@cache.internal:6379"))
+    assert "s3cret-pw" not in str(error) and "redis://default:***@cache.internal:6379/0" in str(error)

@@ -9,6 +9,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from persistence import ThreadkeeperError
+from persistence.errors import without_password
 
 
 class SettingsError(ThreadkeeperError):
@@ -108,5 +109,8 @@ def load_settings(**overrides: object) -> Settings:
                 problems.append(err["msg"].removeprefix("Value error, "))
                 continue
             name = str(err["loc"][0]).upper()
-            problems.append(f"{name}={err.get('input')!r}: {err['msg']}")
+            shown = err.get("input")
+            if isinstance(shown, str):
+                shown = "(set)" if name.startswith("SLACK_") and name != "SLACK_API_BASE_URL" else without_password(shown)
+            problems.append(f"{name}={shown!r}: {err['msg']}")
         raise SettingsError("invalid configuration: " + "; ".join(problems)) from None
