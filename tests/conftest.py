@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import fakeredis
 import pytest
@@ -54,37 +55,37 @@ def redis_cluster_url() -> Iterator[str]:
         cluster.stop()
 
 
-async def make_client(kind: str, request: pytest.FixtureRequest) -> aioredis.Redis:
-    """A client of ``kind``: ``fakeredis`` (with Lua), ``redis`` (the real one) or ``cluster`` (the loopback
-    Redis Cluster, through the client the product uses for one)."""
+@asynccontextmanager
+async def client_of(kind: str, request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[aioredis.Redis]:
+    """A client of ``kind``, whose keys under ``prefix`` are removed afterwards: ``fakeredis`` (with Lua),
+    ``redis`` (the real one) or ``cluster`` (the loopback Redis Cluster, through the client the product
+    uses for one)."""
     if kind == "fakeredis":
-        return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    if kind == "cluster":
+        c: aioredis.Redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    elif kind == "cluster":
         from persistence import connect
 
-        return connect(request.getfixturevalue("redis_cluster_url"), cluster=True, max_connections=32)
-    return await real_redis()
+        c = connect(request.getfixturevalue("redis_cluster_url"), cluster=True, max_connections=32)
+    else:
+        c = await real_redis()
+    try:
+        yield c
+    finally:
+        await drop_prefix(c, prefix)
+        await c.aclose()
 
 
 @pytest.fixture(params=["fakeredis", "redis"])
 async def client(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[aioredis.Redis]:
     """Runs the test once on fakeredis (with Lua) and once on the real Redis."""
-    c = await make_client(request.param, request)
-    try:
+    async with client_of(request.param, request, prefix) as c:
         yield c
-    finally:
-        await drop_prefix(c, prefix)
-        await c.aclose()
 
 
 @pytest.fixture
 async def cluster_client(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[aioredis.Redis]:
-    c = await make_client("cluster", request)
-    try:
+    async with client_of("cluster", request, prefix) as c:
         yield c
-    finally:
-        await drop_prefix(c, prefix)
-        await c.aclose()
 
 
 @pytest.fixture
@@ -95,10 +96,6 @@ async def fake_client(prefix: str) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-async def redis_client(prefix: str) -> AsyncIterator[aioredis.Redis]:
-    c = await real_redis()
-    try:
+async def redis_client(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[aioredis.Redis]:
+    async with client_of("redis", request, prefix) as c:
         yield c
-    finally:
-        await drop_prefix(c, prefix)
-        await c.aclose()

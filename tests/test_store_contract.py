@@ -25,7 +25,7 @@ from persistence import (
     ping,
 )
 
-from conftest import drop_prefix, make_client
+from conftest import client_of
 from factories import msg
 
 CONV = "slack:T1:C1:1700000000.000100"
@@ -34,12 +34,8 @@ CONV = "slack:T1:C1:1700000000.000100"
 @pytest.fixture(params=["fakeredis", "redis", "cluster"])
 async def client(request: pytest.FixtureRequest, prefix: str):  # type: ignore[no-untyped-def]
     """The contract holds on fakeredis, on one real Redis and on a Redis Cluster."""
-    c = await make_client(request.param, request)
-    try:
+    async with client_of(request.param, request, prefix) as c:
         yield c
-    finally:
-        await drop_prefix(c, prefix)
-        await c.aclose()
 
 
 @pytest.fixture
