@@ -1,4 +1,5 @@
-"""Shared fixtures: a fakeredis client and the real Redis at ``REDIS_URL``, each with its own key prefix."""
+"""Shared fixtures: a fakeredis client, the real Redis at ``THREADKEEPER_TEST_REDIS_URL`` and a loopback Redis
+Cluster, each with its own key prefix."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import fakeredis
 import pytest
 import redis.asyncio as aioredis
 
-REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
+REDIS_URL = os.environ.get("THREADKEEPER_TEST_REDIS_URL") or "redis://127.0.0.1:6379/15"
+"""The Redis the suite uses: its own variable, so a ``REDIS_URL`` exported for the product never points the
+tests at someone's data."""
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

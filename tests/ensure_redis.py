@@ -1,6 +1,7 @@
 """Make sure a real Redis is reachable for the test suite, starting one on loopback if possible.
 
-Uses ``REDIS_URL`` (default ``redis://127.0.0.1:6379/15``). Under ``CI=true`` a missing Redis is an
+Uses ``THREADKEEPER_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``; never ``REDIS_URL``, which
+is the product's). Under ``CI=true`` a missing Redis is an
 error; elsewhere the real-Redis tests are skipped and this says how to enable them.
 """
 
@@ -15,7 +16,7 @@ from urllib.parse import urlparse
 
 import redis
 
-URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
+URL = os.environ.get("THREADKEEPER_TEST_REDIS_URL") or "redis://127.0.0.1:6379/15"
 
 
 def reachable() -> bool:
@@ -42,7 +43,7 @@ def main() -> int:
                 return 0
             time.sleep(0.1)
     advice = (f"No Redis is reachable at {URL}. Install one (Debian/Ubuntu: 'sudo apt-get install redis-server'; "
-              "macOS: 'brew install redis') and run 'make test' again, or point REDIS_URL at a Redis you may use "
+              "macOS: 'brew install redis') and run 'make test' again, or point THREADKEEPER_TEST_REDIS_URL at a Redis you may use "
               "(tests use database 15 and their own key prefix, and clean up).")
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         print(f"error: {advice}", file=sys.stderr)
