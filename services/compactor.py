@@ -146,9 +146,11 @@ class RunningFold:
     builder: LedgerBuilder
 
     def matches(self, messages: Sequence[Message], changes: dict[str, str | None]) -> bool:
+        """Whether it still stands for the oldest of ``messages`` (the history of the same epoch). Checkpoints
+        never change once completed, so an epoch's history only grows: the last message it consumed, in its
+        place, stands for all of them."""
         n = len(self.consumed)
-        return changes == self.changes and len(messages) >= n and \
-            (n == 0 or (messages[n - 1].id == self.consumed[-1] and [m.id for m in messages[:n]] == self.consumed))
+        return changes == self.changes and len(messages) >= n and (n == 0 or messages[n - 1].id == self.consumed[-1])
 
 
 def foldable(messages: Sequence[Message], retained_tokens: int) -> int:

@@ -289,8 +289,7 @@ class LedgerBuilder:
             if n.id not in changes:
                 notes.append(n)
             elif changes[n.id] is not None:
-                text = make_note(changes[n.id] or "", n.at)
-                text = redact(text) if text else text
+                text = make_note(changes[n.id] or "", n.at)  # made from the redacted text
                 if text:
                     notes.append(n.model_copy(update={"text": text, "edited": True, "tokens": 0, "brief": "",
                                                       "brief_tokens": 0}))
