@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidTransitionError
-from .keys import ConversationKeys
+from .keys import ConversationKeys, registry_key
 from .store import RedisStore
 
 _GLOB = re.compile(r"([*?\[\]\\])")
@@ -37,7 +37,7 @@ class Forgetter(RedisStore):
         found = await self.keys_of(conversation_id)
         for start in range(0, len(found), 500):
             await self._call(self.client.delete(*found[start:start + 500]))
-        await self._call(self.client.zrem(f"{self.prefix}:active", conversation_id))
+        await self._call(self.client.zrem(registry_key(self.prefix), conversation_id))
         return len(found)
 
     async def conversations_of_team(self, team_id: str) -> list[str]:

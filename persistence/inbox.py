@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import CorruptRecordError
+from .keys import registry_key
 from .models import InboxItem
 from .store import RedisStore
 
@@ -54,7 +55,7 @@ class Inbox(RedisStore):
     @property
     def active_key(self) -> str:
         """A sorted set of conversations by their last inbound event (for the periodic sweep)."""
-        return f"{self.prefix}:active"
+        return registry_key(self.prefix)
 
     async def recently_active(self, since_seconds: float, page: int = 1000) -> list[str]:
         """Every conversation that received events in the last ``since_seconds``, oldest first (read in pages

@@ -9,6 +9,7 @@
 ``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, transcript)
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
+``<prefix>:active``  sorted set  conversations by their last inbound event (the sweep's registry)
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ThreadkeeperError
+
+
+def registry_key(prefix: str) -> str:
+    """The one key outside any conversation: the sweep's registry of active conversations."""
+    return f"{prefix}:active"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
+from persistence.keys import registry_key
 from services import measure
 from services import notes
 from services.tokens import Tokenizer
@@ -304,7 +305,6 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         for label, tokens in (("50k", 50_000), ("200k", 200_000)):
             progress(f"compaction of {label} tokens")
             cid = f"bench:compact:{label}"
-            await _fill(stores.checkpoints, cid, tokens // 100, per_turn=10)
             times, cold_times, fold_us = [], [], []
             for i in range(3 if quick else 7):
                 for cold in (False, True):
@@ -366,7 +366,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         progress("cleaning up")
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             await client.delete(key)
-        await client.delete(f"{prefix}:active")
+        await client.delete(registry_key(prefix))
         await client.aclose()
     return out
 
