@@ -4,13 +4,17 @@ Cluster, each with its own key prefix."""
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 
-import fakeredis
-import pytest
-import redis.asyncio as aioredis
+# Whichever test module imports litellm first, it must not try to download its price map (no network here).
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+import uuid  # noqa: E402
+from collections.abc import AsyncIterator, Iterator  # noqa: E402
+from contextlib import asynccontextmanager  # noqa: E402
+
+import fakeredis  # noqa: E402
+import pytest  # noqa: E402
+import redis.asyncio as aioredis  # noqa: E402
 
 REDIS_URL = os.environ.get("THREADKEEPER_TEST_REDIS_URL") or "redis://127.0.0.1:6379/15"
 """The Redis the suite uses: its own variable, so a ``REDIS_URL`` exported for the product never points the

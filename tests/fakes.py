@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fakeredis
-from litellm import CustomLLM, ModelResponse  # noqa: E402
 
-from services._litellm import (
-    register_provider,  # first: configures litellm before it is imported
+from services._litellm import (  # isort: skip (first: it configures litellm before litellm is imported)
+    register_provider,
 )
+from litellm import CustomLLM, ModelResponse  # noqa: E402  # isort: skip
 from services.tokens import Tokenizer
 from threadkeeper.root import Stores, build_pipeline, build_stores
 from threadkeeper.settings import Settings

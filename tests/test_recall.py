@@ -70,6 +70,22 @@ def test_index_searches_only_what_left_the_context_and_merges_segments() -> None
     assert index.size == 300, "a message is indexed once"
 
 
+def test_the_widened_query_finds_what_shares_no_word_with_the_question_after_every_direct_hit() -> None:
+    index = ConversationIndex()
+    talk = ["which board game should we play on Friday night?",
+            "we play Gloomhaven on Friday night, the campaign is at scenario nine",
+            "Gloomhaven scenario nine took us four hours",
+            *[f"status {i}: lunch moved, the printer on floor {i} jammed again" for i in range(60)]]
+    index.add([msg(t, id=f"w{i}") for i, t in enumerate(talk)])
+    index.searchable(held=set())
+    query = list(search_terms("what game do they like?"))
+    direct = [index.targets[pos] for _, pos in index.scores(query)]
+    assert direct == ["w0"], "only the first message says 'game'"
+    widened = [index.targets[pos] for _, pos in index.widened(query)]
+    assert widened[0] == "w0" and "w1" in widened, "the best hit's words (play, Friday, night) find the answer"
+    assert not {f"w{i}" for i in range(3, 63)} & set(widened[:2])
+
+
 async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_request(model, prefix, client) -> None:
     p = _pipeline(prefix, client)
     await _thread(p, [*FACTS, *_filler(120)])
@@ -152,7 +168,7 @@ async def test_recall_gives_way_when_the_request_has_no_room(model, prefix, clie
     # provider's count, which the last reported usage calibrates).
     b = p.budget.in_estimates(calibration(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens))
     used = b.fixed_prompt_tokens + sum(m.tokens for m in visible(history.messages))
-    filler = b.request_limit_tokens - used - p.executor.tool_limit() - 150
+    filler = b.request_limit_tokens - used - p.executor.tool_limit() - roomy.tokens // 2
     big = p.executor.make_message("who prefers the blue guitar? " + "la " * filler, author="carol")
     tight = await p.executor.runtime_message(CONV, history, [*history.messages, big], [big])
     sent = used + big.tokens + tight.tokens
@@ -229,3 +245,45 @@ async def test_previews_call_no_model_unless_asked(model, prefix, client) -> Non
     assert dry.strategy == "notes" and not summarizer.requests and not model.requests
     paid = await p.compact(CONV, dry_run=True, with_model=True)
     assert len(summarizer.requests) == 1 and paid.strategy in ("llm", "llm-partial", "notes-fallback")
+
+
+async def test_recall_shows_no_note_the_handoff_already_carries(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    facts = [f"Deploy {i}: service billing-{i} moved to cluster c{i} after the quota review on floor {i}"
+             for i in range(40)]
+    await _thread(p, [*facts, *_filler(120)])
+    report = await p.context(CONV, arriving=[p.executor.make_message("which cluster did billing move to after "
+                                                                     "the quota review?", author="carol")])
+    handoff = next(e for e in report.context if e.text.startswith("[Threadkeeper handoff"))
+    runtime = report.context[-1]
+    assert RECALL_HEADER in runtime.text
+    cited = set(handoff.source_ids) & set(runtime.source_ids)
+    assert len(handoff.source_ids) >= 5
+    index = p.executor.recall.loaded(CONV)
+    assert index is not None
+    for ident in cited:  # recalled again only as a best hit, in full: the handoff holds its note already
+        assert " ".join(index.messages[index.position[ident]].text.split()) in runtime.text
+
+
+async def test_a_long_best_hit_is_shown_as_its_note_not_cut(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    long = ("Postmortem for the checkout outage. Timeline: at 09:12 the payment worker started waiting on the "
+            "ledger lock, the retry queue grew to 40,000 jobs, and card authorizations timed out for Europe. "
+            "Support saw the first complaints at 09:20 and paged the on-call engineer, who restarted the workers "
+            "twice without effect. The lock was held by a reporting query that someone had scheduled in the "
+            "morning instead of at night; it scanned the whole ledger table without an index. At 10:05 the "
+            "query was killed and the queue drained in eleven minutes. Customers who retried were charged "
+            "once, and nobody was charged twice, because the idempotency keys held. What we change: reporting "
+            "moves to the read replica, the ledger lock gets a five second timeout, the retry queue gets an "
+            "alert at 5,000 jobs, and the runbook explains how to find the query holding a lock. The fix is "
+            "ticket PAY-8812, owned by Omar; the replica move is ticket DATA-301, owned by Lena.")
+    await _thread(p, [long, *_filler(120)])
+    report = await p.context(CONV, arriving=[p.executor.make_message("what came out of the checkout outage "
+                                                                     "postmortem?", author="carol")])
+    runtime = report.context[-1]
+    assert "1700.000000" in runtime.source_ids
+    assert p.executor.tokenizer.count(long) > p.budget.recall_tokens // 4, "longer than a best hit may be"
+    stored = next(m for m in (await p.checkpoints.load_history(CONV, (await p.checkpoints.lineage(CONV))[1].id)
+                              ).messages if m.id == "1700.000000")
+    assert stored.note and " ".join(stored.note.split()) in runtime.text, "its note, whole"
+    assert "characters" not in runtime.text and "cut …]" not in runtime.text, "nothing was cut"
