@@ -25,6 +25,9 @@ class Metrics:
                               ["kind", "outcome"], registry=self.registry)
         self.model_seconds = Histogram("threadkeeper_model_seconds", "Model time of a turn, every call and retry",
                                        registry=self.registry, buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
+        self.ack = Histogram("threadkeeper_ack_seconds", "From an event's listener starting to its acknowledgement",
+                             ["kind"], registry=self.registry,
+                             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3))
         self.backfill = Histogram("threadkeeper_backfill_seconds", "Reading a thread's earlier messages on joining it",
                                   registry=self.registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 

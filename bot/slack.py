@@ -1,8 +1,10 @@
 """The Slack bot on slack-bolt (async): listeners validate, record, acknowledge and hand off.
 
 Every event is appended durably to its conversation's inbox (deduplicated by ``event_id`` and message
-``ts``) before Bolt acknowledges it (``process_before_response``); the turn then runs in the
-background under the conversation's lease.
+``ts``) before Bolt acknowledges it (``process_before_response``), and nothing slower happens before the
+acknowledgement: authors' names and whether to answer a message not addressed to the bot are settled when
+the turn takes the message (:class:`services.executor.Intake`). The turn then runs in the background under
+the conversation's lease.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -302,6 +304,7 @@ class SlackBot:
         self.bot_id: str | None = None
         self.team_id: str | None = None
         self._names: dict[str, str] = {}
+        pipeline.executor.intake = self
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
                             request_verification_enabled=bool(signing_secret), process_before_response=True)
         self._register()
@@ -329,10 +332,13 @@ class SlackBot:
 
         @app.event("app_mention")
         async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+            started = time.perf_counter()
             await self.record_message(body, event, mention=True)
+            self.metrics.ack.labels("mention").observe(time.perf_counter() - started)
 
         @app.event("message")
         async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
+            started = time.perf_counter()
             subtype = event.get("subtype")
             if subtype == "message_changed":
                 await self.record_edit(body, event)
@@ -340,6 +346,7 @@ class SlackBot:
                 await self.record_delete(body, event)
             elif subtype in (None, "file_share", "thread_broadcast", "bot_message"):
                 await self.record_message(body, event, mention=False)
+            self.metrics.ack.labels("message").observe(time.perf_counter() - started)
 
         @app.event("pin_added")
         async def on_pin(body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -429,24 +436,23 @@ class SlackBot:
         if not (addressed or subscribed):
             self.metrics.events.labels("message", "ignored").inc()
             return
-        if from_bot:
-            reply = False
-        elif addressed:
-            reply = True
-            if not subscribed and thread_ts != ts and not await self.pipeline.checkpoints.conversation_exists(cid):
-                await self.backfill(cid, channel, thread_ts, before=ts)
+        if addressed and not subscribed and thread_ts != ts \
+                and not await self.pipeline.checkpoints.conversation_exists(cid):
+            await self.backfill(cid, channel, thread_ts, before=ts)
+        if addressed:
             await self.notes.set_flag(cid, "subscribed", "1")
-        else:
-            reply = await should_reply(text, bot, self.fast_model, await self._recent(cid))
         clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
-        author = await self._name(event["user"]) if event.get("user") and not from_bot else _bot_name(event)
-        message = self.pipeline.executor.make_message(clean, author=author, id=ts, created_at=float(ts),
-                                                      flags=MessageFlags())
+        person = event.get("user") if not from_bot else None
+        message = self.pipeline.executor.make_message(clean, author=person or _bot_name(event), id=ts,
+                                                      created_at=float(ts), flags=MessageFlags())
+        # Other bots never make it answer; a person's message not addressed to it is routed by the turn.
+        route = not addressed and not from_bot
         appended = await self.pipeline.submit_item(cid, InboxItem(event_id=body.get("event_id"), message=message,
-                                                                  reply_expected=reply))
+                                                                  reply_expected=addressed, route=route,
+                                                                  author_id=person))
         self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
         if appended:
-            if reply:
+            if addressed or route:
                 self.trigger_ts[cid] = ts
             self.worker.kick(cid)
 
@@ -478,12 +484,21 @@ class SlackBot:
             text = message_text(m)
             if not text:
                 continue
-            author = await self._name(m["user"]) if m.get("user") else _bot_name(m)
-            message = self.pipeline.executor.make_message(text, author=author, id=m["ts"], created_at=float(m["ts"]))
-            recorded += await self.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False))
+            message = self.pipeline.executor.make_message(text, author=m.get("user") or _bot_name(m), id=m["ts"],
+                                                          created_at=float(m["ts"]))
+            recorded += await self.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False,
+                                                                       author_id=m.get("user")))
         self.metrics.backfill.observe(time.perf_counter() - started)
         log.info("read %d earlier messages of %s (%d new)", len(earlier), cid, recorded)
         return recorded
+
+    # -- settled when a turn takes the message (services.executor.Intake) ---------------------------
+
+    async def author(self, author_id: str) -> str:
+        return await self._name(author_id)
+
+    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
+        return await should_reply(text, await self._bot_user(), self.fast_model, list(recent))
 
     async def _name(self, user_id: str) -> str:
         """A person's display name (cached), so the model and the ledger read names, not ids."""
@@ -501,20 +516,6 @@ class SlackBot:
                 self._names.clear()
         return name
 
-    async def _recent(self, cid: str) -> list[str]:
-        """The last few lines of the thread, for the router model."""
-        if self.fast_model is None or self.fast_model.offline:
-            return []
-        memory = self.pipeline.executor.transcript
-        if memory is not None:
-            return (await memory.get(cid)).recent[-6:]
-        state = await self.pipeline.checkpoints.get_state(cid)
-        if not state or not state.head_checkpoint_id:
-            return []
-        history = await self.pipeline.checkpoints.load_history(cid, state.head_checkpoint_id)
-        return [f"{m.author or m.role}: {m.text}" for m in history.messages
-                if m.role in ("user", "assistant") and not m.flags.runtime][-6:]
-
     async def record_edit(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         if await self._foreign(body, "edit"):
             return
@@ -524,7 +525,8 @@ class SlackBot:
         team = body.get("team_id") or "T"
         cid = conversation_of(team, event["channel"], new["ts"], new.get("thread_ts"))
         edited = self.pipeline.executor.make_message(new.get("text") or "", author=new.get("user"), id=new["ts"])
-        item = InboxItem(kind="edit", event_id=body.get("event_id"), message=edited, reply_expected=False)
+        item = InboxItem(kind="edit", event_id=body.get("event_id"), message=edited, reply_expected=False,
+                         author_id=new.get("user"))
         await self._effect(cid, item)
 
     async def record_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@
 ``<prefix>:{<conversation>}:order``  list  checkpoint ids in creation order
 ``<prefix>:{<conversation>}:inbox``  list  inbox items waiting for the next turn
 ``<prefix>:{<conversation>}:dead``   list  inbox items no version of this code could read (kept for operators)
-``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, transcript)
+``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, flags)
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
 ``<prefix>:active``  sorted set  conversations by their last inbound event (the sweep's registry)

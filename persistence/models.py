@@ -213,6 +213,12 @@ class InboxItem(_Record):
     target_id: str | None = None
     """For ``delete``, ``pin`` and ``unpin``: the message id the event is about."""
     reply_expected: bool = True
+    route: bool = False
+    """Whether to answer is decided when a turn takes the message (a router reads the thread), not before the
+    event is acknowledged; until then ``reply_expected`` is False."""
+    author_id: str | None = None
+    """The transport's id of the author, whose display name is looked up when a turn takes the message (not
+    before the event is acknowledged); ``message.author`` holds the id until then."""
     received_at: float = Field(default_factory=time.time)
 
 

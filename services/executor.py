@@ -79,6 +79,20 @@ class InboxEffects(Protocol):
     async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None: ...
 
 
+class Intake(Protocol):
+    """What a transport settles when a turn takes a message instead of before acknowledging its event, so an
+    acknowledgement never waits on a lookup or a model call."""
+
+    async def author(self, author_id: str) -> str:
+        """The display name of the author the transport knows as ``author_id``."""
+        ...
+
+    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
+        """Whether the bot should answer ``text``, a message not addressed to it; ``recent`` are the thread's
+        last lines (``author: text``)."""
+        ...
+
+
 class TurnEvents(Protocol):
     """What a transport (Slack, console) hears from a turn."""
 
@@ -110,8 +124,6 @@ class TurnResult:
     model_calls: int = 0
     inbox_left: int | None = None
     """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
-    recorded: list[Message] = field(default_factory=list)
-    """People's messages this turn took from the inbox."""
     model_seconds: float = 0.0
     """Time the turn spent waiting for the model (bounded by ``ExecutorConfig.turn_model_seconds``)."""
 
@@ -165,8 +177,8 @@ class ReplyExecutor:
     def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, leases: LeaseManager, model: ModelClient,
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
                  compactor: Compactor | None = None, effects: InboxEffects | None = None,
-                 runtime_context: RuntimeContext = default_runtime_context, transcript: Any = None,
-                 recall: Recall | None = None) -> None:
+                 runtime_context: RuntimeContext = default_runtime_context,
+                 recall: Recall | None = None, intake: Intake | None = None) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
         self.leases = leases
@@ -178,10 +190,10 @@ class ReplyExecutor:
         self.compactor: Compactor = compactor or NoCompaction()
         self.effects = effects
         self.runtime_context = runtime_context
-        self.transcript = transcript
         self.recall = recall
         """Earlier messages recalled for each turn that asks the model (None: no recall)."""
-        """Visible-thread memory (:class:`services.transcript.TranscriptMemory`), when the transport keeps one."""
+        self.intake = intake
+        """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
         self.clock: Callable[[], float] = time.time
         """When the executor's own messages (replies, notices) are written; a replay sets the thread's clock."""
 
@@ -222,6 +234,28 @@ class ReplyExecutor:
                 if refs.shown(m):
                     m = m.model_copy(update={"tokens": m.tokens + self.tokenizer.count(refs.prefix(m))})
             out.append(m)
+        return out
+
+    async def settled(self, conversation_id: str, items: Sequence[InboxItem], history: History | None, *,
+                      route: bool = True) -> list[InboxItem]:
+        """``items`` with their authors' names looked up and, with ``route``, whether to answer decided by the
+        transport's :class:`Intake` (reading ``history``'s last lines); as they are without an intake."""
+        if self.intake is None or not any(i.author_id or i.route for i in items):
+            return list(items)
+        recent = [f"{m.author or m.role}: {m.text}" for m in (history.messages if history else [])
+                  if m.role in ("user", "assistant") and not m.flags.runtime and not m.flags.handoff][-6:]
+        out = []
+        for item in items:
+            message = item.message
+            update: dict[str, Any] = {}
+            if message is not None and item.author_id:
+                message = self.with_tokens(message.model_copy(update={"author": await self.intake.author(item.author_id)}))
+                update["message"] = message
+            if item.route and route and message is not None:
+                update["reply_expected"] = await self.intake.route(conversation_id, message.text, recent)
+            if message is not None and item.kind == "message":
+                recent = [*recent, f"{message.author or message.role}: {message.text}"][-6:]
+            out.append(item.model_copy(update=update) if update else item)
         return out
 
     def prepare_incoming(self, message: Message, *, addressed: bool) -> Message:
@@ -342,16 +376,7 @@ class ReplyExecutor:
         except ThreadkeeperError as exc:  # nothing to compact, or the head moved: the retry says what happens
             log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
 
-    async def _turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False) -> TurnResult | None:
-        result = await self._run_turn(conversation_id, events, overflowed)
-        if result is not None and self.transcript is not None and result.status != "awaiting_resume":
-            seen = list(result.recorded)
-            if result.reply:
-                seen.append(self.make_message(result.reply, role="assistant"))
-            await self.transcript.record(conversation_id, seen)
-        return result
-
-    async def _run_turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False,
+    async def _turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False,
                         ) -> TurnResult | None:
         state = await self.checkpoints.get_state(conversation_id)
         paused: Checkpoint | None = None
@@ -366,6 +391,10 @@ class ReplyExecutor:
         items = self.bounded(await self.inbox.peek(conversation_id, start=offset, quarantine=True))
         if not items:
             return None
+        head_id = state.head_checkpoint_id if state else None
+        history = await self.checkpoints.load_history(conversation_id, head_id) if head_id and not paused else None
+        # A paused turn already decided to answer; its routing is not asked again.
+        items = await self.settled(conversation_id, items, history, route=paused is None)
         effects = [i for i in items if i.kind != "message"]
         if effects and self.effects is not None:
             await self.effects.apply(conversation_id, effects)
@@ -375,12 +404,10 @@ class ReplyExecutor:
         # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
         incoming.sort(key=lambda m: m.created_at)
         wants_reply = any(i.reply_expected for i in items if i.kind == "message")
-        head_id = state.head_checkpoint_id if state else None
 
         if paused is not None:
             turn = await self._resume(conversation_id, paused, items, incoming)
         else:
-            history = await self.checkpoints.load_history(conversation_id, head_id) if head_id else None
             incoming = self.numbered(history.messages if history else [], incoming)
             history, compaction = await self._maybe_compact(conversation_id, history, incoming, events)
             turn = await self._start(conversation_id, history, items, incoming, wants_reply)
@@ -388,7 +415,7 @@ class ReplyExecutor:
             if not wants_reply:
                 await self._commit(conversation_id, turn)
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
-                                  compaction=compaction, inbox_left=turn.inbox_left, recorded=turn.incoming)
+                                  compaction=compaction, inbox_left=turn.inbox_left)
         await events.status(conversation_id, "thinking…")
         trace_id = uuid.uuid4().hex[:12]
         try:
@@ -420,7 +447,7 @@ class ReplyExecutor:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), None, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, turn.incoming, turn.model_seconds)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
                              events: TurnEvents) -> tuple[History | None, Any]:

@@ -109,6 +109,7 @@ class Pipeline:
         # question behind a long backlog waits for a later turn, and the preview says so by leaving it out).
         taken = executor.bounded([*await self.inbox.peek(conversation_id),
                                   *(InboxItem(message=m, reply_expected=True) for m in arriving)])
+        taken = await executor.settled(conversation_id, taken, history, route=False)  # a preview asks no model
         incoming = sorted([executor.prepare_incoming(i.message, addressed=i.reply_expected)
                            for i in taken if i.kind == "message" and i.message is not None],
                           key=lambda m: m.created_at)

@@ -50,12 +50,12 @@ def model():
     return m
 
 
-async def make_harness(prefix: str, client, window: int = 16_000) -> tuple[Harness, TestClient]:
+async def make_harness(prefix: str, client, window: int = 16_000, **overrides) -> tuple[Harness, TestClient]:
     slack = await FakeSlack().start()
     s = make_settings(prefix, slack_bot_token="xoxb-test", slack_signing_secret=SECRET,
-                      slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window)
+                      slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window, **overrides)
     stores = build_stores(s, client=client)
-    pipeline = build_pipeline(s, stores, retry_wait_seconds=0.01, visible_transcript=True)
+    pipeline = build_pipeline(s, stores, retry_wait_seconds=0.01)
     bot = build_slack_bot(s, stores, pipeline)
 
     async def health() -> bool:
@@ -457,3 +457,72 @@ async def test_uninstalling_the_app_deletes_that_workspace_and_nothing_else(h: H
     assert await forget.keys_of(elsewhere)
     text = await (await h.http.get("/metrics")).text()
     assert 'threadkeeper_slack_events_total{kind="app_uninstalled",outcome="forgotten"} 1.0' in text
+
+
+async def test_every_event_is_acknowledged_in_well_under_a_second_with_a_10_s_model(model, prefix, client) -> None:
+    """Before the acknowledgement only the signature check, deduplication and the durable append run: the
+    router's model call and the name lookups wait for the turn."""
+    router = scripted("scripted-router")
+    router.default = Step(text="yes", delay=10)
+    model.default = Step(text="slow answer", delay=10)
+    h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
+                                  ai_fast_model_context_window_tokens=16_000)
+    h.slack.people["U2"] = "Dana"
+    root = "1700000900.000100"
+    timed = []
+    try:
+        for body in (event_body(mention(root, "where is the staging cluster?"), event_id="Ev-1"),
+                     event_body(thread_message("1700000901.000100", "it moved last week I think", root),
+                                event_id="Ev-2"),
+                     event_body(thread_message("1700000902.000100", "does anyone know the new region?", root),
+                                event_id="Ev-3"),
+                     event_body({"type": "message", "subtype": "message_changed", "channel": CHANNEL,
+                                 "message": {"ts": "1700000901.000100", "user": "U2", "thread_ts": root,
+                                             "text": "it moved to eu-west-3 last week"}}, event_id="Ev-4")):
+            started = asyncio.get_running_loop().time()
+            assert await h.post(body) == 200
+            timed.append(asyncio.get_running_loop().time() - started)
+        assert max(timed) < 1.0, timed
+        assert not router.requests, "the router is asked when the turn takes the message, not before the ack"
+        assert {"user": "U2"} not in h.slack.calls_to("users.info"), \
+            "names are looked up by the turn that takes the message (still waiting on the mention's), not before the ack"
+        exposition = h.bot.metrics.render().decode()
+        assert 'threadkeeper_ack_seconds_count{kind="message"} 3.0' in exposition
+        assert 'threadkeeper_ack_seconds_count{kind="mention"} 1.0' in exposition
+        print("ack seconds:", ", ".join(f"{t:.3f}" for t in timed))
+    finally:
+        await h.bot.worker.shutdown(0)
+        await http.close()
+        await h.slack.close()
+
+
+async def test_a_message_not_addressed_to_the_bot_is_routed_when_its_turn_takes_it(model, prefix, client) -> None:
+    router = scripted("scripted-router")
+    router.push(Step(text="yes"))
+    router.default = Step(text="no")
+    h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
+                                  ai_fast_model_context_window_tokens=16_000)
+    h.slack.people["U2"] = "Dana"
+    root = "1700000950.000100"
+    try:
+        await h.post(event_body(mention(root, "the staging cluster is down again"), event_id="Ev-r1"))
+        await h.settle()
+        await h.post(event_body(thread_message("1700000951.000100", "does anyone know the new region?", root),
+                                event_id="Ev-r2"))
+        await h.settle()
+        assert len(h.replies()) == 2, "the router said yes"
+        asked = router.requests[0]["messages"][-1]["content"]
+        assert "staging cluster is down again" in asked and "Latest: does anyone know the new region?" in asked
+        assert "Dana: does anyone know" not in asked.split("Latest:")[0]
+        await h.post(event_body(thread_message("1700000952.000100", "the deploy went out at noon", root),
+                                event_id="Ev-r3"))
+        await h.settle()
+        assert len(h.replies()) == 2, "the router said no: recorded, not answered"
+        history = await h.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:{root}")
+        people = [m for m in history.messages if m.role == "user" and not m.flags.handoff]
+        assert [m.author for m in people][-2:] == ["Dana", "Dana"], "names, looked up when the turn took them"
+        assert people[-2].flags.addressed and not people[-1].flags.addressed
+    finally:
+        await h.settle()
+        await http.close()
+        await h.slack.close()

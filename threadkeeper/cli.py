@@ -201,7 +201,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         log.warning("REDIS_URL is not set: the bot runs on the in-process stand-in and forgets everything on exit")
 
     async def work(stores: Stores) -> int:
-        pipeline = build_pipeline(settings, stores, visible_transcript=True)
+        pipeline = build_pipeline(settings, stores)
         bot = build_slack_bot(settings, stores, pipeline)
 
         async def health() -> bool:

@@ -31,7 +31,6 @@ from services.recall import Recall
 from services.search_tool import thread_search_tool
 from services.state_tool import lineage_resolver, record_state_tool
 from services.tokens import MESSAGE_OVERHEAD
-from services.transcript import TranscriptMemory
 
 from .settings import Settings, SettingsError
 from .stores import Stores, build_stores  # noqa: F401  (re-exported: the composition root builds both)
@@ -94,10 +93,9 @@ def _check_reachable(variable: str, name: str) -> None:
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
                    context_window: int | None = None, tools: list[Tool] | None = None,
                    summarizer_model: str | None = None, retry_wait_seconds: float = 1.0,
-                   compactor_class: type[Compactor] = Compactor, visible_transcript: bool = False) -> Pipeline:
+                   compactor_class: type[Compactor] = Compactor) -> Pipeline:
     """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override.
 
-    ``visible_transcript`` keeps the bounded visible-thread memory (the Slack bot's routing uses it).
     ``compactor_class`` swaps the compaction strategy (the evals compare baselines this way).
     The summarizer uses ``summarizer_model`` (default ``AI_FAST_MODEL``, else the main model); with the
     offline model the narrative is extractive and compaction makes no model call.
@@ -136,9 +134,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
                              budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
                              effects=NoteEffects(stores.notes),
-                             recall=recall,
-                             transcript=TranscriptMemory(stores.notes, tokenizer, fast_window_tokens=fast_window)
-                             if visible_transcript else None)
+                             recall=recall)
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)
 
 
