@@ -29,6 +29,13 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
         bolt_response = await bot.app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(bolt_response)
 
+    flow = bot.app.oauth_flow
+
+    async def install(request: web.Request) -> web.Response:  # Bolt's install page and its OAuth callback
+        assert flow is not None
+        handle = flow.handle_installation if request.path == flow.install_path else flow.handle_callback
+        return await to_aiohttp_response(await handle(await to_bolt_request(request)))
+
     async def healthz(_: web.Request) -> web.Response:
         ok = False
         with contextlib.suppress(Exception):
@@ -42,6 +49,9 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
     app = web.Application()
     if events:
         app.router.add_post("/slack/events", slack_events)
+        if flow is not None:
+            app.router.add_get(flow.install_path, install)
+            app.router.add_get(flow.redirect_uri_path, install)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

@@ -13,10 +13,11 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -39,6 +40,7 @@ from services import ModelClient, Pipeline
 from .format import split_reply
 from .metrics import Metrics
 from .routing import should_reply
+from .workspaces import Identity, Workspaces
 
 log = logging.getLogger("threadkeeper.slack")
 
@@ -100,7 +102,9 @@ def parse_conversation(cid: str) -> tuple[str, str, str]:
     return team, channel, thread_ts
 
 
-def make_client(token: str, base_url: str | None) -> AsyncWebClient:
+def make_client(token: str | None, base_url: str | None) -> AsyncWebClient:
+    """A Web API client with Slack's rate-limit, server-error and connection retries (``token`` None: for the
+    OAuth flow's code exchange, which authenticates with the app's client id and secret)."""
     kwargs: dict[str, Any] = {"token": token}
     if base_url:
         kwargs["base_url"] = base_url.rstrip("/") + "/"
@@ -113,22 +117,30 @@ def make_client(token: str, base_url: str | None) -> AsyncWebClient:
 
 
 class SlackEvents:
-    """Status and replies for one conversation, posted in its thread."""
+    """Status and replies for one conversation, posted in its thread with its workspace's client."""
 
-    def __init__(self, client: AsyncWebClient, notes: NotesStore, trigger_ts: dict[str, str],
+    def __init__(self, workspaces: Workspaces, notes: NotesStore, trigger_ts: dict[str, str],
                  metrics: Metrics) -> None:
-        self.client = client
+        self.workspaces = workspaces
         self.notes = notes
         self.trigger_ts = trigger_ts
         self.metrics = metrics
-        self.bot_user: Callable[[], Awaitable[str | None]] | None = None
+
+    async def _client(self, conversation_id: str) -> AsyncWebClient | None:
+        client = await self.workspaces.client(parse_conversation(conversation_id)[0])
+        if client is None:
+            log.warning("%s: the bot no longer serves this workspace; nothing posted", conversation_id)
+        return client
 
     async def status(self, conversation_id: str, text: str | None) -> None:
         _, channel, thread_ts = parse_conversation(conversation_id)
+        client = await self._client(conversation_id)
+        if client is None:
+            return
         try:
             if await self.notes.flag(conversation_id, "assistant") == "1":
-                await self.client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts,
-                                                              status=text or "")
+                await client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts,
+                                                         status=text or "")
                 return
             # The reaction's message is kept in Redis, not in memory, so whichever worker ends the conversation's
             # work next (after a restart too) removes it.
@@ -136,10 +148,10 @@ class SlackEvents:
             if text and not reacted and conversation_id in self.trigger_ts:
                 ts = self.trigger_ts[conversation_id]
                 await self.notes.set_flag(conversation_id, REACTED, ts)
-                await self.client.reactions_add(channel=channel, timestamp=ts, name="eyes")
+                await client.reactions_add(channel=channel, timestamp=ts, name="eyes")
             elif text is None and reacted:
                 await self.notes.set_flag(conversation_id, REACTED, "")
-                await self.client.reactions_remove(channel=channel, timestamp=reacted, name="eyes")
+                await client.reactions_remove(channel=channel, timestamp=reacted, name="eyes")
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
             log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
 
@@ -150,10 +162,13 @@ class SlackEvents:
         if checkpoint_id and await self.notes.flag(conversation_id, POSTED) == checkpoint_id:
             return
         _, channel, thread_ts = parse_conversation(conversation_id)
+        client = await self._client(conversation_id)
+        if client is None:
+            return
         for part in split_reply(text):
             try:  # a direct message conversation is answered in the conversation itself, not in a thread
-                await self.client.chat_postMessage(channel=channel, thread_ts=None if thread_ts == DIRECT else thread_ts,
-                                                   text=part, unfurl_links=False)
+                await client.chat_postMessage(channel=channel, thread_ts=None if thread_ts == DIRECT else thread_ts,
+                                              text=part, unfurl_links=False)
             except SlackApiError as exc:
                 self.metrics.errors.labels("post").inc()
                 log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
@@ -164,15 +179,18 @@ class SlackEvents:
     async def in_slack(self, conversation_id: str, text: str, *, since: float) -> bool:
         """Whether the bot's post of ``text`` is already in the conversation (posted, then the process died
         before marking it delivered). A failed lookup answers no: a reply is better twice than never."""
-        _, channel, thread_ts = parse_conversation(conversation_id)
+        team, channel, thread_ts = parse_conversation(conversation_id)
         first = split_reply(text)[0]
-        bot = await self.bot_user() if self.bot_user is not None else None
+        client, me = await self.workspaces.client(team), await self.workspaces.identity(team)
+        if client is None or me is None:
+            return False
+        bot = me.user_id
         try:
             if thread_ts == DIRECT:
-                page = await self.client.conversations_history(channel=channel, oldest=f"{since:.6f}", limit=200)
+                page = await client.conversations_history(channel=channel, oldest=f"{since:.6f}", limit=200)
             else:
-                page = await self.client.conversations_replies(channel=channel, ts=thread_ts, oldest=f"{since:.6f}",
-                                                               limit=200)
+                page = await client.conversations_replies(channel=channel, ts=thread_ts, oldest=f"{since:.6f}",
+                                                          limit=200)
         except SlackApiError as exc:
             log.info("checking for an earlier post in %s failed: %s", conversation_id, slack_error(exc))
             return False
@@ -287,43 +305,37 @@ class TurnWorker:
 
 
 class SlackBot:
-    def __init__(self, *, pipeline: Pipeline, notes: NotesStore, client: AsyncWebClient,
+    def __init__(self, *, pipeline: Pipeline, notes: NotesStore, workspaces: Workspaces, client: AsyncWebClient,
                  signing_secret: str | None, fast_model: ModelClient | None, metrics: Metrics | None = None,
-                 forget: Forgetter | None = None) -> None:
+                 forget: Forgetter | None = None, oauth: AsyncOAuthSettings | None = None) -> None:
+        """``client`` is Bolt's: the one-token client, or in installs mode (``oauth``) a client without a token
+        that the OAuth flow uses to exchange codes; replies use ``workspaces``' client of their team."""
         self.pipeline = pipeline
         self.forget = forget
         self.notes = notes
-        self.client = client
+        self.workspaces = workspaces
         self.fast_model = fast_model
         self.metrics = metrics or Metrics()
         self.trigger_ts: dict[str, str] = {}
-        self.events = SlackEvents(client, notes, self.trigger_ts, self.metrics)
-        self.events.bot_user = self._bot_user
+        self.events = SlackEvents(workspaces, notes, self.trigger_ts, self.metrics)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
-        self.bot_user_id: str | None = None
-        self.bot_id: str | None = None
-        self.team_id: str | None = None
-        self._names: dict[str, str] = {}
+        self._names: dict[tuple[str, str], str] = {}
         pipeline.executor.intake = self
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
-                            request_verification_enabled=bool(signing_secret), process_before_response=True)
+                            request_verification_enabled=bool(signing_secret), process_before_response=True,
+                            oauth_settings=oauth)
         self._register()
 
-    async def _bot_user(self) -> str | None:
-        if self.bot_user_id is None:
-            auth = await self.client.auth_test()
-            self.bot_user_id = auth.get("user_id")
-            self.bot_id = auth.get("bot_id")
-            self.team_id = auth.get("team_id")
-        return self.bot_user_id
+    async def _me(self, team: str) -> Identity | None:
+        return await self.workspaces.identity(team)
 
     async def _foreign(self, body: dict[str, Any], kind: str) -> bool:
-        """An event from a workspace other than the one this bot's token belongs to: ignored (and counted)."""
+        """An event from a workspace the bot does not serve (not its token's, or not installed): ignored and
+        counted."""
         team = body.get("team_id")
-        await self._bot_user()
-        if team and self.team_id and team != self.team_id:
+        if team and await self.workspaces.identity(team) is None:
             self.metrics.events.labels(kind, "foreign").inc()
-            log.info("ignored a %s event from team %s (this bot belongs to %s)", kind, team, self.team_id)
+            log.info("ignored a %s event from team %s, which this bot does not serve", kind, team)
             return True
         return False
 
@@ -373,9 +385,11 @@ class SlackBot:
             cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
             await self.notes.set_flag(cid, "assistant", "1")
             await self.notes.set_flag(cid, "subscribed", "1")
+            client = await self.workspaces.client(parse_conversation(cid)[0])
             try:
-                await self.client.assistant_threads_setSuggestedPrompts(
-                    channel_id=thread["channel_id"], thread_ts=thread["thread_ts"], prompts=SUGGESTED_PROMPTS)
+                if client is not None:
+                    await client.assistant_threads_setSuggestedPrompts(
+                        channel_id=thread["channel_id"], thread_ts=thread["thread_ts"], prompts=SUGGESTED_PROMPTS)
             except SlackApiError as exc:
                 log.info("suggested prompts unavailable: %s", slack_error(exc))
 
@@ -395,6 +409,7 @@ class SlackBot:
         if not team or self.forget is None or await self._foreign(body, why):
             return
         deleted, busy = await self.forget.team(team)
+        await self.workspaces.remove(team)
         self.metrics.events.labels(why, "forgotten").inc()
         log.warning("%s: deleted %d keys of team %s (%d conversations busy, retried)", why, deleted, team, len(busy))
         if busy:
@@ -420,11 +435,14 @@ class SlackBot:
     async def record_message(self, body: dict[str, Any], event: dict[str, Any], *, mention: bool) -> None:
         if "ts" not in event or not (event.get("user") or event.get("bot_id")) or await self._foreign(body, "message"):
             return
-        bot = await self._bot_user()
-        from_bot = bool(event.get("bot_id")) or event.get("subtype") == "bot_message"
-        if event.get("user") == bot or (from_bot and event.get("bot_id") == self.bot_id):
-            return  # the bot's own posts
         team = body.get("team_id") or event.get("team") or "T"
+        me = await self._me(team)
+        if me is None:
+            return
+        bot = me.user_id
+        from_bot = bool(event.get("bot_id")) or event.get("subtype") == "bot_message"
+        if event.get("user") == bot or (from_bot and event.get("bot_id") == me.bot_id):
+            return  # the bot's own posts
         channel, ts = event["channel"], event["ts"]
         thread_ts = event.get("thread_ts") or ts
         cid = conversation_of(team, channel, ts, event.get("thread_ts"))
@@ -465,10 +483,14 @@ class SlackBot:
         earlier: list[dict[str, Any]] = []
         cursor: str | None = None
         started = time.perf_counter()
+        team = parse_conversation(cid)[0]
+        client, me = await self.workspaces.client(team), await self._me(team)
+        if client is None or me is None:
+            return 0
         try:
             while True:
-                page = await self.client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
-                                                               cursor=cursor or None)
+                page = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
+                                                          cursor=cursor or None)
                 earlier.extend(m for m in page.get("messages") or [] if m.get("ts") and float(m["ts"]) < float(before))
                 cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
                 if not cursor:
@@ -476,7 +498,7 @@ class SlackBot:
         except SlackApiError as exc:  # no history scope, or the thread is gone: answer with what arrives
             log.warning("reading the earlier messages of %s failed: %s", cid, slack_error(exc))
             self.metrics.errors.labels("backfill").inc()
-        bot = await self._bot_user()
+        bot = me.user_id
         recorded = 0
         for m in sorted(earlier, key=lambda m: float(m["ts"]))[-BACKFILL_LIMIT:]:
             if bot and m.get("user") == bot:
@@ -494,27 +516,29 @@ class SlackBot:
 
     # -- settled when a turn takes the message (services.executor.Intake) ---------------------------
 
-    async def author(self, author_id: str) -> str:
-        return await self._name(author_id)
-
-    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
-        return await should_reply(text, await self._bot_user(), self.fast_model, list(recent))
-
-    async def _name(self, user_id: str) -> str:
-        """A person's display name (cached), so the model and the ledger read names, not ids."""
-        name = self._names.get(user_id)
+    async def author(self, conversation_id: str, author_id: str) -> str:
+        """A person's display name in the conversation's workspace (cached), so the model and the ledger read
+        names, not ids; the id when the lookup fails."""
+        team = parse_conversation(conversation_id)[0]
+        name = self._names.get((team, author_id))
         if name is None:
-            name = user_id
+            name = author_id
+            client = await self.workspaces.client(team)
             try:
-                profile = (await self.client.users_info(user=user_id)).get("user") or {}
-                details = profile.get("profile") or {}
-                name = details.get("display_name") or details.get("real_name") or profile.get("name") or user_id
+                if client is not None:
+                    profile = (await client.users_info(user=author_id)).get("user") or {}
+                    details = profile.get("profile") or {}
+                    name = details.get("display_name") or details.get("real_name") or profile.get("name") or author_id
             except SlackApiError as exc:  # users:read missing or the user is gone: keep the id
-                log.info("users.info for %s failed: %s", user_id, slack_error(exc))
-            self._names[user_id] = name
+                log.info("users.info for %s failed: %s", author_id, slack_error(exc))
+            self._names[(team, author_id)] = name
             if len(self._names) > 50_000:
                 self._names.clear()
         return name
+
+    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
+        me = await self._me(parse_conversation(conversation_id)[0])
+        return await should_reply(text, me.user_id if me else None, self.fast_model, list(recent))
 
     async def record_edit(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         if await self._foreign(body, "edit"):

@@ -10,6 +10,8 @@
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
 ``<prefix>:active``  sorted set  conversations by their last inbound event (the sweep's registry)
+``<prefix>:{install:<enterprise>-<team>}``  hash  a workspace's Slack installation and bot token (installs mode)
+``<prefix>:oauth-state:<state>``  string  an OAuth state issued by ``/slack/install`` (expires)
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from .errors import ThreadkeeperError
 def registry_key(prefix: str) -> str:
     """The one key outside any conversation: the sweep's registry of active conversations."""
     return f"{prefix}:active"
+
+
+def installation_key(prefix: str, enterprise_id: str | None, team_id: str | None) -> str:
+    """A workspace's Slack installation (``none`` for a missing part, as Slack's own stores name them)."""
+    return f"{prefix}:{{install:{enterprise_id or 'none'}-{team_id or 'none'}}}"
+
+
+def oauth_state_key(prefix: str, state: str) -> str:
+    return f"{prefix}:oauth-state:{state}"
 
 
 @dataclass(frozen=True)

@@ -83,8 +83,8 @@ class Intake(Protocol):
     """What a transport settles when a turn takes a message instead of before acknowledging its event, so an
     acknowledgement never waits on a lookup or a model call."""
 
-    async def author(self, author_id: str) -> str:
-        """The display name of the author the transport knows as ``author_id``."""
+    async def author(self, conversation_id: str, author_id: str) -> str:
+        """The display name of the author the transport knows as ``author_id`` in that conversation."""
         ...
 
     async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
@@ -249,7 +249,7 @@ class ReplyExecutor:
             message = item.message
             update: dict[str, Any] = {}
             if message is not None and item.author_id:
-                message = self.with_tokens(message.model_copy(update={"author": await self.intake.author(item.author_id)}))
+                message = self.with_tokens(message.model_copy(update={"author": await self.intake.author(conversation_id, item.author_id)}))
                 update["message"] = message
             if item.route and route and message is not None:
                 update["reply_expected"] = await self.intake.route(conversation_id, message.text, recent)

@@ -26,6 +26,13 @@ class FakeSlack:
         self.sockets: list[web.WebSocketResponse] = []
         self.acks: list[str] = []
         self.connected = asyncio.Event()
+        self.workspaces: dict[str, dict[str, str]] = {}
+        """bot token → {"team_id", "user_id", "bot_id"} for workspaces installed through OAuth (auth.test
+        answers for the token it is called with; any other token is workspace T1's bot)."""
+        self.codes: dict[str, str] = {}
+        """OAuth code → the team whose install it completes (oauth.v2.access)."""
+        self.tokens: list[tuple[str, str]] = []
+        """(method, bot token) of every call."""
         self.people: dict[str, str] = {}
         """user id → display name answered by users.info (others: user_not_found)."""
         self._ts = 1800000000.0
@@ -66,14 +73,27 @@ class FakeSlack:
         else:
             params = {**dict(request.query), **dict(await request.post())}  # slack-sdk sends some in the query
         self.calls.append((method, params))
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.tokens.append((method, token))
         if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         if self.rate_limit.get(method, 0) > 0:
             self.rate_limit[method] -= 1
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         if method == "auth.test":
-            return web.json_response({"ok": True, "user_id": BOT_USER, "bot_id": "BBOT", "team_id": "T1",
-                                      "user": "threadkeeper", "team": "Acme"})
+            ws = self.workspaces.get(token, {"team_id": "T1", "user_id": BOT_USER, "bot_id": "BBOT"})
+            return web.json_response({"ok": True, **ws, "user": "threadkeeper", "team": ws["team_id"]})
+        if method == "oauth.v2.access":
+            team = self.codes.pop(params.get("code", ""), None)
+            if team is None:
+                return web.json_response({"ok": False, "error": "invalid_code"})
+            bot_token = f"xoxb-{team}"
+            self.workspaces[bot_token] = {"team_id": team, "user_id": f"UBOT{team}", "bot_id": f"BBOT{team}"}
+            return web.json_response({"ok": True, "access_token": bot_token, "token_type": "bot",
+                                      "scope": "app_mentions:read,chat:write", "bot_user_id": f"UBOT{team}",
+                                      "app_id": "A1", "team": {"id": team, "name": f"Team {team}"},
+                                      "enterprise": None, "is_enterprise_install": False,
+                                      "authed_user": {"id": "U1"}})
         if method == "chat.postMessage":
             self._ts += 1
             ts = f"{self._ts:.6f}"
@@ -139,4 +159,6 @@ def sign(secret: str, body: str, timestamp: int | None = None) -> dict[str, str]
 def event_body(event: dict[str, Any], *, event_id: str, team: str = "T1") -> dict[str, Any]:
     return {"token": "unused", "team_id": team, "api_app_id": "A1", "type": "event_callback", "event_id": event_id,
             "event_time": int(time.time()), "event": event, "authorizations": [{"user_id": BOT_USER,
-                                                                                "is_bot": True}]}
+                                                                                "is_bot": True, "team_id": team,
+                                                                                "enterprise_id": None,
+                                                                                "is_enterprise_install": False}]}

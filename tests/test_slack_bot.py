@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -52,7 +53,8 @@ def model():
 
 async def make_harness(prefix: str, client, window: int = 16_000, **overrides) -> tuple[Harness, TestClient]:
     slack = await FakeSlack().start()
-    s = make_settings(prefix, slack_bot_token="xoxb-test", slack_signing_secret=SECRET,
+    token = None if overrides.get("slack_client_id") else "xoxb-test"
+    s = make_settings(prefix, slack_bot_token=token, slack_signing_secret=SECRET,
                       slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window, **overrides)
     stores = build_stores(s, client=client)
     pipeline = build_pipeline(s, stores, retry_wait_seconds=0.01)
@@ -258,7 +260,7 @@ async def test_socket_mode_through_a_loopback_fake(model, prefix, client) -> Non
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
     h, http = await make_harness(prefix, client)
-    handler = AsyncSocketModeHandler(h.bot.app, "xapp-test", web_client=h.bot.client)
+    handler = AsyncSocketModeHandler(h.bot.app, "xapp-test", web_client=h.bot.app.client)
     try:
         await handler.connect_async()
         await h.slack.push_event("env-1", event_body(mention("1700000900.000100", "via socket"), event_id="Ev-s1"))
@@ -522,6 +524,50 @@ async def test_a_message_not_addressed_to_the_bot_is_routed_when_its_turn_takes_
         people = [m for m in history.messages if m.role == "user" and not m.flags.handoff]
         assert [m.author for m in people][-2:] == ["Dana", "Dana"], "names, looked up when the turn took them"
         assert people[-2].flags.addressed and not people[-1].flags.addressed
+    finally:
+        await h.settle()
+        await http.close()
+        await h.slack.close()
+
+
+async def _install(h: Harness, team: str) -> None:
+    """A workspace admin's install: the install page, then Slack's redirect back with a code."""
+    page = await h.http.get("/slack/install")
+    assert page.status == 200
+    state = re.search(r"state=([0-9a-f]+)", await page.text())
+    assert state, "the install page links to Slack's authorize URL with a state"
+    cookie = page.headers["Set-Cookie"].split(";")[0]  # the browser carries Bolt's state cookie back
+    h.slack.codes[f"code-{team}"] = team
+    done = await h.http.get(f"/slack/oauth_redirect?code=code-{team}&state={state[1]}", headers={"Cookie": cookie})
+    assert done.status == 200, await done.text()
+
+
+async def test_two_workspaces_install_through_oauth_and_each_is_served_with_its_own_token(model, prefix,
+                                                                                        client) -> None:
+    h, http = await make_harness(prefix, client, slack_client_id="111.222", slack_client_secret="oauth-secret")
+    try:
+        await _install(h, "T1")
+        await _install(h, "T2")
+        forget = h.stores.forget
+        assert await h.http.get("/slack/oauth_redirect?code=code-T3&state=forged") is not None
+        for team in ("T1", "T2", "T3"):
+            assert await h.post(event_body(mention("1700007000.000100", f"hello from {team}"), event_id=f"Ev-o{team}",
+                                           team=team)) == 200
+        await h.settle()
+        posted = [t for m, t in h.slack.tokens if m == "chat.postMessage"]
+        assert sorted(posted) == ["xoxb-T1", "xoxb-T2"], "each workspace answered with its own bot token"
+        assert await forget.conversations_of_team("T3") == [], "a workspace that never installed is not served"
+        assert len(h.replies()) == 2
+        installed = await h.stores.client.keys(f"{prefix}:{{install:*")
+        assert len(installed) == 2
+        assert await h.post(event_body({"type": "app_uninstalled"}, event_id="Ev-gone", team="T2")) == 200
+        await h.settle()
+        assert await forget.conversations_of_team("T2") == [] and await forget.conversations_of_team("T1")
+        assert len(await h.stores.client.keys(f"{prefix}:{{install:*")) == 1, "T2's installation went too"
+        assert await h.post(event_body(mention("1700007001.000100", "still there?"), event_id="Ev-o2",
+                                       team="T2")) == 200
+        await h.settle()
+        assert len(h.replies()) == 2, "an uninstalled workspace is not answered"
     finally:
         await h.settle()
         await http.close()

@@ -6,6 +6,8 @@ patching globals.
 
 from __future__ import annotations
 
+import logging
+
 from typing import Any
 
 from services import (
@@ -139,15 +141,39 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
 
 
 def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> Any:
-    """The Slack bot over ``pipeline``; needs ``SLACK_BOT_TOKEN``."""
-    from bot.slack import SlackBot, make_client
+    """The Slack bot over ``pipeline``: for the workspace of ``SLACK_BOT_TOKEN``, or for every workspace that
+    installs it (``SLACK_CLIENT_ID`` and ``SLACK_CLIENT_SECRET``; installations kept in Redis)."""
+    from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
+    from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 
-    if not settings.slack_bot_token:
-        raise SettingsError("SLACK_BOT_TOKEN is not set: the Slack bot needs the bot token (xoxb-…)")
+    from bot.slack import SlackBot, make_client
+    from bot.workspaces import RedisInstallationStore, RedisStateStore, Workspaces
+
+    if not settings.slack_bot_token and not settings.slack_installs:
+        raise SettingsError("SLACK_BOT_TOKEN is not set: the Slack bot needs the bot token (xoxb-…), or "
+                            "SLACK_CLIENT_ID and SLACK_CLIENT_SECRET to be installed in any workspace")
     fast = None
     if not is_offline(settings.fast_model):
         fast = ModelClient(settings.fast_model, timeout_seconds=min(settings.ai_timeout_seconds, 15.0),
                            attempts=1)
-    client = make_client(settings.slack_bot_token, settings.slack_api_base_url)
-    return SlackBot(pipeline=pipeline, notes=stores.notes, client=client,
-                    signing_secret=settings.slack_signing_secret, fast_model=fast, forget=stores.forget)
+    base_url = settings.slack_api_base_url
+    oauth = None
+    if settings.slack_installs:
+        store = RedisInstallationStore(stores.client, settings.threadkeeper_key_prefix)
+        workspaces = Workspaces(lambda token: make_client(token, base_url), installations=store)
+        oauth = AsyncOAuthSettings(client_id=settings.slack_client_id, client_secret=settings.slack_client_secret,
+                                   scopes=settings.slack_scopes.split(","), redirect_uri=settings.slack_redirect_uri,
+                                   installation_store=store,
+                                   state_store=RedisStateStore(stores.client, settings.threadkeeper_key_prefix))
+        # Bolt checks each event's installation; the auth.test behind it is cached per token, so an event's
+        # acknowledgement costs one Redis read, not a Web API call.
+        oauth.authorize = AsyncInstallationStoreAuthorize(
+            logger=logging.getLogger("threadkeeper.slack"), client_id=settings.slack_client_id, client_secret=settings.slack_client_secret,
+            installation_store=store, cache_enabled=True)
+        client = make_client(None, base_url)
+    else:
+        client = make_client(settings.slack_bot_token, base_url)
+        workspaces = Workspaces(lambda token: make_client(token, base_url), token=settings.slack_bot_token)
+    return SlackBot(pipeline=pipeline, notes=stores.notes, workspaces=workspaces, client=client,
+                    signing_secret=settings.slack_signing_secret, fast_model=fast, forget=stores.forget,
+                    oauth=oauth)

@@ -48,9 +48,16 @@ class Settings(BaseSettings):
     slack_app_token: str | None = None
     slack_signing_secret: str | None = None
     slack_api_base_url: str | None = None
+    slack_client_id: str | None = None
+    """With ``SLACK_CLIENT_SECRET``: any number of workspaces install the app (OAuth at ``/slack/install``)."""
+    slack_client_secret: str | None = None
+    slack_redirect_uri: str | None = None
+    slack_scopes: str = ("app_mentions:read,assistant:write,channels:history,groups:history,im:history,"
+                         "mpim:history,chat:write,reactions:write,pins:read,users:read")
 
     @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
-                     "slack_api_base_url", mode="before")
+                     "slack_api_base_url", "slack_client_id", "slack_client_secret", "slack_redirect_uri",
+                     mode="before")
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -73,13 +80,29 @@ class Settings(BaseSettings):
             raise ValueError("REDIS_CLUSTER=true needs REDIS_URL to name a node of the cluster (redis://host:port)")
         return self
 
+    @model_validator(mode="after")
+    def _one_slack_mode(self) -> Settings:
+        if bool(self.slack_client_id) != bool(self.slack_client_secret):
+            raise ValueError("SLACK_CLIENT_ID and SLACK_CLIENT_SECRET go together (installs through OAuth)")
+        if self.slack_client_id and self.slack_bot_token:
+            raise ValueError("set either SLACK_BOT_TOKEN (one workspace) or SLACK_CLIENT_ID and SLACK_CLIENT_SECRET "
+                             "(any workspace that installs the app), not both")
+        if self.slack_client_id and not self.slack_signing_secret:
+            raise ValueError("installs through OAuth need SLACK_SIGNING_SECRET (the app is served over HTTP)")
+        return self
+
+    @property
+    def slack_installs(self) -> bool:
+        """Any workspace that installs the app through OAuth, instead of the one of ``SLACK_BOT_TOKEN``."""
+        return bool(self.slack_client_id and self.slack_client_secret)
+
     @property
     def fast_model(self) -> str:
         return self.ai_fast_model or self.ai_model
 
     @property
     def slack_configured(self) -> bool:
-        return bool(self.slack_bot_token and (self.slack_app_token or self.slack_signing_secret))
+        return bool(self.slack_bot_token and (self.slack_app_token or self.slack_signing_secret)) or self.slack_installs
 
 
 def export_dotenv(path: str = ".env") -> list[str]:

@@ -1,0 +1,178 @@
+"""Which workspaces the bot serves and how it talks to each.
+
+Two modes, chosen by the settings:
+
+* **One token** (``SLACK_BOT_TOKEN``): the workspace the token belongs to (``auth.test``); events from any
+  other team are foreign.
+* **Installs** (``SLACK_CLIENT_ID`` and ``SLACK_CLIENT_SECRET``): any workspace that installed the app
+  through Bolt's OAuth flow (``/slack/install``). Installations and OAuth states live in Redis
+  (:class:`RedisInstallationStore`, :class:`RedisStateStore`), so every worker of a fleet serves every
+  workspace and a restart forgets none. A workspace without an installation is foreign.
+
+Either way a conversation's team (the first part of its id) names the client its replies, reactions and
+lookups use, and the bot's own user id in that workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
+from slack_sdk.oauth.installation_store.models import Bot, Installation
+from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
+from slack_sdk.web.async_client import AsyncWebClient
+
+from persistence.keys import installation_key, oauth_state_key
+
+log = logging.getLogger("threadkeeper.slack")
+
+STATE_SECONDS = 600
+"""How long an OAuth ``state`` issued by ``/slack/install`` stays valid."""
+
+
+class RedisInstallationStore(AsyncInstallationStore):
+    """The latest installation and bot token of each workspace, one Redis hash per workspace."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    @property
+    def logger(self) -> logging.Logger:
+        return log
+
+    def _key(self, enterprise_id: str | None, team_id: str | None, is_enterprise_install: bool | None = False) -> str:
+        return installation_key(self.prefix, enterprise_id, None if is_enterprise_install else team_id)
+
+    async def async_save(self, installation: Installation) -> None:
+        key = self._key(installation.enterprise_id, installation.team_id, installation.is_enterprise_install)
+        fields = {"installation": json.dumps(installation.__dict__)}
+        bot = installation.to_bot()
+        if bot.bot_token:
+            fields["bot"] = json.dumps(bot.__dict__)
+        await self.client.hset(key, mapping=fields)
+
+    async def async_save_bot(self, bot: Bot) -> None:
+        if bot.bot_token:
+            key = self._key(bot.enterprise_id, bot.team_id, bot.is_enterprise_install)
+            await self.client.hset(key, "bot", json.dumps(bot.__dict__))
+
+    async def async_find_bot(self, *, enterprise_id: str | None, team_id: str | None,
+                             is_enterprise_install: bool | None = False) -> Bot | None:
+        raw = await self.client.hget(self._key(enterprise_id, team_id, is_enterprise_install), "bot")
+        return Bot(**json.loads(raw)) if raw else None
+
+    async def async_find_installation(self, *, enterprise_id: str | None, team_id: str | None,
+                                      user_id: str | None = None,
+                                      is_enterprise_install: bool | None = False) -> Installation | None:
+        raw = await self.client.hget(self._key(enterprise_id, team_id, is_enterprise_install), "installation")
+        return Installation(**json.loads(raw)) if raw else None
+
+    async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        await self.client.hdel(self._key(enterprise_id, team_id), "bot")
+
+    async def async_delete_installation(self, *, enterprise_id: str | None, team_id: str | None,
+                                        user_id: str | None = None) -> None:
+        await self.client.hdel(self._key(enterprise_id, team_id), "installation")
+
+    async def async_delete_all(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        await self.client.delete(self._key(enterprise_id, team_id))
+
+
+class RedisStateStore(AsyncOAuthStateStore):
+    """OAuth ``state`` values, each valid once and for ``STATE_SECONDS``, shared by every worker."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    @property
+    def logger(self) -> logging.Logger:
+        return log
+
+    async def async_issue(self, *args: Any, **kwargs: Any) -> str:
+        state = uuid.uuid4().hex
+        await self.client.set(oauth_state_key(self.prefix, state), "1", ex=STATE_SECONDS)
+        return state
+
+    async def async_consume(self, state: str) -> bool:
+        return bool(await self.client.delete(oauth_state_key(self.prefix, state)))
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The bot in one workspace."""
+
+    team_id: str
+    user_id: str | None
+    bot_id: str | None
+
+
+class Workspaces:
+    """The Web API client and the bot's identity for each workspace the bot serves."""
+
+    def __init__(self, make_client: Callable[[str], AsyncWebClient], *, token: str | None = None,
+                 installations: RedisInstallationStore | None = None) -> None:
+        if (token is None) == (installations is None):
+            raise ValueError("give either one bot token or an installation store")
+        self.make_client = make_client
+        self.token = token
+        self.installations = installations
+        self._clients: dict[str, AsyncWebClient] = {}
+        self._identities: dict[str, Identity] = {}
+        self._single: Identity | None = None
+
+    @property
+    def multi(self) -> bool:
+        return self.installations is not None
+
+    async def own_team(self) -> str | None:
+        """One-token mode: the team the token belongs to (None in install mode)."""
+        if self.token is None:
+            return None
+        return (await self._single_identity()).team_id
+
+    async def _single_identity(self) -> Identity:
+        if self._single is None:
+            assert self.token is not None
+            client = self._clients.setdefault("", self.make_client(self.token))
+            auth = await client.auth_test()
+            self._single = Identity(auth.get("team_id") or "", auth.get("user_id"), auth.get("bot_id"))
+        return self._single
+
+    async def client(self, team: str) -> AsyncWebClient | None:
+        """The client for ``team``; None when the bot does not serve it (another workspace, or uninstalled)."""
+        if self.token is not None:
+            single = await self._single_identity()
+            return self._clients[""] if team in (single.team_id, "T") else None
+        cached = self._clients.get(team)
+        if cached is not None:
+            return cached
+        assert self.installations is not None
+        bot = await self.installations.async_find_bot(enterprise_id=None, team_id=team)
+        if bot is None or not bot.bot_token:
+            return None
+        client = self._clients[team] = self.make_client(bot.bot_token)
+        self._identities[team] = Identity(team, bot.bot_user_id, bot.bot_id)
+        return client
+
+    async def identity(self, team: str) -> Identity | None:
+        """The bot's user and bot ids in ``team`` (None when it does not serve that team)."""
+        if self.token is not None:
+            single = await self._single_identity()
+            return single if team in (single.team_id, "T") else None
+        if team not in self._identities and await self.client(team) is None:
+            return None
+        return self._identities.get(team)
+
+    async def remove(self, team: str) -> None:
+        """Forget ``team``'s installation (install mode) and the cached client."""
+        self._clients.pop(team, None)
+        self._identities.pop(team, None)
+        if self.installations is not None:
+            await self.installations.async_delete_all(enterprise_id=None, team_id=team)
