@@ -377,6 +377,11 @@ class SlackBot:
             if (event.get("tokens") or {}).get("bot"):  # the bot's token: nothing of this workspace is served
                 await self.forget_workspace(body, "tokens_revoked")
 
+        @app.shortcut("forget_thread")
+        async def on_forget_thread(ack: Any, body: dict[str, Any]) -> None:
+            await ack()
+            await self.forget_thread(body)
+
         @app.event("assistant_thread_started")
         async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
             if await self._foreign(body, "assistant"):
@@ -414,6 +419,34 @@ class SlackBot:
         log.warning("%s: deleted %d keys of team %s (%d conversations busy, retried)", why, deleted, team, len(busy))
         if busy:
             self.worker.background(self._forget_later(team, busy))
+
+    async def forget_thread(self, body: dict[str, Any]) -> None:
+        """The "Forget this thread" message shortcut: the thread's conversation is deleted (once its running
+        turn, if any, has finished), and the person who asked is told so privately."""
+        team = (body.get("team") or {}).get("id") or "T"
+        channel = (body.get("channel") or {}).get("id")
+        message = body.get("message") or {}
+        user = (body.get("user") or {}).get("id")
+        if not channel or "ts" not in message or self.forget is None or await self._foreign({"team_id": team},
+                                                                                           "forget"):
+            return
+        cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
+        try:
+            deleted = await self.forget.conversation(cid)
+            text = (f"Forgotten: {deleted} stored records of this thread were deleted. I will not follow it "
+                    "until someone mentions me in it again." if deleted else "I keep nothing about this thread.")
+        except InvalidTransitionError:
+            self.worker.background(self._forget_later(team, [cid]))
+            text = "I am answering in this thread right now; I will forget it as soon as that answer is done."
+        self.metrics.events.labels("forget_thread", "forgotten").inc()
+        log.warning("forget_thread: %s asked to forget %s", user, cid)
+        client = await self.workspaces.client(team)
+        if client is not None and user:
+            try:
+                await client.chat_postEphemeral(channel=channel, user=user, text=text,
+                                                thread_ts=message.get("thread_ts") or message["ts"])
+            except SlackApiError as exc:
+                log.info("telling %s that %s was forgotten failed: %s", user, cid, slack_error(exc))
 
     async def _forget_later(self, team: str, busy: list[str]) -> None:
         assert self.forget is not None

@@ -572,3 +572,32 @@ async def test_two_workspaces_install_through_oauth_and_each_is_served_with_its_
         await h.settle()
         await http.close()
         await h.slack.close()
+
+
+async def test_forget_this_thread_deletes_its_conversation_and_tells_only_the_asker(h: Harness) -> None:
+    from urllib.parse import urlencode
+
+    root = "1700008000.000100"
+    await h.post(event_body(mention(root, "remember the vault code 4471"), event_id="Ev-f1"))
+    other = "1700008100.000100"
+    await h.post(event_body(mention(other, "a different thread"), event_id="Ev-f2"))
+    await h.settle()
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    assert await h.stores.forget.keys_of(cid)
+    payload = {"type": "message_action", "callback_id": "forget_thread", "trigger_id": "1.2.3",
+               "team": {"id": "T1"}, "channel": {"id": CHANNEL}, "user": {"id": "U1"},
+               "message": {"ts": "1700008001.000100", "thread_ts": root, "text": "the bot's answer"},
+               "response_url": "https://hooks.invalid/r"}
+    raw = urlencode({"payload": json.dumps(payload)})
+    response = await h.http.post("/slack/events", data=raw, headers={
+        **sign(SECRET, raw, None), "Content-Type": "application/x-www-form-urlencoded"})
+    assert response.status == 200
+    await h.settle()
+    assert await h.stores.forget.keys_of(cid) == [], "every key of that thread is gone"
+    assert await h.stores.forget.keys_of(f"slack:T1:{CHANNEL}:{other}"), "other threads stay"
+    told = h.slack.calls_to("chat.postEphemeral")
+    assert len(told) == 1 and told[0]["user"] == "U1" and told[0]["thread_ts"] == root
+    assert "Forgotten" in told[0]["text"]
+    await h.post(event_body(thread_message("1700008002.000100", "and now?", root), event_id="Ev-f3"))
+    await h.settle()
+    assert await h.stores.forget.keys_of(cid) == [], "a forgotten thread is not followed again until a mention"
