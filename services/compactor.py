@@ -38,6 +38,7 @@ from .narrative import Summarizer
 from .redact import redact
 from .refs import next_ref
 from .tokens import Tokenizer
+from .tracing import COMPACTIONS, event
 from .tools import bound_text
 from .view import SHARES, Narrative, render_handoff
 
@@ -458,4 +459,8 @@ class Compactor:
             await self.checkpoints.supersede(conversation_id, fork.id)
             report.superseded = True
             raise
+        event(COMPACTIONS, "compaction", conversation_id=conversation_id, checkpoint_id=fork.id,
+              forked_from=history.checkpoint.id, reason=report.reason, strategy=report.strategy,
+              tokens_before=report.tokens_before, tokens_after=report.tokens_after,
+              generation=report.generation, duration_ms=report.duration_ms)
         return await self.checkpoints.load_history(conversation_id, fork.id) if reload else None

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import re
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -49,6 +48,7 @@ from .recall import Recall, change_notice_id
 from .refs import next_ref
 from .tokens import Tokenizer
 from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
+from .tracing import TRACE, TURNS, event, new_trace_id
 
 log = logging.getLogger("threadkeeper.executor")
 
@@ -377,6 +377,25 @@ class ReplyExecutor:
             log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
 
     async def _turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False,
+                    ) -> TurnResult | None:
+        """One turn under its own trace id, logged as one line (``threadkeeper.turn``)."""
+        token = TRACE.set(new_trace_id())
+        try:
+            result = await self._run_turn(conversation_id, events, overflowed)
+            if result is not None:
+                usage = result.usage
+                report = result.compaction
+                event(TURNS, "turn", conversation_id=conversation_id, checkpoint_id=result.checkpoint_id,
+                      status=result.status, consumed=result.consumed, model_calls=result.model_calls,
+                      model_seconds=round(result.model_seconds, 3),
+                      input_tokens=usage.input_tokens if usage else 0,
+                      output_tokens=usage.output_tokens if usage else 0,
+                      compaction=getattr(report, "new_checkpoint_id", None))
+            return result
+        finally:
+            TRACE.reset(token)
+
+    async def _run_turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False,
                         ) -> TurnResult | None:
         state = await self.checkpoints.get_state(conversation_id)
         paused: Checkpoint | None = None
@@ -417,7 +436,7 @@ class ReplyExecutor:
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
                                   compaction=compaction, inbox_left=turn.inbox_left)
         await events.status(conversation_id, "thinking…")
-        trace_id = uuid.uuid4().hex[:12]
+        trace_id = TRACE.get() or new_trace_id()
         try:
             status, reply = await self._model_loop(conversation_id, turn)
         except ModelTimeoutError as exc:
@@ -446,7 +465,7 @@ class ReplyExecutor:
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
-        return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), None, turn.usage,
+        return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
                           turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],

@@ -77,6 +77,9 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from .root import check_models
 
     check_models(settings)
+    if settings.threadkeeper_log_level != "DEBUG":  # the console shows each turn itself
+        for name in ("threadkeeper.turn", "threadkeeper.compaction"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         b = pipeline.budget
@@ -598,8 +601,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
-        logging.basicConfig(level=settings.threadkeeper_log_level, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from .logs import configure
+
+        configure(settings.threadkeeper_log_level, settings.threadkeeper_log_format)
         tune_gc()
         func: Callable[[argparse.Namespace, Settings], int] = args.func
         return func(args, settings)

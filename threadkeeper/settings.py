@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     threadkeeper_shutdown_seconds: float = Field(default=20.0, ge=0, le=600)
     """On SIGTERM, how long running turns get to finish before they are set aside for another worker."""
     threadkeeper_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    threadkeeper_log_format: Literal["text", "json"] = "text"
+    """``text``: one ``key=value`` line per record; ``json``: one JSON object per line."""
 
     ai_model: str = Field(default="offline", min_length=1)
     ai_fast_model: str | None = None
