@@ -3,7 +3,7 @@
 Every event is appended durably to its conversation's inbox (deduplicated by ``event_id`` and message
 ``ts``) before Bolt acknowledges it (``process_before_response``), and nothing slower happens before the
 acknowledgement: authors' names and whether to answer a message not addressed to the bot are settled when
-the turn takes the message (:class:`services.executor.Intake`). The turn then runs in the background under
+the turn takes the message (:class:`services.turns.Intake`). The turn then runs in the background under
 the conversation's lease.
 """
 
@@ -547,7 +547,7 @@ class SlackBot:
         log.info("read %d earlier messages of %s (%d new)", len(earlier), cid, recorded)
         return recorded
 
-    # -- settled when a turn takes the message (services.executor.Intake) ---------------------------
+    # -- settled when a turn takes the message (services.turns.Intake) ---------------------------
 
     async def author(self, conversation_id: str, author_id: str) -> str:
         """A person's display name in the conversation's workspace (cached), so the model and the ledger read

@@ -14,7 +14,8 @@ from .budget import (
                      resolve_window,
 )
 from .context import ContextEntry, measure, to_chat, visible
-from .executor import ExecutorConfig, ReplyExecutor, TurnEvents, TurnResult
+from .executor import ReplyExecutor
+from .turns import ExecutorConfig, TurnEvents, TurnResult
 from .llm import (
                      ModelClient,
                      ModelContextError,

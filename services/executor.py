@@ -14,9 +14,8 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Literal, Protocol
+from dataclasses import replace
+from typing import Any
 
 from persistence import (
     Checkpoint,
@@ -35,7 +34,6 @@ from persistence import (
     ThreadkeeperError,
     ToolCallPart,
     ToolResultPart,
-    Usage,
     new_id,
 )
 
@@ -49,128 +47,28 @@ from .refs import next_ref
 from .tokens import Tokenizer
 from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
 from .tracing import TRACE, TURNS, event, new_trace_id
+from .turns import (
+    Compactor,
+    ExecutorConfig,
+    InboxEffects,
+    Intake,
+    NoCompaction,
+    RuntimeContext,
+    SilentEvents,
+    TurnEvents,
+    TurnResult,
+    TurnState,
+    TurnStatus,
+    default_runtime_context,
+)
 
 log = logging.getLogger("threadkeeper.executor")
 
-TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
 _APPROVAL = re.compile(r"^\s*(yes|y|approve[d]?|ok|okay|go ahead|do it|confirm(ed)?)\b", re.IGNORECASE)
 
 
 class _ContextOverflow(Exception):
     """The provider refused a turn's request as too long; the turn was superseded and took nothing."""
-
-
-class Compactor(Protocol):
-    """Called before a turn with the head history and the turn's new input; returns the history to use."""
-
-    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget) -> tuple[History | None, Any]: ...
-
-
-class NoCompaction:
-    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget) -> tuple[History | None, Any]:
-        return history, None
-
-
-class InboxEffects(Protocol):
-    """Applies non-message inbox items (edits, deletes, pins) to conversation notes."""
-
-    async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None: ...
-
-
-class Intake(Protocol):
-    """What a transport settles when a turn takes a message instead of before acknowledging its event, so an
-    acknowledgement never waits on a lookup or a model call."""
-
-    async def author(self, conversation_id: str, author_id: str) -> str:
-        """The display name of the author the transport knows as ``author_id`` in that conversation."""
-        ...
-
-    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
-        """Whether the bot should answer ``text``, a message not addressed to it; ``recent`` are the thread's
-        last lines (``author: text``)."""
-        ...
-
-
-class TurnEvents(Protocol):
-    """What a transport (Slack, console) hears from a turn."""
-
-    async def status(self, conversation_id: str, text: str | None) -> None: ...
-
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> None: ...
-
-
-class SilentEvents:
-    async def status(self, conversation_id: str, text: str | None) -> None:
-        return None
-
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> None:
-        return None
-
-
-@dataclass
-class TurnResult:
-    conversation_id: str
-    checkpoint_id: str
-    status: TurnStatus
-    reply: str | None = None
-    consumed: int = 0
-    trace_id: str | None = None
-    usage: Usage | None = None
-    compaction: Any = None
-    model_calls: int = 0
-    inbox_left: int | None = None
-    """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
-    model_seconds: float = 0.0
-    """Time the turn spent waiting for the model (bounded by ``ExecutorConfig.turn_model_seconds``)."""
-
-
-@dataclass
-class ExecutorConfig:
-    system_prompt: str
-    lease_seconds: float = 120.0
-    max_tool_steps: int = 4
-    tool_output_fraction: float = 0.05
-    """Tool output is cut to this fraction of the usable window."""
-    commit_attempts: int = 3
-    turn_model_seconds: float = 300.0
-    """The most model time one turn may spend over all its calls and retries; past it, the turn is saved as
-    it is (awaiting resume) like a call that timed out."""
-
-
-RuntimeContext = Callable[[str, Sequence[Message], Sequence[Message], float], str]
-"""``(conversation_id, history, incoming, now)``: the runtime context's text; ``now`` is the executor's clock
-(the thread's time in a replay)."""
-
-
-def default_runtime_context(conversation_id: str, history: Sequence[Message], incoming: Sequence[Message],
-                            at: float) -> str:
-    people = sorted({m.author for m in [*history, *incoming] if m.role == "user" and m.author and not m.flags.handoff})
-    now = datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    shown = ", ".join(people[:20]) + (f" and {len(people) - 20} more" if len(people) > 20 else "")
-    return f"[runtime context] now: {now}; conversation: {conversation_id}; participants: {shown or 'unknown'}"
-
-
-@dataclass
-class _Turn:
-    checkpoint: Checkpoint
-    expected_head: str | None
-    messages: list[Message]
-    runtime_id: str
-    items: list[InboxItem]
-    incoming: list[Message]
-    compaction: Any = None
-    usage: Usage | None = None
-    covered: int = 0
-    calls: int = 0
-    final: list[Message] = field(default_factory=list)
-    """The turn's last messages, written by the commit itself."""
-    inbox_left: int | None = None
-    model_seconds: float = 0.0
-    """Time spent waiting for the model, over every call and retry of the turn."""
 
 
 class ReplyExecutor:
@@ -478,7 +376,7 @@ class ReplyExecutor:
         return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
 
     async def _start(self, conversation_id: str, history: History | None, items: list[InboxItem],
-                     incoming: list[Message], wants_reply: bool) -> _Turn:
+                     incoming: list[Message], wants_reply: bool) -> TurnState:
         base = list(history.messages) if history else []
         head_id = history.checkpoint.id if history else None
         new = list(incoming)
@@ -489,10 +387,10 @@ class ReplyExecutor:
             new.append(runtime)
         checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False)
         await self.checkpoints.append(conversation_id, checkpoint.id, new, inbox_consumed=len(items))
-        return _Turn(checkpoint, head_id, base + new, runtime_id, items, incoming)
+        return TurnState(checkpoint, head_id, base + new, runtime_id, items, incoming)
 
     async def _resume(self, conversation_id: str, paused: Checkpoint, items: list[InboxItem],
-                      incoming: list[Message]) -> _Turn:
+                      incoming: list[Message]) -> TurnState:
         history = await self.checkpoints.load_history(conversation_id, paused.id)
         await self.checkpoints.resume(conversation_id, paused.id)
         messages = list(history.messages)
@@ -511,10 +409,10 @@ class ReplyExecutor:
         runtime_ids = [m.id for m in messages if m.flags.runtime]
         await self.checkpoints.append(conversation_id, paused.id, new, inbox_consumed=len(items))
         checkpoint = await self.checkpoints.get(conversation_id, paused.id)
-        return _Turn(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
+        return TurnState(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
                      items, incoming)
 
-    async def _model_loop(self, conversation_id: str, turn: _Turn) -> tuple[TurnStatus, str]:
+    async def _model_loop(self, conversation_id: str, turn: TurnState) -> tuple[TurnStatus, str]:
         schemas = self.tools.schemas()
         for _ in range(self.config.max_tool_steps + 1):
             sent = visible(turn.messages, turn.runtime_id)
@@ -619,7 +517,7 @@ class ReplyExecutor:
         text, _ = bound_text(message.text, self.tokenizer, limit)
         return self.with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
 
-    async def _append(self, conversation_id: str, turn: _Turn, messages: list[Message]) -> None:
+    async def _append(self, conversation_id: str, turn: TurnState, messages: list[Message]) -> None:
         if messages:
             await self.checkpoints.append(conversation_id, turn.checkpoint.id, messages)
             turn.messages.extend(messages)
@@ -631,7 +529,7 @@ class ReplyExecutor:
         tokens = [self.tokenizer.count(" " + note), self.tokenizer.count(" " + short) if short else 0] if note else []
         return {"note": note, "brief": short, "note_tokens": tokens}
 
-    def _finish(self, turn: _Turn, message: Message, *, answered: bool = True) -> None:
+    def _finish(self, turn: TurnState, message: Message, *, answered: bool = True) -> None:
         """The turn's final reply. A model's answer answers the turn's asks (its ``source_ids``) and carries
         its note; a refusal does neither, so the asks stay open and its words never become a note."""
         update: dict[str, Any] = {"note": "", "ref": next_ref(turn.messages)}
@@ -642,17 +540,17 @@ class ReplyExecutor:
         turn.messages.append(message)
         turn.final.append(message)
 
-    def _outcome(self, turn: _Turn) -> CheckpointOutcome:
+    def _outcome(self, turn: TurnState) -> CheckpointOutcome:
         return CheckpointOutcome(usage=turn.usage, usage_covered_messages=turn.covered if turn.usage else 0)
 
-    async def _commit(self, conversation_id: str, turn: _Turn) -> None:
+    async def _commit(self, conversation_id: str, turn: TurnState) -> None:
         done = await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
                                              outcome=self._outcome(turn), messages=turn.final)
         turn.inbox_left = done.inbox_left
         if self.recall is not None:
             self.recall.observe(conversation_id, [*turn.incoming, *turn.final])
 
-    async def _fail(self, conversation_id: str, turn: _Turn, exc: BaseException, trace_id: str) -> TurnResult:
+    async def _fail(self, conversation_id: str, turn: TurnState, exc: BaseException, trace_id: str) -> TurnResult:
         log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
                       exc_info=exc)
         error = f"{type(exc).__name__}: {exc}"[:2000]

@@ -17,7 +17,8 @@ from persistence import (
 
 from .budget import ContextBudget
 from .context import ContextEntry, entries, measure, visible
-from .executor import ReplyExecutor, TurnEvents, TurnResult
+from .executor import ReplyExecutor
+from .turns import TurnEvents, TurnResult
 
 
 @dataclass

@@ -1,0 +1,128 @@
+"""What a turn is made of and what it talks to: the executor's seams (compaction, inbox effects, the
+transport's intake and events), its configuration, the state of a turn in progress and its result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol
+
+from persistence import Checkpoint, History, InboxItem, Message, Usage
+
+from .budget import ContextBudget
+
+TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
+
+
+class Compactor(Protocol):
+    """Called before a turn with the head history and the turn's new input; returns the history to use."""
+
+    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
+                          budget: ContextBudget) -> tuple[History | None, Any]: ...
+
+
+class NoCompaction:
+    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
+                          budget: ContextBudget) -> tuple[History | None, Any]:
+        return history, None
+
+
+class InboxEffects(Protocol):
+    """Applies non-message inbox items (edits, deletes, pins) to conversation notes."""
+
+    async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None: ...
+
+
+class Intake(Protocol):
+    """What a transport settles when a turn takes a message instead of before acknowledging its event, so an
+    acknowledgement never waits on a lookup or a model call."""
+
+    async def author(self, conversation_id: str, author_id: str) -> str:
+        """The display name of the author the transport knows as ``author_id`` in that conversation."""
+        ...
+
+    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
+        """Whether the bot should answer ``text``, a message not addressed to it; ``recent`` are the thread's
+        last lines (``author: text``)."""
+        ...
+
+
+class TurnEvents(Protocol):
+    """What a transport (Slack, console) hears from a turn."""
+
+    async def status(self, conversation_id: str, text: str | None) -> None: ...
+
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+                    checkpoint_id: str | None = None) -> None: ...
+
+
+class SilentEvents:
+    async def status(self, conversation_id: str, text: str | None) -> None:
+        return None
+
+    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+                    checkpoint_id: str | None = None) -> None:
+        return None
+
+
+@dataclass
+class TurnResult:
+    conversation_id: str
+    checkpoint_id: str
+    status: TurnStatus
+    reply: str | None = None
+    consumed: int = 0
+    trace_id: str | None = None
+    usage: Usage | None = None
+    compaction: Any = None
+    model_calls: int = 0
+    inbox_left: int | None = None
+    """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
+    model_seconds: float = 0.0
+    """Time the turn spent waiting for the model (bounded by ``ExecutorConfig.turn_model_seconds``)."""
+
+
+@dataclass
+class ExecutorConfig:
+    system_prompt: str
+    lease_seconds: float = 120.0
+    max_tool_steps: int = 4
+    tool_output_fraction: float = 0.05
+    """Tool output is cut to this fraction of the usable window."""
+    commit_attempts: int = 3
+    turn_model_seconds: float = 300.0
+    """The most model time one turn may spend over all its calls and retries; past it, the turn is saved as
+    it is (awaiting resume) like a call that timed out."""
+
+
+RuntimeContext = Callable[[str, Sequence[Message], Sequence[Message], float], str]
+"""``(conversation_id, history, incoming, now)``: the runtime context's text; ``now`` is the executor's clock
+(the thread's time in a replay)."""
+
+
+def default_runtime_context(conversation_id: str, history: Sequence[Message], incoming: Sequence[Message],
+                            at: float) -> str:
+    people = sorted({m.author for m in [*history, *incoming] if m.role == "user" and m.author and not m.flags.handoff})
+    now = datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    shown = ", ".join(people[:20]) + (f" and {len(people) - 20} more" if len(people) > 20 else "")
+    return f"[runtime context] now: {now}; conversation: {conversation_id}; participants: {shown or 'unknown'}"
+
+
+@dataclass
+class TurnState:
+    checkpoint: Checkpoint
+    expected_head: str | None
+    messages: list[Message]
+    runtime_id: str
+    items: list[InboxItem]
+    incoming: list[Message]
+    compaction: Any = None
+    usage: Usage | None = None
+    covered: int = 0
+    calls: int = 0
+    final: list[Message] = field(default_factory=list)
+    """The turn's last messages, written by the commit itself."""
+    inbox_left: int | None = None
+    model_seconds: float = 0.0
+    """Time spent waiting for the model, over every call and retry of the turn."""
