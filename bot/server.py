@@ -26,8 +26,12 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
     ``/healthz`` also says how Redis keeps acknowledged messages across its own restart (``durability``)."""
 
     async def slack_events(request: web.Request) -> web.Response:
-        bolt_response = await bot.app.async_dispatch(await to_bolt_request(request))
-        return await to_aiohttp_response(bolt_response)
+        try:
+            bolt_request = await to_bolt_request(request)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # Bolt could not read the envelope
+            log.warning("rejected a malformed Slack request (%s: %s)", type(exc).__name__, exc)
+            return web.Response(status=400, text=f"malformed Slack request: {type(exc).__name__}: {exc}")
+        return await to_aiohttp_response(await bot.app.async_dispatch(bolt_request))
 
     flow = bot.app.oauth_flow
 

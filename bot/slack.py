@@ -13,7 +13,8 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -42,6 +43,7 @@ from .metrics import Metrics
 from .routing import should_reply
 from .workspaces import Identity, Workspaces
 
+Listener = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
 log = logging.getLogger("threadkeeper.slack")
 
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
@@ -342,13 +344,30 @@ class SlackBot:
     def _register(self) -> None:
         app = self.app
 
+        def guarded(kind: str) -> Callable[[Listener], Listener]:
+            """A listener that acknowledges a malformed event (a missing field, a value of the wrong type) and
+            logs it, instead of failing the request: Slack would only send the same event again. Store
+            errors still fail it, so Slack retries what could not be recorded."""
+            def wrap(listener: Listener) -> Listener:
+                @functools.wraps(listener)
+                async def run(body: dict[str, Any], event: dict[str, Any]) -> None:
+                    try:
+                        await listener(body, event)
+                    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                        self.metrics.events.labels(kind, "malformed").inc()
+                        log.warning("ignored a malformed %s event (%s: %s)", kind, type(exc).__name__, exc)
+                return run
+            return wrap
+
         @app.event("app_mention")
+        @guarded("app_mention")
         async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
             started = time.perf_counter()
             await self.record_message(body, event, mention=True)
             self.metrics.ack.labels("mention").observe(time.perf_counter() - started)
 
         @app.event("message")
+        @guarded("message")
         async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
             started = time.perf_counter()
             subtype = event.get("subtype")
@@ -361,18 +380,22 @@ class SlackBot:
             self.metrics.ack.labels("message").observe(time.perf_counter() - started)
 
         @app.event("pin_added")
+        @guarded("pin_added")
         async def on_pin(body: dict[str, Any], event: dict[str, Any]) -> None:
             await self.record_pin(body, event, pinned=True)
 
         @app.event("pin_removed")
+        @guarded("pin_removed")
         async def on_unpin(body: dict[str, Any], event: dict[str, Any]) -> None:
             await self.record_pin(body, event, pinned=False)
 
         @app.event("app_uninstalled")
+        @guarded("app_uninstalled")
         async def on_uninstalled(body: dict[str, Any], event: dict[str, Any]) -> None:
             await self.forget_workspace(body, "app_uninstalled")
 
         @app.event("tokens_revoked")
+        @guarded("tokens_revoked")
         async def on_tokens_revoked(body: dict[str, Any], event: dict[str, Any]) -> None:
             if (event.get("tokens") or {}).get("bot"):  # the bot's token: nothing of this workspace is served
                 await self.forget_workspace(body, "tokens_revoked")
@@ -380,9 +403,10 @@ class SlackBot:
         @app.shortcut("forget_thread")
         async def on_forget_thread(ack: Any, body: dict[str, Any]) -> None:
             await ack()
-            await self.forget_thread(body)
+            await guarded("forget_thread")(lambda body, _: self.forget_thread(body))(body, {})
 
         @app.event("assistant_thread_started")
+        @guarded("assistant_thread_started")
         async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
             if await self._foreign(body, "assistant"):
                 return
@@ -399,6 +423,7 @@ class SlackBot:
                 log.info("suggested prompts unavailable: %s", slack_error(exc))
 
         @app.event("assistant_thread_context_changed")
+        @guarded("assistant_thread_context_changed")
         async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
             if await self._foreign(body, "assistant"):
                 return
