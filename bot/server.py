@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import signal
+from typing import Any
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -17,13 +18,24 @@ from .slack import SlackBot
 log = logging.getLogger("threadkeeper.server")
 
 HealthCheck = Callable[[], Awaitable[bool]]
+SlackState = Callable[[], Awaitable[str]]
+
+
+def socket_state(handler: Any) -> SlackState:
+    """The Socket Mode connection's state for ``/healthz``: ``connected`` or ``disconnected``."""
+    async def state() -> str:
+        client = getattr(handler, "client", None)
+        return "connected" if client is not None and await client.is_connected() else "disconnected"
+    return state
 
 
 def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
-                  durability: str = "unknown") -> web.Application:
+                  durability: str = "unknown", slack: SlackState | None = None) -> web.Application:
     """``POST /slack/events`` (signature verified by Bolt), ``GET /healthz``, ``GET /metrics``.
 
-    ``/healthz`` also says how Redis keeps acknowledged messages across its own restart (``durability``)."""
+    ``/healthz`` also says how Redis keeps acknowledged messages across its own restart (``durability``) and
+    how Slack reaches this process: ``http`` (events are posted to it) or, in Socket Mode, whether the
+    connection is up (``slack``); a worker whose socket is down answers 503, since it receives nothing."""
 
     async def slack_events(request: web.Request) -> web.Response:
         try:
@@ -41,10 +53,16 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
         return await to_aiohttp_response(await handle(await to_bolt_request(request)))
 
     async def healthz(_: web.Request) -> web.Response:
-        ok = False
+        redis_ok = False
         with contextlib.suppress(Exception):
-            ok = await health()
-        body = {"ok": ok, "redis": "reachable" if ok else "unreachable", "durability": durability}
+            redis_ok = await health()
+        state = "http" if slack is None else "disconnected"
+        if slack is not None:
+            with contextlib.suppress(Exception):
+                state = await slack()
+        ok = redis_ok and state != "disconnected"
+        body = {"ok": ok, "redis": "reachable" if redis_ok else "unreachable", "durability": durability,
+                "slack": state}
         return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
 
     async def metrics(_: web.Request) -> web.Response:
@@ -108,12 +126,13 @@ async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, po
                        sweep_seconds: float, shutdown_seconds: float = 20.0, durability: str = "unknown") -> None:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
+    handler = AsyncSocketModeHandler(bot.app, app_token)
     runner = None
     if port:
-        runner = web.AppRunner(build_web_app(bot, health, events=False, durability=durability))
+        runner = web.AppRunner(build_web_app(bot, health, events=False, durability=durability,
+                                             slack=socket_state(handler)))
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
-    handler = AsyncSocketModeHandler(bot.app, app_token)
     await handler.connect_async()
     log.info("connected to Slack in Socket Mode")
     try:

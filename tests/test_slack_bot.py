@@ -14,7 +14,7 @@ from fakes import Step, scripted, written
 from fakes import settings as make_settings
 from slack_fake import BOT_USER, FakeSlack, event_body, sign
 
-from bot.server import build_web_app
+from bot.server import build_web_app, socket_state
 from persistence import CheckpointKind
 from threadkeeper.root import build_pipeline, build_slack_bot, build_stores
 
@@ -235,6 +235,7 @@ async def test_healthz_and_metrics(h: Harness) -> None:
     response = await h.http.get("/healthz")
     body = await response.json()
     assert response.status == 200 and body["redis"] == "reachable" and body["durability"] == "unknown"
+    assert body["slack"] == "http", "over HTTP, Slack posts its events: there is no connection to hold"
     await h.post(event_body(mention("1700000700.000100"), event_id="Ev-m"))
     await h.settle()
     text = await (await h.http.get("/metrics")).text()
@@ -271,6 +272,19 @@ async def test_socket_mode_through_a_loopback_fake(model, prefix, client) -> Non
         await h.settle()
         assert h.slack.acks == ["env-1"]
         assert h.replies()[0]["thread_ts"] == "1700000900.000100"
+        health = TestClient(TestServer(build_web_app(h.bot, lambda: h.stores.client.ping(), events=False,
+                                                     slack=socket_state(handler)), host="127.0.0.1"))
+        await health.start_server()
+        try:
+            up = await health.get("/healthz")
+            assert up.status == 200 and (await up.json())["slack"] == "connected"
+            await handler.close_async()
+            down = await health.get("/healthz")
+            assert down.status == 503 and (await down.json())["slack"] == "disconnected", \
+                "a Socket Mode worker whose connection is down receives nothing: not healthy"
+            assert (await down.json())["redis"] == "reachable"
+        finally:
+            await health.close()
     finally:
         await handler.close_async()
         await http.close()
