@@ -35,8 +35,8 @@ STATE_SECONDS = 600
 """How long an OAuth ``state`` issued by ``/slack/install`` stays valid."""
 
 
-class RedisInstallationStore(AsyncInstallationStore):
-    """The latest installation and bot token of each workspace, one Redis hash per workspace."""
+class _InRedis:
+    """A Slack OAuth store kept in Redis under the deployment's key prefix."""
 
     def __init__(self, client: Any, prefix: str) -> None:
         self.client = client
@@ -45,6 +45,10 @@ class RedisInstallationStore(AsyncInstallationStore):
     @property
     def logger(self) -> logging.Logger:
         return log
+
+
+class RedisInstallationStore(_InRedis, AsyncInstallationStore):
+    """The latest installation and bot token of each workspace, one Redis hash per workspace."""
 
     def _key(self, enterprise_id: str | None, team_id: str | None, is_enterprise_install: bool | None = False) -> str:
         return installation_key(self.prefix, enterprise_id, None if is_enterprise_install else team_id)
@@ -84,16 +88,8 @@ class RedisInstallationStore(AsyncInstallationStore):
         await self.client.delete(self._key(enterprise_id, team_id))
 
 
-class RedisStateStore(AsyncOAuthStateStore):
+class RedisStateStore(_InRedis, AsyncOAuthStateStore):
     """OAuth ``state`` values, each valid once and for ``STATE_SECONDS``, shared by every worker."""
-
-    def __init__(self, client: Any, prefix: str) -> None:
-        self.client = client
-        self.prefix = prefix
-
-    @property
-    def logger(self) -> logging.Logger:
-        return log
 
     async def async_issue(self, *args: Any, **kwargs: Any) -> str:
         state = uuid.uuid4().hex
@@ -126,16 +122,6 @@ class Workspaces:
         self._clients: dict[str, AsyncWebClient] = {}
         self._identities: dict[str, Identity] = {}
         self._single: Identity | None = None
-
-    @property
-    def multi(self) -> bool:
-        return self.installations is not None
-
-    async def own_team(self) -> str | None:
-        """One-token mode: the team the token belongs to (None in install mode)."""
-        if self.token is None:
-            return None
-        return (await self._single_identity()).team_id
 
     async def _single_identity(self) -> Identity:
         if self._single is None:

@@ -147,7 +147,8 @@ class ReplyExecutor:
             message = item.message
             update: dict[str, Any] = {}
             if message is not None and item.author_id:
-                message = self.with_tokens(message.model_copy(update={"author": await self.intake.author(conversation_id, item.author_id)}))
+                name = await self.intake.author(conversation_id, item.author_id)
+                message = self.with_tokens(message.model_copy(update={"author": name}))
                 update["message"] = message
             if item.route and route and message is not None:
                 update["reply_expected"] = await self.intake.route(conversation_id, message.text, recent)
