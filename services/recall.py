@@ -206,14 +206,13 @@ class ConversationIndex:
                 weight[term] += math.log(1 + self.size / self.documents[term])
         return [term for term, _ in weight.most_common(FEEDBACK_TERMS)]
 
-    def widened(self, query: Sequence[str]) -> list[tuple[float, int]]:
-        """``scores(query)``, followed by the hits of the widened query that the query itself did not find."""
-        ranked = self.scores(query)
+    def widening(self, ranked: Sequence[tuple[float, int]], query: Sequence[str]) -> list[tuple[float, int]]:
+        """The hits of the widened query that ``ranked`` (``scores(query)``) does not hold, best first."""
         extra = self.feedback(ranked, query) if ranked else []
-        if extra:
-            found = {position for _, position in ranked}
-            ranked += [(score, position) for score, position in self.scores(extra) if position not in found]
-        return ranked
+        if not extra:
+            return []
+        found = {position for _, position in ranked}
+        return [(score, position) for score, position in self.scores(extra) if position not in found]
 
     @property
     def size(self) -> int:
@@ -312,17 +311,23 @@ class Recall:
         index = await self.sync(conversation_id, history)
         held = {m.id for m in context}
         searchable = index.searchable(held)
-        ranked = (index.widened(query) if widen else index.scores(query)) if searchable else []
+        ranked = index.scores(query) if searchable else []
         if keep is not None:
             ranked = [(score, pos) for score, pos in ranked if keep(index.messages[pos])]
         if not ranked:
             return Recalled([], "", 0, searched=searchable)
         notes = notes if notes is not None else await self.notes.get(conversation_id)
         cited = {ident for m in context if m.flags.handoff for ident in m.source_ids}
-        return self._select(index, ranked, held, cited, notes, cap_tokens, searchable, header)
 
-    def _select(self, index: ConversationIndex, ranked: list[tuple[float, int]], held: set[str], cited: set[str],
-                notes: Notes, cap_tokens: int, searchable: int, header: str) -> Recalled:
+        def candidates() -> Iterable[tuple[float, int]]:
+            yield from ranked
+            if widen:  # searched only once every direct hit is placed and room is left
+                yield from index.widening(ranked, query)
+
+        return self._select(index, candidates(), held, cited, notes, cap_tokens, searchable, header)
+
+    def _select(self, index: ConversationIndex, ranked: Iterable[tuple[float, int]], held: set[str],
+                cited: set[str], notes: Notes, cap_tokens: int, searchable: int, header: str) -> Recalled:
         budget = cap_tokens - self.tokenizer.count(header) - 1
         chosen: dict[str, tuple[int, str, str, int]] = {}  # target id -> (position, day, line, tokens)
         days: set[str] = set()
