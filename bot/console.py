@@ -12,9 +12,36 @@ from .render import context_text, lineage_text
 HELP = "commands: /history (checkpoint lineage), /context (what the model sees next), /help, /quit"
 
 
+class ConsoleDraft:
+    """A reply printed as the model writes it (on a terminal)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.shown = ""
+
+    async def write(self, text: str) -> None:
+        if not self.shown:
+            text = text.lstrip()
+            if not text:
+                return
+            print("threadkeeper> ", end="", file=self.out)
+        self.shown += text
+        print(text, end="", file=self.out, flush=True)
+
+    async def discard(self) -> None:
+        if self.shown:
+            print("\n  … (not the answer: the model goes on)", file=self.out, flush=True)
+        self.shown = ""
+
+
 class ConsoleEvents:
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self.writing: ConsoleDraft | None = None
+
+    async def draft(self, conversation_id: str) -> ConsoleDraft | None:
+        self.writing = ConsoleDraft(self.out) if self.out.isatty() else None
+        return self.writing
 
     async def status(self, conversation_id: str, text: str | None) -> None:
         if text and self.out.isatty():
@@ -22,6 +49,12 @@ class ConsoleEvents:
 
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> None:
+        writing, self.writing = self.writing, None
+        if writing is not None and writing.shown and text == writing.shown.strip():
+            print(file=self.out, flush=True)  # already on screen as it was written
+            return
+        if writing is not None:
+            await writing.discard()
         print(f"threadkeeper> {text}", file=self.out, flush=True)
 
 

@@ -28,6 +28,17 @@ class Metrics:
         self.ack = Histogram("threadkeeper_ack_seconds", "From an event's listener starting to its acknowledgement",
                              ["kind"], registry=self.registry,
                              buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3))
+        self.model_tokens = Counter("threadkeeper_model_tokens_total", "Tokens the model reported, by direction",
+                                    ["direction"], registry=self.registry)
+        self.cost = Counter("threadkeeper_model_cost_usd_total",
+                            "What model calls cost by litellm's price map (unpriced models add nothing)",
+                            registry=self.registry)
+        self.unpriced = Counter("threadkeeper_model_unpriced_calls_total",
+                                "Model calls litellm's price map does not price", registry=self.registry)
+        self.feedback = Counter("threadkeeper_feedback_total", "Feedback buttons pressed on replies", ["value"],
+                                registry=self.registry)
+        self.streamed = Counter("threadkeeper_replies_total", "Replies delivered, by how they reached Slack",
+                                ["via"], registry=self.registry)
         self.backfill = Histogram("threadkeeper_backfill_seconds", "Reading a thread's earlier messages on joining it",
                                   registry=self.registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 
@@ -37,6 +48,11 @@ class Metrics:
             self.turns.labels(r.status).inc()
             if r.model_calls:
                 self.model_seconds.observe(r.model_seconds)
+            if r.spend is not None:
+                self.model_tokens.labels("input").inc(r.spend.input_tokens)
+                self.model_tokens.labels("output").inc(r.spend.output_tokens)
+                self.cost.inc(r.spend.cost_usd)
+                self.unpriced.inc(r.spend.unpriced_calls)
             if r.status == "failed":
                 self.errors.labels("turn").inc()
             report = r.compaction

@@ -41,6 +41,7 @@ from services import ModelClient, Pipeline
 from .format import split_reply
 from .metrics import Metrics
 from .routing import should_reply
+from .streaming import DRAFT, FEEDBACK_ACTION, SlackDraft, delete_stranded, feedback_blocks
 from .workspaces import Identity, Workspaces
 
 Listener = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
@@ -127,6 +128,10 @@ class SlackEvents:
         self.notes = notes
         self.trigger_ts = trigger_ts
         self.metrics = metrics
+        self.askers: dict[str, tuple[str, str]] = {}
+        """conversation → (team, user) of the person whose message the running turn answers."""
+        self.drafts: dict[str, SlackDraft] = {}
+        """conversation → the reply its running turn is writing."""
 
     async def _client(self, conversation_id: str) -> AsyncWebClient | None:
         client = await self.workspaces.client(parse_conversation(conversation_id)[0])
@@ -135,6 +140,8 @@ class SlackEvents:
         return client
 
     async def status(self, conversation_id: str, text: str | None) -> None:
+        if text is None and conversation_id in self.drafts:  # the turns ended without finishing it
+            await self.drafts.pop(conversation_id).discard()
         _, channel, thread_ts = parse_conversation(conversation_id)
         client = await self._client(conversation_id)
         if client is None:
@@ -157,24 +164,52 @@ class SlackEvents:
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
             log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
 
+    async def draft(self, conversation_id: str) -> SlackDraft | None:
+        """A draft for the reply the turn is about to write (shown only if the model streams)."""
+        stale = self.drafts.pop(conversation_id, None)
+        if stale is not None:  # an earlier attempt of this turn that ended without a reply
+            await stale.discard()
+        _, channel, thread_ts = parse_conversation(conversation_id)
+        client = await self._client(conversation_id)
+        if client is None:
+            return None
+        draft = SlackDraft(client, self.notes, conversation_id, channel=channel,
+                           thread_ts=None if thread_ts == DIRECT else thread_ts,
+                           recipient=self.askers.get(conversation_id))
+        self.drafts[conversation_id] = draft
+        return draft
+
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> None:
-        """Post a turn's reply; once it is posted, the turn is marked delivered (``posted``: its checkpoint),
-        so a reply is posted again only when the process died before that mark (see ``deliver_pending``)."""
+        """Post a turn's reply (finishing the draft it was written into, if any); once it is posted, the turn
+        is marked delivered (``posted``: its checkpoint), so a reply is posted again only when the process
+        died before that mark (see ``deliver_pending``). A finished answer carries feedback buttons."""
         if checkpoint_id and await self.notes.flag(conversation_id, POSTED) == checkpoint_id:
             return
         _, channel, thread_ts = parse_conversation(conversation_id)
         client = await self._client(conversation_id)
         if client is None:
             return
-        for part in split_reply(text):
+        parts = split_reply(text)
+        feedback = feedback_blocks(parts[-1], checkpoint_id) if kind == "completed" and parts else None
+        draft = self.drafts.pop(conversation_id, None)
+        done = 0
+        if draft is not None and parts and await draft.finish(parts[0], feedback if len(parts) == 1 else None):
+            done = 1
+            self.metrics.streamed.labels("stream" if draft.streaming else "update").inc()
+        elif draft is None:
+            await delete_stranded(client, self.notes, conversation_id)  # left by a worker that stopped mid-reply
+        for n, part in enumerate(parts[done:], start=done):
             try:  # a direct message conversation is answered in the conversation itself, not in a thread
                 await client.chat_postMessage(channel=channel, thread_ts=None if thread_ts == DIRECT else thread_ts,
-                                              text=part, unfurl_links=False)
+                                              text=part, unfurl_links=False,
+                                              blocks=feedback if n == len(parts) - 1 else None)
             except SlackApiError as exc:
                 self.metrics.errors.labels("post").inc()
                 log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
                 return
+        if not done:
+            self.metrics.streamed.labels("post").inc()
         if checkpoint_id:
             await self.notes.set_flag(conversation_id, POSTED, checkpoint_id)
 
@@ -303,6 +338,10 @@ class TurnWorker:
                 kicked += 1
             if await self.events.notes.flag(cid, REACTED):
                 await self.events.status(cid, None)  # left by a worker that died mid-turn
+            if await self.events.notes.flag(cid, DRAFT):  # a reply a worker died writing
+                client = await self.events.workspaces.client(parse_conversation(cid)[0])
+                if client is not None:
+                    await delete_stranded(client, self.events.notes, cid)
         return kicked
 
 
@@ -404,6 +443,19 @@ class SlackBot:
         async def on_forget_thread(ack: Any, body: dict[str, Any]) -> None:
             await ack()
             await guarded("forget_thread")(lambda body, _: self.forget_thread(body))(body, {})
+
+        @app.action(FEEDBACK_ACTION)
+        async def on_feedback(ack: Any, body: dict[str, Any]) -> None:
+            await ack()
+            actions = body.get("actions") if isinstance(body.get("actions"), list) else []
+            value = str((actions[0] if actions and isinstance(actions[0], dict) else {}).get("value") or "")
+            verdict, _, checkpoint = value.partition(" ")
+            if verdict not in ("good", "bad"):
+                self.metrics.events.labels("feedback", "malformed").inc()
+                return
+            self.metrics.feedback.labels(verdict).inc()
+            log.info("feedback %s on the reply of %s from %s", verdict, checkpoint,
+                     (body.get("user") or {}).get("id"))
 
         @app.event("assistant_thread_started")
         @guarded("assistant_thread_started")
@@ -530,6 +582,8 @@ class SlackBot:
         if appended:
             if addressed or route:
                 self.trigger_ts[cid] = ts
+                if person:
+                    self.events.askers[cid] = (team, person)
             self.worker.kick(cid)
 
     async def backfill(self, cid: str, channel: str, thread_ts: str, *, before: str) -> int:

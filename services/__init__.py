@@ -15,8 +15,9 @@ from .budget import (
 )
 from .context import ContextEntry, measure, to_chat, visible
 from .executor import ReplyExecutor
-from .turns import ExecutorConfig, TurnEvents, TurnResult
+from .turns import ExecutorConfig, Spend, TurnEvents, TurnResult
 from .llm import (
+                     Draft,
                      ModelClient,
                      ModelContextError,
                      ModelError,
@@ -31,9 +32,9 @@ from .tokens import Tokenizer
 from .tools import Tool, ToolContext, ToolRegistry
 
 __all__ = [
-    "SYSTEM_PROMPT", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport",
+    "SYSTEM_PROMPT", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport", "Draft",
     "ExecutorConfig", "ModelClient", "ModelContextError", "ModelError", "ModelReply", "ModelTimeoutError", "Pipeline",
-    "ReplayInputError", "ReplyExecutor", "Tokenizer", "Tool", "ToolCall", "ToolContext", "ToolRegistry",
+    "ReplayInputError", "ReplyExecutor", "Spend", "Tokenizer", "Tool", "ToolCall", "ToolContext", "ToolRegistry",
     "TurnEvents", "TurnResult", "is_offline", "offers_tools", "load_thread", "measure", "parse_thread", "replay",
     "resolve_max_output", "resolve_window", "to_chat", "visible",
 ]

@@ -40,7 +40,7 @@ from persistence import (
 from . import refs
 from .budget import ContextBudget
 from .context import calibration, to_chat, visible
-from .llm import ModelClient, ModelContextError, ModelError, ModelTimeoutError
+from .llm import Draft, ModelClient, ModelContextError, ModelError, ModelTimeoutError
 from .notes import note_and_brief
 from .recall import Recall, change_notice_id
 from .refs import next_ref
@@ -282,13 +282,14 @@ class ReplyExecutor:
         try:
             result = await self._run_turn(conversation_id, events, overflowed)
             if result is not None:
-                usage = result.usage
+                spend = result.spend
                 report = result.compaction
                 event(TURNS, "turn", conversation_id=conversation_id, checkpoint_id=result.checkpoint_id,
                       status=result.status, consumed=result.consumed, model_calls=result.model_calls,
                       model_seconds=round(result.model_seconds, 3),
-                      input_tokens=usage.input_tokens if usage else 0,
-                      output_tokens=usage.output_tokens if usage else 0,
+                      input_tokens=spend.input_tokens if spend else 0,
+                      output_tokens=spend.output_tokens if spend else 0,
+                      cost_usd=round(spend.cost_usd, 6) if spend else 0.0,
                       compaction=getattr(report, "new_checkpoint_id", None))
             return result
         finally:
@@ -337,7 +338,7 @@ class ReplyExecutor:
         await events.status(conversation_id, "thinking…")
         trace_id = TRACE.get() or new_trace_id()
         try:
-            status, reply = await self._model_loop(conversation_id, turn)
+            status, reply = await self._model_loop(conversation_id, turn, await events.draft(conversation_id))
         except ModelTimeoutError as exc:
             await self.checkpoints.pause(conversation_id, turn.checkpoint.id, resume={"reason": "timeout",
                                                                                       "error": str(exc)},
@@ -345,7 +346,7 @@ class ReplyExecutor:
             reply = ("The model did not answer in time. I saved this turn exactly as it was and will continue "
                      "from there with your next message.")
             return TurnResult(conversation_id, turn.checkpoint.id, "awaiting_resume", reply, len(items), trace_id,
-                              compaction=turn.compaction, model_calls=turn.calls)
+                              compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
@@ -358,14 +359,14 @@ class ReplyExecutor:
             return await self._fail(conversation_id, turn, exc, trace_id)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
-                              turn.usage, turn.compaction, turn.calls)
+                              turn.usage, turn.compaction, turn.calls, spend=turn.spend)
         try:
             await self._commit(conversation_id, turn)
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
                              events: TurnEvents) -> tuple[History | None, Any]:
@@ -413,7 +414,8 @@ class ReplyExecutor:
         return TurnState(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
                      items, incoming)
 
-    async def _model_loop(self, conversation_id: str, turn: TurnState) -> tuple[TurnStatus, str]:
+    async def _model_loop(self, conversation_id: str, turn: TurnState, draft: Draft | None = None,
+                          ) -> tuple[TurnStatus, str]:
         schemas = self.tools.schemas()
         for _ in range(self.config.max_tool_steps + 1):
             sent = visible(turn.messages, turn.runtime_id)
@@ -431,7 +433,7 @@ class ReplyExecutor:
             try:
                 reply = await asyncio.wait_for(
                     self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None,
-                                        timeout_seconds=min(self.model.timeout_seconds, remaining)),
+                                        timeout_seconds=min(self.model.timeout_seconds, remaining), draft=draft),
                     timeout=remaining)
             except asyncio.TimeoutError as exc:
                 raise ModelTimeoutError(f"the turn used its {self.config.turn_model_seconds:g}s of model time "
@@ -439,12 +441,15 @@ class ReplyExecutor:
             finally:
                 turn.model_seconds += time.perf_counter() - started
             turn.calls += 1
+            turn.spend.add(reply)
             turn.usage = reply.usage or turn.usage
             turn.covered = len(turn.messages)
             if not reply.tool_calls:
                 text = reply.text.strip() or "(the model returned an empty reply)"
                 self._finish(turn, self.make_message(text, role="assistant"))
                 return "completed", text
+            if reply.text and draft is not None:
+                await draft.discard()  # text before tool calls is not the answer the turn ends with
             call_parts = [ToolCallPart(call_id=c.id, name=c.name, arguments=c.arguments) for c in reply.tool_calls]
             parts: list[Any] = ([TextPart(text=reply.text)] if reply.text else []) + call_parts
             assistant = self.with_tokens(Message(id=new_id("m"), role="assistant", parts=parts, tokens=0))
@@ -569,6 +574,6 @@ class ReplyExecutor:
         if isinstance(exc, ModelError):
             text = f"Sorry, the model could not answer (trace id {trace_id}). Please try again in a moment."
         return TurnResult(conversation_id, turn.checkpoint.id, "failed", text, len(turn.items), trace_id,
-                          compaction=turn.compaction, model_calls=turn.calls)
+                          compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
 
 

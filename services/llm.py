@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 from tenacity.wait import wait_base
@@ -48,6 +48,18 @@ class ModelReply:
     usage: Usage | None = None
     finish_reason: str | None = None
     model: str = ""
+    cost_usd: float | None = None
+    """What the call cost by litellm's price map (None: a model the map does not price)."""
+
+
+class Draft(Protocol):
+    """Where a reply's text goes while the model writes it (a transport that shows replies as they come)."""
+
+    async def write(self, text: str) -> None:
+        """The next piece of the reply."""
+
+    async def discard(self) -> None:
+        """What was written is not the reply after all (the call is retried, or it ends in tool calls)."""
 
 
 def _transient(exc: BaseException) -> bool:
@@ -125,8 +137,13 @@ class ModelClient:
         return is_offline(self.model)
 
     async def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                       max_output_tokens: int | None = None, timeout_seconds: float | None = None) -> ModelReply:
-        """One chat completion, retried with backoff on transient errors; raises :class:`ModelError`."""
+                       max_output_tokens: int | None = None, timeout_seconds: float | None = None,
+                       draft: Draft | None = None) -> ModelReply:
+        """One chat completion, retried with backoff on transient errors; raises :class:`ModelError`.
+
+        With a ``draft``, the reply is streamed and its text written there as it arrives (an attempt that
+        fails after writing is discarded before the next). The offline model answers at once and is not
+        streamed."""
         timeout = timeout_seconds or self.timeout_seconds
         # One retry layer (below): the provider SDK's own retries are off, or each attempt would be several.
         kwargs: dict[str, Any] = {"model": litellm_model_name(self.model), "messages": messages, "timeout": timeout,
@@ -138,13 +155,17 @@ class ModelClient:
             kwargs["max_tokens"] = min(limit, self.output_limit) if self.output_limit else limit
         if self.context_window and self.model.split("/", 1)[0] in ("ollama", "ollama_chat"):
             kwargs["num_ctx"] = self.context_window
+        sink = _Written(draft) if draft is not None and not self.offline else None
         try:
             async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts), reraise=True,
                                                wait=_Backoff(self.retry_wait_seconds),
                                                retry=retry_if_exception(_transient)):
                 with attempt:
+                    if sink is not None:
+                        await sink.restart()
                     try:
-                        response = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=timeout)
+                        call = self._streamed(kwargs, sink) if sink is not None else self._whole(kwargs)
+                        return await asyncio.wait_for(call, timeout=timeout)
                     except litellm.RateLimitError as exc:
                         asked = retry_after(exc)
                         if asked is not None and asked > timeout:
@@ -161,9 +182,32 @@ class ModelClient:
             raise ModelContextError(f"model {self.model} refused the request as too long: {exc}") from exc
         except Exception as exc:  # litellm maps provider errors to its own hierarchy
             raise ModelError(f"model {self.model} failed: {type(exc).__name__}: {exc}") from exc
-        return self._reply(response)
+        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
 
-    def _reply(self, response: Any) -> ModelReply:
+    async def _whole(self, kwargs: dict[str, Any]) -> ModelReply:
+        response = await litellm.acompletion(**kwargs)
+        return self._reply(response, (getattr(response, "_hidden_params", None) or {}).get("response_cost"))
+
+    async def _streamed(self, kwargs: dict[str, Any], sink: _Written) -> ModelReply:
+        """A streamed call: text pieces go to the draft as they come; the chunks are then assembled by
+        litellm into one response (text, tool calls, usage), exactly as a whole reply would be read."""
+        stream = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
+        chunks = []
+        async for chunk in stream:
+            chunks.append(chunk)
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if delta is not None and delta.content:
+                await sink.write(delta.content)
+        if not chunks:
+            raise ModelError(f"model {self.model} streamed nothing")
+        response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
+        try:
+            cost = litellm.completion_cost(completion_response=response, model=kwargs["model"])
+        except Exception:  # noqa: BLE001 - a model the price map does not know has no cost, not a failure
+            cost = None
+        return self._reply(response, cost)
+
+    def _reply(self, response: Any, cost: Any = None) -> ModelReply:
         choice = response.choices[0]
         message = choice.message
         calls = []
@@ -173,4 +217,22 @@ class ModelClient:
             calls.append(ToolCall(id=raw.id or f"call_{len(calls)}", name=fn.name, arguments=arguments or "{}"))
         return ModelReply(text=message.content or "", tool_calls=calls, usage=extract_usage(response),
                           finish_reason=getattr(choice, "finish_reason", None),
-                          model=getattr(response, "model", "") or self.model)
+                          model=getattr(response, "model", "") or self.model,
+                          cost_usd=float(cost) if isinstance(cost, (int, float)) else None)
+
+
+class _Written:
+    """A draft that knows whether anything was written to it, so a retried attempt starts it afresh."""
+
+    def __init__(self, draft: Draft) -> None:
+        self.draft = draft
+        self.written = False
+
+    async def write(self, text: str) -> None:
+        self.written = True
+        await self.draft.write(text)
+
+    async def restart(self) -> None:
+        if self.written:
+            self.written = False
+            await self.draft.discard()

@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 from persistence import Checkpoint, History, InboxItem, Message, Usage
 
 from .budget import ContextBudget
+from .llm import Draft, ModelReply
 
 TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
 
@@ -56,14 +57,42 @@ class TurnEvents(Protocol):
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> None: ...
 
+    async def draft(self, conversation_id: str) -> Draft | None:
+        """Where the reply of the turn about to call the model is shown as it is written (None: only whole
+        replies). ``reply`` then finishes it, or replaces it when the reply turned out different."""
+        ...
+
 
 class SilentEvents:
     async def status(self, conversation_id: str, text: str | None) -> None:
         return None
 
+    async def draft(self, conversation_id: str) -> Draft | None:
+        return None
+
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> None:
         return None
+
+
+@dataclass
+class Spend:
+    """What a turn's model calls consumed, over every call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0
+    """Calls to a model litellm's price map does not price (their cost is not in ``cost_usd``)."""
+
+    def add(self, reply: ModelReply) -> None:
+        if reply.usage is not None:
+            self.input_tokens += reply.usage.input_tokens
+            self.output_tokens += reply.usage.output_tokens
+        if reply.cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += reply.cost_usd
 
 
 @dataclass
@@ -81,6 +110,8 @@ class TurnResult:
     """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
     model_seconds: float = 0.0
     """Time the turn spent waiting for the model (bounded by ``ExecutorConfig.turn_model_seconds``)."""
+    spend: Spend | None = None
+    """Tokens and cost of the turn's model calls (None: it called no model)."""
 
 
 @dataclass
@@ -126,3 +157,4 @@ class TurnState:
     inbox_left: int | None = None
     model_seconds: float = 0.0
     """Time spent waiting for the model, over every call and retry of the turn."""
+    spend: Spend = field(default_factory=Spend)

@@ -106,3 +106,17 @@ async def fake_client(prefix: str) -> AsyncIterator[aioredis.Redis]:
 async def redis_client(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[aioredis.Redis]:
     async with client_of("redis", request, prefix) as c:
         yield c
+
+
+@pytest.fixture
+async def server(monkeypatch: pytest.MonkeyPatch):
+    """A loopback model server (OpenAI- and Ollama-compatible) that litellm's provider routes are pointed at."""
+    from model_server import ModelServer
+
+    srv = await ModelServer().start()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{srv.url}/v1")
+    monkeypatch.setenv("OPENAI_API_BASE", f"{srv.url}/v1")
+    monkeypatch.setenv("OLLAMA_API_BASE", srv.url)
+    yield srv
+    await srv.stop()

@@ -50,6 +50,25 @@ class ScriptedModel(CustomLLM):
     def push(self, *steps: Step) -> None:
         self.script.extend(steps)
 
+    async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any):  # type: ignore[override]
+        """The same reply streamed, as litellm's custom providers stream: a word per chunk, then each tool
+        call, then the finish reason and usage."""
+        response = await self.acompletion(model, messages, *args, **kwargs)
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            yield {"text": word if i == 0 else " " + word, "tool_use": None, "is_finished": False,
+                   "finish_reason": "", "usage": None, "index": 0}
+        for i, call in enumerate(choice.message.tool_calls or []):
+            yield {"text": "", "is_finished": False, "finish_reason": "", "usage": None, "index": 0,
+                   "tool_use": {"id": call.id, "type": "function", "index": i,
+                                "function": {"name": call.function.name, "arguments": call.function.arguments}}}
+        usage = response.usage
+        yield {"text": "", "tool_use": None, "is_finished": True, "finish_reason": choice.finish_reason,
+               "index": 0, "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                                     "total_tokens": usage.total_tokens}}
+
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
         optional = kwargs.get("optional_params") or (args[7] if len(args) > 7 else {})
         self.requests.append({"messages": messages, "tools": (optional or {}).get("tools")})

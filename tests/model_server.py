@@ -1,5 +1,6 @@
 """A loopback model server for tests: OpenAI-compatible (``/v1/chat/completions``) and Ollama-compatible
-(``/api/chat``), logging every request, answering from a script (text, usage, finish reason or an error)."""
+(``/api/chat``), logging every request, answering from a script (text, tool calls, usage, finish reason or an
+error), whole or streamed (server-sent events for OpenAI, JSON lines for Ollama) as the request asks."""
 
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ class Reply:
     """Response headers (``Retry-After`` with a 429)."""
     delay: float = 0.0
     """Seconds to wait before answering (a hung provider: longer than the client's timeout)."""
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)
+    """(name, JSON arguments) of each tool call the reply makes."""
+    chunk_delay: float = 0.0
+    """Seconds between streamed chunks (a model that writes slowly)."""
+    fail_after_chunks: int | None = None
+    """Streamed: drop the connection after this many text chunks (a stream cut mid-reply)."""
+
+    def pieces(self) -> list[str]:
+        """The text as a streaming provider sends it: a word (with its leading space) per chunk."""
+        words = self.text.split(" ")
+        return [w if i == 0 else " " + w for i, w in enumerate(words) if w or i == 0]
 
 
 @dataclass
@@ -36,6 +48,8 @@ class ModelServer:
     paths: list[str] = field(default_factory=list)
     url: str = ""
     _runner: web.AppRunner | None = None
+    sent: list[tuple[float, str]] = field(default_factory=list)
+    """(monotonic time, text) of every streamed text chunk, so a test can tell what arrived before what."""
 
     def push(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -43,7 +57,7 @@ class ModelServer:
     def _next(self) -> Reply:
         return self.replies.popleft() if self.replies else self.default
 
-    async def _openai(self, request: web.Request) -> web.Response:
+    async def _openai(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self.paths.append(request.path)
@@ -52,25 +66,72 @@ class ModelServer:
             await asyncio.sleep(reply.delay)
         if reply.error is not None:
             return web.json_response(reply.error, status=reply.status, headers=reply.headers)
-        return web.json_response({
-            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "test"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
-                         "finish_reason": reply.finish_reason}],
-            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                      "total_tokens": reply.prompt_tokens + reply.completion_tokens}})
+        head = {"id": f"chatcmpl-{len(self.requests)}", "created": int(time.time()), "model": body.get("model", "test")}
+        usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                 "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+        calls = [{"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+                 for i, (name, arguments) in enumerate(reply.tool_calls)]
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+            if calls:
+                message["tool_calls"] = calls
+            return web.json_response({**head, "object": "chat.completion", "usage": usage,
+                                      "choices": [{"index": 0, "message": message,
+                                                   "finish_reason": reply.finish_reason}]})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
 
-    async def _ollama(self, request: web.Request) -> web.Response:
+        async def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
+            chunk = {**head, "object": "chat.completion.chunk", **extra,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if delta or finish else []}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await event({"role": "assistant", "content": ""})
+        for n, piece in enumerate(reply.pieces() if reply.text else []):
+            if reply.fail_after_chunks is not None and n >= reply.fail_after_chunks:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            if reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            self.sent.append((time.monotonic(), piece))
+            await event({"content": piece})
+        for i, call in enumerate(calls):  # a call's name first, then its arguments in two pieces
+            arguments = call["function"]["arguments"]
+            await event({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                         "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            for part in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2:]):
+                await event({"tool_calls": [{"index": i, "function": {"arguments": part}}]})
+        await event({}, reply.finish_reason)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await event({}, None, usage=usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _ollama(self, request: web.Request) -> web.StreamResponse:
         body = json.loads(await request.text())
         self.requests.append(body)
         self.paths.append(request.path)
         reply = self._next()
         if reply.error is not None:
             return web.json_response(reply.error, status=reply.status)
-        return web.json_response({
-            "model": body.get("model", "test"), "created_at": "2026-01-01T00:00:00Z",
-            "message": {"role": "assistant", "content": reply.text}, "done": True, "done_reason": reply.finish_reason,
-            "prompt_eval_count": reply.prompt_tokens, "eval_count": reply.completion_tokens})
+        head = {"model": body.get("model", "test"), "created_at": "2026-01-01T00:00:00Z"}
+        done = {**head, "done": True, "done_reason": reply.finish_reason,
+                "prompt_eval_count": reply.prompt_tokens, "eval_count": reply.completion_tokens}
+        if body.get("stream") is False:
+            return web.json_response({**done, "message": {"role": "assistant", "content": reply.text}})
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        for piece in reply.pieces():
+            if reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            self.sent.append((time.monotonic(), piece))
+            line = {**head, "message": {"role": "assistant", "content": piece}, "done": False}
+            await response.write((json.dumps(line) + "\n").encode())
+        await response.write((json.dumps({**done, "message": {"role": "assistant", "content": ""}}) + "\n").encode())
+        await response.write_eof()
+        return response
 
     async def start(self) -> ModelServer:
         app = web.Application()

@@ -18,6 +18,8 @@ BOT_USER = "UBOT"
 class FakeSlack:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.times: list[float] = []
+        """monotonic time of each call, in the order of ``calls``."""
         self.rate_limit: dict[str, int] = {}
         """method → how many more calls answer 429 with Retry-After: 1."""
         self.rate_limit_calls: dict[str, set[int]] = {}
@@ -40,6 +42,10 @@ class FakeSlack:
         """channel → its top-level messages posted by the bot (conversations.history)."""
         self.threads: dict[tuple[str, str], list[dict[str, Any]]] = {}
         """(channel, thread ts) → its messages, answered by conversations.replies in pages."""
+        self.refuse_streaming = False
+        """chat.startStream answers an error, as in a workspace where streaming is not available."""
+        self.deleted: list[str] = []
+        """ts of every message deleted with chat.delete."""
 
     @property
     def base_url(self) -> str:
@@ -64,6 +70,9 @@ class FakeSlack:
     def calls_to(self, method: str) -> list[dict[str, Any]]:
         return [params for name, params in self.calls if name == method]
 
+    def first_call_at(self, method: str) -> float | None:
+        return next((t for (name, _), t in zip(self.calls, self.times) if name == method), None)
+
     async def api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         if request.method == "GET":
@@ -73,6 +82,7 @@ class FakeSlack:
         else:
             params = {**dict(request.query), **dict(await request.post())}  # slack-sdk sends some in the query
         self.calls.append((method, params))
+        self.times.append(time.monotonic())
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append((method, token))
         if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):
@@ -94,17 +104,38 @@ class FakeSlack:
                                       "app_id": "A1", "team": {"id": team, "name": f"Team {team}"},
                                       "enterprise": None, "is_enterprise_install": False,
                                       "authed_user": {"id": "U1"}})
-        if method == "chat.postMessage":
+        if method in ("chat.postMessage", "chat.startStream"):
+            if method == "chat.startStream" and self.refuse_streaming:
+                return web.json_response({"ok": False, "error": "feature_not_enabled"})
             self._ts += 1
             ts = f"{self._ts:.6f}"
-            posted = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": params.get("text"), "ts": ts}
+            text = params.get("text") if method == "chat.postMessage" else _streamed(params)
+            posted = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": text, "ts": ts,
+                      "blocks": params.get("blocks"), "streaming": method == "chat.startStream"}
             if params.get("thread_ts"):
                 self.threads.setdefault((params.get("channel", ""), params["thread_ts"]), []).append(
                     dict(posted, thread_ts=params["thread_ts"]))
             else:
                 self.channels.setdefault(params.get("channel", ""), []).append(posted)
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": ts,
-                                      "message": {"text": params.get("text")}})
+                                      "message": {"text": text}})
+        if method in ("chat.appendStream", "chat.stopStream", "chat.update", "chat.delete"):
+            found = self.find(params.get("channel", ""), params.get("ts", ""))
+            if found is None:
+                return web.json_response({"ok": False, "error": "message_not_found"})
+            where, message = found
+            if method == "chat.delete":
+                where.remove(message)
+                self.deleted.append(message["ts"])
+            elif method == "chat.update":
+                message.update(text=params.get("text"), blocks=params.get("blocks"))
+            else:
+                if not message.get("streaming"):
+                    return web.json_response({"ok": False, "error": "message_not_in_streaming_state"})
+                message["text"] = (message.get("text") or "") + _streamed(params)
+                if method == "chat.stopStream":
+                    message.update(streaming=False, blocks=params.get("blocks"))
+            return web.json_response({"ok": True, "channel": params.get("channel"), "ts": message["ts"]})
         if method == "conversations.history":
             return web.json_response({"ok": True, "messages": list(reversed(self.channels.get(params.get("channel", ""),
                                                                                             []))),
@@ -130,6 +161,20 @@ class FakeSlack:
             return web.json_response({"ok": True, "url": url})
         return web.json_response({"ok": True})
 
+    def find(self, channel: str, ts: str) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+        """The list holding the message ``ts`` of ``channel`` (its thread or the channel), and the message."""
+        lists = [m for (c, _), m in self.threads.items() if c == channel] + [self.channels.get(channel, [])]
+        for messages in lists:
+            for message in messages:
+                if message["ts"] == ts:
+                    return messages, message
+        return None
+
+    def bot_messages(self, channel: str, thread_ts: str | None = None) -> list[dict[str, Any]]:
+        """The bot's messages in a thread (or at the top level of a channel) as they now stand."""
+        messages = self.threads.get((channel, thread_ts), []) if thread_ts else self.channels.get(channel, [])
+        return [m for m in messages if m.get("user") == BOT_USER]
+
     async def socket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
@@ -148,6 +193,15 @@ class FakeSlack:
         await self.sockets[-1].send_json({"envelope_id": envelope_id, "type": "events_api", "payload": body,
                                           "accepts_response_payload": False, "retry_attempt": 0,
                                           "retry_reason": ""})
+
+
+def _streamed(params: dict[str, Any]) -> str:
+    """The markdown a streaming call adds, sent as ``markdown_text`` or as markdown chunks."""
+    chunks = params.get("chunks") or []
+    if isinstance(chunks, str):
+        chunks = json.loads(chunks)
+    return (params.get("markdown_text") or "") + "".join(c.get("text", "") for c in chunks
+                                                         if c.get("type") == "markdown_text")
 
 
 def sign(secret: str, body: str, timestamp: int | None = None) -> dict[str, str]:

@@ -9,17 +9,6 @@ from model_server import ModelServer, Reply
 from services import ModelClient, ModelError
 
 
-@pytest.fixture
-async def server(monkeypatch: pytest.MonkeyPatch):
-    srv = await ModelServer().start()
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-test")
-    monkeypatch.setenv("OPENAI_BASE_URL", f"{srv.url}/v1")
-    monkeypatch.setenv("OPENAI_API_BASE", f"{srv.url}/v1")
-    monkeypatch.setenv("OLLAMA_API_BASE", srv.url)
-    yield srv
-    await srv.stop()
-
-
 async def test_output_requests_are_clamped_to_what_the_model_allows(server: ModelServer) -> None:
     client = ModelClient("openai/gpt-4o", attempts=1, timeout_seconds=10)
     server.push(Reply(text="fine", prompt_tokens=42, completion_tokens=3))
@@ -214,3 +203,61 @@ async def test_a_compaction_gets_its_narrative_from_a_real_provider_route(server
     assert root.meta.info["strategy"] == "llm"
     narrative = history.messages[0].text.split("Narrative (model-written):")[1]
     assert "- [#1] Ticket OPS-77 tracks the outage of the ledger service." in narrative
+
+
+class Collected:
+    """A draft that keeps what it is written."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.discarded = 0
+
+    async def write(self, text: str) -> None:
+        self.pieces.append(text)
+
+    async def discard(self) -> None:
+        self.discarded += 1
+        self.pieces.clear()
+
+
+async def test_a_streamed_reply_is_written_as_it_comes_and_read_like_a_whole_one(server: ModelServer) -> None:
+    import litellm
+
+    text = "The deploy of pg-stage-7 finished at 14:02 and every check is green."
+    call = ("thread_search", '{"query": "pg-stage-7 rollback window"}')
+    client = ModelClient("openai/gpt-4o", attempts=1, timeout_seconds=10)
+    server.push(Reply(text=text, prompt_tokens=900, completion_tokens=17, tool_calls=[call],
+                      finish_reason="tool_calls"))
+    draft = Collected()
+    reply = await client.complete([{"role": "user", "content": "status?"}], draft=draft)
+    sent = server.requests[0]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert draft.pieces == Reply(text=text).pieces() and len(draft.pieces) == 12, "written a word at a time"
+    assert reply.text == text and [(c.name, c.arguments) for c in reply.tool_calls] == [call], \
+        "a tool call streamed in pieces is read whole"
+    assert reply.usage is not None and (reply.usage.input_tokens, reply.usage.output_tokens) == (900, 17)
+    assert reply.finish_reason == "tool_calls"
+    price = litellm.model_cost["gpt-4o"]
+    expected = 900 * price["input_cost_per_token"] + 17 * price["output_cost_per_token"]
+    assert reply.cost_usd == pytest.approx(expected)
+    server.push(Reply(text="fine", prompt_tokens=900, completion_tokens=17))
+    whole = await client.complete([{"role": "user", "content": "status?"}])
+    assert "stream" not in server.requests[1] and whole.cost_usd == pytest.approx(expected), "priced the same whole"
+
+    ollama = ModelClient("ollama_chat/llama3.1", attempts=1, timeout_seconds=10, context_window=8_000)
+    server.push(Reply(text="hola a todos", prompt_tokens=30, completion_tokens=3))
+    draft = Collected()
+    reply = await ollama.complete([{"role": "user", "content": "hi"}], draft=draft)
+    assert server.requests[-1]["stream"] is True and server.requests[-1]["options"]["num_ctx"] == 8_000
+    assert draft.pieces == ["hola", " a", " todos"] and reply.text == "hola a todos"
+    assert reply.usage is not None and reply.usage.input_tokens == 30
+
+
+async def test_a_stream_cut_mid_reply_is_taken_back_and_retried(server: ModelServer) -> None:
+    text = "one two three four five six"
+    client = ModelClient("openai/gpt-4o", attempts=2, timeout_seconds=10, retry_wait_seconds=0.01)
+    server.push(Reply(text=text, fail_after_chunks=3), Reply(text=text))
+    draft = Collected()
+    reply = await client.complete([{"role": "user", "content": "count"}], draft=draft)
+    assert len(server.requests) == 2 and draft.discarded == 1, "the cut attempt's text is taken back once"
+    assert "".join(draft.pieces) == reply.text == text

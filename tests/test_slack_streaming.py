@@ -1,0 +1,120 @@
+"""Replies shown in Slack while the model writes them: litellm's real OpenAI route against a loopback model
+that writes slowly, slack-sdk's ``chat_stream`` against the loopback Slack fake, post-and-update where Slack
+cannot stream, a preamble before tool calls taken back, a reply a dead worker left half-written deleted, and
+the feedback buttons under a finished reply counted."""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import urlencode
+
+import pytest
+from model_server import Reply
+from slack_fake import event_body, sign
+from test_slack_bot import CHANNEL, SECRET, make_harness, mention
+
+from bot.streaming import DRAFT, STREAM_BUFFER
+
+LONG = " ".join(f"step{i} of the rollout plan" for i in range(24))
+"""A reply long enough to be shown before it is finished (several times ``STREAM_BUFFER``)."""
+
+
+@pytest.fixture
+async def h(server, prefix, redis_client):
+    harness, http = await make_harness(prefix, redis_client, ai_model="openai/gpt-4o")
+    yield harness
+    await harness.settle()
+    await http.close()
+    await harness.slack.close()
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+async def test_a_reply_is_streamed_into_the_thread_while_the_model_writes_it(h, server) -> None:
+    assert len(LONG) > 4 * STREAM_BUFFER
+    root = "1700020000.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text=LONG, chunk_delay=0.01, prompt_tokens=1_200, completion_tokens=150))
+    assert await h.post(event_body(mention(root, "write out the rollout plan"), event_id="Ev-s1")) == 200
+    await h.settle()
+    started = h.slack.first_call_at("chat.startStream")
+    assert started is not None and started < server.sent[-1][0], "shown before the model wrote its last word"
+    [start] = h.slack.calls_to("chat.startStream")
+    assert (start["thread_ts"], start["recipient_user_id"], start["recipient_team_id"]) == (root, "U1", "T1")
+    assert len(h.slack.calls_to("chat.appendStream")) >= 3 and not h.slack.calls_to("chat.postMessage")
+    [message] = h.slack.bot_messages(CHANNEL, root)
+    history = await h.pipeline.checkpoints.load_history(cid)
+    assert message["text"] == history.messages[-1].text == LONG and message["streaming"] is False
+    buttons = message["blocks"][-1]["elements"][0]
+    assert buttons["type"] == "feedback_buttons"
+    assert buttons["positive_button"]["value"] == f"good {history.checkpoint.id}"
+    assert not await h.stores.notes.flag(cid, DRAFT), "a finished reply leaves no draft behind"
+    metrics = await (await h.http.get("/metrics")).text()
+    assert metric(metrics, 'threadkeeper_replies_total{via="stream"}') == 1
+    assert metric(metrics, "threadkeeper_model_cost_usd_total") > 0, "gpt-4o's calls are priced"
+    assert metric(metrics, 'threadkeeper_model_tokens_total{direction="input"}') == 1_200
+
+
+async def test_where_slack_cannot_stream_the_reply_is_posted_then_updated(h, server) -> None:
+    h.slack.refuse_streaming = True
+    root = "1700020100.000100"
+    server.push(Reply(text=LONG, chunk_delay=0.015))
+    await h.post(event_body(mention(root, "the plan please"), event_id="Ev-s2"))
+    await h.settle()
+    [posted] = h.slack.calls_to("chat.postMessage")
+    assert LONG.startswith(posted["text"]) and len(posted["text"]) < len(LONG), "posted before it was finished"
+    updates = h.slack.calls_to("chat.update")
+    assert len(updates) >= 2 and updates[-1]["text"] == LONG and updates[-1]["blocks"], \
+        "updated as it grew, and finished with the feedback buttons"
+    [message] = h.slack.bot_messages(CHANNEL, root)
+    assert message["text"] == LONG
+
+
+async def test_text_written_before_tool_calls_is_taken_back(h, server) -> None:
+    root = "1700020200.000100"
+    preamble = "Let me look through the whole thread for the rollout discussion before I answer. " * 3
+    server.push(Reply(text=preamble, tool_calls=[("thread_search", '{"query": "rollout"}')],
+                      finish_reason="tool_calls"),
+                Reply(text=LONG))
+    await h.post(event_body(mention(root, "what was decided about the rollout?"), event_id="Ev-s3"))
+    await h.settle()
+    assert len(server.requests) == 2 and len(h.slack.calls_to("chat.startStream")) == 2
+    assert len(h.slack.deleted) == 1, "the preamble's message is deleted"
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
+
+
+async def test_a_reply_a_dead_worker_left_half_written_is_deleted(h, server) -> None:
+    root = "1700020300.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text="Short answer."))
+    await h.post(event_body(mention(root, "quick one"), event_id="Ev-s4"))
+    await h.settle()
+    client = await h.bot.workspaces.client("T1")
+    stranded = await client.chat_postMessage(channel=CHANNEL, thread_ts=root, text="Half of a repl")
+    await h.stores.notes.set_flag(cid, DRAFT, f"{CHANNEL} {stranded['ts']}")  # as a worker killed mid-reply
+    await h.bot.worker.sweep()
+    assert h.slack.deleted == [stranded["ts"]] and not await h.stores.notes.flag(cid, DRAFT)
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == ["Short answer."]
+    await h.bot.worker.sweep()
+    assert h.slack.deleted == [stranded["ts"]], "deleted once"
+
+
+async def test_feedback_buttons_are_counted(h, server) -> None:
+    for n, value in enumerate(["good ck-1", "bad ck-1", "good ck-2", "nonsense"]):
+        payload = {"type": "block_actions", "team": {"id": "T1"}, "user": {"id": "U1"}, "api_app_id": "A1",
+                   "token": "unused", "trigger_id": f"1.2.{n}", "channel": {"id": CHANNEL},
+                   "container": {"type": "message", "message_ts": "1700020400.000200", "channel_id": CHANNEL},
+                   "actions": [{"type": "feedback_buttons", "action_id": "reply_feedback", "block_id": "fb",
+                                "value": value, "action_ts": "1700020401.000000"}]}
+        raw = urlencode({"payload": json.dumps(payload)})
+        response = await h.http.post("/slack/events", data=raw, headers={
+            **sign(SECRET, raw, None), "Content-Type": "application/x-www-form-urlencoded"})
+        assert response.status == 200
+    metrics = await (await h.http.get("/metrics")).text()
+    assert metric(metrics, 'threadkeeper_feedback_total{value="good"}') == 2
+    assert metric(metrics, 'threadkeeper_feedback_total{value="bad"}') == 1
+    assert metric(metrics, 'threadkeeper_slack_events_total{kind="feedback",outcome="malformed"}') == 1
