@@ -82,6 +82,9 @@ def slack_error(exc: SlackApiError) -> str:
 
 REACTED = "reacted"
 """Conversation flag: the message carrying the bot's :eyes: while it works ("" when none)."""
+BACKFILL = "backfill"
+"""Conversation flag: ``<channel> <thread ts> <mention ts>`` of a thread whose earlier messages are still to be
+read (the bot was mentioned mid-way); cleared once they are queued."""
 POSTED = "posted"
 """Conversation flag: the checkpoint whose reply was last posted to Slack."""
 DIRECT = "dm"
@@ -566,7 +569,8 @@ class SlackBot:
             return
         if addressed and not subscribed and thread_ts != ts \
                 and not await self.pipeline.checkpoints.conversation_exists(cid):
-            await self.backfill(cid, channel, thread_ts, before=ts)
+            # Read after the acknowledgement, by the worker that takes the conversation (``prepare``).
+            await self.notes.set_flag(cid, BACKFILL, f"{channel} {thread_ts} {ts}")
         if addressed:
             await self.notes.set_flag(cid, "subscribed", "1")
         clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
@@ -586,12 +590,23 @@ class SlackBot:
                     self.events.askers[cid] = (team, person)
             self.worker.kick(cid)
 
+    async def prepare(self, conversation_id: str) -> None:
+        """Before the first turn of a thread the bot was brought into mid-way (the ``backfill`` flag, set
+        when the mention was recorded), read the thread's earlier messages; run under the lease."""
+        flag = await self.notes.flag(conversation_id, BACKFILL)
+        if not flag:
+            return
+        channel, thread_ts, before = flag.split(" ")
+        await self.backfill(conversation_id, channel, thread_ts, before=before)
+        await self.notes.set_flag(conversation_id, BACKFILL, "")
+
     async def backfill(self, cid: str, channel: str, thread_ts: str, *, before: str) -> int:
         """Record the thread's earlier messages when the bot is brought into it mid-way, so its first answer
         knows what was said. They are read with ``conversations.replies`` (paged; rate limits are waited out
-        by the client's retry handler), deduplicated by ``ts``, and recorded without asking for replies;
-        the executor takes them over as many turns as the window needs, so the oldest reach the handoff
-        through compaction instead of being dropped. At most ``BACKFILL_LIMIT`` messages, the newest."""
+        by the client's retry handler), deduplicated by ``ts``, and queued before the mention without
+        asking for replies; the executor takes them over as many turns as the window needs, so the oldest
+        reach the handoff through compaction instead of being dropped. At most ``BACKFILL_LIMIT`` messages,
+        the newest."""
         earlier: list[dict[str, Any]] = []
         cursor: str | None = None
         started = time.perf_counter()
@@ -612,7 +627,8 @@ class SlackBot:
             self.metrics.errors.labels("backfill").inc()
         bot = me.user_id
         recorded = 0
-        for m in sorted(earlier, key=lambda m: float(m["ts"]))[-BACKFILL_LIMIT:]:
+        # Newest first, each to the front of the inbox: they end up oldest first, before the mention.
+        for m in sorted(earlier, key=lambda m: float(m["ts"]), reverse=True)[:BACKFILL_LIMIT]:
             if bot and m.get("user") == bot:
                 continue  # the bot's own posts come back as its replies, not as people's messages
             text = message_text(m)
@@ -621,7 +637,7 @@ class SlackBot:
             message = self.pipeline.executor.make_message(text, author=m.get("user") or _bot_name(m), id=m["ts"],
                                                           created_at=float(m["ts"]))
             recorded += await self.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False,
-                                                                       author_id=m.get("user")))
+                                                                       author_id=m.get("user")), front=True)
         self.metrics.backfill.observe(time.perf_counter() - started)
         log.info("read %d earlier messages of %s (%d new)", len(earlier), cid, recorded)
         return recorded

@@ -29,17 +29,20 @@ class Inbox(RedisStore):
         self._registered: dict[str, float] = {}
 
     async def append(self, conversation_id: str, item: InboxItem, *, dedup_keys: list[str] | tuple[str, ...] = (),
-                     dedup_ttl_seconds: int = 86_400) -> bool:
+                     dedup_ttl_seconds: int = 86_400, front: bool = False) -> bool:
         """Append ``item`` durably unless any of ``dedup_keys`` was seen; returns whether it was appended.
 
         Dedup keys (Slack ``event_id``, message ``ts``) are set in the same atomic step, so a retried
-        event can never be appended twice.
+        event can never be appended twice. With ``front`` the item goes before every waiting item: only
+        for the holder of the conversation's lease while no turn has taken items (a turn counts what it
+        takes from the head).
         """
         keys = self.keys(conversation_id)
         dkeys = [keys.dedup(k) for k in dedup_keys if k]
         now = time.time()
         appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
-                                   [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now])
+                                   [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now,
+                                    "front" if front else "back"])
         if int(appended) and now - self._registered.get(conversation_id, 0.0) > REGISTRY_REFRESH_SECONDS:
             # The registry lives in another hash slot, so it cannot join the script; this process refreshes
             # it at most once a minute per conversation (the sweep looks back a day).

@@ -184,14 +184,16 @@ end
 return out
 """
 
-# ARGV: item json, dedup ttl, retention ttl, now, dedup key count, dedup keys... (in KEYS after 6)
+# ARGV: item json, dedup ttl, retention ttl, now, [front]; dedup keys in KEYS after 6. With ``front`` the item
+# goes to the head of the inbox (only while no turn holds items: a turn counts what it takes from the head).
 ENQUEUE = _PRELUDE + """
 local item, dedup_ttl, ttl, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 for i = 7, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
 end
 for i = 7, #KEYS do redis.call('SET', KEYS[i], '1', 'EX', dedup_ttl) end
-local len = redis.call('RPUSH', K_INBOX, item)
+local len
+if ARGV[5] == 'front' then len = redis.call('LPUSH', K_INBOX, item) else len = redis.call('RPUSH', K_INBOX, item) end
 if redis.call('HSETNX', K_STATE, 'created_at', now) == 1 then
   redis.call('HSET', K_STATE, 'version', 0)
 end

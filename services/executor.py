@@ -192,6 +192,8 @@ class ReplyExecutor:
             return []
         results: list[TurnResult] = []
         try:
+            if self.intake is not None:
+                await self.intake.prepare(conversation_id)
             while True:
                 # The lease is renewed while the turn runs, so a long model call never lets another worker
                 # take the thread over mid-turn (and both answer it).

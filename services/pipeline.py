@@ -61,9 +61,11 @@ class Pipeline:
         return await self.submit_item(conversation_id, InboxItem(event_id=event_id, message=message,
                                                                  reply_expected=reply_expected))
 
-    async def submit_item(self, conversation_id: str, item: InboxItem) -> bool:
+    async def submit_item(self, conversation_id: str, item: InboxItem, *, front: bool = False) -> bool:
+        """Queue ``item`` once (deduplicated by its event id and message id); ``front``: before every waiting
+        item (see :meth:`Inbox.append`)."""
         keys = [k for k in (item.event_id, f"{item.kind}:{item.message.id}" if item.message else None) if k]
-        return await self.inbox.append(conversation_id, item, dedup_keys=keys)
+        return await self.inbox.append(conversation_id, item, dedup_keys=keys, front=front)
 
     async def pending(self, conversation_id: str) -> int:
         """Inbox items no turn has taken yet (items held by a turn awaiting resume do not count)."""

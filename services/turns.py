@@ -48,6 +48,11 @@ class Intake(Protocol):
         last lines (``author: text``)."""
         ...
 
+    async def prepare(self, conversation_id: str) -> None:
+        """Work owed to the conversation before its next turn, done by whichever worker holds its lease (the
+        Slack bot reads the earlier messages of a thread it was brought into, and queues them first)."""
+        ...
+
 
 class TurnEvents(Protocol):
     """What a transport (Slack, console) hears from a turn."""

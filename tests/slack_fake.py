@@ -42,6 +42,8 @@ class FakeSlack:
         """channel → its top-level messages posted by the bot (conversations.history)."""
         self.threads: dict[tuple[str, str], list[dict[str, Any]]] = {}
         """(channel, thread ts) → its messages, answered by conversations.replies in pages."""
+        self.delays: dict[str, float] = {}
+        """method → seconds it takes to answer (a slow Slack)."""
         self.refuse_streaming = False
         """chat.startStream answers an error, as in a workspace where streaming is not available."""
         self.deleted: list[str] = []
@@ -83,6 +85,8 @@ class FakeSlack:
             params = {**dict(request.query), **dict(await request.post())}  # slack-sdk sends some in the query
         self.calls.append((method, params))
         self.times.append(time.monotonic())
+        if self.delays.get(method):
+            await asyncio.sleep(self.delays[method])
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append((method, token))
         if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):

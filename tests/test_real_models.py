@@ -261,3 +261,17 @@ async def test_a_stream_cut_mid_reply_is_taken_back_and_retried(server: ModelSer
     reply = await client.complete([{"role": "user", "content": "count"}], draft=draft)
     assert len(server.requests) == 2 and draft.discarded == 1, "the cut attempt's text is taken back once"
     assert "".join(draft.pieces) == reply.text == text
+
+
+async def test_the_console_talks_to_a_real_provider_route(server: ModelServer, prefix, client) -> None:
+    import io
+
+    from bot.console import run_console
+
+    p, _ = pipeline(prefix, client, settings={"ai_model": "openai/gpt-4o", "ai_model_context_window_tokens": 8_000})
+    server.push(Reply(text="Tracking ABC-123 from now on.", prompt_tokens=700, completion_tokens=8))
+    out = io.StringIO()
+    assert await run_console(p, "console:real", io.StringIO("track ABC-123 for me\n/context\n/quit\n"), out) == 0
+    shown = out.getvalue()
+    assert "threadkeeper> Tracking ABC-123 from now on." in shown and "context of console:real" in shown
+    assert server.paths == ["/v1/chat/completions"] and server.requests[0]["model"] == "gpt-4o"
