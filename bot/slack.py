@@ -36,7 +36,7 @@ from persistence import (
     MessageFlags,
     NotesStore,
 )
-from services import ModelClient, Pipeline
+from services import THINKING, ModelClient, Pipeline
 
 from .format import split_reply
 from .metrics import Metrics
@@ -82,6 +82,8 @@ def slack_error(exc: SlackApiError) -> str:
 
 REACTED = "reacted"
 """Conversation flag: the message carrying the bot's :eyes: while it works ("" when none)."""
+STATUS_MESSAGE = "status_ts"
+"""Conversation flag: ts of the status message shown while a turn compacts or searches; deleted at its end."""
 BACKFILL = "backfill"
 """Conversation flag: ``<channel> <thread ts> <mention ts>`` of a thread whose earlier messages are still to be
 read (the bot was mentioned mid-way); cleared once they are queued."""
@@ -143,6 +145,11 @@ class SlackEvents:
         return client
 
     async def status(self, conversation_id: str, text: str | None) -> None:
+        """Show what the turn is doing: in an assistant thread with the assistant status; elsewhere with an
+        :eyes: reaction on the message being answered, plus a short status message in the thread while it
+        does something slower than thinking (compacting, searching). Which message carries the reaction and
+        which is the status message are kept in Redis, so whichever worker ends the conversation's work next
+        (after a restart too) removes them. ``None``: the work is over."""
         if text is None and conversation_id in self.drafts:  # the turns ended without finishing it
             await self.drafts.pop(conversation_id).discard()
         _, channel, thread_ts = parse_conversation(conversation_id)
@@ -154,8 +161,6 @@ class SlackEvents:
                 await client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts,
                                                          status=text or "")
                 return
-            # The reaction's message is kept in Redis, not in memory, so whichever worker ends the conversation's
-            # work next (after a restart too) removes it.
             reacted = await self.notes.flag(conversation_id, REACTED)
             if text and not reacted and conversation_id in self.trigger_ts:
                 ts = self.trigger_ts[conversation_id]
@@ -164,8 +169,23 @@ class SlackEvents:
             elif text is None and reacted:
                 await self.notes.set_flag(conversation_id, REACTED, "")
                 await client.reactions_remove(channel=channel, timestamp=reacted, name="eyes")
+            await self._status_message(client, conversation_id, channel, thread_ts, text)
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
             log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
+
+    async def _status_message(self, client: AsyncWebClient, conversation_id: str, channel: str, thread_ts: str,
+                              text: str | None) -> None:
+        shown = await self.notes.flag(conversation_id, STATUS_MESSAGE)
+        if text is None:
+            if shown:
+                await self.notes.set_flag(conversation_id, STATUS_MESSAGE, "")
+                await client.chat_delete(channel=channel, ts=shown)
+        elif shown:
+            await client.chat_update(channel=channel, ts=shown, text=f"_{text}_")
+        elif text != THINKING:  # the reaction already says it is thinking
+            posted = await client.chat_postMessage(channel=channel, text=f"_{text}_",
+                                                   thread_ts=None if thread_ts == DIRECT else thread_ts)
+            await self.notes.set_flag(conversation_id, STATUS_MESSAGE, str(posted["ts"]))
 
     async def draft(self, conversation_id: str) -> SlackDraft | None:
         """A draft for the reply the turn is about to write (shown only if the model streams)."""
@@ -339,7 +359,7 @@ class TurnWorker:
                 continue
             if await self.deliver_pending(cid):
                 kicked += 1
-            if await self.events.notes.flag(cid, REACTED):
+            if await self.events.notes.flag(cid, REACTED) or await self.events.notes.flag(cid, STATUS_MESSAGE):
                 await self.events.status(cid, None)  # left by a worker that died mid-turn
             if await self.events.notes.flag(cid, DRAFT):  # a reply a worker died writing
                 client = await self.events.workspaces.client(parse_conversation(cid)[0])

@@ -15,7 +15,7 @@ from .budget import (
 )
 from .context import ContextEntry, measure, to_chat, visible
 from .executor import ReplyExecutor
-from .turns import ExecutorConfig, Spend, TurnEvents, TurnResult
+from .turns import THINKING, ExecutorConfig, Spend, TurnEvents, TurnResult
 from .llm import (
                      Draft,
                      ModelClient,
@@ -32,7 +32,7 @@ from .tokens import Tokenizer
 from .tools import Tool, ToolContext, ToolRegistry
 
 __all__ = [
-    "SYSTEM_PROMPT", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport", "Draft",
+    "SYSTEM_PROMPT", "THINKING", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport", "Draft",
     "ExecutorConfig", "ModelClient", "ModelContextError", "ModelError", "ModelReply", "ModelTimeoutError", "Pipeline",
     "ReplayInputError", "ReplyExecutor", "Spend", "Tokenizer", "Tool", "ToolCall", "ToolContext", "ToolRegistry",
     "TurnEvents", "TurnResult", "is_offline", "offers_tools", "load_thread", "measure", "parse_thread", "replay",

@@ -48,6 +48,8 @@ from .tokens import Tokenizer
 from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
 from .tracing import TRACE, TURNS, event, new_trace_id
 from .turns import (
+    COMPACTING,
+    THINKING,
     Compactor,
     ExecutorConfig,
     InboxEffects,
@@ -268,7 +270,7 @@ class ReplyExecutor:
         if compact is None:
             return
         log.warning("%s: the provider refused the request as too long; compacting tighter (%s)", conversation_id, why)
-        await events.status(conversation_id, "compacting history…")
+        await events.status(conversation_id, COMPACTING)
         b = self.budget
         tighter = replace(b, target_tokens=b.target_tokens // 2, retained_user_tokens=b.retained_user_tokens // 2,
                           pin_tokens=b.pin_tokens // 2)
@@ -337,10 +339,10 @@ class ReplyExecutor:
                 await self._commit(conversation_id, turn)
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
                                   compaction=compaction, inbox_left=turn.inbox_left)
-        await events.status(conversation_id, "thinking…")
+        await events.status(conversation_id, THINKING)
         trace_id = TRACE.get() or new_trace_id()
         try:
-            status, reply = await self._model_loop(conversation_id, turn, await events.draft(conversation_id))
+            status, reply = await self._model_loop(conversation_id, turn, events, await events.draft(conversation_id))
         except ModelTimeoutError as exc:
             await self.checkpoints.pause(conversation_id, turn.checkpoint.id, resume={"reason": "timeout",
                                                                                       "error": str(exc)},
@@ -376,7 +378,7 @@ class ReplyExecutor:
             return None, None
         should = getattr(self.compactor, "should_compact", None)
         if should is not None and should(history, incoming, self.budget):
-            await events.status(conversation_id, "compacting history…")
+            await events.status(conversation_id, COMPACTING)
         return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
 
     async def _start(self, conversation_id: str, history: History | None, items: list[InboxItem],
@@ -416,8 +418,8 @@ class ReplyExecutor:
         return TurnState(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
                      items, incoming)
 
-    async def _model_loop(self, conversation_id: str, turn: TurnState, draft: Draft | None = None,
-                          ) -> tuple[TurnStatus, str]:
+    async def _model_loop(self, conversation_id: str, turn: TurnState, events: TurnEvents,
+                          draft: Draft | None = None) -> tuple[TurnStatus, str]:
         schemas = self.tools.schemas()
         for _ in range(self.config.max_tool_steps + 1):
             sent = visible(turn.messages, turn.runtime_id)
@@ -466,11 +468,14 @@ class ReplyExecutor:
                                 "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments}})
                     return "awaiting_resume", (f"I need your approval to run `{call.name}` with {call.arguments}. "
                                                "Reply *yes* to approve or *no* to decline.")
+                if tool is not None and tool.status:
+                    await events.status(conversation_id, tool.status)
                 ctx = ToolContext(conversation_id, turn.checkpoint.id, turn.messages)
                 content = await self.tools.run(call.name, call.arguments, ctx)
                 content, cut = bound_text(content, self.tokenizer, self.tool_limit())
                 results.append(self._tool_result(call.id, call.name, content, cut, ctx.extras.get(RECORDS)))
             await self._append(conversation_id, turn, [assistant, *results])
+            await events.status(conversation_id, THINKING)
         text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
                 "ask again or narrow the request.")
         self._finish(turn, self.make_message(text, role="assistant"), answered=False)

@@ -97,4 +97,4 @@ def thread_search_tool(recall: Recall, checkpoints: CheckpointStore, cap_tokens:
 
     return Tool(THREAD_SEARCH, "Search the earlier messages of this thread that are no longer in view (every "
                 "message since the thread began is kept). Returns the best matches with their neighbours, each "
-                "with its message id, author and date.", PARAMETERS, handler)
+                "with its message id, author and date.", PARAMETERS, handler, status="searching the thread…")

@@ -122,4 +122,4 @@ def record_state_tool(resolve: Resolver | None = None) -> Tool:
 
     return Tool(RECORD_STATE, "Record a fact, decision or plan step from this thread so it survives when older "
                 "messages are compacted. Cite the messages it comes from by their references (#N).", PARAMETERS,
-                handler)
+                handler, status="noting what the thread settled…")

@@ -36,6 +36,8 @@ class Tool:
     handler: ToolHandler
     requires_authorization: bool = False
     """If set, the turn pauses (``awaiting_resume``) until a person approves the call."""
+    status: str = ""
+    """What people are shown while it runs ("searching the thread…"); empty: nothing new."""
 
     def schema(self) -> dict[str, Any]:
         return {"type": "function", "function": {"name": self.name, "description": self.description,

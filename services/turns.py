@@ -15,6 +15,10 @@ from .llm import Draft, ModelReply
 
 TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
 
+THINKING = "thinking…"
+"""The status while the model is called (tools announce their own, compaction says "compacting history…")."""
+COMPACTING = "compacting history…"
+
 
 class Compactor(Protocol):
     """Called before a turn with the head history and the turn's new input; returns the history to use."""

@@ -41,7 +41,8 @@ class Harness:
         await self.bot.worker.idle()
 
     def replies(self) -> list[dict]:
-        return self.slack.calls_to("chat.postMessage")
+        """The bot's answers posted whole (its status messages, ``_compacting history…_``, left out)."""
+        return [c for c in self.slack.calls_to("chat.postMessage") if not re.fullmatch(r"_[^_]+…_", c["text"] or "")]
 
 
 @pytest.fixture

@@ -83,7 +83,8 @@ async def test_text_written_before_tool_calls_is_taken_back(h, server) -> None:
     await h.post(event_body(mention(root, "what was decided about the rollout?"), event_id="Ev-s3"))
     await h.settle()
     assert len(server.requests) == 2 and len(h.slack.calls_to("chat.startStream")) == 2
-    assert len(h.slack.deleted) == 1, "the preamble's message is deleted"
+    statuses = [c for c in h.slack.calls_to("chat.postMessage") if c["text"].startswith("_")]
+    assert len(statuses) == 1 and len(h.slack.deleted) == 2, "the preamble's message is deleted (and the status)"
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
 
 
@@ -118,3 +119,23 @@ async def test_feedback_buttons_are_counted(h, server) -> None:
     assert metric(metrics, 'threadkeeper_feedback_total{value="good"}') == 2
     assert metric(metrics, 'threadkeeper_feedback_total{value="bad"}') == 1
     assert metric(metrics, 'threadkeeper_slack_events_total{kind="feedback",outcome="malformed"}') == 1
+
+
+async def test_a_status_message_shows_a_search_and_is_gone_when_the_reply_is(h, server) -> None:
+    root = "1700020500.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text="", tool_calls=[("thread_search", '{"query": "rollback"}')], finish_reason="tool_calls"),
+                Reply(text="No rollback was planned."))
+    await h.post(event_body(mention(root, "was a rollback planned?"), event_id="Ev-s6"))
+    await h.settle()
+    [status] = [c for c in h.slack.calls_to("chat.postMessage") if c["text"].startswith("_")]
+    assert status["text"] == "_searching the thread…_" and status["thread_ts"] == root
+    assert [c["text"] for c in h.slack.calls_to("chat.update")] == ["_thinking…_"]
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == ["No rollback was planned."], \
+        "the status message is deleted once the reply is there"
+    assert not await h.stores.notes.flag(cid, "status_ts")
+    left = await (await h.bot.workspaces.client("T1")).chat_postMessage(channel=CHANNEL, thread_ts=root,
+                                                                         text="_searching the thread…_")
+    await h.stores.notes.set_flag(cid, "status_ts", left["ts"])  # a worker died while searching
+    await h.bot.worker.sweep()
+    assert left["ts"] in h.slack.deleted and not await h.stores.notes.flag(cid, "status_ts")
