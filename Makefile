@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= test,plot,bench
+# Test processes (pytest-xdist): every test uses its own key prefix, so they share one Redis safely.
+TEST_WORKERS ?= 2
 
 .PHONY: run test install bench eval console clean
 
@@ -37,7 +39,7 @@ console: $(RUN_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py

@@ -46,11 +46,6 @@ REVERSAL = _Cue(r"\b(?:revers\w*|revert\w*|no longer|overturn\w*|changed? (?:our
                       r"decision|switch(?:ing)? back)\b")
 CONSTRAINT = _Cue(r"\b(?:must(?: not)?|mustn't|never|always|required?|requirement|deadline|budget|at most|at least|"
                         r"no later than|prefer\w*|do not|don't|should(?:n't| not)?|constraint|limit)\b")
-POLICY = _Cue(r"^\s*(?:always|never|from now on|going forward|in (?:all )?future|henceforth|ignore (?:all|any|the|"
-                    r"previous|prior|earlier|your)|disregard|you (?:must|should|will) (?:always|never)|do not ever|"
-                    r"every time)\b|\b(?:from now on|ignore (?:all |any )?(?:previous|prior|earlier) instructions|"
-                    r"for all future (?:turns|messages|requests))\b")
-
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(<@])|\n+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]{3,}")
 STOPWORDS = frozenset("""this that with from have will would could should there their about what when which where

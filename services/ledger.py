@@ -28,6 +28,7 @@ from persistence import Message, TextPart, ToolCallPart, ToolResultPart
 
 from . import extract as x
 from . import refs
+from .instructions import is_instruction, without_instructions
 from .notebook import NoteEntry, TermStats
 from .notes import brief_or_empty, language, make_note, terms
 from .redact import redact
@@ -227,16 +228,18 @@ class LedgerBuilder:
             first = m.created_at if first is None else min(first, m.created_at)
             last = m.created_at if last is None else max(last, m.created_at)
             text = prose(m) if m.id not in changes else changes[m.id] or ""
+            said = without_instructions(text)  # standing instructions to the assistant are never carried
             if m.role == "assistant":
                 if any(isinstance(p, ToolCallPart) for p in m.parts):
                     continue  # a step of the tool loop, not the reply
                 if text.strip():
                     self._answer(m)
             else:
-                self._fold_person(m, text)
+                self._fold_person(m, said, instructed=said != text)
             if m.id in changes and changes[m.id] is None:
                 continue  # deleted: its words never become a note
-            note = make_note(text, m.created_at) if m.id in changes else note_of(m)
+            note = make_note(said, m.created_at) if m.id in changes or said != text else note_of(m)
+            text = said
             if note:  # its words are counted without any secret in them (they travel with the ledger)
                 candidates.append((m, note, redact(text)))
         lg.covered_messages, lg.first_at, lg.last_at = covered, first, last
@@ -295,25 +298,27 @@ class LedgerBuilder:
                                                       "brief_tokens": 0}))
         lg.notes = notes
 
-    def _fold_person(self, m: Message, text: str) -> None:
+    def _fold_person(self, m: Message, text: str, *, instructed: bool = False) -> None:
+        """A person's message: an ask when addressed to the assistant, a decision when it states one.
+        ``instructed``: ``text`` is the message without its standing instructions to the assistant."""
         lg = self.ledger
         author = m.author or "someone"
         lg.participants[author] = lg.participants.get(author, 0) + 1
-        if not text.strip() and not m.text.strip():
+        if not text.strip() and (instructed or not m.text.strip()):
             return
         if m.flags.addressed:
             if x.SUPERSEDE.search(text):
                 earlier = [a for a in lg.asks if a.author == author and a.status != "superseded"]
                 if earlier:
                     earlier[-1].status, earlier[-1].closed_by = "superseded", m.id
-            note = note_of(m)
+            note = make_note(text, m.created_at) if instructed else note_of(m)
             ask = Ask(seq=self._seq(), id=m.id, author=author, text=redact(_short(text)),
                       note=redact(note) if note else note)
             reply = lg.answers.pop(m.id, None)
             if reply is not None:
                 ask.status, ask.closed_by = "answered", reply
             lg.asks.append(ask)
-        if is_decision(m.text):
+        if is_decision(text if instructed else m.text):
             if x.REVERSAL.search(text):
                 old = _best_match([d for d in lg.decisions if d.status == "active"], x.terms(text))
                 if old is not None:
@@ -351,6 +356,8 @@ class LedgerBuilder:
             else:
                 continue
             for i, e in enumerate(entries):
+                if is_instruction(e["text"]):
+                    continue  # recorded before the tool refused instructions
                 kind = e.get("kind", "fact")
                 for ident, ref in zip(e["evidence"], e.get("refs") or [], strict=False):
                     if ref:

@@ -23,6 +23,7 @@ from persistence import Message
 
 from . import extract as x
 from . import refs
+from .instructions import is_instruction
 from .ledger import NarrativeEntry, prose
 from .llm import ModelClient, ModelError
 from .prompts import HANDOFF_PROMPT, HANDOFF_UPDATE
@@ -46,7 +47,8 @@ def _candidates(messages: Sequence[Message]) -> list[tuple[int, int, Message, st
         if m.flags.runtime or m.role not in ("user", "assistant") or m.flags.handoff:
             continue
         for si, sentence in enumerate(x.sentences(prose(m))):
-            out.append((mi, si, m, sentence))
+            if not is_instruction(sentence):
+                out.append((mi, si, m, sentence))
     return out
 
 
@@ -210,7 +212,8 @@ class Summarizer:
                 continue
             ids = tuple(i.strip() for i in (match.group(1) or "").split(",") if i.strip())
             body = match.group(2).strip()
-            if any(i not in valid_ids for i in ids) or any(v not in known for v in _CHECKED.findall(body)):
+            if any(i not in valid_ids for i in ids) or any(v not in known for v in _CHECKED.findall(body)) \
+                    or is_instruction(body):
                 rejected += 1
                 continue
             line = NarrativeLine(redact(body[:400]), tuple(dict.fromkeys(valid_ids[i] for i in ids)))

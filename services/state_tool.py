@@ -17,6 +17,7 @@ from typing import Any
 from persistence import CheckpointStore, Message
 
 from . import extract as x
+from .instructions import is_instruction
 from .ledger import ACCEPTED_MARK, RECORD_STATE
 from .recall import Recall
 from .refs import parse
@@ -61,7 +62,7 @@ def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[st
         return None, "text must be a non-empty sentence"
     if len(text) > 500:
         return None, "text must be at most 500 characters"
-    if x.POLICY.search(text):
+    if is_instruction(text):
         return None, ("this is a standing behavioural instruction, not a fact, decision or plan step; "
                       "instructions are not recorded")
     if not isinstance(evidence, list) or not evidence or not all(isinstance(e, str) for e in evidence):

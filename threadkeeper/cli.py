@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from persistence import ThreadkeeperError, durability, ping
 
+from .logs import quiet_turn_lines
 from .settings import Settings, SettingsError, load_settings
 from .stores import Stores, build_stores
 
@@ -77,9 +78,7 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from .root import check_models
 
     check_models(settings)
-    if settings.threadkeeper_log_level != "DEBUG":  # the console shows each turn itself
-        for name in ("threadkeeper.turn", "threadkeeper.compaction"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_turn_lines(settings.threadkeeper_log_level)  # the console shows each turn itself
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         b = pipeline.budget
@@ -160,6 +159,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
     thread = load_thread(args.thread_file)
     conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
+    quiet_turn_lines(settings.threadkeeper_log_level)  # the replay reports its turns itself
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         from rich.progress import (
@@ -242,6 +242,7 @@ def _csv_ints(value: str) -> list[int]:
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the tables say what happened
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

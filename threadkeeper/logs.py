@@ -31,3 +31,11 @@ def configure(level: str = "INFO", fmt: Literal["text", "json"] = "text", stream
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def quiet_turn_lines(level: str) -> None:
+    """For commands that report turns themselves (console, replay, eval): the one line per turn and per
+    compaction is logged only at DEBUG."""
+    if level != "DEBUG":
+        for name in ("threadkeeper.turn", "threadkeeper.compaction"):
+            logging.getLogger(name).setLevel(logging.WARNING)
