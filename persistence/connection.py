@@ -6,6 +6,8 @@ import logging
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -15,6 +17,16 @@ log = logging.getLogger("threadkeeper.persistence")
 _warned_in_process = False
 
 IN_PROCESS_URL = "memory://"
+
+
+def _retry() -> Retry:
+    """A command that finds its pooled connection dead (Redis restarted, a failover, a dropped socket) is sent
+    again on a new connection, up to three times within about two seconds, so a Redis restart costs no
+    request. A command Redis ran just before the connection dropped may run twice: the stores' scripts are
+    deduplicated (enqueue) or compare-and-set (commit, lease), and a commit that already happened fails
+    cleanly, leaving its reply to the sweep's delivery of committed replies."""
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3,
+                 supported_errors=(RedisConnectionError, RedisTimeoutError, ConnectionResetError))
 
 
 def connect(url: str | None, *, server: Any = None, max_connections: int = 128,
@@ -43,12 +55,14 @@ def connect(url: str | None, *, server: Any = None, max_connections: int = 128,
         from redis.asyncio.cluster import RedisCluster
 
         return RedisCluster.from_url(url, max_connections=max_connections, socket_connect_timeout=5,
-                                     health_check_interval=30)  # type: ignore[return-value]
+                                     health_check_interval=30, retry=_retry())  # type: ignore[return-value]
     # A bounded, blocking pool: a burst of turns waits briefly for a connection instead of failing with
     # "too many connections" or opening one socket per turn (1,000 concurrent turns: 3.8 s with 128
     # connections, 5.0 s with one connection each, in ``threadkeeper bench``).
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=30,
-                                                    socket_connect_timeout=5, health_check_interval=30)
+                                                    socket_connect_timeout=5, health_check_interval=30,
+                                                    retry=_retry(), retry_on_error=[RedisConnectionError,
+                                                                                    RedisTimeoutError])
     return aioredis.Redis(connection_pool=pool)
 
 

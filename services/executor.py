@@ -25,6 +25,7 @@ from persistence import (
     HeadConflictError,
     History,
     Inbox,
+    InvalidTransitionError,
     InboxItem,
     Lease,
     LeaseManager,
@@ -369,6 +370,12 @@ class ReplyExecutor:
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
+        except InvalidTransitionError as exc:
+            # This worker lost the thread (its lease lapsed, say in a long pause) and another worker failed the
+            # turn on taking it over: that worker answers from the inbox; this result is dropped, unposted.
+            log.warning("turn %s of %s was taken over by another worker; its reply is dropped (%s)",
+                        turn.checkpoint.id, conversation_id, exc)
+            return None
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
                           turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
 

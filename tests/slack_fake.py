@@ -44,6 +44,8 @@ class FakeSlack:
         """(channel, thread ts) → its messages, answered by conversations.replies in pages."""
         self.delays: dict[str, float] = {}
         """method → seconds it takes to answer (a slow Slack)."""
+        self.stalls: dict[str, asyncio.Event] = {}
+        """method → an event its calls wait for; a call whose client is gone by then does nothing."""
         self.refuse_streaming = False
         """chat.startStream answers an error, as in a workspace where streaming is not available."""
         self.deleted: list[str] = []
@@ -87,6 +89,10 @@ class FakeSlack:
         self.times.append(time.monotonic())
         if self.delays.get(method):
             await asyncio.sleep(self.delays[method])
+        if method in self.stalls:
+            await self.stalls[method].wait()
+            if request.transport is None or request.transport.is_closing():
+                return web.json_response({"ok": False, "error": "client_gone"})
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append((method, token))
         if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):

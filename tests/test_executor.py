@@ -322,3 +322,19 @@ async def test_a_turn_spends_at_most_its_model_time_over_all_calls(model, prefix
     elapsed = asyncio.get_running_loop().time() - started
     assert results[0].status == "awaiting_resume" and elapsed < 2.0, "stopped near 1 s, not after 5 calls"
     assert 2 <= len(model.requests) <= 3
+
+
+async def test_a_worker_whose_turn_was_taken_over_drops_its_result_instead_of_crashing(model, prefix, client) -> None:
+    """A worker that lost the thread mid-turn (a pause longer than its lease) finds its turn failed by the worker
+    that took over: it stops without a reply or a traceback; the other worker's answer is the one kept."""
+    p, _ = pipeline(prefix, client)
+    release, started = asyncio.Event(), asyncio.Event()
+    model.push(Step(text="late answer", wait_for=release, started=started))
+    await p.submit(CONV, "who owns the rollout?", author="alice", id="9.7")
+    running = asyncio.create_task(p.run(CONV))
+    await started.wait()
+    state = await p.checkpoints.get_state(CONV)
+    await p.checkpoints.fail(CONV, state.active_turn_id, error="abandoned: taken over")  # as the other worker does
+    release.set()
+    assert await running == [], "no result, no exception"
+    assert await p.pending(CONV) == 1, "the message waits for the worker that took over"

@@ -1,0 +1,336 @@
+"""Real worker processes (``threadkeeper serve --http``) on the real Redis, against the loopback Slack fake and
+a slow loopback OpenAI-compatible model: several workers with turns longer than the lease, kill -9 mid-turn
+and between commit and post, SIGTERM mid-turn. Each test counts what matters: every acknowledged message in
+the history, every turn answered exactly once, no ``running`` checkpoint and no lease left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from conftest import REDIS_URL
+from model_server import ModelServer, Reply
+from slack_fake import FakeSlack, event_body, sign
+
+from persistence import CheckpointStatus
+from threadkeeper.root import build_pipeline
+from threadkeeper.settings import Settings
+from threadkeeper.stores import build_stores
+
+SECRET = "process-test-secret"
+CHANNEL = "C500"
+LEASE = 5.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Worker:
+    def __init__(self, proc: asyncio.subprocess.Process, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+
+    async def post(self, body: dict) -> int:
+        raw = json.dumps(body)
+        async with aiohttp.ClientSession() as http, http.post(f"http://127.0.0.1:{self.port}/slack/events",
+                                                             data=raw, headers=sign(SECRET, raw)) as response:
+            return response.status
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+
+    async def stop(self) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 15)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        return int(self.proc.returncode or 0)
+
+
+class Fleet:
+    def __init__(self, slack: FakeSlack, model: ModelServer, prefix: str, tmp: Path) -> None:
+        self.slack, self.model, self.prefix, self.tmp = slack, model, prefix, tmp
+        self.workers: list[Worker] = []
+        self.window = 16_000
+        self.use_redis(REDIS_URL)
+
+    def use_redis(self, url: str) -> None:
+        """Workers started from now on, and this fleet's own reads, use the Redis at ``url``."""
+        self.redis_url = url
+        settings = Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=self.prefix,  # type: ignore[call-arg]
+                            ai_model="openai/gpt-4o")
+        self.stores = build_stores(settings)
+        self.pipeline = build_pipeline(settings, self.stores)
+
+    def env(self) -> dict[str, str]:
+        keep = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS", "SLACK", "AI_", "THREADKEEPER",
+                                                                         "OPENAI", "OLLAMA"))}
+        return {**keep, "REDIS_URL": self.redis_url, "THREADKEEPER_KEY_PREFIX": self.prefix,
+                "SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": SECRET,
+                "SLACK_API_BASE_URL": self.slack.base_url, "AI_MODEL": "openai/gpt-4o",
+                "AI_MODEL_CONTEXT_WINDOW_TOKENS": str(self.window), "OPENAI_API_KEY": "sk-loopback-test",
+                "OPENAI_BASE_URL": f"{self.model.url}/v1", "AI_RETRY_ATTEMPTS": "1", "AI_TIMEOUT_SECONDS": "60",
+                "THREADKEEPER_LEASE_SECONDS": str(LEASE), "THREADKEEPER_SWEEP_SECONDS": "1",
+                "THREADKEEPER_SHUTDOWN_SECONDS": "0.5", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+    async def start(self, n: int) -> list[Worker]:
+        started = []
+        for i in range(n):
+            port = _free_port()
+            log = self.tmp / f"worker-{len(self.workers)}.log"
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "threadkeeper", "serve", "--http", "--host", "127.0.0.1", "--port", str(port),
+                env=self.env(), cwd=self.tmp, stdout=asyncio.subprocess.DEVNULL, stderr=log.open("w"))
+            worker = Worker(proc, port, log)
+            self.workers.append(worker)
+            started.append(worker)
+        deadline = time.monotonic() + 60
+        async with aiohttp.ClientSession() as http:
+            for worker in started:
+                while True:
+                    assert worker.proc.returncode is None, worker.log.read_text()[-2000:]
+                    try:
+                        async with http.get(f"http://127.0.0.1:{worker.port}/healthz") as response:
+                            if response.status == 200:
+                                break
+                    except aiohttp.ClientError:
+                        pass
+                    assert time.monotonic() < deadline, worker.log.read_text()[-2000:]
+                    await asyncio.sleep(0.2)
+        return started
+
+    def replies(self, root: str) -> list[str]:
+        return [m["text"] for m in self.slack.bot_messages(CHANNEL, root) if not str(m["text"]).startswith("_")]
+
+    async def until(self, done: Callable[[], bool | Awaitable[bool]], seconds: float, why: str) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            result = done()
+            if isinstance(result, Awaitable):
+                result = await result
+            if result:
+                return
+            assert time.monotonic() < deadline, f"{why}; worker logs:\n" + "\n".join(
+                w.log.read_text()[-1500:] for w in self.workers)
+            await asyncio.sleep(0.1)
+
+    async def settled(self, root: str) -> list[CheckpointStatus]:
+        """The statuses of a conversation's checkpoints, once nothing runs and no lease is held."""
+        cid = f"slack:T1:{CHANNEL}:{root}"
+        assert await self.stores.leases.holder(cid) is None, "no lease left behind"
+        rows = await self.pipeline.checkpoints.lineage(cid)
+        assert not any(r.status is CheckpointStatus.RUNNING for r in rows), "no running checkpoint left"
+        return [r.status for r in rows]
+
+    async def history_texts(self, root: str) -> list[str]:
+        history = await self.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:{root}")
+        return [m.text for m in history.messages if not m.flags.runtime]
+
+
+def mention(ts: str, text: str, thread_ts: str | None = None) -> dict:
+    event = {"type": "app_mention", "user": "U1", "text": f"<@UBOT> {text}", "ts": ts, "channel": CHANNEL,
+             "event_ts": ts}
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+@pytest.fixture
+async def fleet(server, prefix, redis_client, tmp_path) -> AsyncIterator[Fleet]:
+    slack = await FakeSlack().start()
+    f = Fleet(slack, server, prefix, tmp_path)
+    try:
+        yield f
+    finally:
+        for event in slack.stalls.values():
+            event.set()
+        await asyncio.gather(*(w.stop() for w in f.workers))
+        await f.stores.client.aclose()
+        await slack.close()
+
+
+async def test_three_workers_answer_every_turn_exactly_once_when_turns_outlast_the_lease(fleet: Fleet) -> None:
+    workers = await fleet.start(3)
+    fleet.model.default = Reply(text="Answered.", delay=LEASE + 2)  # every turn outlasts the lease
+    roots = [f"1700030{i}00.000100" for i in range(3)]
+    for i, root in enumerate(roots):
+        assert await workers[i].post(event_body(mention(root, f"question {i}"), event_id=f"Ev-p{i}")) == 200
+    await asyncio.sleep(1.0)  # thread 0's turn is running: a follow-up arrives at another worker
+    follow_up = "1700030000.000200"
+    assert await workers[1].post(event_body(mention(follow_up, "and a follow-up", roots[0]), event_id="Ev-p9")) == 200
+    await fleet.until(lambda: [len(fleet.replies(r)) for r in roots] == [2, 1, 1], 45, "every turn answered")
+    await asyncio.sleep(LEASE + 1.5)  # long enough for any wrongful takeover to show
+    assert [len(fleet.replies(r)) for r in roots] == [2, 1, 1], "each turn answered exactly once"
+    assert len(fleet.model.requests) == 4, "no model call was wasted on a turn another worker also ran"
+    for root in roots:
+        assert CheckpointStatus.FAILED not in await fleet.settled(root)
+    texts = await fleet.history_texts(roots[0])
+    assert texts.count("question 0") == 1 and texts.count("and a follow-up") == 1 and texts.count("Answered.") == 2
+
+
+async def test_a_worker_killed_mid_turn_is_replaced_and_the_message_answered_once(fleet: Fleet) -> None:
+    a, b = await fleet.start(2)
+    fleet.model.push(Reply(text="never delivered", delay=12))
+    fleet.model.default = Reply(text="Answered by the survivor.")
+    root = "1700031000.000100"
+    assert await a.post(event_body(mention(root, "what is the status of PAY-5512?"), event_id="Ev-k1")) == 200
+    await fleet.until(lambda: len(fleet.model.requests) == 1, 20, "the turn reached the model")
+    a.kill()
+    killed = time.monotonic()
+    await fleet.until(lambda: fleet.replies(root) == ["Answered by the survivor."], 20, "the survivor answered")
+    assert time.monotonic() - killed < LEASE + 6, "taken over once the lease expired"
+    await asyncio.sleep(2)
+    assert fleet.replies(root) == ["Answered by the survivor."], "answered once"
+    statuses = await fleet.settled(root)
+    assert statuses.count(CheckpointStatus.FAILED) == 1, "the dead worker's turn is failed on takeover"
+    texts = await fleet.history_texts(root)
+    assert texts.count("what is the status of PAY-5512?") == 1 and texts[-1] == "Answered by the survivor."
+
+
+async def test_a_worker_killed_between_commit_and_post_has_its_reply_posted_once(fleet: Fleet) -> None:
+    a, b = await fleet.start(2)
+    fleet.model.default = Reply(text="The committed answer.")
+    fleet.slack.stalls["chat.postMessage"] = stalled = asyncio.Event()
+    root = "1700032000.000100"
+    assert await a.post(event_body(mention(root, "summarize the incident"), event_id="Ev-c1")) == 200
+    await fleet.until(lambda: bool(fleet.slack.calls_to("chat.postMessage")), 20, "the reply reached Slack")
+    a.kill()  # the turn is committed; its post never completes
+    await a.proc.wait()
+    stalled.set()
+    await fleet.until(lambda: fleet.replies(root) == ["The committed answer."], LEASE + 10, "the reply was posted")
+    await asyncio.sleep(2.5)
+    assert fleet.replies(root) == ["The committed answer."], "posted exactly once"
+    assert len(fleet.model.requests) == 1, "the committed turn is not run again"
+    assert CheckpointStatus.FAILED not in await fleet.settled(root)
+
+
+async def test_sigterm_mid_turn_hands_the_turn_to_another_worker_within_seconds(fleet: Fleet) -> None:
+    a, b = await fleet.start(2)
+    fleet.model.push(Reply(text="too slow to finish", delay=12))
+    fleet.model.default = Reply(text="Answered after the deploy.")
+    root = "1700033000.000100"
+    assert await a.post(event_body(mention(root, "deploy status?"), event_id="Ev-t1")) == 200
+    await fleet.until(lambda: len(fleet.model.requests) == 1, 20, "the turn reached the model")
+    stopped = time.monotonic()
+    a.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(a.proc.wait(), 10) == 0, "a clean exit"
+    await fleet.until(lambda: fleet.replies(root) == ["Answered after the deploy."], 10, "the other worker answered")
+    assert time.monotonic() - stopped < 5, "at once, not after the lease expired"
+    statuses = await fleet.settled(root)
+    assert CheckpointStatus.FAILED not in statuses and CheckpointStatus.SUPERSEDED in statuses
+    assert (await fleet.history_texts(root)).count("deploy status?") == 1
+
+
+async def test_a_worker_killed_mid_compaction_leaves_nothing_running_and_the_turn_is_answered(
+        fleet: Fleet, prefix: str) -> None:
+    root = "1700034000.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    seeding = build_pipeline(Settings(_env_file=None, redis_url=REDIS_URL, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]
+                                      ai_model="offline", ai_model_context_window_tokens=100_000), fleet.stores)
+    for i in range(80):  # a long thread recorded earlier: the next turn at a 4k window compacts first
+        await seeding.submit(cid, f"update {i}: the rollout of service-{i} is reviewed with its owner, dashboards, "
+                                  "alerts and runbooks checked one by one", author="Ben", id=f"1700034000.{i + 200:06d}",
+                             reply_expected=False)
+    await seeding.run(cid)
+    await fleet.stores.notes.set_flag(cid, "subscribed", "1")
+    fleet.model.push(Reply(text="- [#1] never used", delay=12))  # the summarizer, killed while it writes
+    fleet.model.default = Reply(text="Answered after the compaction.")
+    fleet.window = 4096
+    a, b = await fleet.start(2)
+    assert await a.post(event_body(mention("1700034100.000100", "where are we?", root), event_id="Ev-m1")) == 200
+    await fleet.until(lambda: len(fleet.model.requests) == 1, 20, "the compaction asked the summarizer")
+    assert "handoff notes" in fleet.model.requests[0]["messages"][0]["content"]
+    a.kill()
+    await fleet.until(lambda: fleet.replies(root) == ["Answered after the compaction."], LEASE + 15,
+                      "the survivor compacted and answered")
+    statuses = await fleet.settled(root)
+    rows = await fleet.pipeline.checkpoints.lineage(cid)
+    assert any(r.kind.value == "compaction" and r.status is CheckpointStatus.COMPLETED for r in rows)
+    assert statuses.count(CheckpointStatus.FAILED) <= 1
+    assert (await fleet.history_texts(root)).count("where are we?") == 1
+
+
+class OwnRedis:
+    """A redis-server this test starts on a free loopback port (and restarts, and stops)."""
+
+    def __init__(self, tmp: Path, *args: str) -> None:
+        self.port, self.dir, self.args = _free_port(), tmp / "redis", args
+        self.dir.mkdir(exist_ok=True)
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), *self.args,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()  # SIGTERM: Redis writes what it persists, then exits
+            await self.process.wait()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start its own")
+@pytest.mark.parametrize("persistence", ["aof", "none"])
+async def test_a_redis_restart_costs_no_turn(fleet: Fleet, tmp_path: Path, persistence: str) -> None:
+    """With the append-only file, everything acknowledged survives a restart of Redis; without persistence the
+    worker said so at start-up (and in /healthz) and keeps working after it. Either way the pooled
+    connections Redis dropped are replaced without a failed request or a lost turn."""
+    args = ("--appendonly", "yes", "--appendfsync", "always") if persistence == "aof" else \
+        ("--appendonly", "no", "--save", "")
+    redis = OwnRedis(tmp_path, *args)
+    await redis.start()
+    try:
+        fleet.use_redis(redis.url)
+        fleet.model.default = Reply(text="Noted.")
+        [worker] = await fleet.start(1)
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{worker.port}/healthz") as health:
+            assert (await health.json())["durability"] == persistence
+        if persistence == "none":
+            assert "keeps nothing across a restart" in worker.log.read_text()
+        root = "1700035000.000100"
+        assert await worker.post(event_body(mention(root, "first: the vault code is 4471"), event_id="Ev-r1")) == 200
+        await fleet.until(lambda: len(fleet.replies(root)) == 1, 20, "the first mention answered")
+        await redis.stop()
+        await redis.start()
+        status = await worker.post(event_body(mention("1700035000.000200", "second: what is the vault code?", root),
+                                              event_id="Ev-r2"))
+        assert status == 200, "acknowledged on the first try after the restart"
+        await fleet.until(lambda: len(fleet.replies(root)) == 2, 20, "the second mention answered")
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{worker.port}/healthz") as health:
+            assert health.status == 200
+        texts = await fleet.history_texts(root)
+        if persistence == "aof":
+            assert texts == ["first: the vault code is 4471", "Noted.", "second: what is the vault code?", "Noted."]
+        else:
+            assert texts == ["second: what is the vault code?", "Noted."], "what Redis kept: nothing from before"
+        await worker.stop()
+    finally:
+        await fleet.stores.client.aclose()
+        await redis.stop()
