@@ -8,10 +8,11 @@ from __future__ import annotations
 
 _PRELUDE = """
 local K_STATE, K_CP, K_MSGS, K_ORDER, K_INBOX, K_NOTES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local function touch(ttl)
+local function touch(ttl, last)
+  -- the retention ttl on the conversation's keys (KEYS[1..last], default all); other keys keep their own
   ttl = tonumber(ttl)
   if ttl and ttl > 0 then
-    for i = 1, #KEYS do
+    for i = 1, (last or #KEYS) do
       if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ttl) end
     end
   end
@@ -198,7 +199,7 @@ if redis.call('HSETNX', K_STATE, 'created_at', now) == 1 then
   redis.call('HSET', K_STATE, 'version', 0)
 end
 redis.call('HSET', K_STATE, 'updated_at', now)
-touch(ttl)
+touch(ttl, 6)  -- not the dedup keys: they live dedup_ttl, not the retention
 return len
 """
 
