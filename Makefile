@@ -7,7 +7,7 @@ EXTRAS ?= test,plot,bench
 # Test processes (pytest-xdist): every test uses its own key prefix, so they share one Redis safely.
 TEST_WORKERS ?= 2
 
-.PHONY: run test install bench eval console clean
+.PHONY: run test install bench eval console clean constraints
 
 RUN_STAMP := $(VENV)/.installed-run
 
@@ -19,14 +19,14 @@ define setup
 endef
 
 # Running needs only the package; tests, plots and the bench's peer comparison add their extras.
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml constraints.txt
 	$(setup)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
 	@touch $(RUN_STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(setup)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]'
 	@touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
@@ -47,6 +47,12 @@ bench: $(STAMP)
 
 eval: $(STAMP)
 	$(BIN)/threadkeeper eval continuity
+
+# Pin what the current environment holds (after changing dependencies and passing make test).
+constraints: $(STAMP)
+	@{ echo "# Versions every install uses (make, deploy/install.sh, the image): the set the suite passed with."; \
+	   echo "# Regenerate after changing dependencies: make constraints"; \
+	   $(BIN)/python -m pip freeze --exclude-editable --disable-pip-version-check | grep -v -i '^pyflakes=='; } > constraints.txt
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

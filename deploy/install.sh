@@ -7,6 +7,7 @@ source_dir="${2:-$(cd "$(dirname "$0")/.." && pwd)}"
 python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
   || { echo "Threadkeeper needs Python 3.11 or newer" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --no-cache-dir --disable-pip-version-check "$source_dir"
+"$venv/bin/python" -m pip install --quiet --no-cache-dir --disable-pip-version-check \
+  -c "$source_dir/constraints.txt" "$source_dir"
 "$venv/bin/threadkeeper" --help > /dev/null
 echo "installed: $venv/bin/threadkeeper"
