@@ -146,7 +146,8 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
     from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 
-    from bot.slack import SlackBot, make_client
+    from bot.conversations import make_client
+    from bot.slack import SlackBot
     from bot.workspaces import RedisInstallationStore, RedisStateStore, Workspaces
 
     if not settings.slack_bot_token and not settings.slack_installs:

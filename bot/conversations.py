@@ -1,0 +1,79 @@
+"""Slack conversations in Threadkeeper's terms: conversation ids, the flags kept per conversation, message text,
+and the Web API client with Slack's retries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """What a Slack message says: its text, plus the names, titles and snippets of the files it shares."""
+    parts = [message.get("text") or ""]
+    for f in message.get("files") or []:
+        label = " ".join(p for p in (f.get("title") or f.get("name") or "file", f.get("filetype") or "") if p)
+        snippet = (f.get("preview") or f.get("plain_text") or "").strip()
+        parts.append(f"[file: {label}]" + (f"\n{snippet[:2000]}" if snippet else ""))
+    return "\n".join(p for p in parts if p).strip()
+
+
+def bot_name(message: dict[str, Any]) -> str:
+    profile = message.get("bot_profile") or {}
+    return str(profile.get("name") or message.get("username") or message.get("bot_id") or "a bot")
+
+
+def slack_error(exc: SlackApiError) -> str:
+    """The Slack error code, or the HTTP status when the body was not Slack's JSON."""
+    data = exc.response.data if isinstance(exc.response.data, dict) else {}
+    return str(data.get("error") or f"HTTP {exc.response.status_code}")
+
+
+REACTED = "reacted"
+"""Conversation flag: the message carrying the bot's :eyes: while it works ("" when none)."""
+STATUS_MESSAGE = "status_ts"
+"""Conversation flag: ts of the status message shown while a turn compacts or searches; deleted at its end."""
+BACKFILL = "backfill"
+"""Conversation flag: ``<channel> <thread ts> <mention ts>`` of a thread whose earlier messages are still to be
+read (the bot was mentioned mid-way); cleared once they are queued."""
+POSTED = "posted"
+"""Conversation flag: the checkpoint whose reply was last posted to Slack."""
+DIRECT = "dm"
+"""The thread part of a direct message conversation's id: its top-level messages are one conversation."""
+
+
+def conversation_id(team: str, channel: str, thread_ts: str) -> str:
+    return f"slack:{team}:{channel}:{thread_ts}"
+
+
+def conversation_of(team: str, channel: str, ts: str, thread_ts: str | None) -> str:
+    """The conversation a message belongs to: its thread; in a direct message (a ``D…`` channel), every
+    top-level message continues one conversation, and a thread in it starts its own."""
+    if thread_ts is None and channel.startswith("D"):
+        return conversation_id(team, channel, DIRECT)
+    return conversation_id(team, channel, thread_ts or ts)
+
+
+def parse_conversation(cid: str) -> tuple[str, str, str]:
+    _, team, channel, thread_ts = cid.split(":", 3)
+    return team, channel, thread_ts
+
+
+def make_client(token: str | None, base_url: str | None) -> AsyncWebClient:
+    """A Web API client with Slack's rate-limit, server-error and connection retries (``token`` None: for the
+    OAuth flow's code exchange, which authenticates with the app's client id and secret)."""
+    kwargs: dict[str, Any] = {"token": token}
+    if base_url:
+        kwargs["base_url"] = base_url.rstrip("/") + "/"
+    client = AsyncWebClient(**kwargs)
+    client.retry_handlers.extend([AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+                                  AsyncServerErrorRetryHandler(max_retry_count=2)])
+    if not any(isinstance(h, AsyncConnectionErrorRetryHandler) for h in client.retry_handlers):
+        client.retry_handlers.append(AsyncConnectionErrorRetryHandler())
+    return client
