@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from persistence import ThreadkeeperError, durability, ping
 
-from .logs import quiet_turn_lines
+from .evalcmd import cmd_eval, windows_list
+from .logs import quiet_turn_lines, stderr_console
 from .settings import Settings, SettingsError, load_settings
 from .stores import Stores, build_stores
 
@@ -171,7 +172,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         )
 
         with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=_stderr_console(), transient=True,
+                      console=stderr_console(), transient=True,
                       disable=len(thread.messages) < 50) as bar:
             task = bar.add_task("replay", total=len(thread.messages))
             result = await replay(pipeline, thread, conversation_id=conversation_id, turn_every=args.turn_every,
@@ -231,179 +232,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(_with_stores(settings, work))
 
 
-def _csv_ints(value: str) -> list[int]:
-    try:
-        out = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of whole numbers") from None
-    if not out or any(v < 1024 for v in out):
-        raise argparse.ArgumentTypeError("windows must be whole numbers of at least 1024 tokens")
-    return out
-
-
-def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the tables say what happened
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    from evals import (
-        BENCHMARK_WINDOWS,
-        DEFAULT_WINDOWS,
-        load_benchmark,
-        load_cases,
-        plot,
-        run_matrix,
-        skipped_text,
-        summarize,
-    )
-    from evals.generator import STYLES
-    from services import ModelClient
-
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if args.model:
-        settings = settings.model_copy(update={"ai_model": args.model})
-    generated = args.benchmark == "generated"
-    if generated and args.path:
-        raise SettingsError("--path needs --benchmark realtalk or beam (generated threads use --dataset)")
-    if not generated and args.dataset:
-        raise SettingsError(f"--dataset is for generated threads; with --benchmark {args.benchmark} use --path")
-    benchmark = None if generated else load_benchmark(args.benchmark, args.path, limit=args.limit)
-    styles = [st.strip() for st in args.styles.split(",") if st.strip()]
-    unknown_styles = [st for st in styles if st not in STYLES]
-    if unknown_styles or not styles:
-        raise SettingsError(f"unknown --styles {', '.join(unknown_styles) or '(none)'}; choose from {', '.join(STYLES)}")
-    cases = benchmark.cases if benchmark else load_cases(args.dataset, threads=args.threads, seed=args.seed,
-                                                         messages=args.messages, styles=styles)[:args.limit]
-    if args.windows is None:
-        args.windows = list(DEFAULT_WINDOWS if generated else BENCHMARK_WINDOWS)
-    judge = ModelClient(args.judge_model, timeout_seconds=settings.ai_timeout_seconds) if args.judge_model else None
-    if judge and args.model is None:
-        raise SettingsError("--judge-model needs --model: the offline model cannot answer the probes' questions")
-
-    async def work() -> int:
-        client = None
-        if settings.redis_url:
-            from persistence import connect
-
-            client = connect(settings.redis_url)
-            await ping(client, settings.redis_url)
-        total = len(cases) * len(strategies) * len(args.windows)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=_stderr_console(), transient=True) as bar:
-            task = bar.add_task("continuity eval", total=total)
-            results = await run_matrix(settings, cases, strategies, args.windows, turn_every=args.turn_every,
-                                       client=client, judge=judge, ask=args.ask,
-                                       progress=lambda label: bar.update(task, advance=1, description=label))
-        if client is not None:
-            await client.aclose()
-        rows = summarize(results)
-        if benchmark is not None:
-            _benchmark_table(rows, f"continuity on {args.benchmark}: {len(cases)} chats, "
-                                   f"{benchmark.questions} questions")
-            print(skipped_text(benchmark.skipped))
-        else:
-            _probe_table(rows, f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes")
-        if any("asked" in r for r in rows):
-            _asked_table(rows, "each question asked as the next message: the context built for it (recall included)")
-        report = {"results": rows, "threads": [c.name for c in cases], "strategies": strategies,
-                  "windows": args.windows, "turn_every": args.turn_every, "model": settings.ai_model,
-                  "benchmark": args.benchmark}
-        if benchmark is not None:
-            report.update({"path": str(args.path), "questions": benchmark.questions,
-                           "questions_skipped": dict(benchmark.skipped)})
-        else:
-            report.update({"seed": args.seed, "messages_per_thread": args.messages if not args.dataset else None})
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(report, fh, indent=2)
-        if args.plot:
-            plot(rows, args.plot)
-        return 0
-
-    return asyncio.run(work())
-
-
-def _probe_table(rows: list[dict[str, Any]], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    kinds = sorted({k for r in rows for k in r["retention"] if k != "overall"})
-    table = Table(title=title)
-    for col in ["strategy", "window", "overall", *kinds, "superckpt err", "ctx tokens", "compactions"]:
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for r in rows:
-        ret = r["retention"]
-        table.add_row(r["strategy"], f"{r['window']:,}", f"{ret['overall']:.0%}",
-                      *[f"{ret[k]:.0%}" if k in ret else "-" for k in kinds], str(r["supercheckpoint_errors"]),
-                      f"{r['context_tokens']:,}", f"{r['compactions']:g}")
-    Console(width=220).print(table)
-
-
-def _benchmark_table(rows: list[dict[str, Any]], title: str) -> None:
-    """Evidence kept and answer recall per strategy and window, against keep-newest at the same spend."""
-    from rich.console import Console
-    from rich.table import Table
-
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{value:.0%}"
-
-    table = Table(title=title)
-    for col in ("strategy", "window", "evidence kept", "keep-newest (same spend)", "ratio", "answer recall",
-                "ctx tokens", "compactions", "questions"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for r in rows:
-        newest = r["keep_newest"]
-        table.add_row(r["strategy"], f"{r['window']:,}", pct(r["evidence_retention"]["overall"]),
-                      pct(newest["evidence_retention"]), "-" if r["ratio"] is None else f"{r['ratio']:.2f}",
-                      f"{pct(r['answer_recall'])} (newest {pct(newest['answer_recall'])})",
-                      f"{r['context_tokens']:,}", f"{r['compactions']:g}", f"{r['questions']:,}")
-    Console(width=220).print(table)
-
-
-def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
-    """Questions asked after the thread: evidence in the context built for each, with and without recall."""
-    from rich.console import Console
-    from rich.table import Table
-
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{value:.0%}"
-
-    table = Table(title=title)
-    benchmark = any("evidence_retention" in r["asked"] for r in rows if "asked" in r)
-    cols = ("strategy", "window", "evidence kept", "without recall", "keep-newest (same spend)", "ratio",
-            "answer recall", "ctx tokens", "questions") if benchmark else \
-        ("strategy", "window", "kept", "identifiers", "ctx tokens", "probes")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for r in rows:
-        a = r.get("asked")
-        if a is None:
-            continue
-        if benchmark:
-            newest = a["keep_newest"]
-            table.add_row(r["strategy"], f"{r['window']:,}", pct(a["evidence_retention"]["overall"]),
-                          pct(a["without_recall"]), pct(newest["evidence_retention"]),
-                          "-" if a["ratio"] is None else f"{a['ratio']:.2f}",
-                          f"{pct(a['answer_recall'])} (newest {pct(newest['answer_recall'])})",
-                          f"{a['context_tokens']:,}", f"{a['questions']:,}")
-        else:
-            table.add_row(r["strategy"], f"{r['window']:,}", pct(a["retention"]["overall"]),
-                          pct(a["retention"].get("identifier")), f"{a['context_tokens']:,}", f"{a['probes']:,}")
-    Console(width=220).print(table)
-
-
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
     from .bench import run_bench
 
-    console = _stderr_console()
+    console = stderr_console()
 
     async def work() -> dict[str, float]:
         with console.status("benchmarking") as status:
@@ -472,12 +307,6 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(_pipeline_run(settings, work, model=args.target_model))
 
 
-def _stderr_console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
 def _positive(value: str) -> int:
     try:
         number = int(value)
@@ -544,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--limit", type=_positive, help="evaluate only the first N chats or threads")
     c.add_argument("--dataset", help="a JSON file: replay input plus probes (or a list of them)")
     c.add_argument("--strategies", default="recency,accumulating-summaries,user-messages+summary,threadkeeper")
-    c.add_argument("--windows", type=_csv_ints, default=None,
+    c.add_argument("--windows", type=windows_list, default=None,
                    help="comma-separated context windows (default 4000,8000,16000; benchmarks add 32000)")
     c.add_argument("--threads", type=_positive, default=5, help="generated threads (default 5)")
     c.add_argument("--messages", type=_positive, default=1500, help="messages per generated thread (default 1500)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import structlog
 
@@ -39,3 +39,10 @@ def quiet_turn_lines(level: str) -> None:
     if level != "DEBUG":
         for name in ("threadkeeper.turn", "threadkeeper.compaction"):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def stderr_console() -> Any:
+    """A rich console on stderr, for progress bars that must not mix with a command's output."""
+    from rich.console import Console
+
+    return Console(stderr=True)
