@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TextIO
 
-from services import Pipeline
+from threadkeeper.services import Pipeline
 
 from .render import context_text, lineage_text
 

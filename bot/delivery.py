@@ -12,8 +12,8 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from persistence import CheckpointKind, CheckpointStatus, NotesStore
-from services import THINKING, Pipeline
+from threadkeeper.persistence import CheckpointKind, CheckpointStatus, NotesStore
+from threadkeeper.services import THINKING, Pipeline
 
 from .conversations import DIRECT, POSTED, REACTED, STATUS_MESSAGE, parse_conversation, slack_error
 from .format import split_reply

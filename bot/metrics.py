@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from services import TurnResult
+from threadkeeper.services import TurnResult
 
 
 class Metrics:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from persistence import LineageEntry
-from services import ContextReport
-from services.recall import RECALL_HEADER
+from threadkeeper.persistence import LineageEntry
+from threadkeeper.services import ContextReport
+from threadkeeper.services.recall import RECALL_HEADER
 
 
 def _stamp(ts: float) -> str:

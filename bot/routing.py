@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from services import ModelClient, ModelError
+from threadkeeper.services import ModelClient, ModelError
 
 log = logging.getLogger("threadkeeper.routing")
 

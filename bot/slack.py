@@ -23,14 +23,14 @@ from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from persistence import (
+from threadkeeper.persistence import (
     Forgetter,
     InboxItem,
     InvalidTransitionError,
     MessageFlags,
     NotesStore,
 )
-from services import ModelClient, Pipeline
+from threadkeeper.services import ModelClient, Pipeline
 
 from .conversations import (
     BACKFILL,

@@ -19,7 +19,7 @@ from slack_sdk.models.blocks import ContextActionsBlock, FeedbackButtonObject, F
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
-from persistence import NotesStore
+from threadkeeper.persistence import NotesStore
 
 from .format import TEXT_LIMIT
 

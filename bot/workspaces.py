@@ -27,7 +27,7 @@ from slack_sdk.oauth.installation_store.models import Bot, Installation
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 from slack_sdk.web.async_client import AsyncWebClient
 
-from persistence.keys import installation_key, oauth_state_key
+from threadkeeper.persistence.keys import installation_key, oauth_state_key
 
 log = logging.getLogger("threadkeeper.slack")
 

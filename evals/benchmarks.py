@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from persistence import ThreadkeeperError
+from threadkeeper.persistence import ThreadkeeperError
 
 from .continuity import Case
 

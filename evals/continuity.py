@@ -20,10 +20,10 @@ from typing import Any
 
 import fakeredis
 
-from persistence import CheckpointKind, Message, TextPart, ThreadkeeperError
-from services import ModelClient, parse_thread, replay
-from services.context import ContextEntry
-from services.tokens import Tokenizer
+from threadkeeper.persistence import CheckpointKind, Message, TextPart, ThreadkeeperError
+from threadkeeper.services import ModelClient, parse_thread, replay
+from threadkeeper.services.context import ContextEntry
+from threadkeeper.services.tokens import Tokenizer
 from threadkeeper.root import build_pipeline, build_stores
 from threadkeeper.settings import Settings
 

@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from services.context import ContextEntry
-from services.refs import REF
+from threadkeeper.services.context import ContextEntry
+from threadkeeper.services.refs import REF
 
 
 @dataclass(frozen=True)

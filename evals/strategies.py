@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from persistence import (
+from threadkeeper.persistence import (
     Message,
     MessageFlags,
     Notes,
@@ -17,11 +17,11 @@ from persistence import (
     ToolResultPart,
     new_id,
 )
-from services.budget import ContextBudget
-from services.compactor import Compactor, Plan, RunningFold
-from services.ledger import Ledger
-from services.narrative import extractive
-from services.refs import next_ref
+from threadkeeper.services.budget import ContextBudget
+from threadkeeper.services.compactor import Compactor, Plan, RunningFold
+from threadkeeper.services.ledger import Ledger
+from threadkeeper.services.narrative import extractive
+from threadkeeper.services.refs import next_ref
 
 FIXED_USER_BUDGET = 20_000
 

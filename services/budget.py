@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from persistence import ThreadkeeperError
+from threadkeeper.persistence import ThreadkeeperError
 
 from ._litellm import litellm
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from persistence import (
+from threadkeeper.persistence import (
     CheckpointKind,
     CheckpointStore,
     CorruptRecordError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from persistence import InboxItem, MessageChange, NotesStore
+from threadkeeper.persistence import InboxItem, MessageChange, NotesStore
 
 
 class NoteEffects:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from persistence import (
+from threadkeeper.persistence import (
     Checkpoint,
     CheckpointOutcome,
     CheckpointStatus,

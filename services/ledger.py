@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from persistence import Message, TextPart, ToolCallPart, ToolResultPart
+from threadkeeper.persistence import Message, TextPart, ToolCallPart, ToolResultPart
 
 from . import extract as x
 from . import refs

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 from tenacity.wait import wait_base
 
-from persistence import ThreadkeeperError, Usage
+from threadkeeper.persistence import ThreadkeeperError, Usage
 
 from ._litellm import litellm
 from .budget import is_offline, resolve_max_output

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from persistence import Message
+from threadkeeper.persistence import Message
 
 from . import extract as x
 from . import refs

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import (
+from threadkeeper.persistence import (
     CheckpointStore,
     Inbox,
     InboxItem,

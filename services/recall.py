@@ -35,7 +35,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from persistence import (
+from threadkeeper.persistence import (
     CheckpointKind,
     CheckpointStore,
     History,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from persistence import Message
+from threadkeeper.persistence import Message
 
 REF = re.compile(r"(?<![\w#])#(\d{1,9})\b")
 """A reference in text: ``#`` and the number."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from persistence import InboxItem, ThreadkeeperError
+from threadkeeper.persistence import InboxItem, ThreadkeeperError
 
 from .pipeline import Pipeline
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import date, datetime, timezone
 from typing import Any
 
-from persistence import CheckpointStore, Message
+from threadkeeper.persistence import CheckpointStore, Message
 
 from .recall import Recall, search_terms
 from .tools import Tool, ToolContext

@@ -14,7 +14,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from persistence import CheckpointStore, Message
+from threadkeeper.persistence import CheckpointStore, Message
 
 from . import extract as x
 from .instructions import is_instruction

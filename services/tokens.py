@@ -9,7 +9,7 @@ import logging
 from functools import lru_cache
 from typing import Any, Protocol
 
-from persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+from threadkeeper.persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 
 from . import refs
 from ._litellm import litellm

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from persistence import Message
+from threadkeeper.persistence import Message
 
 from .tokens import Tokenizer
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
-from persistence import Checkpoint, History, InboxItem, Message, Usage
+from threadkeeper.persistence import Checkpoint, History, InboxItem, Message, Usage
 
 from .budget import ContextBudget
 from .llm import Draft, ModelReply

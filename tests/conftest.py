@@ -70,7 +70,7 @@ async def client_of(kind: str, request: pytest.FixtureRequest, prefix: str) -> A
     if kind == "fakeredis":
         c: aioredis.Redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     elif kind == "cluster":
-        from persistence import connect
+        from threadkeeper.persistence import connect
 
         c = connect(request.getfixturevalue("redis_cluster_url"), cluster=True, max_connections=32)
     else:

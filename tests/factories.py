@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from persistence import Message, MessageFlags, TextPart
+from threadkeeper.persistence import Message, MessageFlags, TextPart
 
 _ids = itertools.count(1)
 

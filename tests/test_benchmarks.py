@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from evals import (BenchmarkInputError, Case, grade_questions, keep_newest, load_benchmark, normalize_evidence,
+from threadkeeper.evals import (BenchmarkInputError, Case, grade_questions, keep_newest, load_benchmark, normalize_evidence,
                    present_ids, run_matrix, summarize)
-from evals.benchmarks import load_beam, load_locomo
-from evals.graders import answer_recall, content_words
-from services.context import ContextEntry
+from threadkeeper.evals.benchmarks import load_beam, load_locomo
+from threadkeeper.evals.graders import answer_recall, content_words
+from threadkeeper.services.context import ContextEntry
 from threadkeeper.settings import Settings
 
 from test_budget_and_cli import cli

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from services import BudgetError, ContextBudget, ModelClient, resolve_window
-from services.budget import OFFLINE_WINDOW_TOKENS
+from threadkeeper.services import BudgetError, ContextBudget, ModelClient, resolve_window
+from threadkeeper.services.budget import OFFLINE_WINDOW_TOKENS
 
 from conftest import REDIS_URL, drop_prefix, real_redis
 
@@ -158,9 +158,9 @@ def test_the_deploy_kit_matches_the_code(monkeypatch: pytest.MonkeyPatch) -> Non
     assert loaded.ai_model == "offline" and loaded.redis_url is None and not loaded.slack_configured
     dockerfile = (root / "Dockerfile").read_text()
     assert "deploy/install.sh" in dockerfile and "USER threadkeeper" in dockerfile
-    packages = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    for package in packages:
-        assert f"COPY {package.rstrip('*')} ./{package.rstrip('*')}" in dockerfile, package
+    folders = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    for folder in folders:
+        assert f"COPY {folder} ./{folder}" in dockerfile, folder
 
 
 async def test_forget_deletes_a_conversation_only_when_told_to(redis_client, prefix: str) -> None:

@@ -13,7 +13,7 @@ from fakes import Step, pipeline, scripted
 from slack_fake import event_body
 from test_slack_bot import CHANNEL, make_harness, mention, thread_message
 
-from persistence import CheckpointKind
+from threadkeeper.persistence import CheckpointKind
 
 
 async def test_the_slack_bot_answers_threads_spread_over_the_cluster(prefix, cluster_client, monkeypatch) -> None:

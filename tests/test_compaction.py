@@ -12,17 +12,17 @@ from factories import msg
 from fakes import Step, pipeline, scripted, written
 from litellm import CustomLLM, ModelResponse
 
-from persistence import (
+from threadkeeper.persistence import (
     CheckpointKind,
     CheckpointStatus,
     InboxItem,
     InvalidTransitionError,
     Notes,
 )
-from services import Tokenizer
-from services._litellm import register_provider
-from services.compactor import changes_of, foldable, suspects
-from services.ledger import (
+from threadkeeper.services import Tokenizer
+from threadkeeper.services._litellm import register_provider
+from threadkeeper.services.compactor import changes_of, foldable, suspects
+from threadkeeper.services.ledger import (
     Ask,
     Decision,
     Ledger,
@@ -31,11 +31,11 @@ from services.ledger import (
     brief_of,
     load_ledger,
 )
-from services.narrative import extractive
-from services.notebook import NoteEntry, TermStats
-from services.notes import terms
-from services.redact import redact
-from services.view import render_handoff
+from threadkeeper.services.narrative import extractive
+from threadkeeper.services.notebook import NoteEntry, TermStats
+from threadkeeper.services.notes import terms
+from threadkeeper.services.redact import redact
+from threadkeeper.services.view import render_handoff
 
 
 class EchoSummarizer(CustomLLM):
@@ -482,7 +482,7 @@ def test_redaction_of_secrets() -> None:
 
 
 def test_suspects_name_the_reason() -> None:
-    from persistence import MessageChange
+    from threadkeeper.persistence import MessageChange
 
     notes = Notes(changes={"m1": MessageChange(kind="edited", text="x"), "m2": MessageChange(kind="deleted")})
     found = suspects(notes)
@@ -639,7 +639,7 @@ async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_threa
 async def test_a_replay_happens_in_the_thread_time_edits_and_deletions_included(model, prefix, client) -> None:
     """Replies, notices and handoffs of a replayed thread carry the thread's time, never the clock's, so a
     handoff's span and its notes' ages are those of the thread."""
-    from services.replay import parse_thread, replay
+    from threadkeeper.services.replay import parse_thread, replay
 
     p, _ = pipeline(prefix, client, context_window=4096)
     start = 1_600_000_000.0

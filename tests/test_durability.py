@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from persistence import durability
+from threadkeeper.persistence import durability
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start its own")
 

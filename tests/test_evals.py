@@ -8,8 +8,8 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from evals import generate_thread, grade, load_cases, run_matrix, summarize
-from services import parse_thread, replay
+from threadkeeper.evals import generate_thread, grade, load_cases, run_matrix, summarize
+from threadkeeper.services import parse_thread, replay
 from threadkeeper.root import build_pipeline, build_stores
 from threadkeeper.settings import Settings
 

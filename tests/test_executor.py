@@ -9,9 +9,9 @@ import litellm
 import pytest
 from fakes import Step, pipeline, scripted
 
-from persistence import CheckpointStatus, ToolResultPart
-from services import Tool, measure
-from services.context import calibration, visible
+from threadkeeper.persistence import CheckpointStatus, ToolResultPart
+from threadkeeper.services import Tool, measure
+from threadkeeper.services.context import calibration, visible
 
 CONV = "slack:T1:C1:1700000000.000200"
 
@@ -238,7 +238,7 @@ async def test_token_counts_are_stored_with_each_message(model, prefix, client) 
 
 
 async def test_edits_and_deletions_reach_the_model_before_any_compaction(model, prefix, client) -> None:
-    from persistence import InboxItem
+    from threadkeeper.persistence import InboxItem
 
     p, _ = pipeline(prefix, client)
     await p.submit(CONV, "The deploy window is 14:00 UTC.", author="alice", id="5.1")

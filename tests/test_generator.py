@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from evals import generate_thread
-from evals.generator import STYLES
-from evals.phrases import BOT, CUE_PHRASES
-from services import parse_thread
+from threadkeeper.evals import generate_thread
+from threadkeeper.evals.generator import STYLES
+from threadkeeper.evals.phrases import BOT, CUE_PHRASES
+from threadkeeper.services import parse_thread
 
 _JAPANESE = re.compile(r"[\u3040-\u30ff]")
 _SPANISH = re.compile(r"[¿¡ñ]|\b(?:para|está|gracias|alguien)\b")

@@ -1,6 +1,6 @@
 """The install the image and any host use (``deploy/install.sh``): a wheel built from this checkout, installed
-with the pinned versions into a fresh virtualenv, runs the console on its own, with nothing of the checkout on
-its path."""
+with the pinned versions into a fresh virtualenv, holds one import namespace (``threadkeeper.*``) and runs the
+console on its own, with nothing of the checkout on its path."""
 
 from __future__ import annotations
 
@@ -21,9 +21,13 @@ def test_the_install_script_builds_a_fresh_virtualenv_whose_console_works(tmp_pa
                                capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr[-3000:]
     python = venv / "bin" / "python"
-    where = subprocess.run([str(python), "-c", "import threadkeeper, bot, services; print(threadkeeper.__file__)"],
+    where = subprocess.run([str(python), "-c", "import threadkeeper.bot, threadkeeper.services, threadkeeper.persistence,"
+                            " threadkeeper.evals; print(threadkeeper.services.__file__)"],
                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert where.returncode == 0 and str(venv) in where.stdout and str(ROOT) not in where.stdout, where
+    for name in ("bot", "services", "persistence", "evals"):
+        alone = subprocess.run([str(python), "-c", f"import {name}"], env=env, cwd=tmp_path, capture_output=True)
+        assert alone.returncode != 0, f"one namespace: no top-level {name!r} package is installed"
     extras = subprocess.run([str(python), "-c", "import pytest"], env=env, cwd=tmp_path, capture_output=True)
     assert extras.returncode != 0, "running installs only what running needs (no test extras)"
     console = subprocess.run([str(venv / "bin" / "threadkeeper"), "console"], input="track ABC-123 for me\n/quit\n",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from persistence import Message, MessageFlags, TextPart
-from services.instructions import is_instruction, without_instructions
-from services.ledger import LedgerBuilder
-from services.narrative import extractive
-from services.tokens import Tokenizer
+from threadkeeper.persistence import Message, MessageFlags, TextPart
+from threadkeeper.services.instructions import is_instruction, without_instructions
+from threadkeeper.services.ledger import LedgerBuilder
+from threadkeeper.services.narrative import extractive
+from threadkeeper.services.tokens import Tokenizer
 
 INSTRUCTIONS = [
     "From now on, always answer in French.",

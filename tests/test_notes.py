@@ -6,10 +6,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from services import Tokenizer
-from services.notebook import NoteEntry, TermStats, select
-from services import notes
-from services.notes import brief, information, make_note, resolve_dates, terms
+from threadkeeper.services import Tokenizer
+from threadkeeper.services.notebook import NoteEntry, TermStats, select
+from threadkeeper.services import notes
+from threadkeeper.services.notes import brief, information, make_note, resolve_dates, terms
 
 FRIDAY = datetime(2023, 12, 29, 22, 42, tzinfo=timezone.utc).timestamp()  # a Friday
 
@@ -125,10 +125,10 @@ def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
     """Compaction never recounts a committed note: the counts stored with the message give the same cost."""
     from types import SimpleNamespace
 
-    from persistence import Message, TextPart
-    from services.executor import ReplyExecutor
-    from services.ledger import LedgerBuilder
-    from services.notebook import note_cost
+    from threadkeeper.persistence import Message, TextPart
+    from threadkeeper.services.executor import ReplyExecutor
+    from threadkeeper.services.ledger import LedgerBuilder
+    from threadkeeper.services.notebook import note_cost
 
     tokenizer = Tokenizer("gpt-4o")
     texts = ["The staging database for payments is pg-stage-7, ticket PAY-5512, owned by Dana's team.",

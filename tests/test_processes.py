@@ -22,7 +22,7 @@ from conftest import REDIS_URL
 from model_server import ModelServer, Reply
 from slack_fake import FakeSlack, event_body, sign
 
-from persistence import CheckpointStatus
+from threadkeeper.persistence import CheckpointStatus
 from threadkeeper.root import build_pipeline
 from threadkeeper.settings import Settings
 from threadkeeper.stores import build_stores

@@ -6,7 +6,7 @@ import pytest
 from fakes import pipeline
 from model_server import ModelServer, Reply
 
-from services import ModelClient, ModelError
+from threadkeeper.services import ModelClient, ModelError
 
 
 async def test_output_requests_are_clamped_to_what_the_model_allows(server: ModelServer) -> None:
@@ -159,7 +159,7 @@ async def test_one_retry_layer_counts_every_request(server: ModelServer) -> None
 async def test_retry_after_is_honoured_and_a_wait_longer_than_a_call_is_not_a_timeout(server: ModelServer) -> None:
     import time
 
-    from services.llm import RateLimitedError
+    from threadkeeper.services.llm import RateLimitedError
 
     limited = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
     client = ModelClient("openai/gpt-4o", attempts=3, timeout_seconds=5, retry_wait_seconds=0.01)
@@ -266,7 +266,7 @@ async def test_a_stream_cut_mid_reply_is_taken_back_and_retried(server: ModelSer
 async def test_the_console_talks_to_a_real_provider_route(server: ModelServer, prefix, client) -> None:
     import io
 
-    from bot.console import run_console
+    from threadkeeper.bot.console import run_console
 
     p, _ = pipeline(prefix, client, settings={"ai_model": "openai/gpt-4o", "ai_model_context_window_tokens": 8_000})
     server.push(Reply(text="Tracking ABC-123 from now on.", prompt_tokens=700, completion_tokens=8))

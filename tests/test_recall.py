@@ -8,9 +8,9 @@ import pytest
 from factories import msg
 from fakes import Step, pipeline, scripted, written
 
-from persistence import InboxItem
-from services.context import calibration, visible
-from services.recall import RECALL_HEADER, ConversationIndex, search_terms
+from threadkeeper.persistence import InboxItem
+from threadkeeper.services.context import calibration, visible
+from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex, search_terms
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",
@@ -203,7 +203,7 @@ def test_the_offline_model_is_not_offered_thread_search(prefix) -> None:
 
 
 def test_the_runtime_context_a_call_carried_does_not_count_toward_the_next_request() -> None:
-    from persistence import (
+    from threadkeeper.persistence import (
         Checkpoint,
         CheckpointKind,
         CheckpointMeta,
@@ -212,7 +212,7 @@ def test_the_runtime_context_a_call_carried_does_not_count_toward_the_next_reque
         History,
         Usage,
     )
-    from services.context import measure
+    from threadkeeper.services.context import measure
 
     people = [msg("a", tokens=100), msg("b", tokens=200)]
     runtime = msg("[runtime context] … recalled …", role="system", tokens=900, runtime=True)

@@ -14,8 +14,8 @@ from fakes import Step, scripted, written
 from fakes import settings as make_settings
 from slack_fake import BOT_USER, FakeSlack, event_body, sign
 
-from bot.server import build_web_app, socket_state
-from persistence import CheckpointKind
+from threadkeeper.bot.server import build_web_app, socket_state
+from threadkeeper.persistence import CheckpointKind
 from threadkeeper.root import build_pipeline, build_slack_bot, build_stores
 
 SECRET = "test-signing-secret"
@@ -357,7 +357,7 @@ async def test_a_turn_stopped_by_shutdown_is_answered_by_another_worker_within_s
     """A deploy's SIGTERM stops the worker mid-turn; the next worker answers from the inbox at once."""
     import time
 
-    from persistence import CheckpointStatus
+    from threadkeeper.persistence import CheckpointStatus
 
     first, first_http = await make_harness(prefix, client)
     second, second_http = await make_harness(prefix, client)  # another process on the same Redis

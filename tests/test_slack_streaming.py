@@ -14,7 +14,7 @@ from model_server import Reply
 from slack_fake import event_body, sign
 from test_slack_bot import CHANNEL, SECRET, make_harness, mention
 
-from bot.streaming import DRAFT, STREAM_BUFFER
+from threadkeeper.bot.streaming import DRAFT, STREAM_BUFFER
 
 LONG = " ".join(f"step{i} of the rollout plan" for i in range(24))
 """A reply long enough to be shown before it is finished (several times ``STREAM_BUFFER``)."""

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from persistence import (
+from threadkeeper.persistence import (
     Forgetter,
     CheckpointKind,
     CheckpointOutcome,

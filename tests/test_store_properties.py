@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from persistence import CheckpointStatus, CheckpointStore, HeadConflictError
+from threadkeeper.persistence import CheckpointStatus, CheckpointStore, HeadConflictError
 from threadkeeper.bench import CountingConnection
 
 from conftest import REDIS_URL, drop_prefix, real_redis

@@ -17,13 +17,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
-from persistence.keys import registry_key
-from services import measure
-from services import notes
-from services.tokens import Tokenizer
-from services.recall import Recall
-from services._litellm import litellm, register_provider
+from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
+from threadkeeper.persistence.keys import registry_key
+from threadkeeper.services import measure
+from threadkeeper.services import notes
+from threadkeeper.services.tokens import Tokenizer
+from threadkeeper.services.recall import Recall
+from threadkeeper.services._litellm import litellm, register_provider
 
 from .root import build_pipeline, build_stores
 from .settings import Settings

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from persistence import ThreadkeeperError, durability, ping
+from threadkeeper.persistence import ThreadkeeperError, durability, ping
 
 from .evalcmd import cmd_eval, windows_list
 from .logs import quiet_turn_lines, stderr_console
@@ -20,7 +20,7 @@ from .settings import Settings, SettingsError, load_settings
 from .stores import Stores, build_stores
 
 if TYPE_CHECKING:
-    from services import Pipeline
+    from threadkeeper.services import Pipeline
 
 # Commands import the model stack (litellm, tokenizers, word lists) only when they need it, so that
 # ``--help`` and ``history`` start in well under a second.
@@ -74,7 +74,7 @@ async def _pipeline_run(settings: Settings, work: Callable[[Stores, Pipeline], A
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
-    from bot import run_console
+    from threadkeeper.bot import run_console
 
     from .root import check_models
 
@@ -124,7 +124,7 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
             out = report.as_dict()
             print(json.dumps(out, indent=2, ensure_ascii=False))
         else:
-            from bot.render import context_text
+            from threadkeeper.bot.render import context_text
 
             print(context_text(report))
         return 0
@@ -155,8 +155,8 @@ def _arriving_lines(path: str, pipeline: Pipeline, author: str | None) -> list[l
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from services import load_thread, replay
-    from services.replay import default_conversation_id
+    from threadkeeper.services import load_thread, replay
+    from threadkeeper.services.replay import default_conversation_id
 
     thread = load_thread(args.thread_file)
     conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
@@ -192,7 +192,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.server import serve_http, serve_socket
+    from threadkeeper.bot.server import serve_http, serve_socket
 
     from .root import build_pipeline, build_slack_bot, check_models
 

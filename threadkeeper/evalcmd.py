@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from persistence import ping
+from threadkeeper.persistence import ping
 
 from .logs import quiet_turn_lines, stderr_console
 from .settings import Settings, SettingsError
@@ -33,7 +33,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         TimeElapsedColumn,
     )
 
-    from evals import (
+    from threadkeeper.evals import (
         BENCHMARK_WINDOWS,
         DEFAULT_WINDOWS,
         load_benchmark,
@@ -43,8 +43,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         skipped_text,
         summarize,
     )
-    from evals.generator import STYLES
-    from services import ModelClient
+    from threadkeeper.evals.generator import STYLES
+    from threadkeeper.services import ModelClient
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if args.model:
@@ -70,7 +70,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     async def work() -> int:
         client = None
         if settings.redis_url:
-            from persistence import connect
+            from threadkeeper.persistence import connect
 
             client = connect(settings.redis_url)
             await ping(client, settings.redis_url)

@@ -10,7 +10,7 @@ import logging
 
 from typing import Any
 
-from services import (
+from threadkeeper.services import (
     SYSTEM_PROMPT,
     BudgetError,
     ContextBudget,
@@ -26,13 +26,13 @@ from services import (
     resolve_max_output,
     resolve_window,
 )
-from services.compactor import Compactor
-from services.effects import NoteEffects
-from services.narrative import Summarizer
-from services.recall import Recall
-from services.search_tool import thread_search_tool
-from services.state_tool import lineage_resolver, record_state_tool
-from services.tokens import MESSAGE_OVERHEAD
+from threadkeeper.services.compactor import Compactor
+from threadkeeper.services.effects import NoteEffects
+from threadkeeper.services.narrative import Summarizer
+from threadkeeper.services.recall import Recall
+from threadkeeper.services.search_tool import thread_search_tool
+from threadkeeper.services.state_tool import lineage_resolver, record_state_tool
+from threadkeeper.services.tokens import MESSAGE_OVERHEAD
 
 from .settings import Settings, SettingsError
 from .stores import Stores, build_stores  # noqa: F401  (re-exported: the composition root builds both)
@@ -41,8 +41,8 @@ from .stores import Stores, build_stores  # noqa: F401  (re-exported: the compos
 def check_models(settings: Settings) -> None:
     """At start-up: each configured model is one litellm can call, with a known window and its provider's
     key set; otherwise stop with one line naming the variable (instead of failing every turn)."""
-    from services._litellm import litellm
-    from services.llm import litellm_model_name
+    from threadkeeper.services._litellm import litellm
+    from threadkeeper.services.llm import litellm_model_name
 
     for variable, name, window in (("AI_MODEL", settings.ai_model, settings.ai_model_context_window_tokens),
                                    ("AI_FAST_MODEL", settings.fast_model, settings.ai_fast_model_context_window_tokens)):
@@ -146,9 +146,9 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
     from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 
-    from bot.conversations import make_client
-    from bot.slack import SlackBot
-    from bot.workspaces import RedisInstallationStore, RedisStateStore, Workspaces
+    from threadkeeper.bot.conversations import make_client
+    from threadkeeper.bot.slack import SlackBot
+    from threadkeeper.bot.workspaces import RedisInstallationStore, RedisStateStore, Workspaces
 
     if not settings.slack_bot_token and not settings.slack_installs:
         raise SettingsError("SLACK_BOT_TOKEN is not set: the Slack bot needs the bot token (xoxb-…), or "

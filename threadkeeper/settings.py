@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from persistence import ThreadkeeperError
-from persistence.errors import without_password
+from threadkeeper.persistence import ThreadkeeperError
+from threadkeeper.persistence.errors import without_password
 
 
 class SettingsError(ThreadkeeperError):

@@ -7,7 +7,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from persistence import CheckpointStore, Forgetter, Inbox, LeaseManager, NotesStore, connect
+from threadkeeper.persistence import CheckpointStore, Forgetter, Inbox, LeaseManager, NotesStore, connect
 
 from .settings import Settings
 
