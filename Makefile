@@ -16,6 +16,8 @@ define setup
 	  { echo "Threadkeeper needs Python 3.11 or newer: run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@# the distribution was called "threadkeeper" before it was threadkeeper-slack: never keep both
+	@$(BIN)/python -m pip uninstall --quiet --yes threadkeeper > /dev/null 2>&1 || true
 endef
 
 # Running needs only the package; tests, plots and the bench's peer comparison add their extras.
