@@ -9,6 +9,8 @@ import asyncio
 import json
 import random
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 import uuid
@@ -195,9 +197,6 @@ async def _median_ms(fn: Callable[[], Awaitable[Any]], repeats: int) -> float:
 
 def _cli_seconds(*args: str, repeats: int = 3) -> float:
     """Wall seconds of ``threadkeeper ARGS`` in a fresh process (the median of ``repeats``)."""
-    import subprocess
-    import sys
-
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -242,6 +241,48 @@ def _langgraph_bytes(history: int) -> int | None:
     new_blobs = sum(len(v[1]) for k, v in saver.blobs.items() if k not in before_blobs)
     record = saver.storage["t"][""][grown["id"]]
     return new_blobs + len(record[0][1]) + len(record[1][1])
+
+
+async def worker_metrics(url: str, prefix: str) -> dict[str, float]:
+    """What one worker process uses for 1,000 conversations answered at once by a model that takes 1 s: wall
+    time, errors, and its memory before and after (run by :func:`_worker_process_metrics` in a fresh process,
+    so nothing else the bench did is counted)."""
+    settings = Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]
+                        ai_model=f"{LATENCY_PROVIDER}/slow", ai_model_context_window_tokens=32_000)
+    register_provider(LATENCY_PROVIDER, SlowModel(1.0))
+    litellm.register_model({f"{LATENCY_PROVIDER}/slow": {
+        "max_input_tokens": 32_000, "max_tokens": 32_000, "max_output_tokens": 4096, "mode": "chat",
+        "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": LATENCY_PROVIDER,
+        "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
+    stores = build_stores(settings)
+    slow = build_pipeline(settings, stores)
+    await ping(stores.client, url)
+    idle = _rss_mb()
+
+    async def one(i: int) -> bool:
+        cid = f"bench:concurrent:{i}"
+        await slow.submit(cid, "hello, what is the status?", author="U1", id=f"c{i}")
+        results = await slow.run(cid)
+        return bool(results) and results[0].status == "completed"
+
+    try:
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(one(i) for i in range(1000)), return_exceptions=True)
+        wall = time.perf_counter() - started
+    finally:
+        await stores.close()
+    return {"concurrent_1000_wall_s": round(wall, 3), "concurrent_1000_errors": sum(1 for o in outcomes if o is not True),
+            "rss_mb_worker_idle": idle, "rss_mb_1000": _rss_mb()}
+
+
+def _worker_process_metrics(url: str, prefix: str) -> dict[str, float]:
+    code = ("import asyncio, json, sys; from threadkeeper.bench import worker_metrics; "
+            "print(json.dumps(asyncio.run(worker_metrics(sys.argv[1], sys.argv[2]))))")
+    done = subprocess.run([sys.executable, "-c", code, url, prefix], capture_output=True, text=True, timeout=600,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the worker-process bench failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str], None] = lambda _: None,
@@ -339,26 +380,8 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         turns = sum(await asyncio.gather(*(converse(i) for i in range(conversations))))
         out["turns_per_second"] = round(turns / (time.perf_counter() - started), 1)
 
-        progress("1,000 concurrent conversations")
-        register_provider(LATENCY_PROVIDER, SlowModel(1.0))
-        litellm.register_model({f"{LATENCY_PROVIDER}/slow": {
-            "max_input_tokens": 32_000, "max_tokens": 32_000, "max_output_tokens": 4096, "mode": "chat",
-            "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": LATENCY_PROVIDER,
-            "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
-        slow = build_pipeline(local.model_copy(update={"ai_model": f"{LATENCY_PROVIDER}/slow",
-                                                       "ai_model_context_window_tokens": 32_000}), stores)
-
-        async def one(i: int) -> bool:
-            cid = f"bench:concurrent:{i}"
-            await slow.submit(cid, "hello, what is the status?", author="U1", id=f"c{i}")
-            results = await slow.run(cid)
-            return bool(results) and results[0].status == "completed"
-
-        started = time.perf_counter()
-        outcomes = await asyncio.gather(*(one(i) for i in range(1000)), return_exceptions=True)
-        out["concurrent_1000_wall_s"] = round(time.perf_counter() - started, 3)
-        out["concurrent_1000_errors"] = sum(1 for o in outcomes if o is not True)
-        out["rss_mb_1000"] = _rss_mb()
+        progress("1,000 concurrent conversations, in a worker process of their own")
+        out.update(_worker_process_metrics(url, prefix))
         # Last: reading 100,000 messages into this process's caches would inflate the memory figure above.
         out.update(await _recall_bench(local, client, (1_000, 10_000) if quick else (1_000, 10_000, 100_000),
                                        15 if quick else 41, progress))
