@@ -184,3 +184,37 @@ async def test_forget_deletes_a_conversation_only_when_told_to(redis_client, pre
 def test_a_bad_setting_is_named_without_its_secret() -> None:
     result = cli("history", "x", env={"REDIS_URL": "http://u:hunter2pw@cache:6379"})
     assert result.returncode == 2 and "REDIS_URL" in result.stderr and "hunter2pw" not in result.stderr
+
+
+def test_every_budget_limit_follows_the_window_and_the_model() -> None:
+    from threadkeeper.services import ContextBudget
+
+    small, mid, large = (ContextBudget.derive(w, fixed_prompt_tokens=500) for w in (4_096, 32_000, 200_000))
+    assert (small.output_reserve_tokens, mid.output_reserve_tokens, large.output_reserve_tokens) == (409, 3_200, 8_192)
+    assert ContextBudget.derive(32_000, fixed_prompt_tokens=500, max_output_tokens=1_000).output_reserve_tokens == 1_000
+    assert mid.usable_tokens == 32_000 - 3_200 - 500
+    assert (mid.trigger_tokens, mid.target_tokens) == (int(mid.usable_tokens * 0.8), int(mid.usable_tokens * 0.5))
+
+
+async def test_the_summarizer_is_given_chunks_its_own_window_holds() -> None:
+    from fakes import Step, scripted
+
+    from threadkeeper.persistence import Message, TextPart
+    from threadkeeper.services import ModelClient, Tokenizer
+    from threadkeeper.services.narrative import Summarizer
+
+    model = scripted("scripted-chunks")
+    model.default = Step(text="- [m0] The rollout is reviewed.")
+    lines = [Message(id=f"m{i}", role="user", author="ben", tokens=60, created_at=1_700_000_000.0 + i,
+                     parts=[TextPart(text=f"update {i}: the rollout of service-{i} was reviewed with its owner, "
+                                          "dashboards, alerts and runbooks checked one by one")]) for i in range(400)]
+    calls = {}
+    for window in (4_096, 16_384, 128_000):
+        before = len(model.requests)
+        summarizer = Summarizer(ModelClient("scripted-chunks/x", attempts=1), Tokenizer("gpt-4o"), window_tokens=window)
+        await summarizer.handoff_narrative([], lines, 400)
+        calls[window] = len(model.requests) - before
+        for request in model.requests[before:]:
+            sent = sum(Tokenizer("gpt-4o").count(m["content"]) for m in request["messages"])
+            assert sent <= window // 2 + 1_000, (window, sent)
+    assert calls[4_096] > calls[16_384] > calls[128_000] == 1, calls

@@ -338,3 +338,32 @@ async def test_a_worker_whose_turn_was_taken_over_drops_its_result_instead_of_cr
     release.set()
     assert await running == [], "no result, no exception"
     assert await p.pending(CONV) == 1, "the message waits for the worker that took over"
+
+
+async def test_a_turn_whose_head_moved_is_set_aside_and_run_again_on_the_new_head(model, prefix, client) -> None:
+    """Another writer commits while the model answers: the turn's commit loses the compare-and-set, its
+    checkpoint is superseded (never left running), and the turn runs again on the new head."""
+    from threadkeeper.persistence import CheckpointStatus
+
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "first question", author="alice", id="9.1")
+    await p.run(CONV)
+    release, started = asyncio.Event(), asyncio.Event()
+    model.push(Step(text="stale answer", wait_for=release, started=started), Step(text="fresh answer"))
+    await p.submit(CONV, "second question", author="alice", id="9.2")
+    running = asyncio.create_task(p.run(CONV))
+    await started.wait()
+    head = (await p.checkpoints.get_state(CONV)).head_checkpoint_id
+    other = await p.checkpoints.start_turn(CONV, parent_id=head, from_head=False)  # orchestration, say
+    await p.checkpoints.append(CONV, other.id, [p.executor.make_message("note from elsewhere", author="bob",
+                                                                         id="9.3")])
+    await p.checkpoints.commit(CONV, other.id, expected_head=head)
+    release.set()
+    results = await running
+    assert [(r.status, r.reply) for r in results] == [("completed", "fresh answer")]
+    assert len(model.requests) == 3, "the first turn, the answer that lost, the answer on the new head"
+    statuses = [r.status for r in await p.checkpoints.lineage(CONV)]
+    assert statuses.count(CheckpointStatus.SUPERSEDED) == 1 and CheckpointStatus.RUNNING not in statuses
+    assert CheckpointStatus.FAILED not in statuses
+    texts = [m.text for m in (await p.checkpoints.load_history(CONV)).messages if not m.flags.runtime]
+    assert texts.count("second question") == 1 and "note from elsewhere" in texts and texts[-1] == "fresh answer"

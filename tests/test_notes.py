@@ -152,3 +152,21 @@ def test_an_identifier_inside_text_without_spaces_is_a_term_and_survives_every_s
     assert "INFRA-5382" in note and (not short or "INFRA-5382" in short)
     assert "INFRA-5382" in notes.brief(text, "ja")
     assert "infra-5382" in notes.words(text) and "ledger" in notes.words(text)
+
+
+def test_a_reversal_marks_the_decision_it_reverses_and_only_that_one() -> None:
+    from threadkeeper.persistence import Message, MessageFlags, TextPart
+    from threadkeeper.services.ledger import LedgerBuilder
+
+    def said(n: int, text: str) -> Message:
+        return Message(id=f"r{n}", role="user", author="ana", parts=[TextPart(text=text)], tokens=len(text) // 4,
+                       created_at=1_700_000_000.0 + n, flags=MessageFlags())
+
+    ledger = LedgerBuilder().fold([
+        said(1, "We decided to use Postgres for the billing ledger."),
+        said(2, "We decided to ship the dashboard on Friday."),
+        said(3, "We are reversing the decision on Postgres for billing: we decided to go with MySQL instead."),
+    ]).ledger
+    status = {d.id: (d.status, d.reversed_by) for d in ledger.decisions}
+    assert status["r1"] == ("reversed", "r3"), "the Postgres decision is reversed by the later one"
+    assert status["r2"] == ("active", None) and status["r3"][0] == "active"

@@ -225,7 +225,7 @@ async def test_inbox_dedups_and_keeps_items_until_the_turn_completes(client, pre
                                   dedup_keys=["E9", "1.1"])
     assert await inbox.append(CONV, InboxItem(event_id="E2", message=msg("two", id="1.2")), dedup_keys=["E2", "1.2"])
     ttl = await client.ttl(inbox.keys(CONV).dedup("E2"))
-    assert 0 < ttl <= 86_400, f"a dedup key lives a day, not the retention ({ttl} s)"
+    assert 86_000 < ttl <= 86_400, f"a dedup key lives a day: not less, not the retention ({ttl} s)"
     items = await inbox.peek(CONV)
     assert [i.message.text for i in items if i.message] == ["one", "two"]
     cp = await store.start_turn(CONV)
