@@ -19,7 +19,6 @@ from typing import Any
 
 from threadkeeper.persistence import (
     Checkpoint,
-    CheckpointOutcome,
     CheckpointStatus,
     CheckpointStore,
     HeadConflictError,
@@ -33,19 +32,14 @@ from threadkeeper.persistence import (
     MessageFlags,
     TextPart,
     ThreadkeeperError,
-    ToolCallPart,
-    ToolResultPart,
-    new_id,
 )
 
-from . import refs
 from .budget import ContextBudget
-from .context import calibration, to_chat, visible
-from .llm import Draft, ModelClient, ModelContextError, ModelError, ModelTimeoutError
-from .notes import note_and_brief
-from .recall import Recall, change_notice_id
-from .refs import next_ref
+from .context import calibration, visible
+from .llm import ModelClient, ModelContextError, ModelError, ModelTimeoutError
+from .recall import Recall
 from .tokens import Tokenizer
+from .tool_loop import ToolLoop
 from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
 from .tracing import TRACE, TURNS, event, new_trace_id
 from .turns import (
@@ -61,7 +55,6 @@ from .turns import (
     TurnEvents,
     TurnResult,
     TurnState,
-    TurnStatus,
     default_runtime_context,
 )
 
@@ -74,7 +67,7 @@ class _ContextOverflow(Exception):
     """The provider refused a turn's request as too long; the turn was superseded and took nothing."""
 
 
-class ReplyExecutor:
+class ReplyExecutor(ToolLoop):
     def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, leases: LeaseManager, model: ModelClient,
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
                  compactor: Compactor | None = None, effects: InboxEffects | None = None,
@@ -100,43 +93,6 @@ class ReplyExecutor:
 
     # -- public --------------------------------------------------------------------------------
 
-    def make_message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
-                     flags: MessageFlags | None = None, created_at: float | None = None,
-                     source_ids: Sequence[str] = ()) -> Message:
-        """A message with its token count computed now, once."""
-        base = Message(id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,  # type: ignore[arg-type]
-                       flags=flags or MessageFlags(), tokens=0, created_at=created_at or self.clock(),
-                       source_ids=list(source_ids))
-        return base.model_copy(update={"tokens": self.tokenizer.count_message(base)})
-
-    def with_tokens(self, message: Message) -> Message:
-        return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
-
-    def _prepared(self, message: Message, *, addressed: bool) -> Message:
-        """A person's message as the turn stores it: counted, its note computed, marked if it asked the bot."""
-        update: dict[str, Any] = {}
-        if message.tokens == 0:
-            update["tokens"] = self.tokenizer.count_message(message)
-        if message.note is None:
-            update |= self.noted(message.text, message.created_at)
-        if addressed and not message.flags.addressed:
-            update["flags"] = message.flags.model_copy(update={"addressed": True})
-        return message.model_copy(update=update) if update else message
-
-    def numbered(self, history: Sequence[Message], incoming: Sequence[Message]) -> list[Message]:
-        """``incoming`` with references (:mod:`services.refs`) following on from ``history``'s, counted in
-        the tokens of the messages that show theirs."""
-        ref = next_ref(history)
-        out = []
-        for m in incoming:
-            if m.ref is None and refs.numbered(m):
-                m = m.model_copy(update={"ref": ref})
-                ref += 1
-                if refs.shown(m):
-                    m = m.model_copy(update={"tokens": m.tokens + self.tokenizer.count(refs.prefix(m))})
-            out.append(m)
-        return out
-
     async def settled(self, conversation_id: str, items: Sequence[InboxItem], history: History | None, *,
                       route: bool = True) -> list[InboxItem]:
         """``items`` with their authors' names looked up and, with ``route``, whether to answer decided by the
@@ -159,10 +115,6 @@ class ReplyExecutor:
                 recent = [*recent, f"{message.author or message.role}: {message.text}"][-6:]
             out.append(item.model_copy(update=update) if update else item)
         return out
-
-    def prepare_incoming(self, message: Message, *, addressed: bool) -> Message:
-        """A person's message as a turn takes it from the inbox (counted, noted, marked, bounded)."""
-        return self._bound_input(self._prepared(message, addressed=addressed))
 
     async def runtime_message(self, conversation_id: str, history: History | None, context: Sequence[Message],
                               incoming: Sequence[Message]) -> Message:
@@ -425,143 +377,7 @@ class ReplyExecutor:
         return TurnState(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
                      items, incoming)
 
-    async def _model_loop(self, conversation_id: str, turn: TurnState, events: TurnEvents,
-                          draft: Draft | None = None) -> tuple[TurnStatus, str]:
-        schemas = self.tools.schemas()
-        for _ in range(self.config.max_tool_steps + 1):
-            sent = visible(turn.messages, turn.runtime_id)
-            request_tokens = self.budget.fixed_prompt_tokens + sum(m.tokens for m in sent)
-            if request_tokens > self.budget.request_limit_tokens:
-                text = (f"I can't send this to the model: the request would be {request_tokens:,} tokens and the "
-                        f"model accepts {self.budget.request_limit_tokens:,}. Please split the latest input into "
-                        "smaller messages.")
-                self._finish(turn, self.make_message(text, role="assistant"), answered=False)
-                return "refused", text
-            remaining = self.config.turn_model_seconds - turn.model_seconds
-            if remaining <= 0:
-                raise ModelTimeoutError(f"the turn used its {self.config.turn_model_seconds:g}s of model time")
-            started = time.perf_counter()
-            try:
-                reply = await asyncio.wait_for(
-                    self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None,
-                                        timeout_seconds=min(self.model.timeout_seconds, remaining), draft=draft),
-                    timeout=remaining)
-            except asyncio.TimeoutError as exc:
-                raise ModelTimeoutError(f"the turn used its {self.config.turn_model_seconds:g}s of model time "
-                                        "(retries included)") from exc
-            finally:
-                turn.model_seconds += time.perf_counter() - started
-            turn.calls += 1
-            turn.spend.add(reply)
-            turn.usage = reply.usage or turn.usage
-            turn.covered = len(turn.messages)
-            if not reply.tool_calls:
-                text = reply.text.strip() or "(the model returned an empty reply)"
-                self._finish(turn, self.make_message(text, role="assistant"))
-                return "completed", text
-            if reply.text and draft is not None:
-                await draft.discard()  # text before tool calls is not the answer the turn ends with
-            call_parts = [ToolCallPart(call_id=c.id, name=c.name, arguments=c.arguments) for c in reply.tool_calls]
-            parts: list[Any] = ([TextPart(text=reply.text)] if reply.text else []) + call_parts
-            assistant = self.with_tokens(Message(id=new_id("m"), role="assistant", parts=parts, tokens=0))
-            results: list[Message] = []
-            for call in reply.tool_calls:
-                tool = self.tools.get(call.name)
-                if tool is not None and tool.requires_authorization:
-                    await self._append(conversation_id, turn, [assistant, *results])
-                    await self.checkpoints.pause(
-                        conversation_id, turn.checkpoint.id, outcome=self._outcome(turn),
-                        resume={"reason": "authorization",
-                                "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments}})
-                    return "awaiting_resume", (f"I need your approval to run `{call.name}` with {call.arguments}. "
-                                               "Reply *yes* to approve or *no* to decline.")
-                if tool is not None and tool.status:
-                    await events.status(conversation_id, tool.status)
-                ctx = ToolContext(conversation_id, turn.checkpoint.id, turn.messages)
-                content = await self.tools.run(call.name, call.arguments, ctx)
-                content, cut = bound_text(content, self.tokenizer, self.tool_limit())
-                results.append(self._tool_result(call.id, call.name, content, cut, ctx.extras.get(RECORDS)))
-            await self._append(conversation_id, turn, [assistant, *results])
-            await events.status(conversation_id, THINKING)
-        text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
-                "ask again or narrow the request.")
-        self._finish(turn, self.make_message(text, role="assistant"), answered=False)
-        return "completed", text
-
     # -- helpers -------------------------------------------------------------------------------
-
-    def _change_notice(self, item: InboxItem) -> Message | None:
-        """An edit or deletion becomes a note in the history, so the model never relies on stale text.
-
-        (The earlier message itself is immutable; compaction applies the change to what it keeps.)
-        """
-        if item.kind == "edit" and item.message is not None:
-            text = f"(edited message {item.message.id}; it now reads:) {item.message.text}"
-            target, author = item.message.id, item.message.author
-        elif item.kind == "delete" and item.target_id:
-            text = f"(message {item.target_id} was deleted; disregard what it said)"
-            target, author = item.target_id, None
-        else:
-            return None
-        notice = self.make_message(text, author=author, id=change_notice_id(target, item.kind,
-                                                                            item.event_id or new_id("ev")),
-                                   created_at=item.received_at)
-        return notice.model_copy(update={"note": ""})  # the change reaches the handoff through the edit notes
-
-    def bounded(self, items: list[InboxItem]) -> list[InboxItem]:
-        """The items one turn takes: the oldest ones whose messages fit half the usable window (at least one).
-
-        A backlog (a thread read when the bot joins it, a burst while a turn ran) is then recorded over
-        several turns, each compacting as it needs to, instead of one request over the window."""
-        limit, used = self.budget.usable_tokens // 2, 0
-        for n, item in enumerate(items):
-            tokens = item.message.tokens if item.message is not None else 0
-            if n and used + tokens > limit:
-                return items[:n]
-            used += tokens
-        return items
-
-    def tool_limit(self) -> int:
-        return max(200, int(self.budget.usable_tokens * self.config.tool_output_fraction))
-
-    def _tool_result(self, call_id: str, name: str, content: str, truncated: bool,
-                     data: list[dict[str, Any]] | None = None) -> Message:
-        part = ToolResultPart(call_id=call_id, name=name, content=content, truncated=truncated, data=data)
-        return self.with_tokens(Message(id=new_id("m"), role="tool", parts=[part], tokens=0))
-
-    def _bound_input(self, message: Message) -> Message:
-        """A single input larger than the usable window is cut in the middle with a marker."""
-        limit = max(256, self.budget.usable_tokens // 2)
-        if message.tokens <= limit:
-            return message
-        text, _ = bound_text(message.text, self.tokenizer, limit)
-        return self.with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
-
-    async def _append(self, conversation_id: str, turn: TurnState, messages: list[Message]) -> None:
-        if messages:
-            await self.checkpoints.append(conversation_id, turn.checkpoint.id, messages)
-            turn.messages.extend(messages)
-
-    def noted(self, text: str, created_at: float) -> dict[str, Any]:
-        """A message's note, brief form and their token counts, computed once when its turn commits, so a
-        compaction only selects and renders."""
-        note, short = note_and_brief(text, created_at)
-        tokens = [self.tokenizer.count(" " + note), self.tokenizer.count(" " + short) if short else 0] if note else []
-        return {"note": note, "brief": short, "note_tokens": tokens}
-
-    def _finish(self, turn: TurnState, message: Message, *, answered: bool = True) -> None:
-        """The turn's final reply. A model's answer answers the turn's asks (its ``source_ids``) and carries
-        its note; a refusal does neither, so the asks stay open and its words never become a note."""
-        update: dict[str, Any] = {"note": "", "ref": next_ref(turn.messages)}
-        if answered:
-            update |= self.noted(message.text, message.created_at)
-            update["source_ids"] = [m.id for m in turn.incoming if m.flags.addressed]
-        message = message.model_copy(update=update)
-        turn.messages.append(message)
-        turn.final.append(message)
-
-    def _outcome(self, turn: TurnState) -> CheckpointOutcome:
-        return CheckpointOutcome(usage=turn.usage, usage_covered_messages=turn.covered if turn.usage else 0)
 
     async def _commit(self, conversation_id: str, turn: TurnState) -> None:
         done = await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,

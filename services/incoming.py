@@ -1,0 +1,114 @@
+"""What a turn takes in: messages made and counted once, people's messages prepared as a turn takes them
+(counted, noted, marked, numbered, bounded), edits and deletions as notices, and how many queued items one
+turn takes. Part of :class:`services.executor.ReplyExecutor`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from threadkeeper.persistence import InboxItem, Message, MessageFlags, TextPart, new_id
+
+from . import refs
+from .budget import ContextBudget
+from .notes import note_and_brief
+from .recall import change_notice_id
+from .refs import next_ref
+from .tokens import Tokenizer
+from .tools import bound_text
+
+
+class Incoming:
+    """The executor's message making (a mixin: it uses the executor's tokenizer, budget and clock)."""
+
+    tokenizer: Tokenizer
+    budget: ContextBudget
+    clock: Callable[[], float] = time.time
+
+    def make_message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
+                     flags: MessageFlags | None = None, created_at: float | None = None,
+                     source_ids: Sequence[str] = ()) -> Message:
+        """A message with its token count computed now, once."""
+        base = Message(id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,  # type: ignore[arg-type]
+                       flags=flags or MessageFlags(), tokens=0, created_at=created_at or self.clock(),
+                       source_ids=list(source_ids))
+        return base.model_copy(update={"tokens": self.tokenizer.count_message(base)})
+
+    def with_tokens(self, message: Message) -> Message:
+        return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
+
+    def _prepared(self, message: Message, *, addressed: bool) -> Message:
+        """A person's message as the turn stores it: counted, its note computed, marked if it asked the bot."""
+        update: dict[str, Any] = {}
+        if message.tokens == 0:
+            update["tokens"] = self.tokenizer.count_message(message)
+        if message.note is None:
+            update |= self.noted(message.text, message.created_at)
+        if addressed and not message.flags.addressed:
+            update["flags"] = message.flags.model_copy(update={"addressed": True})
+        return message.model_copy(update=update) if update else message
+
+    def numbered(self, history: Sequence[Message], incoming: Sequence[Message]) -> list[Message]:
+        """``incoming`` with references (:mod:`services.refs`) following on from ``history``'s, counted in
+        the tokens of the messages that show theirs."""
+        ref = next_ref(history)
+        out = []
+        for m in incoming:
+            if m.ref is None and refs.numbered(m):
+                m = m.model_copy(update={"ref": ref})
+                ref += 1
+                if refs.shown(m):
+                    m = m.model_copy(update={"tokens": m.tokens + self.tokenizer.count(refs.prefix(m))})
+            out.append(m)
+        return out
+
+    def prepare_incoming(self, message: Message, *, addressed: bool) -> Message:
+        """A person's message as a turn takes it from the inbox (counted, noted, marked, bounded)."""
+        return self._bound_input(self._prepared(message, addressed=addressed))
+
+    def _change_notice(self, item: InboxItem) -> Message | None:
+        """An edit or deletion becomes a note in the history, so the model never relies on stale text.
+
+        (The earlier message itself is immutable; compaction applies the change to what it keeps.)
+        """
+        if item.kind == "edit" and item.message is not None:
+            text = f"(edited message {item.message.id}; it now reads:) {item.message.text}"
+            target, author = item.message.id, item.message.author
+        elif item.kind == "delete" and item.target_id:
+            text = f"(message {item.target_id} was deleted; disregard what it said)"
+            target, author = item.target_id, None
+        else:
+            return None
+        notice = self.make_message(text, author=author, id=change_notice_id(target, item.kind,
+                                                                            item.event_id or new_id("ev")),
+                                   created_at=item.received_at)
+        return notice.model_copy(update={"note": ""})  # the change reaches the handoff through the edit notes
+
+    def bounded(self, items: list[InboxItem]) -> list[InboxItem]:
+        """The items one turn takes: the oldest ones whose messages fit half the usable window (at least one).
+
+        A backlog (a thread read when the bot joins it, a burst while a turn ran) is then recorded over
+        several turns, each compacting as it needs to, instead of one request over the window."""
+        limit, used = self.budget.usable_tokens // 2, 0
+        for n, item in enumerate(items):
+            tokens = item.message.tokens if item.message is not None else 0
+            if n and used + tokens > limit:
+                return items[:n]
+            used += tokens
+        return items
+
+    def _bound_input(self, message: Message) -> Message:
+        """A single input larger than the usable window is cut in the middle with a marker."""
+        limit = max(256, self.budget.usable_tokens // 2)
+        if message.tokens <= limit:
+            return message
+        text, _ = bound_text(message.text, self.tokenizer, limit)
+        return self.with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
+
+    def noted(self, text: str, created_at: float) -> dict[str, Any]:
+        """A message's note, brief form and their token counts, computed once when its turn commits, so a
+        compaction only selects and renders."""
+        note, short = note_and_brief(text, created_at)
+        tokens = [self.tokenizer.count(" " + note), self.tokenizer.count(" " + short) if short else 0] if note else []
+        return {"note": note, "brief": short, "note_tokens": tokens}
