@@ -56,6 +56,31 @@ touch(ttl)
 return 1
 """
 
+# ARGV: id, parent, meta json, now, ttl, expected head ('' for none), outcome json, [msg json, tokens]...
+# A compaction in one atomic step: the forked checkpoint is created completed and becomes the head, or (when
+# the head moved) nothing is written and {0, actual head} is returned. A process that dies mid-compaction
+# therefore never leaves a half-written compaction behind.
+FORK_COMMIT = _PRELUDE + """
+local id, parent, meta, now, ttl, expected, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local head = redis.call('HGET', K_STATE, 'head') or ''
+if head ~= expected then return {0, head} end
+if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
+  return redis.error_reply('checkpoint ' .. id .. ' already exists')
+end
+if redis.call('HEXISTS', K_CP, parent .. ':meta') == 0 then
+  return redis.error_reply('parent checkpoint ' .. parent .. ' does not exist')
+end
+redis.call('HSET', K_CP, id .. ':meta', meta, id .. ':status', 'running', id .. ':n', 0,
+  id .. ':tok', 0, id .. ':consumed', 0, id .. ':parent', parent, id .. ':kind', 'compaction')
+redis.call('RPUSH', K_ORDER, id)
+append(id, 8, #ARGV)
+redis.call('HSET', K_CP, id .. ':status', 'completed', id .. ':out', outcome)
+redis.call('HSET', K_STATE, 'head', id, 'updated_at', now)
+local version = redis.call('HINCRBY', K_STATE, 'version', 1)
+touch(ttl)
+return {1, version, redis.call('LLEN', K_INBOX)}
+"""
+
 # ARGV: id, consumed increment, ttl, [msg json, tokens]...
 APPEND = _PRELUDE + """
 local id, consumed, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]

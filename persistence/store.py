@@ -199,16 +199,23 @@ class CheckpointStore(RedisStore):
         return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=0, token_count=0)
 
     async def fork_compaction(self, conversation_id: str, *, forked_from: str, messages: Sequence[Message],
-                              covered_ids: Sequence[str], info: dict[str, Any] | None = None) -> Checkpoint:
-        """Create a running ``compaction`` checkpoint: a new epoch whose history is ``messages``.
-
-        ``forked_from`` (the summarized checkpoint) and its ancestors are not touched.
+                              covered_ids: Sequence[str], info: dict[str, Any] | None = None,
+                              outcome: CheckpointOutcome | None = None) -> Checkpoint:
+        """Write a compaction: a new epoch whose history is ``messages``, forked from ``forked_from`` (the
+        summarized checkpoint, which must be the head), created completed and made the head in one atomic
+        step. ``forked_from`` and its ancestors are not touched. Raises :class:`HeadConflictError`, having
+        written nothing, when the head moved.
         """
         meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.COMPACTION,
                               parent_id=forked_from, forked_from=forked_from, covered_ids=list(covered_ids),
                               info=info or {})
-        await self._create(meta, messages)
-        return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=len(messages),
+        outcome = outcome or CheckpointOutcome()
+        result = await self._run("FORK_COMMIT", self.keys(conversation_id).durable,
+                                 [meta.id, forked_from, meta.model_dump_json(), time.time(), self.retention_seconds,
+                                  forked_from, outcome.model_dump_json(), *_message_args(messages)])
+        if not int(result[0]):
+            raise HeadConflictError(conversation_id, forked_from, _text(result[1]) or None)
+        return Checkpoint(meta=meta, status=CheckpointStatus.COMPLETED, message_count=len(messages),
                           token_count=sum(m.tokens for m in messages))
 
     async def _create(self, meta: CheckpointMeta, messages: Sequence[Message]) -> None:

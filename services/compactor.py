@@ -450,15 +450,14 @@ class Compactor:
         info = {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
                 "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
                 "ledger": plan.ledger.model_dump(mode="json")}
-        fork = await self.checkpoints.fork_compaction(conversation_id, forked_from=history.checkpoint.id,
-                                                      messages=plan.messages, covered_ids=plan.covered_ids, info=info)
-        report.new_checkpoint_id = fork.id
-        try:
-            await self.checkpoints.commit(conversation_id, fork.id, expected_head=history.checkpoint.id)
+        try:  # forked and made the head in one atomic step: nothing half-written survives a crash
+            fork = await self.checkpoints.fork_compaction(conversation_id, forked_from=history.checkpoint.id,
+                                                          messages=plan.messages, covered_ids=plan.covered_ids,
+                                                          info=info)
         except HeadConflictError:
-            await self.checkpoints.supersede(conversation_id, fork.id)
             report.superseded = True
             raise
+        report.new_checkpoint_id = fork.id
         event(COMPACTIONS, "compaction", conversation_id=conversation_id, checkpoint_id=fork.id,
               forked_from=history.checkpoint.id, reason=report.reason, strategy=report.strategy,
               tokens_before=report.tokens_before, tokens_after=report.tokens_after,

@@ -70,7 +70,6 @@ async def test_compaction_forks_and_leaves_parent_untouched(store: CheckpointSto
     before_msgs = await client.hgetall(f"{prefix}:{{{CONV}}}:msgs")
     fork = await store.fork_compaction(CONV, forked_from=second, messages=[msg("summary", handoff=True), msg("d")],
                                        covered_ids=["a", "b", "c"], info={"reason": "manual"})
-    await store.commit(CONV, fork.id, expected_head=second)
     after_cp = await client.hgetall(f"{prefix}:{{{CONV}}}:cp")
     after_msgs = await client.hgetall(f"{prefix}:{{{CONV}}}:msgs")
     for field, value in before_cp.items():
@@ -166,7 +165,6 @@ async def test_lineage_lists_every_checkpoint_with_head(store: CheckpointStore) 
     first = await turn(store, ["a", "b"])
     second = await turn(store, ["c"])
     fork = await store.fork_compaction(CONV, forked_from=second, messages=[msg("s", tokens=5)], covered_ids=["a"])
-    await store.commit(CONV, fork.id, expected_head=second)
     rows = await store.lineage(CONV)
     assert [r.id for r in rows] == [first, second, fork.id]
     assert [r.message_count for r in rows] == [2, 3, 1]
@@ -335,3 +333,22 @@ def test_a_redis_password_never_reaches_an_error_message() -> None:
     error = StoreUnavailableError("redis://default:s3cret-pw@cache.internal:6379/0",
                                   OSError("Error connecting to redis://default:s3cret-pw@cache.internal:6379"))
     assert "s3cret-pw" not in str(error) and "redis://default:***@cache.internal:6379/0" in str(error)
+
+
+async def test_a_compaction_is_forked_and_made_the_head_in_one_step_or_not_at_all(client, prefix) -> None:
+    store = CheckpointStore(client, prefix=prefix)
+    turn = await store.start_turn(CONV)
+    await store.append(CONV, turn.id, [msg("the staging database is pg-stage-7", id="1.1")])
+    await store.commit(CONV, turn.id, expected_head=None)
+    fork = await store.fork_compaction(CONV, forked_from=turn.id, messages=[msg("handoff", id="h1")],
+                                       covered_ids=["1.1"])
+    state = await store.get_state(CONV)
+    assert state.head_checkpoint_id == fork.id and (await store.get(CONV, fork.id)).status is CheckpointStatus.COMPLETED
+    assert [m.text for m in (await store.load_history(CONV)).messages] == ["handoff"]
+    before = await store.lineage(CONV)
+    with pytest.raises(HeadConflictError):  # forked from a checkpoint that is no longer the head
+        await store.fork_compaction(CONV, forked_from=turn.id, messages=[msg("stale handoff", id="h2")],
+                                    covered_ids=["1.1"])
+    after = await store.lineage(CONV)
+    assert len(after) == len(before) and not any(r.status is CheckpointStatus.RUNNING for r in after), \
+        "a compaction that lost writes nothing, and none is ever left running"

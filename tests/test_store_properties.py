@@ -33,6 +33,8 @@ class RefCheckpoint:
 class Writer:
     checkpoint: str | None = None
     started_from: str | None = None
+    seen: str | None = None
+    """The head this writer last saw: a compaction forks from it (stale if another writer moved the head)."""
 
 
 def ref_history(ref: dict[str, RefCheckpoint], cid: str) -> list[str]:
@@ -49,9 +51,22 @@ operations = st.lists(
 )
 
 
-async def run_scenario(ops: list[tuple[int, str, int]]) -> None:
-    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    store = CheckpointStore(client, prefix="prop")
+async def run_scenario(ops: list[tuple[int, str, int]], url: str | None = None) -> None:
+    """Replay ``ops`` against the store (fakeredis, or the Redis at ``url`` under a prefix of its own) and a
+    reference model, checking the invariants after every step."""
+    import uuid
+
+    prefix = f"tkprop-{uuid.uuid4().hex[:10]}"
+    client = aioredis.Redis.from_url(url) if url else fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    try:
+        await _scenario(CheckpointStore(client, prefix=prefix), ops)
+    finally:
+        if url:
+            await drop_prefix(client, prefix)
+        await client.aclose()
+
+
+async def _scenario(store: CheckpointStore, ops: list[tuple[int, str, int]]) -> None:
     ref: dict[str, RefCheckpoint] = {}
     head: str | None = None
     writers = [Writer() for _ in range(WRITERS)]
@@ -62,14 +77,22 @@ async def run_scenario(ops: list[tuple[int, str, int]]) -> None:
         if op == "start" and writer.checkpoint is None:
             cp = await store.start_turn(CONV)
             ref[cp.id] = RefCheckpoint(parent=head, kind="turn")
-            writer.checkpoint, writer.started_from = cp.id, head
-        elif op == "fork" and writer.checkpoint is None and head is not None:
+            writer.checkpoint, writer.started_from, writer.seen = cp.id, head, head
+        elif op == "fork" and writer.checkpoint is None and (writer.seen or head) is not None:
+            base = writer.seen or head
             texts = [f"summary-{counter}-{i}" for i in range(k)]
             counter += 1
-            cp = await store.fork_compaction(CONV, forked_from=head, messages=[msg(t) for t in texts],
-                                             covered_ids=ref_history(ref, head))
-            ref[cp.id] = RefCheckpoint(parent=head, kind="compaction", messages=texts)
-            writer.checkpoint, writer.started_from = cp.id, head
+            before = len(await store.lineage(CONV))
+            try:  # forked and made the head at once, or (from a stale head) nothing written at all
+                cp = await store.fork_compaction(CONV, forked_from=base, messages=[msg(t) for t in texts],
+                                                 covered_ids=ref_history(ref, base))
+                assert base == head
+                ref[cp.id] = RefCheckpoint(parent=base, kind="compaction", messages=texts, status="completed")
+                head = cp.id
+                frozen[cp.id] = texts
+            except HeadConflictError:
+                assert base != head and len(await store.lineage(CONV)) == before
+            writer.seen = head
         elif op == "append" and writer.checkpoint and ref[writer.checkpoint].kind == "turn":
             texts = [f"w{w}-{counter}-{i}" for i in range(k)]
             counter += 1
@@ -88,7 +111,7 @@ async def run_scenario(ops: list[tuple[int, str, int]]) -> None:
             except HeadConflictError:
                 await store.supersede(CONV, cid)
                 ref[cid].status = "superseded"
-            writer.checkpoint = None
+            writer.checkpoint, writer.seen = None, head
         # invariants after every step
         state = await store.get_state(CONV)
         actual_head = state.head_checkpoint_id if state else None
@@ -101,13 +124,25 @@ async def run_scenario(ops: list[tuple[int, str, int]]) -> None:
             assert (await store.get(CONV, cid)).status is CheckpointStatus.COMPLETED
         for cid, cp in ref.items():
             assert (await store.get(CONV, cid)).status.value == cp.status or cp.status == "running"
-    await client.aclose()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations)
 def test_random_interleavings_keep_history_and_head_consistent(ops: list[tuple[int, str, int]]) -> None:
     asyncio.run(run_scenario(ops))
+
+
+@pytest.mark.redis
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations)
+def test_random_interleavings_hold_on_the_real_redis(ops: list[tuple[int, str, int]]) -> None:
+    asyncio.run(_reachable())
+    asyncio.run(run_scenario(ops, REDIS_URL))
+
+
+async def _reachable() -> None:
+    """Skips outside CI, fails in CI, when the real Redis cannot be reached."""
+    await (await real_redis()).aclose()
 
 
 @pytest.mark.redis

@@ -118,7 +118,6 @@ async def _fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_e
             handoff = Message(id=f"h{start}", role="user", parts=[TextPart(text="[handoff]")], tokens=3,
                               flags={"handoff": True})  # type: ignore[arg-type]
             fork = await store.fork_compaction(cid, forked_from=head, messages=[handoff], covered_ids=[])
-            await store.commit(cid, fork.id, expected_head=head)
             head = fork.id
         cp = await store.start_turn(cid, parent_id=head, from_head=False)
         batch = []
