@@ -352,3 +352,19 @@ async def test_a_compaction_is_forked_and_made_the_head_in_one_step_or_not_at_al
     after = await store.lineage(CONV)
     assert len(after) == len(before) and not any(r.status is CheckpointStatus.RUNNING for r in after), \
         "a compaction that lost writes nothing, and none is ever left running"
+
+
+def test_the_history_cache_is_bounded_by_the_memory_it_holds() -> None:
+    from threadkeeper.persistence.store import SegmentCache, message_bytes
+
+    segment = [msg("x" * 1_000, id=f"{i}") for i in range(10)]
+    cost = sum(message_bytes(m) for m in segment)
+    assert cost == 10 * (1_200 + 3_000)
+    cache = SegmentCache(max_messages=1_000_000, max_bytes=int(2.5 * cost))
+    for n in range(4):
+        cache.put("c", f"cp{n}", list(segment))
+    assert cache.get("c", "cp0") is None and cache.get("c", "cp1") is None, "least recently used out first"
+    assert cache.get("c", "cp2") is not None and cache.get("c", "cp3") is not None
+    assert cache.bytes == 2 * cost <= cache.max_bytes
+    cache.put("c", "huge", [msg("y" * 100_000, id="h")] * 10)
+    assert cache.get("c", "huge") is None and cache.bytes == 2 * cost, "a segment over the bound is not cached"

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     threadkeeper_retention_days: float = Field(default=30.0, gt=0, le=3650)
     threadkeeper_lease_seconds: float = Field(default=120.0, ge=5, le=3600)
     threadkeeper_redis_max_connections: int = Field(default=128, ge=2, le=10_000)
+    threadkeeper_cache_mb: int = Field(default=128, ge=0, le=1_000_000)
     threadkeeper_sweep_seconds: float = Field(default=30.0, ge=1, le=3600)
     threadkeeper_shutdown_seconds: float = Field(default=20.0, ge=0, le=600)
     """On SIGTERM, how long running turns get to finish before they are set aside for another worker."""

@@ -30,6 +30,7 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
                                max_connections=settings.threadkeeper_redis_max_connections)
     common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
                   url=settings.redis_url or "")
-    return Stores(client=client, checkpoints=CheckpointStore(client, **common), inbox=Inbox(client, **common),
+    checkpoints = CheckpointStore(client, cache_bytes=settings.threadkeeper_cache_mb * 1024 * 1024, **common)
+    return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
                   forget=Forgetter(client, **common))
