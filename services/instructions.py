@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 
-_FLAGS = re.IGNORECASE | re.UNICODE
+from .extract import _Cue
 
-SCOPE = re.compile(
+
+SCOPE = _Cue(
     r"\b(?:from now on|going forward|from here on(?: out)?|henceforth|hereafter|in (?:the )?future|for all future|"
     r"every (?:single )?time|each time|always|never|whenever|until (?:i|we) say otherwise|for the rest of (?:this|the)|"
     # French
@@ -29,9 +30,9 @@ SCOPE = re.compile(
     # German
     r"ab jetzt|von nun an|ab sofort|künftig|zukünftig|immer|nie|niemals|jedes mal|"
     # Italian
-    r"d'ora in poi|da ora in poi|d'ora in avanti|ogni volta|mai)\b", _FLAGS)
+    r"d'ora in poi|da ora in poi|d'ora in avanti|ogni volta|mai)\b")
 
-AIMED = re.compile(
+AIMED = _Cue(
     # what the assistant does with its replies, as an imperative (base form only: "answers" is a fact)
     r"\b(?:answer|reply|respond|write|speak|talk|sign|format|translate|summari[sz]e|greet|address me|call me|"
     r"refer to me|end (?:your|every|each|all)|start (?:your|every|each|all)|begin (?:your|every|each|all)|"
@@ -47,40 +48,52 @@ AIMED = re.compile(
     r"antworte|antworten sie|schreib|schreibe|sprich|unterschreibe|übersetze|fasse|nenn mich|du sollst|"
     r"sollst du|du musst|musst du|"
     # Italian
-    r"rispondi|scrivi|parla|firma|traduci|riassumi|devi)\b", _FLAGS)
+    r"rispondi|scrivi|parla|firma|traduci|riassumi|devi)\b")
 
-TEAM = re.compile(
+TEAM = _Cue(
     r"\b(?:we|we're|we've|we'll|our|the team|our team|"
     r"nous|notre|nos|l'équipe|"
     r"nosotros|nuestro|nuestra|el equipo|nós|a equipe|"
     r"wir|unser|unsere|das team|"
-    r"noi|il team|la squadra)\b|\b\w+(?:amos|emos|imos|iamo)\b", _FLAGS)
+    r"noi|il team|la squadra)\b|\b\w+(?:amos|emos|imos|iamo)\b")
 
-OVERRIDE = re.compile(
+OVERRIDE = _Cue(
     r"\b(?:ignore|disregard|forget|override)\b[^.!?\n]{0,40}\b(?:instructions?|rules|prompts?|guidelines|directions)\b|"
     r"\byou are now\b|\bsystem prompt\b|\bnew instructions?:|"
     r"\bignore[sz]?\b[^.!?\n]{0,40}\binstructions\b|\bignora\b[^.!?\n]{0,40}\binstrucciones\b|"
     r"\bignoriere?\b[^.!?\n]{0,40}\banweisungen\b|\bignora\b[^.!?\n]{0,40}\bistruzioni\b|"
-    r"\b(?:oublie|oubliez)\b[^.!?\n]{0,40}\binstructions\b", _FLAGS)
+    r"\b(?:oublie|oubliez)\b[^.!?\n]{0,40}\binstructions\b")
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_WORDS = re.compile(r"[^\W\d_]+")
+_GATE = frozenset("""now forward here henceforth hereafter future time always never whenever otherwise rest
+    maintenant désormais dorénavant avenir toujours jamais fois ahora adelante siempre nunca vez agora diante
+    sempre jetzt nun sofort künftig zukünftig immer nie niemals mal ora poi avanti volta mai
+    instruction instructions rules prompt prompts guidelines directions instrucciones anweisungen istruzioni""".split())
+"""Every word one of SCOPE's or OVERRIDE's phrases needs: a text with none of them holds no instruction, which
+a set lookup tells faster than the patterns."""
 
 
 def is_instruction(sentence: str) -> bool:
     """Whether one sentence is a standing instruction to the assistant (see the module's description)."""
-    if OVERRIDE.search(sentence):
+    return _instruction(sentence.lower())
+
+
+def _instruction(lowered: str) -> bool:
+    if OVERRIDE.pattern.search(lowered):
         return True
-    aimed = AIMED.search(sentence) if SCOPE.search(sentence) else None
+    aimed = AIMED.pattern.search(lowered) if SCOPE.pattern.search(lowered) else None
     if aimed is None:
         return False
-    team = TEAM.search(sentence, 0, aimed.start())  # the team as the subject: before what is aimed
-    return team is None
+    return TEAM.pattern.search(lowered, 0, aimed.start()) is None  # the team as the subject: before what is aimed
 
 
 def without_instructions(text: str) -> str:
     """``text`` without its sentences that are standing instructions ("" when that is all it says)."""
-    if not (OVERRIDE.search(text) or SCOPE.search(text)):
-        return text  # the common case, in one scan
+    lowered = text.lower()
+    if _GATE.isdisjoint(_WORDS.findall(lowered)) or not (SCOPE.pattern.search(lowered)
+                                                         or OVERRIDE.pattern.search(lowered)):
+        return text  # the common case
     pieces = [s for s in _SENTENCE.split(text) if s.strip()]
-    kept = [s for s in pieces if not is_instruction(s)]
+    kept = [s for s in pieces if not _instruction(s.lower())]
     return text if len(kept) == len(pieces) else " ".join(kept).strip()
