@@ -80,7 +80,8 @@ class SlackDraft:
         self.ts: str | None = None
         self.updated_at = 0.0
         self.stopped = False
-        """Slack refused the draft: nothing more is shown, and the reply is posted whole."""
+        """Nothing more is shown: Slack refused the draft, or it reached ``SHOWN_LIMIT`` (what it shows is
+        then finished as the reply's first part, and the rest posted after it)."""
 
     @property
     def streaming(self) -> bool:
@@ -91,7 +92,10 @@ class SlackDraft:
             return
         if not self.shown:
             text = text.lstrip()
-        if not text or len(self.shown) + len(text) > SHOWN_LIMIT:
+        if not text:
+            return
+        if len(self.shown) + len(text) > SHOWN_LIMIT:  # the rest is posted whole at the end
+            self.stopped = True
             return
         self.shown += text
         try:

@@ -139,3 +139,18 @@ async def test_a_status_message_shows_a_search_and_is_gone_when_the_reply_is(h, 
     await h.stores.notes.set_flag(cid, "status_ts", left["ts"])  # a worker died while searching
     await h.bot.worker.sweep()
     assert left["ts"] in h.slack.deleted and not await h.stores.notes.flag(cid, "status_ts")
+
+
+async def test_a_reply_longer_than_one_message_is_streamed_then_continued(h, server) -> None:
+    from threadkeeper.bot.format import split_reply
+
+    root = "1700020600.000100"
+    text = " ".join(f"point{i} of the migration runbook, checked" for i in range(160))  # about 7,000 characters
+    parts = split_reply(text)
+    assert len(parts) == 2
+    server.push(Reply(text=text))
+    await h.post(event_body(mention(root, "the whole runbook please"), event_id="Ev-s7"))
+    await h.settle()
+    assert len(h.slack.calls_to("chat.startStream")) == 1 and not h.slack.deleted, "streamed, never taken back"
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == parts
+    assert h.slack.bot_messages(CHANNEL, root)[-1]["blocks"], "the buttons go under the last part"
