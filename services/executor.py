@@ -295,7 +295,8 @@ class ReplyExecutor(ToolLoop):
         await events.status(conversation_id, THINKING)
         trace_id = TRACE.get() or new_trace_id()
         try:
-            status, reply = await self._model_loop(conversation_id, turn, events, await events.draft(conversation_id))
+            draft = await events.draft(conversation_id) if self.model.streams else None
+            status, reply = await self._model_loop(conversation_id, turn, events, draft)
         except ModelTimeoutError as exc:
             await self.checkpoints.pause(conversation_id, turn.checkpoint.id, resume={"reason": "timeout",
                                                                                       "error": str(exc)},

@@ -136,6 +136,11 @@ class ModelClient:
     def offline(self) -> bool:
         return is_offline(self.model)
 
+    @property
+    def streams(self) -> bool:
+        """Whether replies are streamed to a draft: every real model; the offline model answers at once."""
+        return not self.offline
+
     async def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                        max_output_tokens: int | None = None, timeout_seconds: float | None = None,
                        draft: Draft | None = None) -> ModelReply:
@@ -155,7 +160,7 @@ class ModelClient:
             kwargs["max_tokens"] = min(limit, self.output_limit) if self.output_limit else limit
         if self.context_window and self.model.split("/", 1)[0] in ("ollama", "ollama_chat"):
             kwargs["num_ctx"] = self.context_window
-        sink = _Written(draft) if draft is not None and not self.offline else None
+        sink = _Written(draft) if draft is not None and self.streams else None
         try:
             async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts), reraise=True,
                                                wait=_Backoff(self.retry_wait_seconds),
