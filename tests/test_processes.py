@@ -183,13 +183,20 @@ async def test_three_workers_answer_every_turn_exactly_once_when_turns_outlast_t
     assert texts.count("question 0") == 1 and texts.count("and a follow-up") == 1 and texts.count("Answered.") == 2
 
 
-async def test_a_worker_killed_mid_turn_is_replaced_and_the_message_answered_once(fleet: Fleet) -> None:
-    a, b = await fleet.start(2)
+async def _mid_turn(fleet: Fleet, root: str, question: str, answer: str) -> Worker:
+    """Two workers; a mention to the first, whose model call then hangs; the calls after it answer ``answer``.
+    Returns the first worker once its turn is waiting on the model."""
+    a, _ = await fleet.start(2)
     fleet.model.push(Reply(text="never delivered", delay=12))
-    fleet.model.default = Reply(text="Answered by the survivor.")
-    root = "1700031000.000100"
-    assert await a.post(event_body(mention(root, "what is the status of PAY-5512?"), event_id="Ev-k1")) == 200
+    fleet.model.default = Reply(text=answer)
+    assert await a.post(event_body(mention(root, question), event_id=f"Ev-{root}")) == 200
     await fleet.until(lambda: len(fleet.model.requests) == 1, 20, "the turn reached the model")
+    return a
+
+
+async def test_a_worker_killed_mid_turn_is_replaced_and_the_message_answered_once(fleet: Fleet) -> None:
+    root = "1700031000.000100"
+    a = await _mid_turn(fleet, root, "what is the status of PAY-5512?", "Answered by the survivor.")
     a.kill()
     killed = time.monotonic()
     await fleet.until(lambda: fleet.replies(root) == ["Answered by the survivor."], 20, "the survivor answered")
@@ -220,12 +227,8 @@ async def test_a_worker_killed_between_commit_and_post_has_its_reply_posted_once
 
 
 async def test_sigterm_mid_turn_hands_the_turn_to_another_worker_within_seconds(fleet: Fleet) -> None:
-    a, b = await fleet.start(2)
-    fleet.model.push(Reply(text="too slow to finish", delay=12))
-    fleet.model.default = Reply(text="Answered after the deploy.")
     root = "1700033000.000100"
-    assert await a.post(event_body(mention(root, "deploy status?"), event_id="Ev-t1")) == 200
-    await fleet.until(lambda: len(fleet.model.requests) == 1, 20, "the turn reached the model")
+    a = await _mid_turn(fleet, root, "deploy status?", "Answered after the deploy.")
     stopped = time.monotonic()
     a.proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(a.proc.wait(), 10) == 0, "a clean exit"
