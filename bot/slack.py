@@ -304,15 +304,16 @@ class SlackBot:
                     self.events.askers[cid] = (team, person)
             self.worker.kick(cid)
 
-    async def prepare(self, conversation_id: str) -> None:
+    async def prepare(self, conversation_id: str) -> bool:
         """Before the first turn of a thread the bot was brought into mid-way (the ``backfill`` flag, set
         when the mention was recorded), read the thread's earlier messages; run under the lease."""
         flag = await self.notes.flag(conversation_id, BACKFILL)
         if not flag:
-            return
+            return False
         channel, thread_ts, before = flag.split(" ")
-        await self.backfill(conversation_id, channel, thread_ts, before=before)
+        queued = await self.backfill(conversation_id, channel, thread_ts, before=before)
         await self.notes.set_flag(conversation_id, BACKFILL, "")
+        return queued > 0
 
     async def backfill(self, cid: str, channel: str, thread_ts: str, *, before: str) -> int:
         """Record the thread's earlier messages when the bot is brought into it mid-way, so its first answer

@@ -35,12 +35,12 @@ from .models import (
     Usage,
 )
 from .notes import MessageChange, Notes, NotesStore
-from .store import CheckpointStore, Commit, new_id
+from .store import CheckpointStore, Commit, Opening, new_id
 
 __all__ = [
     "Forgetter", "IN_PROCESS_URL", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "CorruptRecordError", "HeadConflictError", "History",
-    "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
+    "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
     "ToolResultPart", "Usage", "connect", "new_id", "ping",
 ]

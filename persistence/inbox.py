@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from .errors import CorruptRecordError
 from .keys import registry_key
-from .models import InboxItem
+from .models import InboxItem, Lease
 from .store import RedisStore
 
 
@@ -73,8 +72,10 @@ class Inbox(RedisStore):
             if len(raw) < page:
                 return out
 
-    async def peek(self, conversation_id: str, *, start: int = 0, quarantine: bool = False) -> list[InboxItem]:
+    async def peek(self, conversation_id: str, *, start: int = 0, quarantine: bool = False,
+                   raw: list[Any] | None = None) -> list[InboxItem]:
         """Items waiting, oldest first, from ``start`` on. Nothing is removed, except with ``quarantine``.
+        ``raw``: the stored items from ``start`` on, already read (a turn's opening reads them with its lease).
 
         An item that cannot be read (corrupt, or written by an incompatible version) must not wedge its
         thread: it is skipped with an error in the log, and with ``quarantine`` (the turn that would take it)
@@ -83,7 +84,8 @@ class Inbox(RedisStore):
         """
         keys = self.keys(conversation_id)
         for _ in range(5):
-            raw = await self._call(self.client.lrange(keys.inbox, start, -1))
+            if raw is None:
+                raw = await self._call(self.client.lrange(keys.inbox, start, -1))
             items: list[InboxItem] = []
             bad: list[tuple[int, Any, str]] = []
             for offset, value in enumerate(raw):
@@ -104,6 +106,7 @@ class Inbox(RedisStore):
                                              [index - moved, value, self.retention_seconds]))
             if moved == len(bad):
                 return items
+            raw = None
         raise CorruptRecordError(keys.inbox, "unreadable items kept moving while being set aside; try again")
 
     async def dead_letters(self, conversation_id: str) -> list[str]:
@@ -113,13 +116,6 @@ class Inbox(RedisStore):
 
     async def size(self, conversation_id: str) -> int:
         return int(await self._call(self.client.llen(self.keys(conversation_id).inbox)))
-
-
-@dataclass(frozen=True)
-class Lease:
-    conversation_id: str
-    token: str
-    expires_at: float
 
 
 class LeaseManager(RedisStore):

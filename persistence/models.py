@@ -7,10 +7,13 @@ fails validation raises :class:`~persistence.errors.CorruptRecordError` naming i
 from __future__ import annotations
 
 import time
+from array import array
+from bisect import bisect_left
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 SCHEMA_VERSION = 1
 
@@ -181,16 +184,61 @@ class Checkpoint(_Record):
 
 
 class History(_Record):
-    """The full message history at a checkpoint: its epoch's messages in order."""
+    """The full message history at a checkpoint: its epoch's messages in order (read-only once built).
+
+    Its token totals are kept as running sums, built once and extended with the new messages when the store
+    assembles the next history from this one, so measuring a long history before a turn costs its new
+    messages, not all of them."""
 
     checkpoint: Checkpoint
     messages: list[Message]
     chain: list[str]
     """Checkpoint ids from the epoch start (a compaction or the first turn) to ``checkpoint``."""
+    _sums: array[int] | None = PrivateAttr(default=None)
+    """``_sums[i]``: stored tokens of ``messages[:i]``, runtime context left out (a request never carries an
+    earlier turn's)."""
+    _runtimes: array[int] | None = PrivateAttr(default=None)
+    """Indexes of the runtime-context messages."""
 
     @property
     def token_total(self) -> int:
         return sum(m.tokens for m in self.messages)
+
+    def visible_tokens(self, upto: int | None = None) -> int:
+        """Stored tokens of the first ``upto`` messages (default all), runtime context left out."""
+        sums, _ = self._totals()
+        return sums[len(self.messages) if upto is None else max(0, min(upto, len(self.messages)))]
+
+    def last_runtime(self, before: int) -> Message | None:
+        """The last runtime-context message among the first ``before`` messages."""
+        _, runtimes = self._totals()
+        k = bisect_left(runtimes, before)
+        return self.messages[runtimes[k - 1]] if k else None
+
+    def extended(self, checkpoint: Checkpoint, messages: list[Message], chain: list[str]) -> History:
+        """The history at ``checkpoint``, which adds ``messages`` to this one: built without validating the
+        messages again, its sums extended by the new ones only."""
+        sums, runtimes = self._totals()
+        out = History.model_construct(checkpoint=checkpoint, messages=[*self.messages, *messages], chain=chain)
+        out._sums, out._runtimes = array("q", sums), array("q", runtimes)
+        _grow(out._sums, out._runtimes, len(self.messages), messages)
+        return out
+
+    def _totals(self) -> tuple[array[int], array[int]]:
+        if self._sums is None or self._runtimes is None or len(self._sums) != len(self.messages) + 1:
+            self._sums, self._runtimes = array("q", [0]), array("q")
+            _grow(self._sums, self._runtimes, 0, self.messages)
+        return self._sums, self._runtimes
+
+
+def _grow(sums: array[int], runtimes: array[int], start: int, messages: list[Message]) -> None:
+    total = sums[-1]
+    for index, message in enumerate(messages, start):
+        if message.flags.runtime:
+            runtimes.append(index)
+        else:
+            total += message.tokens
+        sums.append(total)
 
 
 class ConversationState(_Record):
@@ -238,3 +286,12 @@ class LineageEntry(_Record):
 
 
 MESSAGES = TypeAdapter(list[Message])
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's hold on one conversation: a token with an expiry, renewable and releasable only by its holder."""
+
+    conversation_id: str
+    token: str
+    expires_at: float

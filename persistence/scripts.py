@@ -12,9 +12,7 @@ local function touch(ttl, last)
   -- the retention ttl on the conversation's keys (KEYS[1..last], default all); other keys keep their own
   ttl = tonumber(ttl)
   if ttl and ttl > 0 then
-    for i = 1, (last or #KEYS) do
-      if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ttl) end
-    end
+    for i = 1, (last or #KEYS) do redis.call('EXPIRE', KEYS[i], ttl) end  -- 0 (no-op) for a missing key
   end
 end
 local function append(id, first, last_arg)
@@ -34,9 +32,9 @@ local function append(id, first, last_arg)
 end
 """
 
-# ARGV: id, kind, parent ('' for none), meta json, now, ttl, [msg json, tokens]...
+# ARGV: id, kind, parent ('' for none), meta json, now, ttl, inbox items consumed, [msg json, tokens]...
 CREATE = _PRELUDE + """
-local id, kind, parent, meta, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local id, kind, parent, meta, now, ttl, consumed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
   return redis.error_reply('checkpoint ' .. id .. ' already exists')
 end
@@ -44,14 +42,14 @@ if parent ~= '' and redis.call('HEXISTS', K_CP, parent .. ':meta') == 0 then
   return redis.error_reply('parent checkpoint ' .. parent .. ' does not exist')
 end
 redis.call('HSET', K_CP, id .. ':meta', meta, id .. ':status', 'running', id .. ':n', 0,
-  id .. ':tok', 0, id .. ':consumed', 0, id .. ':parent', parent, id .. ':kind', kind)
+  id .. ':tok', 0, id .. ':consumed', consumed, id .. ':parent', parent, id .. ':kind', kind)
 redis.call('RPUSH', K_ORDER, id)
 if redis.call('HSETNX', K_STATE, 'created_at', now) == 1 then
   redis.call('HSET', K_STATE, 'version', 0)
 end
 redis.call('HSET', K_STATE, 'updated_at', now)
 if kind == 'turn' then redis.call('HSET', K_STATE, 'active', id) end
-append(id, 7, #ARGV)
+append(id, 8, #ARGV)
 touch(ttl)
 return 1
 """
@@ -156,10 +154,9 @@ touch(ttl)
 return {1, version}
 """
 
-# ARGV: checkpoint id, K, K "stop" ids (checkpoints whose chain the caller knows), then ids of completed
-# checkpoints whose messages the caller has cached.
+# ARGV: checkpoint id, K, K "stop" ids (checkpoints whose history the caller holds).
 # Returns {walked chain ids (oldest first)..., '', stop id or '', the checkpoint's 6 record fields, then per
-#          walked chain element: status, message count (or -1 when cached: messages omitted), messages...}
+#          walked chain element: status, message count, messages...}
 LOAD = """
 local K_CP, K_MSGS = KEYS[2], KEYS[3]
 local id = ARGV[1]
@@ -167,9 +164,8 @@ if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
   return redis.error_reply('checkpoint ' .. id .. ' does not exist')
 end
 local nstops = tonumber(ARGV[2])
-local stops, cached = {}, {}
+local stops = {}
 for i = 3, 2 + nstops do stops[ARGV[i]] = true end
-for i = 3 + nstops, #ARGV do cached[ARGV[i]] = true end
 local chain = {}
 local cur = id
 local stop = ''
@@ -191,20 +187,16 @@ for c = 1, #chain do
   local cid = chain[c]
   local status = redis.call('HGET', K_CP, cid .. ':status')
   out[#out + 1] = status
-  if cached[cid] and status == 'completed' then
-    out[#out + 1] = -1
-  else
-    local n = tonumber(redis.call('HGET', K_CP, cid .. ':n'))
-    out[#out + 1] = n
-    local start = 0
-    while start < n do
-      local stop_at = math.min(start + 500, n) - 1
-      local fields = {}
-      for j = start, stop_at do fields[#fields + 1] = cid .. ':' .. j end
-      local vals = redis.call('HMGET', K_MSGS, unpack(fields))
-      for j = 1, #vals do out[#out + 1] = vals[j] end
-      start = stop_at + 1
-    end
+  local n = tonumber(redis.call('HGET', K_CP, cid .. ':n'))
+  out[#out + 1] = n
+  local start = 0
+  while start < n do
+    local stop_at = math.min(start + 500, n) - 1
+    local fields = {}
+    for j = start, stop_at do fields[#fields + 1] = cid .. ':' .. j end
+    local vals = redis.call('HMGET', K_MSGS, unpack(fields))
+    for j = 1, #vals do out[#out + 1] = vals[j] end
+    start = stop_at + 1
   end
 end
 return out
@@ -226,6 +218,32 @@ end
 redis.call('HSET', K_STATE, 'updated_at', now)
 touch(ttl, 6)  -- not the dedup keys: they live dedup_ttl, not the retention
 return len
+"""
+
+# KEYS: the conversation's durable keys, then its lease. ARGV: lease token, lease ms, 'acquire' or 'renew'.
+# What a worker needs to start a turn, in one step: the lease taken (or renewed: the holder's next turn), the
+# state, the active checkpoint's record and the waiting inbox items (after those a paused turn already took).
+# Returns {0} when the lease is held by another worker (or was lost), else
+#         {1, state {head, active, version, created_at, updated_at}, active record (6 fields), inbox start, items}.
+BEGIN = """
+local K_STATE, K_CP, K_INBOX, K_LEASE = KEYS[1], KEYS[2], KEYS[5], KEYS[7]
+local token, ms = ARGV[1], ARGV[2]
+if ARGV[3] == 'acquire' then
+  if not redis.call('SET', K_LEASE, token, 'NX', 'PX', ms) then return {0} end
+elseif redis.call('GET', K_LEASE) == token then
+  redis.call('PEXPIRE', K_LEASE, ms)
+else
+  return {0}
+end
+local state = redis.call('HMGET', K_STATE, 'head', 'active', 'version', 'created_at', 'updated_at')
+local rec, start = {}, 0
+local active = state[2]
+if active then
+  rec = redis.call('HMGET', K_CP, active .. ':meta', active .. ':status', active .. ':n', active .. ':tok',
+                   active .. ':out', active .. ':consumed')
+  if rec[2] == 'awaiting_resume' then start = tonumber(rec[6] or '0') end
+end
+return {1, state, rec, start, redis.call('LRANGE', K_INBOX, start, -1)}
 """
 
 RENEW_LEASE = """

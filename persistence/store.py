@@ -7,6 +7,7 @@ only by compare-and-set. Every multi-key update is one Lua script over keys shar
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
 from collections import OrderedDict
@@ -37,6 +38,7 @@ from .models import (
     CheckpointStatus,
     ConversationState,
     History,
+    Lease,
     LineageEntry,
     Message,
 )
@@ -97,6 +99,19 @@ class RedisStore:
             raise StoreUnavailableError(self.url, exc) from exc
 
 
+class Opening(NamedTuple):
+    """What a worker reads, with its lease, to start a turn (``CheckpointStore.open_turn``)."""
+
+    lease: Lease
+    state: ConversationState | None
+    active: Checkpoint | None
+    """The conversation's running or paused turn, if any."""
+    inbox_start: int
+    """Where the waiting items begin: after those a paused turn already took, else 0."""
+    inbox_raw: list[Any]
+    """The waiting items as stored, from ``inbox_start`` on (``Inbox.peek`` parses them)."""
+
+
 class Commit(NamedTuple):
     version: int
     """The conversation state's version after the head moved."""
@@ -134,12 +149,11 @@ class SegmentCache:
         self._costs: dict[tuple[str, str], int] = {}
         self._by_conversation: dict[str, set[str]] = {}
         self._chains: OrderedDict[str, OrderedDict[str, list[str]]] = OrderedDict()
+        self._assembled: dict[str, History] = {}
+        """Per conversation, the last complete history loaded: the next load extends it by what is new."""
         self._size = 0
         self.bytes = 0
         """The estimated memory the cached messages hold."""
-
-    def known(self, conversation_id: str) -> list[str]:
-        return sorted(self._by_conversation.get(conversation_id, ()))
 
     def known_chains(self, conversation_id: str) -> list[str]:
         """Checkpoints whose whole chain (and every segment of it) this cache holds."""
@@ -158,10 +172,18 @@ class SegmentCache:
             chains.popitem(last=False)
         self._chains.move_to_end(conversation_id)
         while len(self._chains) > 10_000:
-            self._chains.popitem(last=False)
+            self._assembled.pop(self._chains.popitem(last=False)[0], None)
 
     def forget_chains(self, conversation_id: str) -> None:
         self._chains.pop(conversation_id, None)
+        self._assembled.pop(conversation_id, None)
+
+    def assembled(self, conversation_id: str) -> History | None:
+        return self._assembled.get(conversation_id)
+
+    def put_assembled(self, conversation_id: str, history: History) -> None:
+        if conversation_id in self._chains:  # only while its segments are cached: it holds the same messages
+            self._assembled[conversation_id] = history
 
     def get(self, conversation_id: str, checkpoint_id: str) -> list[Message] | None:
         key = (conversation_id, checkpoint_id)
@@ -186,7 +208,7 @@ class SegmentCache:
             (conv, cid), old = self._items.popitem(last=False)
             self._size -= len(old)
             self.bytes -= self._costs.pop((conv, cid))
-            self._chains.pop(conv, None)
+            self.forget_chains(conv)
             ids = self._by_conversation.get(conv)
             if ids is not None:
                 ids.discard(cid)
@@ -205,15 +227,18 @@ class CheckpointStore(RedisStore):
     # -- writing ------------------------------------------------------------------------------
 
     async def start_turn(self, conversation_id: str, *, parent_id: str | None = None,
-                         from_head: bool = True, info: dict[str, Any] | None = None) -> Checkpoint:
-        """Start a running ``turn`` checkpoint extending ``parent_id`` (by default the head)."""
+                         from_head: bool = True, info: dict[str, Any] | None = None,
+                         messages: Sequence[Message] = (), inbox_consumed: int = 0) -> Checkpoint:
+        """Start a running ``turn`` checkpoint extending ``parent_id`` (by default the head), holding
+        ``messages`` from the start; ``inbox_consumed`` counts the inbox items they came from (see ``append``)."""
         if from_head and parent_id is None:
             state = await self.get_state(conversation_id)
             parent_id = state.head_checkpoint_id if state else None
         meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.TURN,
                               parent_id=parent_id, info=info or {})
-        await self._create(meta, [])
-        return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=0, token_count=0)
+        await self._create(meta, messages, inbox_consumed)
+        return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=len(messages),
+                          token_count=sum(m.tokens for m in messages), inbox_consumed=inbox_consumed)
 
     async def fork_compaction(self, conversation_id: str, *, forked_from: str, messages: Sequence[Message],
                               covered_ids: Sequence[str], info: dict[str, Any] | None = None,
@@ -235,11 +260,11 @@ class CheckpointStore(RedisStore):
         return Checkpoint(meta=meta, status=CheckpointStatus.COMPLETED, message_count=len(messages),
                           token_count=sum(m.tokens for m in messages))
 
-    async def _create(self, meta: CheckpointMeta, messages: Sequence[Message]) -> None:
+    async def _create(self, meta: CheckpointMeta, messages: Sequence[Message], inbox_consumed: int = 0) -> None:
         keys = self.keys(meta.conversation_id)
         await self._run("CREATE", keys.durable, [meta.id, meta.kind.value, meta.parent_id or "",
                                                  meta.model_dump_json(), time.time(), self.retention_seconds,
-                                                 *_message_args(messages)])
+                                                 max(0, inbox_consumed), *_message_args(messages)])
 
     async def append(self, conversation_id: str, checkpoint_id: str, messages: Sequence[Message], *,
                      inbox_consumed: int = 0) -> int:
@@ -305,12 +330,33 @@ class CheckpointStore(RedisStore):
 
     # -- reading ------------------------------------------------------------------------------
 
+    async def open_turn(self, conversation_id: str, *, lease_seconds: float, lease: Lease | None = None,
+                        ) -> Opening | None:
+        """Take the conversation's lease (or renew ``lease``, for its holder's next turn) and read what a turn
+        starts from, in one atomic round trip. None when another worker holds the lease (or ``lease`` was
+        lost)."""
+        keys = self.keys(conversation_id)
+        token = lease.token if lease is not None else secrets.token_hex(12)
+        out = await self._run("BEGIN", [*keys.durable, keys.lease],
+                              [token, max(1, int(lease_seconds * 1000)), "renew" if lease is not None else "acquire"])
+        if not int(out[0]):
+            return None
+        state = self._state(keys, dict(zip(("head", "active", "version", "created_at", "updated_at"), out[1])))
+        active_id = state.active_turn_id if state else None
+        active = self._checkpoint(keys, active_id, out[2]) if active_id else None
+        return Opening(Lease(conversation_id, token, time.time() + lease_seconds), state, active, int(out[3]),
+                       list(out[4]))
+
     async def get_state(self, conversation_id: str) -> ConversationState | None:
         keys = self.keys(conversation_id)
         raw = await self._call(self.client.hgetall(keys.state))
-        if not raw:
+        return self._state(keys, raw)
+
+    def _state(self, keys: ConversationKeys, raw: dict[Any, Any]) -> ConversationState | None:
+        fields = {_text(k): _text(v) for k, v in raw.items() if v is not None}
+        if not fields:
             return None
-        fields = {_text(k): _text(v) for k, v in raw.items()}
+        conversation_id = keys.conversation_id
         try:
             return ConversationState(
                 conversation_id=conversation_id,
@@ -354,46 +400,39 @@ class CheckpointStore(RedisStore):
         return self._checkpoint(keys, checkpoint_id, rec)
 
     async def load_history(self, conversation_id: str, checkpoint_id: str | None = None) -> History:
-        """The full history at ``checkpoint_id`` (default: the head) in one round trip."""
+        """The full history at ``checkpoint_id`` (default: the head), in one round trip when this process
+        holds the history it extends (the usual case before a turn: only the new checkpoints are read)."""
         if checkpoint_id is None:
             state = await self.require_state(conversation_id)
             if state.head_checkpoint_id is None:
                 raise NotFoundError(f"conversation {conversation_id!r} has no completed checkpoint yet")
             checkpoint_id = state.head_checkpoint_id
         keys = self.keys(conversation_id)
+        base = self._segments.assembled(conversation_id)
         stops = self._segments.known_chains(conversation_id)
-        known = self._segments.known(conversation_id)
-        out = await self._run("LOAD", keys.durable, [checkpoint_id, len(stops), *stops, *known])
+        if base is not None:
+            stops = [base.checkpoint.id, *(c for c in stops if c != base.checkpoint.id)]
+        out = await self._run("LOAD", keys.durable, [checkpoint_id, len(stops), *stops])
         split = out.index(b"") if b"" in out else out.index("")
         walked = [_text(c) for c in out[:split]]
         stop = _text(out[split + 1]) or None
         checkpoint = self._checkpoint(keys, checkpoint_id, out[split + 2:split + 8])
         pos = split + 8
-        messages: list[Message] = []
-        chain: list[str] = []
-        if stop is not None:
-            prefix = self._segments.chain(conversation_id, stop)
-            segments = [self._segments.get(conversation_id, cid) for cid in prefix] if prefix else [None]
-            if prefix is None or any(seg is None for seg in segments):
-                self._segments.forget_chains(conversation_id)  # evicted meanwhile: read it all again
+        if stop is not None and base is not None and stop == base.checkpoint.id:
+            start: History | None = base
+        elif stop is not None:
+            start = self._from_segments(conversation_id, stop, checkpoint)
+            if start is None:  # evicted meanwhile: read it all again
+                self._segments.forget_chains(conversation_id)
                 return await self.load_history(conversation_id, checkpoint_id)
-            chain.extend(prefix)
-            for seg in segments:
-                messages.extend(seg)  # type: ignore[arg-type]
+        else:
+            start = None
+        new: list[Message] = []
         complete = True
         for cid in walked:
             status, count = _text(out[pos]), int(out[pos + 1])
-            pos += 2
-            if count < 0:
-                cached = self._segments.get(conversation_id, cid)  # type: ignore[arg-type]
-                if cached is None:  # evicted between the two steps: read it again
-                    self._segments.forget_chains(conversation_id)
-                    return await self.load_history(conversation_id, checkpoint_id)
-                messages.extend(cached)
-                chain.append(cid)  # type: ignore[arg-type]
-                continue
-            raw = out[pos:pos + count]
-            pos += count
+            raw = out[pos + 2:pos + 2 + count]
+            pos += 2 + count
             if any(r is None for r in raw):
                 raise CorruptRecordError(keys.messages, f"messages of checkpoint {cid} are missing")
             try:
@@ -401,14 +440,28 @@ class CheckpointStore(RedisStore):
             except ValidationError as exc:
                 raise CorruptRecordError(f"{keys.messages} (checkpoint {cid})", str(exc).splitlines()[0]) from None
             if status == CheckpointStatus.COMPLETED.value:
-                self._segments.put(conversation_id, cid, segment)  # type: ignore[arg-type]
+                self._segments.put(conversation_id, cid, segment)
             else:
                 complete = False
-            messages.extend(segment)
-            chain.append(cid)  # type: ignore[arg-type]
+            new.extend(segment)
+        if start is None:
+            history = History.model_construct(checkpoint=checkpoint, messages=new, chain=walked)
+        else:
+            history = start.extended(checkpoint, new, [*start.chain, *walked])
         if complete:
-            self._segments.put_chain(conversation_id, checkpoint_id, chain)
-        return History(checkpoint=checkpoint, messages=messages, chain=chain)
+            self._segments.put_chain(conversation_id, checkpoint_id, history.chain)
+            self._segments.put_assembled(conversation_id, history)
+        return history
+
+    def _from_segments(self, conversation_id: str, head: str, checkpoint: Checkpoint) -> History | None:
+        """The messages up to ``head`` (whose chain is known) from cached segments, if all are cached (as a
+        history to extend into the one at ``checkpoint``)."""
+        chain = self._segments.chain(conversation_id, head)
+        segments = [self._segments.get(conversation_id, cid) for cid in chain] if chain else [None]
+        if chain is None or any(seg is None for seg in segments):
+            return None
+        messages = [m for seg in segments for m in seg]  # type: ignore[union-attr]
+        return History.model_construct(checkpoint=checkpoint, messages=messages, chain=list(chain))
 
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:
         """Every checkpoint of the conversation, oldest first, with history sizes and the head."""

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from threadkeeper.persistence import ThreadkeeperError
+from typing import Any
 
-from ._litellm import litellm
+from threadkeeper.persistence import ThreadkeeperError
 
 OFFLINE_WINDOW_TOKENS = 32_000
 """The offline model's window when ``AI_MODEL_CONTEXT_WINDOW_TOKENS`` does not say otherwise."""
@@ -123,16 +123,24 @@ class ContextBudget:
         return asdict(self)
 
 
+def model_info(model: str) -> dict[str, Any]:
+    """litellm's model info for a provider model (empty when litellm does not know it). Only real models are
+    looked up, so the offline model never imports litellm."""
+    from ._litellm import litellm
+
+    try:
+        return dict(litellm.get_model_info(model))
+    except Exception:  # litellm raises several types for unmapped models
+        return {}
+
+
 def resolve_window(model: str, override: int | None, *, variable: str = "AI_MODEL_CONTEXT_WINDOW_TOKENS") -> int:
     """The model's input window: the override, else litellm's model info; unknown is an error."""
     if override:
         return override
     if is_offline(model):
         return OFFLINE_WINDOW_TOKENS
-    try:
-        info = litellm.get_model_info(model)
-    except Exception:  # litellm raises several types for unmapped models
-        info = {}
+    info = model_info(model)
     window = info.get("max_input_tokens") or info.get("max_tokens")
     if not window:
         raise BudgetError(f"the context window of model {model!r} is unknown to litellm; set {variable} "
@@ -145,10 +153,7 @@ def resolve_max_output(model: str, override: int | None) -> int | None:
         return override
     if is_offline(model):
         return None
-    try:
-        return litellm.get_model_info(model).get("max_output_tokens")
-    except Exception:
-        return None
+    return model_info(model).get("max_output_tokens")
 
 
 def offers_tools(model: str) -> bool:
@@ -156,11 +161,8 @@ def offers_tools(model: str) -> bool:
     and those litellm knows cannot call functions (a model unknown to litellm is assumed able to)."""
     if is_offline(model):
         return False
-    try:
-        info = litellm.get_model_info(model)
-    except Exception:  # unknown to litellm: a local or custom model
-        return True
-    return info.get("supports_function_calling") is not False
+    # A model unknown to litellm (a local or custom one) has no entry and is offered them.
+    return model_info(model).get("supports_function_calling") is not False
 
 
 def is_offline(model: str) -> bool:

@@ -107,9 +107,9 @@ def calibration(history: History | None, *, fixed_prompt_tokens: int) -> float:
     if not (outcome and outcome.usage and outcome.usage.input_tokens > 0
             and 0 < outcome.usage_covered_messages <= len(messages)):
         return 1.0
-    covered = messages[:outcome.usage_covered_messages]
-    runtime = next((m.id for m in reversed(covered) if m.flags.runtime), None)
-    estimate = fixed_prompt_tokens + sum(m.tokens for m in visible(covered, runtime))
+    covered = outcome.usage_covered_messages
+    runtime = history.last_runtime(covered)  # the runtime context that call carried
+    estimate = fixed_prompt_tokens + history.visible_tokens(covered) + (runtime.tokens if runtime else 0)
     if estimate <= 0:
         return 1.0
     low, high = CALIBRATION_BOUNDS
@@ -128,7 +128,7 @@ def measure(history: History | None, *, fixed_prompt_tokens: int, extra: Sequenc
     estimate = sum(m.tokens for m in extra if not m.flags.runtime)
     if history is None:
         return estimate
-    estimate += sum(m.tokens for m in visible(history.messages))
+    estimate += history.visible_tokens()
     ratio = calibration(history, fixed_prompt_tokens=fixed_prompt_tokens)
     if ratio == 1.0:
         return estimate

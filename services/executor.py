@@ -30,6 +30,7 @@ from threadkeeper.persistence import (
     LeaseManager,
     Message,
     MessageFlags,
+    Opening,
     TextPart,
     ThreadkeeperError,
 )
@@ -65,6 +66,10 @@ _APPROVAL = re.compile(r"^\s*(yes|y|approve[d]?|ok|okay|go ahead|do it|confirm(e
 
 class _ContextOverflow(Exception):
     """The provider refused a turn's request as too long; the turn was superseded and took nothing."""
+
+
+class _LeaseLost(Exception):
+    """The lease lapsed between two turns and another worker took the conversation over."""
 
 
 class ReplyExecutor(ToolLoop):
@@ -140,26 +145,38 @@ class ReplyExecutor(ToolLoop):
                                                            "source_ids": recalled.ids}))
 
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
-        """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease."""
+        """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease.
+
+        A turn costs five round trips to Redis: its opening (the lease with the state, the active turn and the
+        inbox), the history (only what this process has not cached), the turn's checkpoint with its messages,
+        the commit, and the lease's release, which waits until the reply is delivered (a sweep that found the
+        lease free would deliver it too)."""
         events = events or SilentEvents()
-        lease = await self.leases.acquire(conversation_id, self.config.lease_seconds)
-        if lease is None:
+        opening = await self.checkpoints.open_turn(conversation_id, lease_seconds=self.config.lease_seconds)
+        if opening is None:
             return []
+        lease = opening.lease
         results: list[TurnResult] = []
+        released = False
         try:
-            if self.intake is not None:
-                await self.intake.prepare(conversation_id)
+            if self.intake is not None and await self.intake.prepare(conversation_id):
+                opening = None  # it queued messages: read the inbox again
             while True:
                 # The lease is renewed while the turn runs, so a long model call never lets another worker
                 # take the thread over mid-turn (and both answer it).
                 heartbeat = asyncio.create_task(self._heartbeat(lease))
                 try:
-                    result = await self._turn_with_retries(conversation_id, events)
+                    result = await self._turn_with_retries(conversation_id, events, lease, opening)
+                except _LeaseLost:
+                    log.warning("lease on %s lost; another worker continues", conversation_id)
+                    released = True
+                    break
                 except asyncio.CancelledError:
                     await self._set_aside(conversation_id)
                     raise
                 finally:
                     heartbeat.cancel()
+                opening = None  # the next turn opens with the lease renewed
                 if result is None:
                     break
                 results.append(result)
@@ -168,14 +185,8 @@ class ReplyExecutor(ToolLoop):
                                        checkpoint_id=result.checkpoint_id)
                 if result.status == "awaiting_resume" or result.inbox_left == 0:
                     break
-                renewed = await self.leases.renew(lease, self.config.lease_seconds)
-                if renewed is None:
-                    log.warning("lease on %s lost; another worker continues", conversation_id)
-                    lease = None
-                    break
-                lease = renewed
         finally:
-            if lease is not None:
+            if not released:
                 await self.leases.release(lease)
             await events.status(conversation_id, None)
         return results
@@ -204,16 +215,23 @@ class ReplyExecutor(ToolLoop):
 
     # -- one turn ------------------------------------------------------------------------------
 
-    async def _turn_with_retries(self, conversation_id: str, events: TurnEvents) -> TurnResult | None:
+    async def _turn_with_retries(self, conversation_id: str, events: TurnEvents, lease: Lease,
+                                 opening: Opening | None) -> TurnResult | None:
         overflowed = False
         for attempt in range(self.config.commit_attempts):
+            if opening is None:
+                opening = await self.checkpoints.open_turn(conversation_id, lease_seconds=self.config.lease_seconds,
+                                                           lease=lease)
+                if opening is None:
+                    raise _LeaseLost(conversation_id)
             try:
-                return await self._turn(conversation_id, events, overflowed)
+                return await self._turn(conversation_id, events, opening, overflowed)
             except HeadConflictError as conflict:
                 log.info("head of %s moved during a turn (attempt %d): %s", conversation_id, attempt + 1, conflict)
             except _ContextOverflow as overflow:
                 overflowed = True
                 await self._compact_tighter(conversation_id, events, str(overflow))
+            opening = None
         raise HeadConflictError(conversation_id, None, None)
 
     async def _compact_tighter(self, conversation_id: str, events: TurnEvents, why: str) -> None:
@@ -232,12 +250,12 @@ class ReplyExecutor(ToolLoop):
         except ThreadkeeperError as exc:  # nothing to compact, or the head moved: the retry says what happens
             log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
 
-    async def _turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False,
+    async def _turn(self, conversation_id: str, events: TurnEvents, opening: Opening, overflowed: bool = False,
                     ) -> TurnResult | None:
         """One turn under its own trace id, logged as one line (``threadkeeper.turn``)."""
         token = TRACE.set(new_trace_id())
         try:
-            result = await self._run_turn(conversation_id, events, overflowed)
+            result = await self._run_turn(conversation_id, events, opening, overflowed)
             if result is not None:
                 spend = result.spend
                 report = result.compaction
@@ -252,19 +270,18 @@ class ReplyExecutor(ToolLoop):
         finally:
             TRACE.reset(token)
 
-    async def _run_turn(self, conversation_id: str, events: TurnEvents, overflowed: bool = False,
+    async def _run_turn(self, conversation_id: str, events: TurnEvents, opening: Opening, overflowed: bool = False,
                         ) -> TurnResult | None:
-        state = await self.checkpoints.get_state(conversation_id)
+        state, active = opening.state, opening.active
         paused: Checkpoint | None = None
-        if state and state.active_turn_id:
-            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+        if active is not None:
             if active.status is CheckpointStatus.AWAITING_RESUME:
                 paused = active
             elif active.status is CheckpointStatus.RUNNING:
                 await self.checkpoints.fail(conversation_id, active.id,
                                             error="abandoned: its worker's lease expired before it completed")
-        offset = paused.inbox_consumed if paused else 0
-        items = self.bounded(await self.inbox.peek(conversation_id, start=offset, quarantine=True))
+        items = self.bounded(await self.inbox.peek(conversation_id, start=opening.inbox_start, quarantine=True,
+                                                   raw=opening.inbox_raw))
         if not items:
             return None
         head_id = state.head_checkpoint_id if state else None
@@ -351,8 +368,8 @@ class ReplyExecutor(ToolLoop):
             runtime = await self.runtime_message(conversation_id, history, base + new, new)
             runtime_id = runtime.id
             new.append(runtime)
-        checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False)
-        await self.checkpoints.append(conversation_id, checkpoint.id, new, inbox_consumed=len(items))
+        checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False,
+                                                       messages=new, inbox_consumed=len(items))
         return TurnState(checkpoint, head_id, base + new, runtime_id, items, incoming)
 
     async def _resume(self, conversation_id: str, paused: Checkpoint, items: list[InboxItem],
@@ -394,9 +411,8 @@ class ReplyExecutor(ToolLoop):
         await self.checkpoints.fail(conversation_id, turn.checkpoint.id, error=error, trace_id=trace_id)
         # Keep people's messages in the history: record them in a turn of their own, which also takes
         # them out of the inbox so the failure does not repeat forever.
-        salvage = await self.checkpoints.start_turn(conversation_id, parent_id=turn.expected_head, from_head=False)
-        await self.checkpoints.append(conversation_id, salvage.id, turn.incoming,
-                                      inbox_consumed=len(turn.items))
+        salvage = await self.checkpoints.start_turn(conversation_id, parent_id=turn.expected_head, from_head=False,
+                                                    messages=turn.incoming, inbox_consumed=len(turn.items))
         try:
             await self.checkpoints.commit(conversation_id, salvage.id, expected_head=turn.expected_head)
         except HeadConflictError:

@@ -1,4 +1,7 @@
-"""The one wrapper every model call goes through: litellm, timeouts, retries, usage."""
+"""The one wrapper every model call goes through: litellm, timeouts, retries, usage.
+
+Every provider is called through litellm. The offline model is no provider: it answers in-process, and a
+worker that runs only it never imports litellm (``services._litellm`` is imported on first use)."""
 
 from __future__ import annotations
 
@@ -6,19 +9,19 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 from tenacity.wait import wait_base
 
 from threadkeeper.persistence import ThreadkeeperError, Usage
 
-from ._litellm import litellm
 from .budget import is_offline, resolve_max_output
 
-log = logging.getLogger("threadkeeper.llm")
+if TYPE_CHECKING:
+    from .offline import OfflineModel
 
-OFFLINE_PROVIDER = "threadkeeper-offline"
+log = logging.getLogger("threadkeeper.llm")
 
 
 class ModelError(ThreadkeeperError):
@@ -62,7 +65,14 @@ class Draft(Protocol):
         """What was written is not the reply after all (the call is retried, or it ends in tool calls)."""
 
 
+def _litellm() -> Any:
+    from ._litellm import litellm
+
+    return litellm
+
+
 def _transient(exc: BaseException) -> bool:
+    litellm = _litellm()
     transient = (litellm.RateLimitError, litellm.APIConnectionError, litellm.InternalServerError,
                  litellm.ServiceUnavailableError, litellm.Timeout, asyncio.TimeoutError)
     return isinstance(exc, transient)
@@ -97,11 +107,6 @@ class RateLimitedError(ModelError):
     """The provider asked to wait longer than a model call may take."""
 
 
-def litellm_model_name(model: str) -> str:
-    """``offline`` routes to the offline provider; every other name goes to litellm as given."""
-    return f"{OFFLINE_PROVIDER}/offline" if is_offline(model) else model
-
-
 def extract_usage(response: Any) -> Usage | None:
     usage = getattr(response, "usage", None)
     if usage is None:
@@ -114,15 +119,18 @@ def extract_usage(response: Any) -> Usage | None:
 
 
 class ModelClient:
-    """Async chat completions through litellm for one model."""
+    """Async chat completions for one model: through litellm, or in-process for the offline model."""
 
     def __init__(self, model: str, *, timeout_seconds: float = 60.0, attempts: int = 3,
                  max_output_tokens: int | None = None, retry_wait_seconds: float = 1.0,
-                 context_window: int | None = None) -> None:
-        from . import offline  # registers the offline provider
-
-        offline.register()
+                 context_window: int | None = None, offline_model: OfflineModel | None = None) -> None:
         self.model = model
+        self.local: OfflineModel | None = None
+        """The in-process model that answers when ``model`` is the offline one."""
+        if is_offline(model):
+            from .offline import OfflineModel
+
+            self.local = offline_model or OfflineModel()
         self.output_limit = resolve_max_output(model, None)
         """The most output the model itself allows (litellm's model info), when known: requests are clamped to it."""
         self.context_window = context_window
@@ -149,9 +157,13 @@ class ModelClient:
         With a ``draft``, the reply is streamed and its text written there as it arrives (an attempt that
         fails after writing is discarded before the next). The offline model answers at once and is not
         streamed."""
+        if self.local is not None:
+            text, usage = await self.local.answer(messages, tools)
+            return ModelReply(text=text, usage=usage, finish_reason="stop", model="offline/offline", cost_usd=0.0)
+        litellm = _litellm()
         timeout = timeout_seconds or self.timeout_seconds
         # One retry layer (below): the provider SDK's own retries are off, or each attempt would be several.
-        kwargs: dict[str, Any] = {"model": litellm_model_name(self.model), "messages": messages, "timeout": timeout,
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "timeout": timeout,
                                   "_skip_mcp_handler": True, "max_retries": 0}
         if tools:
             kwargs["tools"] = tools
@@ -190,12 +202,14 @@ class ModelClient:
         raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
 
     async def _whole(self, kwargs: dict[str, Any]) -> ModelReply:
+        litellm = _litellm()
         response = await litellm.acompletion(**kwargs)
         return self._reply(response, (getattr(response, "_hidden_params", None) or {}).get("response_cost"))
 
     async def _streamed(self, kwargs: dict[str, Any], sink: _Written) -> ModelReply:
         """A streamed call: text pieces go to the draft as they come; the chunks are then assembled by
         litellm into one response (text, tool calls, usage), exactly as a whole reply would be read."""
+        litellm = _litellm()
         stream = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
         chunks = []
         async for chunk in stream:

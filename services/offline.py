@@ -1,4 +1,4 @@
-"""The offline model: a litellm custom provider that answers deterministically and honestly.
+"""The offline model: an in-process stand-in that answers deterministically and honestly.
 
 It is selected by ``AI_MODEL=offline`` (the default). It never pretends to be a language model: it
 acknowledges the latest ask, says what it can see of the thread and how many tokens of context it
@@ -7,15 +7,15 @@ received, and reports usage like a real provider, counted with the same tokenize
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
-from ._litellm import litellm, register_provider
-from .budget import OFFLINE_WINDOW_TOKENS
+from threadkeeper.persistence import Usage
+
 from .tokens import Tokenizer
 
 HANDOFF_MARK = "[Threadkeeper handoff"
-_registered = False
 
 
 def _text(content: Any) -> str:
@@ -62,44 +62,24 @@ def offline_answer(messages: list[dict[str, Any]], prompt_tokens: int) -> str:
     return " ".join(parts)
 
 
-class OfflineModel(litellm.CustomLLM):
-    """A deterministic stand-in for a chat model, behind litellm's custom provider interface."""
+class OfflineModel:
+    """A deterministic stand-in for a chat model, called in the worker's own process.
 
-    def __init__(self) -> None:
-        super().__init__()
+    It is not a provider, so it is not reached through litellm: no thread hop, no import of the provider
+    stack (which costs a worker about 200 MB and most of its start-up). Every real model goes through litellm.
+    ``latency`` makes each answer wait that long, standing in for a real model's time to answer (the bench's
+    concurrency run uses it)."""
+
+    def __init__(self, latency: float = 0.0) -> None:
         self.tokenizer = Tokenizer("gpt-4o")
+        self.latency = latency
 
-    def _respond(self, model: str, messages: list[dict[str, Any]], args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> litellm.ModelResponse:
-        # Like a real provider, the prompt count includes the tool schemas sent with the request.
-        optional = kwargs.get("optional_params") or (args[7] if len(args) > 7 else {}) or {}
-        prompt_tokens = self.tokenizer.count_chat(messages) + self.tokenizer.count_tools(optional.get("tools") or [])
+    async def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                     ) -> tuple[str, Usage]:
+        """The reply's text and its usage; like a real provider's, the prompt count includes the tool schemas
+        sent with the request."""
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        prompt_tokens = self.tokenizer.count_chat(messages) + self.tokenizer.count_tools(tools or [])
         text = offline_answer(messages, prompt_tokens)
-        completion = self.tokenizer.count(text)
-        return litellm.ModelResponse(model=f"offline/{model}", choices=[{"index": 0, "finish_reason": "stop",
-                                                                 "message": {"role": "assistant", "content": text}}],
-                             usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                                    "total_tokens": prompt_tokens + completion})
-
-    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:  # type: ignore[override]
-        return self._respond(model, messages, args, kwargs)
-
-    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> litellm.ModelResponse:  # type: ignore[override]
-        return self._respond(model, messages, args, kwargs)
-
-
-def register() -> None:
-    """Route ``threadkeeper-offline/offline`` to the offline model and tell litellm what it is.
-
-    Registering its model info (window, zero cost) also spares litellm's cost tracking a slow search
-    for an unknown model on every call.
-    """
-    global _registered
-    if not _registered:
-        register_provider("threadkeeper-offline", OfflineModel())
-        litellm.register_model({"threadkeeper-offline/offline": {
-            "max_input_tokens": OFFLINE_WINDOW_TOKENS, "max_tokens": OFFLINE_WINDOW_TOKENS,
-            "max_output_tokens": 4096, "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
-            "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0,
-            "litellm_provider": "threadkeeper-offline", "mode": "chat"}})
-        _registered = True
+        return text, Usage(input_tokens=prompt_tokens, output_tokens=self.tokenizer.count(text))

@@ -5,14 +5,15 @@ Counts are computed once, when a message is written, and stored with it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 from functools import lru_cache
 from typing import Any, Protocol
 
 from threadkeeper.persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 
 from . import refs
-from ._litellm import litellm
 
 log = logging.getLogger("threadkeeper.tokens")
 
@@ -79,8 +80,23 @@ def count_parts(tokenizer: Tokenizer, message: Message) -> int:
     return total
 
 
+def _bundled_encodings() -> None:
+    """Point tiktoken at the encodings litellm ships (it would download them otherwise), as litellm itself does
+    when imported (``CUSTOM_TIKTOKEN_CACHE_DIR`` wins there too), without importing litellm for it."""
+    custom = os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR")
+    spec = importlib.util.find_spec("litellm")
+    if custom:
+        os.environ["TIKTOKEN_CACHE_DIR"] = custom
+    elif spec is not None and spec.submodule_search_locations:
+        os.environ["TIKTOKEN_CACHE_DIR"] = os.path.join(list(spec.submodule_search_locations)[0],
+                                                        "litellm_core_utils", "tokenizers")
+
+
 @lru_cache(maxsize=32)
 def _encoder_for(model: str) -> tuple[Encoder | None, str]:
+    """A model's tokenizer, loaded once per process: tiktoken's encoding for the model's name, else litellm's
+    choice (a Hugging Face tokenizer for some open models), else o200k or cl100k."""
+    _bundled_encodings()
     import tiktoken
 
     bare = model.split("/", 1)[-1]
@@ -90,6 +106,8 @@ def _encoder_for(model: str) -> tuple[Encoder | None, str]:
     except (KeyError, ValueError):
         pass
     try:
+        from ._litellm import litellm
+
         selected = litellm.utils._select_tokenizer(model=bare)
         if selected.get("type") == "openai_tokenizer":
             enc = selected["tokenizer"]

@@ -52,9 +52,10 @@ class Intake(Protocol):
         last lines (``author: text``)."""
         ...
 
-    async def prepare(self, conversation_id: str) -> None:
+    async def prepare(self, conversation_id: str) -> bool:
         """Work owed to the conversation before its next turn, done by whichever worker holds its lease (the
-        Slack bot reads the earlier messages of a thread it was brought into, and queues them first)."""
+        Slack bot reads the earlier messages of a thread it was brought into, and queues them first). Returns
+        whether it queued anything (the turn then reads the inbox again)."""
         ...
 
 

@@ -85,6 +85,24 @@ def test_help_and_history_start_without_the_model_stack() -> None:
     assert cli("--help").returncode == 0
 
 
+def test_an_offline_worker_never_imports_the_provider_stack() -> None:
+    """The offline model answers in-process: a whole turn (compaction check, tokenizer, reply) runs without
+    importing litellm, which would cost the worker about 200 MB and seconds of start-up."""
+    probe = ("import asyncio, sys\n"
+             "from threadkeeper.root import build_pipeline, build_stores\n"
+             "from threadkeeper.settings import Settings\n"
+             "settings = Settings(_env_file=None)\n"
+             "pipeline = build_pipeline(settings, build_stores(settings))\n"
+             "async def turn():\n"
+             "    await pipeline.submit('console:probe', 'hello, where are we?', author='U1', id='1')\n"
+             "    return (await pipeline.run('console:probe'))[0]\n"
+             "result = asyncio.run(turn())\n"
+             "print(result.status, 'litellm' in sys.modules, 'tiktoken' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=_NO_DOTENV, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["completed", "False", "True"]
+
+
 def test_unknown_conversation_exits_non_zero() -> None:
     for command in ("history", "context"):
         result = cli(command, "slack:T0:C0:0.0")

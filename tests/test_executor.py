@@ -367,3 +367,28 @@ async def test_a_turn_whose_head_moved_is_set_aside_and_run_again_on_the_new_hea
     assert CheckpointStatus.FAILED not in statuses
     texts = [m.text for m in (await p.checkpoints.load_history(CONV)).messages if not m.flags.runtime]
     assert texts.count("second question") == 1 and "note from elsewhere" in texts and texts[-1] == "fresh answer"
+
+
+async def test_a_turn_costs_five_round_trips_to_redis(redis_client, prefix) -> None:
+    """Opening (lease, state, active turn, inbox), the new part of the history, the turn's checkpoint with its
+    messages, the commit, the lease's release: five commands for a turn on a conversation this worker holds."""
+    p, _ = pipeline(prefix, redis_client, model="offline")
+    conversation = "console:round-trips"
+    for i in range(3):
+        await p.submit(conversation, f"message {i} about the plan", author="U1", id=f"m{i}")
+        assert [r.status for r in await p.run(conversation)] == ["completed"]
+    await p.submit(conversation, "and the next step?", author="U1", id="m3")
+    sent: list[str] = []
+    original = redis_client.execute_command
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(str(args[0]))
+        return await original(*args, **kwargs)
+
+    redis_client.execute_command = counted  # type: ignore[method-assign]
+    try:
+        results = await p.run(conversation)
+    finally:
+        del redis_client.execute_command
+    assert [r.status for r in results] == ["completed"]
+    assert len(sent) == 5, sent

@@ -368,3 +368,70 @@ def test_the_history_cache_is_bounded_by_the_memory_it_holds() -> None:
     assert cache.bytes == 2 * cost <= cache.max_bytes
     cache.put("c", "huge", [msg("y" * 100_000, id="h")] * 10)
     assert cache.get("c", "huge") is None and cache.bytes == 2 * cost, "a segment over the bound is not cached"
+
+
+async def test_a_turn_opens_with_the_lease_state_and_inbox_in_one_step(client, prefix) -> None:
+    """``open_turn`` takes the lease (or renews it for its holder) and reads the state, the active turn and the
+    waiting items atomically; another worker gets nothing, and a lost lease cannot be renewed."""
+    store, inbox = CheckpointStore(client, prefix=prefix), Inbox(client, prefix=prefix)
+    head = await turn(store, ["a"])
+    for i in range(3):
+        await inbox.append(CONV, InboxItem(event_id=f"e{i}", message=msg(f"new {i}")))
+    paused = await store.start_turn(CONV, messages=[msg("asked")], inbox_consumed=2)
+    await store.pause(CONV, paused.id, resume={"reason": "timeout"})
+
+    opening = await store.open_turn(CONV, lease_seconds=30)
+    assert opening is not None and opening.state is not None
+    assert opening.state.head_checkpoint_id == head and opening.active is not None
+    assert opening.active.id == paused.id and opening.active.status is CheckpointStatus.AWAITING_RESUME
+    assert opening.inbox_start == 2  # the two items the paused turn took are not offered again
+    items = await inbox.peek(CONV, start=opening.inbox_start, raw=opening.inbox_raw)
+    assert [i.message.text for i in items if i.message] == ["new 2"]
+    assert await LeaseManager(client, prefix=prefix).holder(CONV) == opening.lease.token
+
+    assert await store.open_turn(CONV, lease_seconds=30) is None  # another worker
+    again = await store.open_turn(CONV, lease_seconds=30, lease=opening.lease)
+    assert again is not None and again.lease.token == opening.lease.token
+    await LeaseManager(client, prefix=prefix).release(opening.lease)
+    assert await store.open_turn(CONV, lease_seconds=30, lease=opening.lease) is None  # lost: not renewed
+    fresh = await store.open_turn("slack:T1:C1:1700000000.000999", lease_seconds=30)
+    assert fresh is not None and fresh.state is None and fresh.active is None and fresh.inbox_raw == []
+
+
+async def test_a_history_is_extended_by_its_new_checkpoints_only(store: CheckpointStore, client, prefix) -> None:
+    """Before a turn the store reads only the checkpoints added since the history it holds, and the history's
+    token sums (runtime context left out) are extended, not recounted: both equal a reading from scratch."""
+    from threadkeeper.services.context import visible
+
+    head = None
+    for i in range(30):
+        cp = await store.start_turn(CONV, messages=[msg(f"q{i} " * (i % 7 + 1)),
+                                                    msg(f"context {i}", runtime=i % 3 == 0),
+                                                    msg(f"a{i}", role="assistant")])
+        await store.commit(CONV, cp.id, expected_head=head)
+        head = cp.id
+    await store.load_history(CONV)
+    read: list[int] = []
+    run = store._run
+
+    async def counted(name, keys, args):  # type: ignore[no-untyped-def]
+        out = await run(name, keys, args)
+        if name == "LOAD":
+            read.append(len(out))
+        return out
+
+    store._run = counted  # type: ignore[method-assign]
+    for i in range(3):
+        cp = await store.start_turn(CONV, messages=[msg(f"later {i}"), msg(f"ctx {i}", runtime=True)])
+        await store.commit(CONV, cp.id, expected_head=head)
+        head = cp.id
+        history = await store.load_history(CONV)
+        fresh = await CheckpointStore(client, prefix=prefix, cache_messages=0).load_history(CONV)
+        assert [m.id for m in history.messages] == [m.id for m in fresh.messages] and history.chain == fresh.chain
+        assert history.visible_tokens() == sum(m.tokens for m in visible(fresh.messages))
+        for upto in (0, 5, 45, len(fresh.messages) - 1):
+            assert history.visible_tokens(upto) == sum(m.tokens for m in visible(fresh.messages[:upto]))
+            expected = next((m for m in reversed(fresh.messages[:upto]) if m.flags.runtime), None)
+            assert history.last_runtime(upto) == expected
+    # Each load read one new checkpoint: its id, the separator, stop, 6 record fields, status, count, 2 messages.
+    assert read == [1 + 2 + 6 + 2 + 2] * 3

@@ -25,7 +25,6 @@ from threadkeeper.services import measure
 from threadkeeper.services import notes
 from threadkeeper.services.tokens import Tokenizer
 from threadkeeper.services.recall import Recall
-from threadkeeper.services._litellm import litellm, register_provider
 
 from .root import build_pipeline, build_stores
 from .settings import Settings
@@ -44,18 +43,24 @@ class CountingConnection(aioredis.Connection):
         await super().send_packed_command(command, check_health)
 
 
-class SlowModel(litellm.CustomLLM):
-    """A fake model that answers after a fixed latency (for the concurrency run)."""
+def _slow_provider(latency: float) -> str:
+    """A litellm custom provider that answers after ``latency`` seconds: a real model's route (litellm's own
+    request handling and its thread pool) without a network. Returns the model name to configure."""
+    from threadkeeper.services._litellm import litellm, register_provider
 
-    def __init__(self, latency: float) -> None:
-        super().__init__()
-        self.latency = latency
+    class SlowModel(litellm.CustomLLM):
+        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            await asyncio.sleep(latency)
+            return litellm.ModelResponse(model=model, choices=[{"index": 0, "finish_reason": "stop",
+                                                                "message": {"role": "assistant", "content": "done"}}],
+                                         usage={"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101})
 
-    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        await asyncio.sleep(self.latency)
-        return litellm.ModelResponse(model=model, choices=[{"index": 0, "finish_reason": "stop",
-                                                            "message": {"role": "assistant", "content": "done"}}],
-                                     usage={"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101})
+    register_provider(LATENCY_PROVIDER, SlowModel())
+    litellm.register_model({f"{LATENCY_PROVIDER}/slow": {
+        "max_input_tokens": 32_000, "max_tokens": 32_000, "max_output_tokens": 4096, "mode": "chat",
+        "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": LATENCY_PROVIDER,
+        "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
+    return f"{LATENCY_PROVIDER}/slow"
 
 
 def _text(n: int, i: int) -> str:
@@ -242,24 +247,27 @@ def _langgraph_bytes(history: int) -> int | None:
     return new_blobs + len(record[0][1]) + len(record[1][1])
 
 
-async def worker_metrics(url: str, prefix: str) -> dict[str, float]:
+async def worker_metrics(url: str, prefix: str, route: str = "direct") -> dict[str, float]:
     """What one worker process uses for 1,000 conversations answered at once by a model that takes 1 s: wall
     time, errors, and its memory before and after (run by :func:`_worker_process_metrics` in a fresh process,
-    so nothing else the bench did is counted)."""
+    so nothing else the bench did is counted).
+
+    ``route="direct"``: the offline model, made to wait 1 s, answers in-process, so the figures are the
+    worker's own (Redis, history, compaction checks, bookkeeping). ``route="litellm"``: a 1 s model behind
+    litellm's provider interface, so litellm's request handling and its import are counted too, as with
+    any real provider."""
+    from threadkeeper.services.offline import OfflineModel
+
+    model = _slow_provider(1.0) if route == "litellm" else "offline"
     settings = Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]
-                        ai_model=f"{LATENCY_PROVIDER}/slow", ai_model_context_window_tokens=32_000)
-    register_provider(LATENCY_PROVIDER, SlowModel(1.0))
-    litellm.register_model({f"{LATENCY_PROVIDER}/slow": {
-        "max_input_tokens": 32_000, "max_tokens": 32_000, "max_output_tokens": 4096, "mode": "chat",
-        "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": LATENCY_PROVIDER,
-        "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
+                        ai_model=model, ai_model_context_window_tokens=32_000)
     stores = build_stores(settings)
-    slow = build_pipeline(settings, stores)
+    slow = build_pipeline(settings, stores, offline_model=OfflineModel(latency=1.0))
     await ping(stores.client, url)
     idle = _rss_mb()
 
     async def one(i: int) -> bool:
-        cid = f"bench:concurrent:{i}"
+        cid = f"bench:concurrent:{route}:{i}"
         await slow.submit(cid, "hello, what is the status?", author="U1", id=f"c{i}")
         results = await slow.run(cid)
         return bool(results) and results[0].status == "completed"
@@ -270,15 +278,17 @@ async def worker_metrics(url: str, prefix: str) -> dict[str, float]:
         wall = time.perf_counter() - started
     finally:
         await stores.close()
-    return {"concurrent_1000_wall_s": round(wall, 3), "concurrent_1000_errors": sum(1 for o in outcomes if o is not True),
-            "rss_mb_worker_idle": idle, "rss_mb_1000": _rss_mb()}
+    suffix = "" if route == "direct" else f"_{route}"
+    return {f"concurrent_1000_wall_s{suffix}": round(wall, 3),
+            f"concurrent_1000_errors{suffix}": sum(1 for o in outcomes if o is not True),
+            f"rss_mb_worker_idle{suffix}": idle, f"rss_mb_1000{suffix}": _rss_mb()}
 
 
-def _worker_process_metrics(url: str, prefix: str) -> dict[str, float]:
+def _worker_process_metrics(url: str, prefix: str, route: str) -> dict[str, float]:
     code = ("import asyncio, json, sys; from threadkeeper.bench import worker_metrics; "
-            "print(json.dumps(asyncio.run(worker_metrics(sys.argv[1], sys.argv[2]))))")
-    done = subprocess.run([sys.executable, "-c", code, url, prefix], capture_output=True, text=True, timeout=600,
-                          check=False)
+            "print(json.dumps(asyncio.run(worker_metrics(sys.argv[1], sys.argv[2], sys.argv[3]))))")
+    done = subprocess.run([sys.executable, "-c", code, url, prefix, route], capture_output=True, text=True,
+                          timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the worker-process bench failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -379,8 +389,9 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         turns = sum(await asyncio.gather(*(converse(i) for i in range(conversations))))
         out["turns_per_second"] = round(turns / (time.perf_counter() - started), 1)
 
-        progress("1,000 concurrent conversations, in a worker process of their own")
-        out.update(_worker_process_metrics(url, prefix))
+        for route in ("direct", "litellm"):
+            progress(f"1,000 concurrent conversations, in a worker process of their own ({route})")
+            out.update(_worker_process_metrics(url, prefix, route))
         # Last: reading 100,000 messages into this process's caches would inflate the memory figure above.
         out.update(await _recall_bench(local, client, (1_000, 10_000) if quick else (1_000, 10_000, 100_000),
                                        15 if quick else 41, progress))

@@ -29,6 +29,7 @@ from threadkeeper.services import (
 from threadkeeper.services.compactor import Compactor
 from threadkeeper.services.effects import NoteEffects
 from threadkeeper.services.narrative import Summarizer
+from threadkeeper.services.offline import OfflineModel
 from threadkeeper.services.recall import Recall
 from threadkeeper.services.search_tool import thread_search_tool
 from threadkeeper.services.state_tool import lineage_resolver, record_state_tool
@@ -42,18 +43,17 @@ def check_models(settings: Settings) -> None:
     """At start-up: each configured model is one litellm can call, with a known window and its provider's
     key set; otherwise stop with one line naming the variable (instead of failing every turn)."""
     from threadkeeper.services._litellm import litellm
-    from threadkeeper.services.llm import litellm_model_name
 
     for variable, name, window in (("AI_MODEL", settings.ai_model, settings.ai_model_context_window_tokens),
                                    ("AI_FAST_MODEL", settings.fast_model, settings.ai_fast_model_context_window_tokens)):
         if is_offline(name):
             continue
         try:
-            litellm.get_llm_provider(litellm_model_name(name))
+            litellm.get_llm_provider(name)
         except Exception as exc:  # litellm raises its BadRequestError for an unknown provider
             raise SettingsError(f"{variable}={name!r} is not a model litellm can call ({str(exc).splitlines()[0][:160]})"
                                 ) from None
-        missing = [k for k in litellm.validate_environment(model=litellm_model_name(name)).get("missing_keys") or []
+        missing = [k for k in litellm.validate_environment(model=name).get("missing_keys") or []
                    if k.endswith(("_KEY", "_TOKEN"))]
         if missing:
             raise SettingsError(f"{variable}={name!r} needs {', '.join(missing)} set (in the environment or .env): "
@@ -95,10 +95,12 @@ def _check_reachable(variable: str, name: str) -> None:
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
                    context_window: int | None = None, tools: list[Tool] | None = None,
                    summarizer_model: str | None = None, retry_wait_seconds: float = 1.0,
-                   compactor_class: type[Compactor] = Compactor) -> Pipeline:
+                   compactor_class: type[Compactor] = Compactor, offline_model: OfflineModel | None = None,
+                   ) -> Pipeline:
     """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override.
 
     ``compactor_class`` swaps the compaction strategy (the evals compare baselines this way).
+    ``offline_model`` replaces the offline model's default instance (the bench gives it a latency).
     The summarizer uses ``summarizer_model`` (default ``AI_FAST_MODEL``, else the main model); with the
     offline model the narrative is extractive and compaction makes no model call.
     """
@@ -110,7 +112,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
     window = resolve_window(model_name, override)
     client = ModelClient(model_name, timeout_seconds=settings.ai_timeout_seconds, max_output_tokens=max_output,
                          attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds,
-                         context_window=window)
+                         context_window=window, offline_model=offline_model)
     recall = Recall(stores.checkpoints, stores.notes, tokenizer)
     registry = ToolRegistry([record_state_tool(lineage_resolver(recall, stores.checkpoints)), *(tools or [])])
     if offers_tools(model_name):
