@@ -30,12 +30,15 @@ def _retry() -> Retry:
 
 
 def connect(url: str | None, *, server: Any = None, max_connections: int = 128,
-            cluster: bool = False) -> aioredis.Redis:
+            cluster: bool = False, timeout_seconds: float = 5.0) -> aioredis.Redis:
     """Return an async Redis client for ``url``, or an in-process stand-in when ``url`` is empty.
 
     Real connections come from a blocking pool of at most ``max_connections``. With ``cluster``, ``url``
     names one node of a Redis Cluster and redis-py's cluster client routes each command to the node that
     holds its keys (every key of a conversation shares one hash slot, so every script runs on one node).
+
+    ``timeout_seconds`` bounds each command (sending and reading its reply; 0 waits forever): a Redis that
+    stops answering fails a command, which is retried on a new connection, instead of hanging a turn.
 
     The stand-in is fakeredis with Lua support: the same store code runs on it, but nothing it
     holds survives the process. That is logged once.
@@ -55,12 +58,14 @@ def connect(url: str | None, *, server: Any = None, max_connections: int = 128,
         from redis.asyncio.cluster import RedisCluster
 
         return RedisCluster.from_url(url, max_connections=max_connections, socket_connect_timeout=5,
+                                     socket_timeout=timeout_seconds or None,
                                      health_check_interval=30, retry=_retry())  # type: ignore[return-value]
     # A bounded, blocking pool: a burst of turns waits briefly for a connection instead of failing with
     # "too many connections" or opening one socket per turn (1,000 concurrent turns: 3.8 s with 128
     # connections, 5.0 s with one connection each, in ``threadkeeper bench``).
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=30,
                                                     socket_connect_timeout=5, health_check_interval=30,
+                                                    socket_timeout=timeout_seconds or None,
                                                     retry=_retry(), retry_on_error=[RedisConnectionError,
                                                                                     RedisTimeoutError])
     return aioredis.Redis(connection_pool=pool)

@@ -154,52 +154,82 @@ touch(ttl)
 return {1, version}
 """
 
-# ARGV: checkpoint id, K, K "stop" ids (checkpoints whose history the caller holds).
-# Returns {walked chain ids (oldest first)..., '', stop id or '', the checkpoint's 6 record fields, then per
-#          walked chain element: status, message count, messages...}
-LOAD = """
+_SEGMENT = """
 local K_CP, K_MSGS = KEYS[2], KEYS[3]
-local id = ARGV[1]
+local call = redis.call
+local function gather(parts, fields)
+  -- appends the messages stored under fields (in order) to parts, 500 to a command; false when one is missing
+  local start, count, total = 1, #parts, #fields
+  while start <= total do
+    local stop_at = math.min(start + 499, total)
+    local vals = call('HMGET', K_MSGS, unpack(fields, start, stop_at))
+    for j = 1, #vals do
+      local v = vals[j]
+      if not v then return false end
+      count = count + 1
+      parts[count] = v
+    end
+    start = stop_at + 1
+  end
+  return true
+end
+"""
+
+# ARGV: checkpoint id, most checkpoints to walk, most messages to return, K, K "stop" ids (checkpoints whose
+# history the caller holds).
+# Walks from the checkpoint towards its epoch's start (a compaction or the first turn) until a stop, within one
+# call's limits so that no call holds Redis for long: the caller continues from the returned next id.
+# Returns {stop id or '', next id to walk from or '', the checkpoint's 6 record fields, the walked checkpoints
+#          oldest first, one line each: "id status count included" (included 0: its messages alone exceed the
+#          limit, read them with SEGMENT), and the messages as one JSON array (false when one is missing)}.
+# Both lists are single strings: a reply item costs the client more than its bytes.
+LOAD = _SEGMENT + """
+local id, walk_limit, budget, nstops = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
   return redis.error_reply('checkpoint ' .. id .. ' does not exist')
 end
-local nstops = tonumber(ARGV[2])
 local stops = {}
-for i = 3, 2 + nstops do stops[ARGV[i]] = true end
-local chain = {}
-local cur = id
-local stop = ''
+for i = 5, 4 + nstops do stops[ARGV[i]] = true end
+local chain, counts, statuses, total, walked = {}, {}, {}, 0, 0
+local cur, stop, more = id, '', ''
 while true do
   if stops[cur] then stop = cur break end
-  table.insert(chain, 1, cur)
-  if redis.call('HGET', K_CP, cur .. ':kind') == 'compaction' then break end
-  local parent = redis.call('HGET', K_CP, cur .. ':parent')
-  if not parent or parent == '' then break end
-  cur = parent
+  local f = call('HMGET', K_CP, cur .. ':n', cur .. ':kind', cur .. ':parent', cur .. ':status')
+  local n = tonumber(f[1])
+  if walked > 0 and (walked >= walk_limit or total + n > budget) then more = cur break end
+  walked = walked + 1
+  chain[walked], counts[walked], statuses[walked] = cur, n, f[4]
+  total = total + n
+  if f[2] == 'compaction' or not f[3] or f[3] == '' then break end
+  cur = f[3]
 end
-local out = {}
-for i = 1, #chain do out[#out + 1] = chain[i] end
-out[#out + 1] = ''
-out[#out + 1] = stop
+local out = {stop, more}
 local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out', id .. ':consumed')
 for i = 1, 6 do out[#out + 1] = rec[i] or false end
-for c = 1, #chain do
-  local cid = chain[c]
-  local status = redis.call('HGET', K_CP, cid .. ':status')
-  out[#out + 1] = status
-  local n = tonumber(redis.call('HGET', K_CP, cid .. ':n'))
-  out[#out + 1] = n
-  local start = 0
-  while start < n do
-    local stop_at = math.min(start + 500, n) - 1
-    local fields = {}
-    for j = start, stop_at do fields[#fields + 1] = cid .. ':' .. j end
-    local vals = redis.call('HMGET', K_MSGS, unpack(fields))
-    for j = 1, #vals do out[#out + 1] = vals[j] end
-    start = stop_at + 1
+local parts, rows, fields, nfields = {}, {}, {}, 0
+for c = walked, 1, -1 do
+  local cid, n = chain[c], counts[c]
+  local inline = n <= budget
+  rows[walked - c + 1] = cid .. ' ' .. tostring(statuses[c]) .. ' ' .. n .. ' ' .. (inline and '1' or '0')
+  if inline then
+    local prefix = cid .. ':'
+    for j = 0, n - 1 do
+      nfields = nfields + 1
+      fields[nfields] = prefix .. j
+    end
   end
 end
+out[#out + 1] = table.concat(rows, '\\n')
+if gather(parts, fields) then out[#out + 1] = '[' .. table.concat(parts, ',') .. ']' else out[#out + 1] = false end
 return out
+"""
+
+# ARGV: checkpoint id, from, to. Its messages [from, to) as one JSON array, or false when one is missing.
+SEGMENT = _SEGMENT + """
+local parts, fields = {}, {}
+for j = tonumber(ARGV[2]), tonumber(ARGV[3]) - 1 do fields[#fields + 1] = ARGV[1] .. ':' .. j end
+if not gather(parts, fields) then return false end
+return '[' .. table.concat(parts, ',') .. ']'
 """
 
 # ARGV: item json, dedup ttl, retention ttl, now, [front]; dedup keys in KEYS after 6. With ``front`` the item

@@ -433,5 +433,5 @@ async def test_a_history_is_extended_by_its_new_checkpoints_only(store: Checkpoi
             assert history.visible_tokens(upto) == sum(m.tokens for m in visible(fresh.messages[:upto]))
             expected = next((m for m in reversed(fresh.messages[:upto]) if m.flags.runtime), None)
             assert history.last_runtime(upto) == expected
-    # Each load read one new checkpoint: its id, the separator, stop, 6 record fields, status, count, 2 messages.
-    assert read == [1 + 2 + 6 + 2 + 2] * 3
+    # Each load read one new checkpoint: stop, next, 6 record fields, the line of the one checkpoint, its messages.
+    assert read == [2 + 6 + 1 + 1] * 3

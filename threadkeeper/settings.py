@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     threadkeeper_retention_days: float = Field(default=30.0, gt=0, le=3650)
     threadkeeper_lease_seconds: float = Field(default=120.0, ge=5, le=3600)
     threadkeeper_redis_max_connections: int = Field(default=128, ge=2, le=10_000)
+    threadkeeper_redis_timeout_seconds: float = Field(default=5.0, ge=0, le=600)
+    """How long one Redis command may take before it fails (and is retried on a new connection); 0 waits forever."""
     threadkeeper_cache_mb: int = Field(default=128, ge=0, le=1_000_000)
     threadkeeper_sweep_seconds: float = Field(default=30.0, ge=1, le=3600)
     threadkeeper_shutdown_seconds: float = Field(default=20.0, ge=0, le=600)

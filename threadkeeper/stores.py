@@ -27,7 +27,8 @@ class Stores:
 
 def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, server: Any = None) -> Stores:
     client = client or connect(settings.redis_url, server=server, cluster=settings.redis_cluster,
-                               max_connections=settings.threadkeeper_redis_max_connections)
+                               max_connections=settings.threadkeeper_redis_max_connections,
+                               timeout_seconds=settings.threadkeeper_redis_timeout_seconds)
     common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
                   url=settings.redis_url or "")
     checkpoints = CheckpointStore(client, cache_bytes=settings.threadkeeper_cache_mb * 1024 * 1024, **common)
