@@ -1,5 +1,8 @@
 """Lua scripts: every multi-key update of a conversation is one atomic script.
 
+A script refuses with an error whose first word is its kind (``NOTFOUND``, ``TRANSITION``, ``EXISTS``);
+``RedisStore`` maps the kind to an exception (``SCRIPT_ERRORS``), never the wording.
+
 All scripts take ``KEYS = ConversationKeys.durable`` (state, cp, msgs, order, inbox, notes) so
 they touch only keys sharing one hash tag, and refresh the retention TTL of all of them.
 """
@@ -36,10 +39,10 @@ end
 CREATE = _PRELUDE + """
 local id, kind, parent, meta, now, ttl, consumed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
-  return redis.error_reply('checkpoint ' .. id .. ' already exists')
+  return redis.error_reply('EXISTS checkpoint ' .. id .. ' already exists')
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, parent .. ':meta') == 0 then
-  return redis.error_reply('parent checkpoint ' .. parent .. ' does not exist')
+  return redis.error_reply('NOTFOUND parent checkpoint ' .. parent .. ' does not exist')
 end
 redis.call('HSET', K_CP, id .. ':meta', meta, id .. ':status', 'running', id .. ':n', 0,
   id .. ':tok', 0, id .. ':consumed', consumed, id .. ':parent', parent, id .. ':kind', kind)
@@ -63,10 +66,10 @@ local id, parent, meta, now, ttl, expected, outcome = ARGV[1], ARGV[2], ARGV[3],
 local head = redis.call('HGET', K_STATE, 'head') or ''
 if head ~= expected then return {0, head} end
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
-  return redis.error_reply('checkpoint ' .. id .. ' already exists')
+  return redis.error_reply('EXISTS checkpoint ' .. id .. ' already exists')
 end
 if redis.call('HEXISTS', K_CP, parent .. ':meta') == 0 then
-  return redis.error_reply('parent checkpoint ' .. parent .. ' does not exist')
+  return redis.error_reply('NOTFOUND parent checkpoint ' .. parent .. ' does not exist')
 end
 redis.call('HSET', K_CP, id .. ':meta', meta, id .. ':status', 'running', id .. ':n', 0,
   id .. ':tok', 0, id .. ':consumed', 0, id .. ':parent', parent, id .. ':kind', 'compaction')
@@ -83,9 +86,9 @@ return {1, version, redis.call('LLEN', K_INBOX)}
 APPEND = _PRELUDE + """
 local id, consumed, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local status = redis.call('HGET', K_CP, id .. ':status')
-if not status then return redis.error_reply('checkpoint ' .. id .. ' does not exist') end
+if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
 if status ~= 'running' then
-  return redis.error_reply('checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint takes messages')
+  return redis.error_reply('TRANSITION checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint takes messages')
 end
 local n = append(id, 4, #ARGV)
 if consumed > 0 then redis.call('HINCRBY', K_CP, id .. ':consumed', consumed) end
@@ -98,9 +101,9 @@ return n
 COMMIT = _PRELUDE + """
 local id, expected, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local status = redis.call('HGET', K_CP, id .. ':status')
-if not status then return redis.error_reply('checkpoint ' .. id .. ' does not exist') end
+if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
 if status ~= 'running' then
-  return redis.error_reply('checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint can complete')
+  return redis.error_reply('TRANSITION checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint can complete')
 end
 local head = redis.call('HGET', K_STATE, 'head') or ''
 if head ~= expected then return {0, head} end
@@ -119,13 +122,13 @@ return {1, version, redis.call('LLEN', K_INBOX)}
 TRANSITION = _PRELUDE + """
 local id, new, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local status = redis.call('HGET', K_CP, id .. ':status')
-if not status then return redis.error_reply('checkpoint ' .. id .. ' does not exist') end
+if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
 local allowed = {
   running = {failed = true, awaiting_resume = true, superseded = true},
   awaiting_resume = {running = true, failed = true, superseded = true},
 }
 if not (allowed[status] and allowed[status][new]) then
-  return redis.error_reply('checkpoint ' .. id .. ' is ' .. status .. '; it cannot become ' .. new)
+  return redis.error_reply('TRANSITION checkpoint ' .. id .. ' is ' .. status .. '; it cannot become ' .. new)
 end
 redis.call('HSET', K_CP, id .. ':status', new)
 if outcome ~= '' then redis.call('HSET', K_CP, id .. ':out', outcome) end
@@ -144,7 +147,7 @@ CAS_HEAD = _PRELUDE + """
 local expected, new, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local status = redis.call('HGET', K_CP, new .. ':status')
 if status ~= 'completed' then
-  return redis.error_reply('checkpoint ' .. new .. ' is ' .. tostring(status) .. '; the head must be a completed checkpoint')
+  return redis.error_reply('TRANSITION checkpoint ' .. new .. ' is ' .. tostring(status) .. '; the head must be a completed checkpoint')
 end
 local head = redis.call('HGET', K_STATE, 'head') or ''
 if head ~= expected then return {0, head} end
@@ -186,7 +189,7 @@ end
 LOAD = _SEGMENT + """
 local id, walk_limit, budget, nstops = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
-  return redis.error_reply('checkpoint ' .. id .. ' does not exist')
+  return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist')
 end
 local stops = {}
 for i = 5, 4 + nstops do stops[ARGV[i]] = true end

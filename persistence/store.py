@@ -64,6 +64,14 @@ def _text(raw: bytes | str | None) -> str | None:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
+SCRIPT_ERRORS: dict[str, type[ThreadkeeperError]] = {
+    "NOTFOUND": NotFoundError,  # a checkpoint (or the parent a new one names) does not exist
+    "TRANSITION": InvalidTransitionError,  # a checkpoint's status does not allow the change
+    "EXISTS": ThreadkeeperError,  # a new checkpoint's id is taken
+}
+"""The kind a script's refusal starts with, and the exception it raises."""
+
+
 class RedisStore:
     """Shared plumbing for the stores: key layout, scripts, error translation, retention."""
 
@@ -89,12 +97,11 @@ class RedisStore:
         try:
             return await script(keys=list(keys), args=list(args))
         except ResponseError as exc:
-            message = str(exc)
-            if "does not exist" in message:
-                raise NotFoundError(message) from None
-            if "only a running" in message or "cannot become" in message or "must be a completed" in message:
-                raise InvalidTransitionError(message) from None
-            raise ThreadkeeperError(f"Redis rejected {name.lower()}: {message}") from exc
+            kind, _, message = str(exc).partition(" ")
+            error = SCRIPT_ERRORS.get(kind)
+            if error is not None:
+                raise error(message) from None
+            raise ThreadkeeperError(f"Redis rejected {name.lower()}: {exc}") from exc
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise StoreUnavailableError(self.url, exc) from exc
 

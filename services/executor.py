@@ -15,12 +15,11 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import (
     Checkpoint,
     CheckpointStatus,
-    CheckpointStore,
     HeadConflictError,
     History,
     Inbox,
@@ -37,8 +36,13 @@ from threadkeeper.persistence import (
 
 from .budget import ContextBudget
 from .context import calibration, visible
-from .llm import ModelClient, ModelContextError, ModelError, ModelTimeoutError
+from .llm import ModelContextError, ModelError, ModelTimeoutError
 from .recall import Recall
+
+if TYPE_CHECKING:
+    from .compactor import CompactionReport
+from .seams import CheckpointStore as Checkpoints
+from .seams import Compactor, Model
 from .tokens import Tokenizer
 from .tool_loop import ToolLoop
 from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
@@ -46,7 +50,6 @@ from .tracing import TRACE, TURNS, event, new_trace_id
 from .turns import (
     COMPACTING,
     THINKING,
-    Compactor,
     ExecutorConfig,
     InboxEffects,
     Intake,
@@ -73,7 +76,7 @@ class _LeaseLost(Exception):
 
 
 class ReplyExecutor(ToolLoop):
-    def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, leases: LeaseManager, model: ModelClient,
+    def __init__(self, *, checkpoints: Checkpoints, inbox: Inbox, leases: LeaseManager, model: Model,
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
                  compactor: Compactor | None = None, effects: InboxEffects | None = None,
                  runtime_context: RuntimeContext = default_runtime_context,
@@ -237,16 +240,13 @@ class ReplyExecutor(ToolLoop):
     async def _compact_tighter(self, conversation_id: str, events: TurnEvents, why: str) -> None:
         """After a context-length refusal: compact to half the usual target, so the retried request fits
         however differently the provider counts."""
-        compact = getattr(self.compactor, "compact", None)
-        if compact is None:
-            return
         log.warning("%s: the provider refused the request as too long; compacting tighter (%s)", conversation_id, why)
         await events.status(conversation_id, COMPACTING)
         b = self.budget
         tighter = replace(b, target_tokens=b.target_tokens // 2, retained_user_tokens=b.retained_user_tokens // 2,
                           pin_tokens=b.pin_tokens // 2)
         try:
-            await compact(conversation_id, budget=tighter, reason="context-length")
+            await self.compactor.compact(conversation_id, budget=tighter, reason="context-length")
         except ThreadkeeperError as exc:  # nothing to compact, or the head moved: the retry says what happens
             log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
 
@@ -265,7 +265,7 @@ class ReplyExecutor(ToolLoop):
                       input_tokens=spend.input_tokens if spend else 0,
                       output_tokens=spend.output_tokens if spend else 0,
                       cost_usd=round(spend.cost_usd, 6) if spend else 0.0,
-                      compaction=getattr(report, "new_checkpoint_id", None))
+                      compaction=report.new_checkpoint_id if report is not None else None)
             return result
         finally:
             TRACE.reset(token)
@@ -350,11 +350,10 @@ class ReplyExecutor(ToolLoop):
                           turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
-                             events: TurnEvents) -> tuple[History | None, Any]:
+                             events: TurnEvents) -> tuple[History | None, CompactionReport | None]:
         if history is None:
             return None, None
-        should = getattr(self.compactor, "should_compact", None)
-        if should is not None and should(history, incoming, self.budget):
+        if self.compactor.should_compact(history, incoming, self.budget):
             await events.status(conversation_id, COMPACTING)
         return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
 

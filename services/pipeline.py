@@ -118,20 +118,17 @@ class Pipeline:
                           key=lambda m: m.created_at)
         messages: list[Message] = list(history.messages) if history else []
         incoming = executor.numbered(messages, incoming)
-        preview = getattr(executor.compactor, "preview", None)
-        should = getattr(executor.compactor, "should_compact", None)
         compaction = None
         # The executor's own rule, loop breaker included, so the preview never disagrees with the turn.
-        would = history is not None and (should(history, incoming, self.budget) if should is not None else
-                                          tokens + sum(m.tokens for m in incoming) >= self.budget.trigger_tokens)
-        if would and preview is not None:
-            compaction, messages = await preview(conversation_id, history, incoming, self.budget)
+        would = history is not None and executor.compactor.should_compact(history, incoming, self.budget)
+        if would and history is not None:
+            compaction, messages = await executor.compactor.preview(conversation_id, history, incoming, self.budget)
         shown = visible(messages)
         if arriving:
             runtime = await executor.runtime_message(conversation_id, history, [*messages, *incoming], incoming)
             shown = [*shown, *incoming, runtime]
         return ContextReport(conversation_id, self.budget, [system, *entries(shown)], tokens,
-                             would and preview is not None, compaction)
+                             would, compaction)
 
     async def references(self, conversation_id: str) -> dict[str, str]:
         """Message id by short reference (``#N``), over the conversation's whole lineage."""

@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from threadkeeper.persistence import Checkpoint, History, InboxItem, Message, Usage
+from threadkeeper.persistence import Checkpoint, History, InboxItem, Message, ThreadkeeperError, Usage
 
 from .budget import ContextBudget
 from .llm import Draft, ModelReply
+
+if TYPE_CHECKING:
+    from .compactor import CompactionReport
 
 TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
 
@@ -20,17 +23,23 @@ THINKING = "thinking…"
 COMPACTING = "compacting history…"
 
 
-class Compactor(Protocol):
-    """Called before a turn with the head history and the turn's new input; returns the history to use."""
-
-    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget) -> tuple[History | None, Any]: ...
-
-
 class NoCompaction:
+    """A compactor that never compacts (an executor built without one)."""
+
+    def should_compact(self, history: History, incoming: Sequence[Message], budget: ContextBudget) -> bool:
+        return False
+
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget) -> tuple[History | None, Any]:
+                          budget: ContextBudget) -> tuple[History | None, CompactionReport | None]:
         return history, None
+
+    async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
+                      budget: ContextBudget) -> tuple[CompactionReport, list[Message]]:
+        raise ThreadkeeperError("this pipeline has no compactor")
+
+    async def compact(self, conversation_id: str, *, budget: ContextBudget, dry_run: bool = False,
+                      reason: str = "manual", with_model: bool = False) -> CompactionReport:
+        raise ThreadkeeperError("this pipeline has no compactor")
 
 
 class InboxEffects(Protocol):
@@ -114,7 +123,7 @@ class TurnResult:
     consumed: int = 0
     trace_id: str | None = None
     usage: Usage | None = None
-    compaction: Any = None
+    compaction: CompactionReport | None = None
     model_calls: int = 0
     inbox_left: int | None = None
     """Inbox items left when the turn committed (None: unknown); 0 lets the worker stop at once."""
@@ -158,7 +167,7 @@ class TurnState:
     runtime_id: str
     items: list[InboxItem]
     incoming: list[Message]
-    compaction: Any = None
+    compaction: CompactionReport | None = None
     usage: Usage | None = None
     covered: int = 0
     calls: int = 0

@@ -435,3 +435,13 @@ async def test_a_history_is_extended_by_its_new_checkpoints_only(store: Checkpoi
             assert history.last_runtime(upto) == expected
     # Each load read one new checkpoint: stop, next, 6 record fields, the line of the one checkpoint, its messages.
     assert read == [2 + 6 + 1 + 1] * 3
+
+
+async def test_a_script_refusal_raises_the_error_of_its_kind_with_its_words(store: CheckpointStore) -> None:
+    """Scripts refuse with a kind first (``NOTFOUND``, ``TRANSITION``); the store maps the kind, not the wording,
+    and the message keeps only the words."""
+    with pytest.raises(NotFoundError, match=r"^checkpoint cp_none does not exist$"):
+        await store.append(CONV, "cp_none", [msg("x")])
+    done = await turn(store, ["a"])
+    with pytest.raises(InvalidTransitionError, match=r"^checkpoint \S+ is completed; only a running checkpoint"):
+        await store.append(CONV, done, [msg("y")])

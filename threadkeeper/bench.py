@@ -328,7 +328,9 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
     await ping(client, url)
     local = settings.model_copy(update={"threadkeeper_key_prefix": prefix, "redis_url": url})
     stores = build_stores(local, client=client)
-    out: dict[str, float] = {"rss_mb_baseline": _rss_mb(), "cli_help_s": _cli_seconds("--help")}
+    out: dict[str, float] = {"rss_mb_baseline": _rss_mb(), "cli_help_s": _cli_seconds("--help"),
+                             "cli_history_s": _cli_seconds("history", "console:bench-none"),
+                             "cli_context_s": _cli_seconds("context", "console:bench-none")}
     sizes = (100, 1000, 10000) if quick else (100, 1000, 10000, 100_000)
     repeats = 15 if quick else 41
     try:
