@@ -18,7 +18,8 @@ from threadkeeper.persistence import (
     new_id,
 )
 from threadkeeper.services.budget import ContextBudget
-from threadkeeper.services.compactor import Compactor, Plan, RunningFold
+from threadkeeper.services.compaction import Plan, RunningFold
+from threadkeeper.services.compactor import Compactor
 from threadkeeper.services.ledger import Ledger
 from threadkeeper.services.narrative import extractive
 from threadkeeper.services.refs import next_ref

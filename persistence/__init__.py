@@ -35,7 +35,8 @@ from .models import (
     Usage,
 )
 from .notes import MessageChange, Notes, NotesStore
-from .store import CheckpointStore, Commit, Opening, new_id
+from .base import new_id
+from .store import CheckpointStore, Commit, Opening
 
 __all__ = [
     "Forgetter", "IN_PROCESS_URL", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",

@@ -10,7 +10,7 @@ import re
 
 from .errors import InvalidTransitionError
 from .keys import ConversationKeys, registry_key
-from .store import RedisStore
+from .base import RedisStore
 
 _GLOB = re.compile(r"([*?\[\]\\])")
 

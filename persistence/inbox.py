@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from .errors import CorruptRecordError
 from .keys import registry_key
 from .models import InboxItem, Lease
-from .store import RedisStore
+from .base import RedisStore
 
 
 log = logging.getLogger("threadkeeper.inbox")

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from .errors import CorruptRecordError
-from .store import RedisStore
+from .base import RedisStore
 
 
 class MessageChange(BaseModel):

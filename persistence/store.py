@@ -10,25 +10,13 @@ from __future__ import annotations
 import gc
 import secrets
 import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .errors import (
-    CorruptRecordError,
-    HeadConflictError,
-    InvalidTransitionError,
-    NotFoundError,
-    StoreUnavailableError,
-    ThreadkeeperError,
-)
+from .errors import CorruptRecordError, HeadConflictError, NotFoundError
 from .keys import ConversationKeys
 from .models import (
     MESSAGES,
@@ -43,73 +31,14 @@ from .models import (
     LineageEntry,
     Message,
 )
-from . import scripts
+from .base import RedisStore, _text, new_id
+from .cache import SegmentCache
 
-DAY = 86_400
 WALK_PER_CALL = 500
 """Checkpoints one history-loading script call walks at most."""
 MESSAGES_PER_CALL = 500
 """Messages one history-loading script call returns at most (a few milliseconds of Redis's time: a long
 history is read in several calls, so no other client waits long behind one)."""
-
-
-def new_id(prefix: str = "cp") -> str:
-    """A sortable unique id: milliseconds since the epoch, then randomness."""
-    return f"{prefix}_{int(time.time() * 1000):013x}{uuid.uuid4().hex[:12]}"
-
-
-def _text(raw: bytes | str | None) -> str | None:
-    if raw is None:
-        return None
-    return raw.decode() if isinstance(raw, bytes) else raw
-
-
-SCRIPT_ERRORS: dict[str, type[ThreadkeeperError]] = {
-    "NOTFOUND": NotFoundError,  # a checkpoint (or the parent a new one names) does not exist
-    "TRANSITION": InvalidTransitionError,  # a checkpoint's status does not allow the change
-    "EXISTS": ThreadkeeperError,  # a new checkpoint's id is taken
-}
-"""The kind a script's refusal starts with, and the exception it raises."""
-
-
-class RedisStore:
-    """Shared plumbing for the stores: key layout, scripts, error translation, retention."""
-
-    def __init__(self, client: aioredis.Redis, *, prefix: str = "tk", retention_days: float = 30,
-                 url: str = "") -> None:
-        self.client = client
-        self.prefix = prefix
-        self.retention_seconds = max(1, int(retention_days * DAY))
-        self.url = url or "(in-process)"
-        self._scripts: dict[str, Any] = {}
-
-    def keys(self, conversation_id: str) -> ConversationKeys:
-        return ConversationKeys(self.prefix, conversation_id)
-
-    def _script(self, name: str) -> Any:
-        script = self._scripts.get(name)
-        if script is None:
-            script = self._scripts[name] = self.client.register_script(getattr(scripts, name))
-        return script
-
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        script = self._script(name)
-        try:
-            return await script(keys=list(keys), args=list(args))
-        except ResponseError as exc:
-            kind, _, message = str(exc).partition(" ")
-            error = SCRIPT_ERRORS.get(kind)
-            if error is not None:
-                raise error(message) from None
-            raise ThreadkeeperError(f"Redis rejected {name.lower()}: {exc}") from exc
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailableError(self.url, exc) from exc
-
-    async def _call(self, coro: Any) -> Any:
-        try:
-            return await coro
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailableError(self.url, exc) from exc
 
 
 class Opening(NamedTuple):
@@ -138,95 +67,6 @@ def _message_args(messages: Iterable[Message]) -> list[Any]:
         args.append(message.model_dump_json())
         args.append(message.tokens)
     return args
-
-
-def message_bytes(message: Message) -> int:
-    """About what a parsed message holds in memory: a fixed cost for the model objects and three bytes per
-    character of its text (``threadkeeper bench``'s history cache figure: about 2.6 KB for a 400-character
-    message)."""
-    return 1_200 + 3 * sum(len(getattr(p, "text", "") or getattr(p, "content", "") or getattr(p, "arguments", ""))
-                           for p in message.parts)
-
-
-class SegmentCache:
-    """Parsed messages of completed checkpoints. They never change, so a cached copy is always right.
-
-    Bounded by a total message count and by an estimate of the memory they hold (``message_bytes``), least
-    recently used first out.
-    """
-
-    def __init__(self, max_messages: int = 200_000, max_bytes: int = 128 * 1024 * 1024) -> None:
-        self.max_messages = max_messages
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], list[Message]] = OrderedDict()
-        self._costs: dict[tuple[str, str], int] = {}
-        self._by_conversation: dict[str, set[str]] = {}
-        self._chains: OrderedDict[str, OrderedDict[str, list[str]]] = OrderedDict()
-        self._assembled: dict[str, History] = {}
-        """Per conversation, the last complete history loaded: the next load extends it by what is new."""
-        self._size = 0
-        self.bytes = 0
-        """The estimated memory the cached messages hold."""
-
-    def known_chains(self, conversation_id: str, recent: int = 4) -> list[str]:
-        """The most recent checkpoints whose whole chain (and every segment of it) this cache holds."""
-        return list(self._chains.get(conversation_id, {}))[-recent:]
-
-    def chain(self, conversation_id: str, checkpoint_id: str) -> list[str] | None:
-        return self._chains.get(conversation_id, {}).get(checkpoint_id)
-
-    def put_chain(self, conversation_id: str, checkpoint_id: str, chain: list[str]) -> None:
-        if self.max_messages <= 0:
-            return
-        chains = self._chains.setdefault(conversation_id, OrderedDict())
-        chains[checkpoint_id] = list(chain)
-        chains.move_to_end(checkpoint_id)
-        while len(chains) > 64:
-            chains.popitem(last=False)
-        self._chains.move_to_end(conversation_id)
-        while len(self._chains) > 10_000:
-            self._assembled.pop(self._chains.popitem(last=False)[0], None)
-
-    def forget_chains(self, conversation_id: str) -> None:
-        self._chains.pop(conversation_id, None)
-        self._assembled.pop(conversation_id, None)
-
-    def assembled(self, conversation_id: str) -> History | None:
-        return self._assembled.get(conversation_id)
-
-    def put_assembled(self, conversation_id: str, history: History) -> None:
-        if conversation_id in self._chains:  # only while its segments are cached: it holds the same messages
-            self._assembled[conversation_id] = history
-
-    def get(self, conversation_id: str, checkpoint_id: str) -> list[Message] | None:
-        key = (conversation_id, checkpoint_id)
-        segment = self._items.get(key)
-        if segment is not None:
-            self._items.move_to_end(key)
-        return segment
-
-    def put(self, conversation_id: str, checkpoint_id: str, segment: list[Message]) -> None:
-        key = (conversation_id, checkpoint_id)
-        if len(segment) > self.max_messages or key in self._items:
-            return
-        cost = sum(message_bytes(m) for m in segment)
-        if cost > self.max_bytes:
-            return
-        self._items[key] = segment
-        self._costs[key] = cost
-        self._by_conversation.setdefault(conversation_id, set()).add(checkpoint_id)
-        self._size += len(segment)
-        self.bytes += cost
-        while self._size > self.max_messages or self.bytes > self.max_bytes:
-            (conv, cid), old = self._items.popitem(last=False)
-            self._size -= len(old)
-            self.bytes -= self._costs.pop((conv, cid))
-            self.forget_chains(conv)
-            ids = self._by_conversation.get(conv)
-            if ids is not None:
-                ids.discard(cid)
-                if not ids:
-                    del self._by_conversation[conv]
 
 
 class CheckpointStore(RedisStore):

@@ -1,4 +1,5 @@
-"""What a turn takes in: messages made and counted once, people's messages prepared as a turn takes them
+"""What a turn takes in: its items settled (authors named, routing decided), its runtime context with the
+recalled messages, messages made and counted once, people's messages prepared as a turn takes them
 (counted, noted, marked, numbered, bounded), edits and deletions as notices, and how many queued items one
 turn takes. Part of :class:`services.executor.ReplyExecutor`."""
 
@@ -8,23 +9,77 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from threadkeeper.persistence import InboxItem, Message, MessageFlags, TextPart, new_id
+from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, TextPart, new_id
 
 from . import refs
 from .budget import ContextBudget
+from .context import calibration, visible
 from .notes import note_and_brief
-from .recall import change_notice_id
+from .recall import Recall, change_notice_id
 from .refs import next_ref
 from .tokens import Tokenizer
 from .tools import bound_text
+from .turns import Intake, RuntimeContext
 
 
 class Incoming:
-    """The executor's message making (a mixin: it uses the executor's tokenizer, budget and clock)."""
+    """The executor's message making (a mixin: it uses the executor's tokenizer, budget, clock, intake, recall
+    and runtime context)."""
 
     tokenizer: Tokenizer
     budget: ContextBudget
     clock: Callable[[], float] = time.time
+    intake: Intake | None
+    recall: Recall | None
+    runtime_context: RuntimeContext
+    tool_limit: Callable[[], int]
+
+    async def settled(self, conversation_id: str, items: Sequence[InboxItem], history: History | None, *,
+                      route: bool = True) -> list[InboxItem]:
+        """``items`` with their authors' names looked up and, with ``route``, whether to answer decided by the
+        transport's :class:`Intake` (reading ``history``'s last lines); as they are without an intake."""
+        if self.intake is None or not any(i.author_id or i.route for i in items):
+            return list(items)
+        recent = [f"{m.author or m.role}: {m.text}" for m in (history.messages if history else [])
+                  if m.role in ("user", "assistant") and not m.flags.runtime and not m.flags.handoff][-6:]
+        out = []
+        for item in items:
+            message = item.message
+            update: dict[str, Any] = {}
+            if message is not None and item.author_id:
+                name = await self.intake.author(conversation_id, item.author_id)
+                message = self.with_tokens(message.model_copy(update={"author": name}))
+                update["message"] = message
+            if item.route and route and message is not None:
+                update["reply_expected"] = await self.intake.route(conversation_id, message.text, recent)
+            if message is not None and item.kind == "message":
+                recent = [*recent, f"{message.author or message.role}: {message.text}"][-6:]
+            out.append(item.model_copy(update=update) if update else item)
+        return out
+
+    async def runtime_message(self, conversation_id: str, history: History | None, context: Sequence[Message],
+                              incoming: Sequence[Message]) -> Message:
+        """The turn's runtime context: who and when, plus the earlier messages recalled for ``incoming``.
+
+        ``history`` is the head the turn starts from; ``context`` every message the request carries besides
+        this one (history and incoming). The recall takes at most its budget share and never more than the
+        request has room for beside a tool result. ``Pipeline.context`` shows exactly this message.
+        """
+        header = self.runtime_context(conversation_id, context, incoming, self.clock())
+        runtime = self.make_message(header, role="system", flags=MessageFlags(runtime=True))
+        if self.recall is None:
+            return runtime
+        sent = sum(m.tokens for m in visible(context)) + runtime.tokens
+        budget = self.budget.in_estimates(calibration(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens))
+        room = budget.request_limit_tokens - budget.fixed_prompt_tokens - sent - self.tool_limit()
+        cap = min(budget.recall_tokens, room)
+        recalled = await self.recall.recall(conversation_id, history, visible(context), incoming, cap)
+        if not recalled.ids:
+            return runtime
+        text = f"{header}\n{recalled.text}"
+        return self.with_tokens(runtime.model_copy(update={"parts": [TextPart(text=text)],
+                                                           "source_ids": recalled.ids}))
+
 
     def make_message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
                      flags: MessageFlags | None = None, created_at: float | None = None,

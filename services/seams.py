@@ -19,7 +19,7 @@ from threadkeeper.persistence import (
 
 if TYPE_CHECKING:
     from .budget import ContextBudget
-    from .compactor import CompactionReport
+    from .compaction import CompactionReport
     from .llm import Draft, ModelReply
 
 

@@ -14,7 +14,7 @@ from .budget import ContextBudget
 from .llm import Draft, ModelReply
 
 if TYPE_CHECKING:
-    from .compactor import CompactionReport
+    from .compaction import CompactionReport
 
 TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
 

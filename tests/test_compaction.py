@@ -21,7 +21,7 @@ from threadkeeper.persistence import (
 )
 from threadkeeper.services import Tokenizer
 from threadkeeper.services._litellm import register_provider
-from threadkeeper.services.compactor import changes_of, foldable, suspects
+from threadkeeper.services.compaction import changes_of, foldable, suspects
 from threadkeeper.services.ledger import (
     Ask,
     Decision,
@@ -699,3 +699,52 @@ async def test_planted_secrets_reach_no_handoff_and_no_stored_ledger(model, pref
         assert secret not in sent and secret not in history.messages[0].text, secret
         assert any(secret.encode() in v for v in verbatim), f"the person's own message keeps {secret}"
     assert "DB_PASSWORD=[REDACTED]" in "\n".join(stored_ledgers) or "DB_PASSWORD" not in "\n".join(stored_ledgers)
+
+
+def test_a_decision_reversed_later_is_marked_reversed_by_the_message_that_reversed_it() -> None:
+    """The ledger pairs a reversal with the decision it names (shared rare words), keeps both, and marks the old
+    one reversed by the new message; a decision about something else stays active."""
+    decided = msg("We decided to go with Kafka for the billing events pipeline.", author="alice", id="1.1")
+    other = msg("We decided to go with Grafana for the support dashboards.", author="carol", id="1.2")
+    reversal = msg("We no longer go with Kafka for billing events; we decided to go with Pulsar for that pipeline.",
+                   author="bob", id="1.3")
+    ledger = LedgerBuilder().fold([decided, other, reversal]).build()
+    by_id = {d.id: d for d in ledger.decisions}
+    assert by_id["1.1"].status == "reversed" and by_id["1.1"].reversed_by == "1.3"
+    assert by_id["1.2"].status == "active" and by_id["1.3"].status == "active"
+
+
+class _RecordingSummarizerModel:
+    """Answers every summarizer call with one cited line and records what it was sent."""
+
+    offline = False
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int | None]] = []
+
+    async def complete(self, messages, *, max_output_tokens=None, timeout_seconds=None, **_):  # type: ignore[no-untyped-def]
+        from threadkeeper.services.llm import ModelReply
+
+        self.calls.append((messages[-1]["content"], max_output_tokens))
+        return ModelReply(text="- [#1] the rollout was discussed", finish_reason="stop")
+
+
+async def test_the_summarizer_splits_its_input_and_bounds_its_output_by_its_own_window() -> None:
+    """A transcript far larger than the summarizer's window is sent in chunks that each fit a share of that
+    window, and no call asks for more output than a quarter of it, whatever the handoff's cap."""
+    from threadkeeper.services.narrative import Summarizer
+
+    tokenizer = Tokenizer("gpt-4o")
+    window = 4_000
+    messages = [msg(f"message {i}: the rollout of service {i} moved to week {i % 9}; owners changed again. " * 3,
+                    author=f"U{i % 4}", id=f"17000{i:05d}.000100") for i in range(200)]
+    model = _RecordingSummarizerModel()
+    summarizer = Summarizer(model, tokenizer, window_tokens=window)  # type: ignore[arg-type]
+    await summarizer.handoff_narrative([], messages, cap_tokens=2_000)
+    assert len(model.calls) > 1, "the transcript does not fit one call"
+    assert all(tokenizer.count(body) <= window * 0.5 + 400 for body, _ in model.calls)
+    assert all(limit is not None and limit <= window // 4 for _, limit in model.calls)
+    model.calls.clear()
+    await summarizer.narrate(messages, 500)
+    assert len(model.calls) > 2, "chunks, then one call merging them"
+    assert all(tokenizer.count(body) <= window * 0.6 + 400 for body, _ in model.calls[:-1])

@@ -99,6 +99,24 @@ async def test_a_backlog_is_taken_over_several_turns_each_within_the_window(mode
     assert sent <= p.budget.request_limit_tokens
 
 
+async def test_guard_keeps_the_output_reserve_free(model, prefix, client) -> None:
+    """A request that fits the window but not the window less the output reserve is refused too: the model
+    would have no room left to answer."""
+    import re
+
+    p, _ = pipeline(prefix, client, context_window=2048)
+    p.executor.bounded = lambda items: items
+    limit, window = p.budget.request_limit_tokens, p.budget.window_tokens
+    per_word = p.executor.make_message("word " * 100).tokens / 100
+    words = int(((limit + window) / 2 - p.budget.fixed_prompt_tokens - 80) / 3 / per_word)
+    for i in range(3):
+        await p.submit(CONV, "word " * words, author="alice", id=f"mid.{i}")
+    results = await p.run(CONV)
+    assert model.requests == [] and results[0].status == "refused"
+    sent = int(re.search(r"would be ([\d,]+) tokens", results[0].reply).group(1).replace(",", ""))
+    assert limit < sent < window, "the request fits the window, only the output reserve is short"
+
+
 async def test_guard_refuses_an_oversized_request_without_calling_the_model(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=2048)
     p.executor.bounded = lambda items: items  # one turn takes the whole backlog: only the guard stands in the way
@@ -392,3 +410,19 @@ async def test_a_turn_costs_five_round_trips_to_redis(redis_client, prefix) -> N
         del redis_client.execute_command
     assert [r.status for r in results] == ["completed"]
     assert len(sent) == 5, sent
+
+
+async def test_a_turn_a_dead_worker_left_running_is_failed_by_the_worker_that_takes_over(model, prefix, client) -> None:
+    """A worker died mid-turn (its lease lapsed): its checkpoint is still running. The next worker to open the
+    conversation fails it, saying why, and answers the message the dead worker never committed."""
+    from threadkeeper.persistence import CheckpointStatus
+
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "who owns the rollout?", author="alice", id="9.1")
+    dead = await p.checkpoints.start_turn(CONV, messages=[p.executor.make_message("half done", role="assistant")])
+    model.push(Step(text="bob owns it"))
+    [result] = await p.run(CONV)
+    assert result.status == "completed" and result.reply == "bob owns it"
+    left = await p.checkpoints.get(CONV, dead.id)
+    assert left.status is CheckpointStatus.FAILED
+    assert left.outcome is not None and "abandoned" in (left.outcome.error or "")

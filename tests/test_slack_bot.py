@@ -620,3 +620,22 @@ async def test_forget_this_thread_deletes_its_conversation_and_tells_only_the_as
     await h.post(event_body(thread_message("1700008002.000100", "and now?", root), event_id="Ev-f3"))
     await h.settle()
     assert await h.stores.forget.keys_of(cid) == [], "a forgotten thread is not followed again until a mention"
+
+
+@pytest.mark.parametrize(("text", "decided"), [
+    ("<@UBOT> what is left on the migration?", True),
+    ("can <@UBOT> check the deploy?", True),
+    ("<@UALICE> can you check the deploy?", False),
+    ("<@UALICE|alice> your turn", False),
+    ("thanks!", False),
+    ("ok", False),
+    ("what is left on the migration?", None),
+])
+def test_the_routing_rules_answer_mentions_skip_messages_to_others_and_leave_the_rest_to_the_router(
+        text: str, decided: bool | None) -> None:
+    """A thread message that mentions the bot is answered, one that opens by addressing someone else and a bare
+    acknowledgement are not, and anything else goes to the router model (none offline: not answered)."""
+    from threadkeeper.bot.routing import rule_route, should_reply
+
+    assert rule_route(text, "UBOT") is decided
+    assert asyncio.run(should_reply(text, "UBOT", None, [])) is bool(decided)

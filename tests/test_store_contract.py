@@ -355,7 +355,7 @@ async def test_a_compaction_is_forked_and_made_the_head_in_one_step_or_not_at_al
 
 
 def test_the_history_cache_is_bounded_by_the_memory_it_holds() -> None:
-    from threadkeeper.persistence.store import SegmentCache, message_bytes
+    from threadkeeper.persistence.cache import SegmentCache, message_bytes
 
     segment = [msg("x" * 1_000, id=f"{i}") for i in range(10)]
     cost = sum(message_bytes(m) for m in segment)

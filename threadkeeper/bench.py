@@ -19,13 +19,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage, ping
+from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Usage, ping
 from threadkeeper.persistence.keys import registry_key
 from threadkeeper.services import measure
-from threadkeeper.services import notes
-from threadkeeper.services.tokens import Tokenizer
 from threadkeeper.services.recall import Recall
 
+from .bench_data import chat_text, filler, fill, fill_epochs, message, note_cost_us
 from .root import build_pipeline, build_stores
 from .settings import Settings
 
@@ -63,80 +62,6 @@ def _slow_provider(latency: float) -> str:
     return f"{LATENCY_PROVIDER}/slow"
 
 
-def _text(n: int, i: int) -> str:
-    base = f"message {i}: the deploy of build {1000 + i} to eu-west-{i % 3} finished; latency p99 {i % 700} ms. "
-    return (base * (n // len(base) + 1))[:n]
-
-
-_TOKENIZER = Tokenizer("gpt-4o")
-"""The offline model's tokenizer: what a committed turn counts its messages and notes with."""
-
-
-def _msg(i: int, role: str = "user", chars: int = 400) -> Message:
-    """A stored message as a committed turn writes it: token count and note computed once."""
-    text = _text(chars, i)
-    at = 1_700_000_000.0 + i
-    note, short = notes.note_and_brief(text, at)
-    counted = [_TOKENIZER.count(" " + note), _TOKENIZER.count(" " + short) if short else 0] if note else []
-    return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
-                   parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4,
-                   created_at=at, note=note, brief=short, note_tokens=counted, ref=i + 1)
-
-
-def _note_cost_us(count: int = 2_000) -> float:
-    """Microseconds to compute one message's note and brief form (what a commit adds per message), cache cold."""
-    texts = [_text(300, 10_000_000 + i) for i in range(count)]
-    notes._note.cache_clear()
-    started = time.perf_counter()
-    for i, text in enumerate(texts):
-        notes.note_and_brief(text, 1_700_000_000.0 + i)
-    return round((time.perf_counter() - started) / count * 1e6, 1)
-
-
-async def _fill(store: CheckpointStore, cid: str, messages: int, *, per_turn: int = 2, chars: int = 400) -> str:
-    head: str | None = None
-    for start in range(0, messages, per_turn):
-        cp = await store.start_turn(cid, parent_id=head, from_head=False)
-        batch = [_msg(start + j, "user" if (start + j) % 2 == 0 else "assistant", chars)
-                 for j in range(min(per_turn, messages - start))]
-        await store.append(cid, cp.id, batch)
-        await store.commit(cid, cp.id, expected_head=head,
-                           outcome=CheckpointOutcome(usage=Usage(input_tokens=sum(m.tokens for m in batch)),
-                                                     usage_covered_messages=0))
-        head = cp.id
-    assert head is not None
-    return head
-
-
-def _chat_text(rng: random.Random, words: int) -> str:
-    """Chat-like text: words drawn from a skewed 20,000-word vocabulary (a few common, most rare)."""
-    return " ".join(f"w{int(rng.paretovariate(0.8)) % 20_000}" for _ in range(words))
-
-
-async def _fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_epoch: int = 250,
-                       per_turn: int = 10) -> str:
-    """A conversation of ``messages`` chat messages over compaction epochs of ``per_epoch`` each."""
-    rng = random.Random(7)
-    head: str | None = None
-    for start in range(0, messages, per_turn):
-        if head is not None and start % per_epoch == 0:
-            handoff = Message(id=f"h{start}", role="user", parts=[TextPart(text="[handoff]")], tokens=3,
-                              flags={"handoff": True})  # type: ignore[arg-type]
-            fork = await store.fork_compaction(cid, forked_from=head, messages=[handoff], covered_ids=[])
-            head = fork.id
-        cp = await store.start_turn(cid, parent_id=head, from_head=False)
-        batch = []
-        for i in range(start, min(start + per_turn, messages)):
-            text = _chat_text(rng, rng.randint(8, 40))
-            batch.append(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],  # type: ignore[arg-type]
-                                 author=f"U{i % 5}", tokens=len(text) // 4, created_at=1_700_000_000.0 + i))
-        await store.append(cid, cp.id, batch)
-        await store.commit(cid, cp.id, expected_head=head)
-        head = cp.id
-    assert head is not None
-    return head
-
-
 async def _recall_bench(local: Settings, client: aioredis.Redis, sizes: Sequence[int], repeats: int,
                         progress: Callable[[str], None]) -> dict[str, float]:
     """Recall over a conversation's earlier epochs: cold (a worker with no index reads Redis and builds it)
@@ -148,8 +73,8 @@ async def _recall_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
     for n in sizes:
         progress(f"recall over {n:,} messages")
         cid = f"bench:recall:{n}"
-        await _fill_epochs(pipeline.checkpoints, cid, n)
-        queries = [pipeline.executor.make_message(_chat_text(rng, 8)) for _ in range(repeats)]
+        await fill_epochs(pipeline.checkpoints, cid, n)
+        queries = [pipeline.executor.make_message(chat_text(rng, 8)) for _ in range(repeats)]
         colds = []
         for i in range(3 if n >= 100_000 else 5):
             fresh = build_stores(local, client=client)
@@ -199,7 +124,7 @@ async def _warm_preturn_ms(store: CheckpointStore, cid: str, head: str, budget: 
     times = []
     for i in range(repeats):
         cp = await store.start_turn(cid, parent_id=head, from_head=False,
-                                    messages=[_msg(10_000_000 + 2 * i), _msg(10_000_001 + 2 * i, "assistant")])
+                                    messages=[message(10_000_000 + 2 * i), message(10_000_001 + 2 * i, "assistant")])
         await store.commit(cid, cp.id, expected_head=head)
         head = cp.id
         started = time.perf_counter()
@@ -253,7 +178,7 @@ def _langgraph_bytes(history: int) -> int | None:
     except ImportError:
         return None
     saver = InMemorySaver()
-    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": _text(400, i), "id": str(i)}
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": filler(400, i), "id": str(i)}
                 for i in range(history)]
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     base = empty_checkpoint()
@@ -261,8 +186,8 @@ def _langgraph_bytes(history: int) -> int | None:
     config = saver.put(config, base, {"source": "loop", "step": 0}, {"messages": 1})
     before_blobs = {k: v for k, v in saver.blobs.items()}
     grown = create_checkpoint(base, None, 1)
-    grown["channel_values"] = {"messages": messages + [{"role": "user", "content": _text(400, history), "id": "u"},
-                                                       {"role": "assistant", "content": _text(400, history + 1),
+    grown["channel_values"] = {"messages": messages + [{"role": "user", "content": filler(400, history), "id": "u"},
+                                                       {"role": "assistant", "content": filler(400, history + 1),
                                                         "id": "a"}]}
     saver.put(config, grown, {"source": "loop", "step": 1}, {"messages": 2})
     new_blobs = sum(len(v[1]) for k, v in saver.blobs.items() if k not in before_blobs)
@@ -340,7 +265,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
             progress(f"history of {n:,} messages")
             cid = f"bench:preturn:{n}"
             # 100,000 messages are written ten to a turn (two otherwise), to keep the bench's set-up short.
-            head = await _fill(stores.checkpoints, cid, n, per_turn=2 if n <= 10_000 else 10)
+            head = await fill(stores.checkpoints, cid, n, per_turn=2 if n <= 10_000 else 10)
             key = stores.checkpoints.keys(cid).messages
             out[f"preturn_ms_p50_{n}"], head = await _warm_preturn_ms(stores.checkpoints, cid, head, budget, repeats)
             if n > 10_000:
@@ -360,11 +285,11 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
             out[f"preturn_over_raw_{n}"] = round(out[f"preturn_ms_p50_{n}"] / max(out[f"raw_load_ms_p50_{n}"], 1e-6), 3)
             out[f"preturn_cold_over_raw_{n}"] = round(out[f"preturn_cold_ms_p50_{n}"]
                                                       / max(out[f"raw_load_ms_p50_{n}"], 1e-6), 3)
-            turn = await stores.checkpoints.start_turn(cid, parent_id=head, from_head=False, messages=[_msg(n + 10)])
+            turn = await stores.checkpoints.start_turn(cid, parent_id=head, from_head=False, messages=[message(n + 10)])
             await stores.checkpoints.supersede(cid, turn.id)  # (warms the script cache)
             CountingConnection.sent = 0
             cp = await stores.checkpoints.start_turn(cid, parent_id=head, from_head=False,
-                                                     messages=[_msg(n), _msg(n + 1, "assistant")])
+                                                     messages=[message(n), message(n + 1, "assistant")])
             await stores.checkpoints.commit(cid, cp.id, expected_head=head,
                                             outcome=CheckpointOutcome(usage=Usage(input_tokens=1)))
             out[f"write_bytes_per_turn_{n}"] = CountingConnection.sent
@@ -373,7 +298,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
                 out[f"langgraph_bytes_per_turn_{n}"] = lg
                 out[f"write_ratio_vs_langgraph_{n}"] = round(out[f"write_bytes_per_turn_{n}"] / lg, 4)
 
-        out["note_us_per_message"] = _note_cost_us(500 if quick else 2_000)
+        out["note_us_per_message"] = note_cost_us(500 if quick else 2_000)
         small = build_pipeline(local, stores, context_window=32_000)
         for label, tokens in (("50k", 50_000), ("200k", 200_000)):
             progress(f"compaction of {label} tokens")
@@ -382,7 +307,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
             for i in range(3 if quick else 7):
                 for cold in (False, True):
                     fork_cid = f"{cid}:{i}:{cold}"
-                    await _fill(stores.checkpoints, fork_cid, tokens // 100, per_turn=10)
+                    await fill(stores.checkpoints, fork_cid, tokens // 100, per_turn=10)
                     if not cold:  # as before a turn: the history is loaded and its running fold is current
                         history = await stores.checkpoints.load_history(fork_cid)
                         started = time.perf_counter()
@@ -404,7 +329,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
             cid = f"bench:turns:{i}"
             done = 0
             for j in range(per):
-                await offline.submit(cid, _text(200, j), author="U1", id=f"{i}.{j}")
+                await offline.submit(cid, filler(200, j), author="U1", id=f"{i}.{j}")
                 done += len(await offline.run(cid))
             return done
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
-from threadkeeper.persistence import CheckpointStore, Forgetter, Inbox, LeaseManager, NotesStore, connect
+from threadkeeper.persistence import CheckpointStore, Forgetter, Inbox, LeaseManager, NotesStore, connect, ping
 
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from threadkeeper.services import Pipeline
 
 
 @dataclass
@@ -35,3 +39,24 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, se
     return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
                   forget=Forgetter(client, **common))
+
+
+async def with_stores(settings: Settings, work: Callable[[Stores], Awaitable[int]]) -> int:
+    """Run ``work`` with the stores of ``settings`` (Redis checked first), closing them afterwards."""
+    stores = build_stores(settings)
+    try:
+        await ping(stores.client, settings.redis_url or "(in-process)")
+        return await work(stores)
+    finally:
+        await stores.close()
+
+
+async def with_pipeline(settings: Settings, work: Callable[[Stores, Pipeline], Awaitable[int]], *,
+                        model: str | None = None, context_window: int | None = None) -> int:
+    """Run ``work`` with the stores and the pipeline of ``settings`` (``model`` and ``context_window`` override)."""
+    from .root import build_pipeline
+
+    async def inner(stores: Stores) -> int:
+        return await work(stores, build_pipeline(settings, stores, model=model, context_window=context_window))
+
+    return await with_stores(settings, inner)

@@ -1,0 +1,85 @@
+"""What ``threadkeeper bench`` writes: messages as a committed turn stores them, and conversations of them."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage
+from threadkeeper.services import notes
+from threadkeeper.services.tokens import Tokenizer
+
+
+def filler(n: int, i: int) -> str:
+    """``n`` characters of message ``i`` (log-like prose that varies with ``i``)."""
+    base = f"message {i}: the deploy of build {1000 + i} to eu-west-{i % 3} finished; latency p99 {i % 700} ms. "
+    return (base * (n // len(base) + 1))[:n]
+
+
+TOKENIZER = Tokenizer("gpt-4o")
+"""The offline model's tokenizer: what a committed turn counts its messages and notes with."""
+
+
+def message(i: int, role: str = "user", chars: int = 400) -> Message:
+    """A stored message as a committed turn writes it: token count and note computed once."""
+    text = filler(chars, i)
+    at = 1_700_000_000.0 + i
+    note, short = notes.note_and_brief(text, at)
+    counted = [TOKENIZER.count(" " + note), TOKENIZER.count(" " + short) if short else 0] if note else []
+    return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
+                   parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4,
+                   created_at=at, note=note, brief=short, note_tokens=counted, ref=i + 1)
+
+
+def note_cost_us(count: int = 2_000) -> float:
+    """Microseconds to compute one message's note and brief form (what a commit adds per message), cache cold."""
+    texts = [filler(300, 10_000_000 + i) for i in range(count)]
+    notes._note.cache_clear()
+    started = time.perf_counter()
+    for i, text in enumerate(texts):
+        notes.note_and_brief(text, 1_700_000_000.0 + i)
+    return round((time.perf_counter() - started) / count * 1e6, 1)
+
+
+async def fill(store: CheckpointStore, cid: str, messages: int, *, per_turn: int = 2, chars: int = 400) -> str:
+    head: str | None = None
+    for start in range(0, messages, per_turn):
+        cp = await store.start_turn(cid, parent_id=head, from_head=False)
+        batch = [message(start + j, "user" if (start + j) % 2 == 0 else "assistant", chars)
+                 for j in range(min(per_turn, messages - start))]
+        await store.append(cid, cp.id, batch)
+        await store.commit(cid, cp.id, expected_head=head,
+                           outcome=CheckpointOutcome(usage=Usage(input_tokens=sum(m.tokens for m in batch)),
+                                                     usage_covered_messages=0))
+        head = cp.id
+    assert head is not None
+    return head
+
+
+def chat_text(rng: random.Random, words: int) -> str:
+    """Chat-like text: words drawn from a skewed 20,000-word vocabulary (a few common, most rare)."""
+    return " ".join(f"w{int(rng.paretovariate(0.8)) % 20_000}" for _ in range(words))
+
+
+async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_epoch: int = 250,
+                       per_turn: int = 10) -> str:
+    """A conversation of ``messages`` chat messages over compaction epochs of ``per_epoch`` each."""
+    rng = random.Random(7)
+    head: str | None = None
+    for start in range(0, messages, per_turn):
+        if head is not None and start % per_epoch == 0:
+            handoff = Message(id=f"h{start}", role="user", parts=[TextPart(text="[handoff]")], tokens=3,
+                              flags={"handoff": True})  # type: ignore[arg-type]
+            fork = await store.fork_compaction(cid, forked_from=head, messages=[handoff], covered_ids=[])
+            head = fork.id
+        cp = await store.start_turn(cid, parent_id=head, from_head=False)
+        batch = []
+        for i in range(start, min(start + per_turn, messages)):
+            text = chat_text(rng, rng.randint(8, 40))
+            batch.append(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],  # type: ignore[arg-type]
+                                 author=f"U{i % 5}", tokens=len(text) // 4, created_at=1_700_000_000.0 + i))
+        await store.append(cid, cp.id, batch)
+        await store.commit(cid, cp.id, expected_head=head)
+        head = cp.id
+    assert head is not None
+    return head
