@@ -393,6 +393,18 @@ async def test_a_turn_stopped_by_shutdown_is_answered_by_another_worker_within_s
             await harness.slack.close()
 
 
+async def test_a_turns_reply_delivered_twice_is_posted_once(h: Harness) -> None:
+    """The worker and a sweep can both deliver a committed turn's reply: once it is posted, its checkpoint is
+    marked, and the second delivery posts nothing."""
+    await h.post(event_body(mention("1700003000.000100", "status?"), event_id="Ev-twice"))
+    await h.settle()
+    cid = f"slack:T1:{CHANNEL}:1700003000.000100"
+    head = (await h.pipeline.checkpoints.require_state(cid)).head_checkpoint_id
+    assert len(h.replies()) == 1
+    await h.bot.events.reply(cid, "Here is what I found.", kind="completed", trace_id=None, checkpoint_id=head)
+    assert len(h.replies()) == 1
+
+
 async def test_a_reply_committed_but_never_posted_is_posted_exactly_once(model, prefix, client) -> None:
     """The worker dies between the commit and the post: another worker posts it once, and only once."""
     first, first_http = await make_harness(prefix, client)
