@@ -176,63 +176,103 @@ local function gather(parts, fields)
   end
   return true
 end
-"""
-
-# ARGV: checkpoint id, most checkpoints to walk, most messages to return, K, K "stop" ids (checkpoints whose
-# history the caller holds).
-# Walks from the checkpoint towards its epoch's start (a compaction or the first turn) until a stop, within one
-# call's limits so that no call holds Redis for long: the caller continues from the returned next id.
-# Returns {stop id or '', next id to walk from or '', the checkpoint's 6 record fields, the walked checkpoints
-#          oldest first, one line each: "id status count included" (included 0: its messages alone exceed the
-#          limit, read them with SEGMENT), and the messages as one JSON array (false when one is missing)}.
-# Both lists are single strings: a reply item costs the client more than its bytes.
-LOAD = _SEGMENT + """
-local id, walk_limit, budget, nstops = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
-  return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist')
+local function walk(id, walk_limit, budget, first_stop)
+  -- from id towards its epoch's start (a compaction or the first turn) until a stop (ARGV[first_stop..]) or
+  -- the limits; returns the chain (newest first), its message counts and statuses, the stop and the next id
+  local stops = {}
+  for i = first_stop, #ARGV do stops[ARGV[i]] = true end
+  local chain, counts, statuses, total, walked = {}, {}, {}, 0, 0
+  local cur, stop, more = id, '', ''
+  while true do
+    if stops[cur] then stop = cur break end
+    local f = call('HMGET', K_CP, cur .. ':n', cur .. ':kind', cur .. ':parent', cur .. ':status')
+    local n = tonumber(f[1])
+    if walked > 0 and (walked >= walk_limit or total + n > budget) then more = cur break end
+    walked = walked + 1
+    chain[walked], counts[walked], statuses[walked] = cur, n, f[4]
+    total = total + n
+    if f[2] == 'compaction' or not f[3] or f[3] == '' then break end
+    cur = f[3]
+  end
+  return chain, counts, statuses, stop, more
 end
-local stops = {}
-for i = 5, 4 + nstops do stops[ARGV[i]] = true end
-local chain, counts, statuses, total, walked = {}, {}, {}, 0, 0
-local cur, stop, more = id, '', ''
-while true do
-  if stops[cur] then stop = cur break end
-  local f = call('HMGET', K_CP, cur .. ':n', cur .. ':kind', cur .. ':parent', cur .. ':status')
-  local n = tonumber(f[1])
-  if walked > 0 and (walked >= walk_limit or total + n > budget) then more = cur break end
-  walked = walked + 1
-  chain[walked], counts[walked], statuses[walked] = cur, n, f[4]
-  total = total + n
-  if f[2] == 'compaction' or not f[3] or f[3] == '' then break end
-  cur = f[3]
+local function rows_of(chain, counts, statuses, budget)
+  -- one line per checkpoint, oldest first: "id status count included"
+  local rows = {}
+  for c = #chain, 1, -1 do
+    rows[#chain - c + 1] = chain[c] .. ' ' .. tostring(statuses[c]) .. ' ' .. counts[c] .. ' ' ..
+      (counts[c] <= budget and '1' or '0')
+  end
+  return table.concat(rows, '\\n')
 end
-local out = {stop, more}
-local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out', id .. ':consumed')
-for i = 1, 6 do out[#out + 1] = rec[i] or false end
-local parts, rows, fields, nfields = {}, {}, {}, 0
-for c = walked, 1, -1 do
-  local cid, n = chain[c], counts[c]
-  local inline = n <= budget
-  rows[walked - c + 1] = cid .. ' ' .. tostring(statuses[c]) .. ' ' .. n .. ' ' .. (inline and '1' or '0')
-  if inline then
-    local prefix = cid .. ':'
-    for j = 0, n - 1 do
+local function fields_of(cids, counts)
+  local fields, nfields = {}, 0
+  for c = 1, #cids do
+    local prefix = cids[c] .. ':'
+    for j = 0, counts[c] - 1 do
       nfields = nfields + 1
       fields[nfields] = prefix .. j
     end
   end
+  return fields
 end
-out[#out + 1] = table.concat(rows, '\\n')
-if gather(parts, fields) then out[#out + 1] = '[' .. table.concat(parts, ',') .. ']' else out[#out + 1] = false end
+local function array_of(fields)
+  local parts = {}
+  if not gather(parts, fields) then return false end
+  return '[' .. table.concat(parts, ',') .. ']'
+end
+"""
+
+# ARGV: checkpoint id, most checkpoints to walk, most messages to return, K, K "stop" ids (checkpoints whose
+# history the caller holds).
+# Walks from the checkpoint towards its epoch's start until a stop, within one call's limits so that no call
+# holds Redis for long: the caller continues from the returned next id (with WALK, then SEGMENTS).
+# Returns {stop id or '', next id to walk from or '', the checkpoint's 6 record fields, the walked checkpoints
+#          oldest first, one line each: "id status count included" (included 0: its messages alone exceed the
+#          limit, read them with SEGMENT), and their messages as one JSON array (false when one is missing)}.
+# Both lists are single strings: a reply item costs the client more than its bytes.
+LOAD = _SEGMENT + """
+local id, walk_limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('HEXISTS', K_CP, id .. ':meta') == 0 then
+  return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist')
+end
+local chain, counts, statuses, stop, more = walk(id, walk_limit, budget, 5)
+local out = {stop, more}
+local rec = call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out', id .. ':consumed')
+for i = 1, 6 do out[#out + 1] = rec[i] or false end
+out[#out + 1] = rows_of(chain, counts, statuses, budget)
+local cids, ns = {}, {}
+for c = #chain, 1, -1 do
+  if counts[c] <= budget then
+    cids[#cids + 1], ns[#ns + 1] = chain[c], counts[c]
+  end
+end
+out[#out + 1] = array_of(fields_of(cids, ns))
 return out
+"""
+
+# ARGV: checkpoint id, most checkpoints to walk, K, K "stop" ids. The walk alone (no messages): {stop id or '',
+# next id or '', the lines as LOAD gives them, every checkpoint marked not included}.
+WALK = _SEGMENT + """
+local chain, counts, statuses, stop, more = walk(ARGV[1], tonumber(ARGV[2]), math.huge, 4)
+return {stop, more, rows_of(chain, counts, statuses, -1)}
+"""
+
+# ARGV: checkpoint id, message count, ... (pairs). Their messages, in that order, as one JSON array (false when
+# one is missing).
+SEGMENTS = _SEGMENT + """
+local cids, ns = {}, {}
+for i = 1, #ARGV, 2 do
+  cids[#cids + 1], ns[#ns + 1] = ARGV[i], tonumber(ARGV[i + 1])
+end
+return array_of(fields_of(cids, ns))
 """
 
 # ARGV: checkpoint id, from, to. Its messages [from, to) as one JSON array, or false when one is missing.
 SEGMENT = _SEGMENT + """
-local parts, fields = {}, {}
+local fields = {}
 for j = tonumber(ARGV[2]), tonumber(ARGV[3]) - 1 do fields[#fields + 1] = ARGV[1] .. ':' .. j end
-if not gather(parts, fields) then return false end
-return '[' .. table.concat(parts, ',') .. ']'
+return array_of(fields)
 """
 
 # ARGV: item json, dedup ttl, retention ttl, now, [front]; dedup keys in KEYS after 6. With ``front`` the item

@@ -7,6 +7,7 @@ only by compare-and-set. Every multi-key update is one Lua script over keys shar
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import secrets
 import time
@@ -36,9 +37,19 @@ from .cache import SegmentCache
 
 WALK_PER_CALL = 500
 """Checkpoints one history-loading script call walks at most."""
+WALK_FAST_PER_CALL = 2_000
+"""Checkpoints one walk without messages covers at most (about 4 ms of Redis's time)."""
+READS_IN_FLIGHT = 4
+"""Calls reading a long history's messages sent at once: Redis gathers one while this process parses another."""
 MESSAGES_PER_CALL = 500
 """Messages one history-loading script call returns at most (a few milliseconds of Redis's time: a long
 history is read in several calls, so no other client waits long behind one)."""
+
+
+def _rows(raw: Any) -> list[tuple[str, str, int, bool]]:
+    """A walk's lines ("id status count included", oldest first) as tuples."""
+    return [(cid, status, int(count), included == "1")
+            for cid, status, count, included in (line.split(" ") for line in (_text(raw) or "").split("\n") if line)]
 
 
 class Opening(NamedTuple):
@@ -300,31 +311,54 @@ class CheckpointStore(RedisStore):
 
     async def _walk(self, keys: ConversationKeys, checkpoint_id: str, stops: list[str],
                     ) -> tuple[str | None, list[Any], list[tuple[str, str, list[Message]]]]:
-        """The chain from ``checkpoint_id`` back to a stop (or its epoch's start), in as many script calls as
-        the per-call limits need: the stop reached, the checkpoint's record, and per walked checkpoint
-        (oldest first) its id, status and messages."""
-        walked: list[tuple[str, str, list[Message]]] = []
-        record: list[Any] | None = None
-        current = checkpoint_id
-        while True:
-            out = await self._run("LOAD", keys.durable, [current, WALK_PER_CALL, MESSAGES_PER_CALL, len(stops),
-                                                         *stops])
-            stop, more = _text(out[0]) or None, _text(out[1]) or None
-            record = record if record is not None else list(out[2:8])
-            rows = [(cid, status, int(count), included == "1")
-                    for cid, status, count, included in (line.split(" ") for line in _text(out[8]).split("\n") if line)]
-            inline = self._parse(keys, rows[0][0] if rows else current, out[-1])
-            part, at = [], 0
-            for cid, status, count, included in rows:
-                if included:
-                    part.append((cid, status, inline[at:at + count]))
-                    at += count
-                else:
-                    part.append((cid, status, await self._segment(keys, cid, count)))
-            walked = part + walked
-            if more is None:
-                return stop, record, walked
-            current = more
+        """The chain from ``checkpoint_id`` back to a stop (or its epoch's start): the stop reached, the
+        checkpoint's record, and per walked checkpoint (oldest first) its id, status and messages.
+
+        One call when the new part is small (the usual case before a turn). A longer chain is walked on
+        without its messages, which are then read in pieces of at most ``MESSAGES_PER_CALL``, a few calls
+        in flight at once, each parsed as it arrives while Redis gathers the next."""
+        out = await self._run("LOAD", keys.durable, [checkpoint_id, WALK_PER_CALL, MESSAGES_PER_CALL, len(stops),
+                                                     *stops])
+        stop, more, record = _text(out[0]) or None, _text(out[1]) or None, list(out[2:8])
+        rows = _rows(out[8])
+        first = iter(self._parse(keys, checkpoint_id, out[9]))
+        inline = {cid: [next(first) for _ in range(count)] for cid, _, count, included in rows if included}
+        older: list[tuple[str, str, int, bool]] = []
+        while more is not None:
+            walked = await self._run("WALK", keys.durable, [more, WALK_FAST_PER_CALL, len(stops), *stops])
+            stop, more = _text(walked[0]) or None, _text(walked[1]) or None
+            older = _rows(walked[2]) + older
+        read = await self._read(keys, [(cid, count) for cid, _, count, included in older + rows if not included])
+        return stop, record, [(cid, status, inline[cid] if included else read[cid])
+                              for cid, status, count, included in older + rows]
+
+    async def _read(self, keys: ConversationKeys, wanted: list[tuple[str, int]]) -> dict[str, list[Message]]:
+        """The messages of ``wanted`` checkpoints (id, count), in calls of at most ``MESSAGES_PER_CALL``."""
+        pieces: list[list[tuple[str, int]]] = [[]]
+        size = 0
+        for cid, count in wanted:
+            if count > MESSAGES_PER_CALL:  # one checkpoint larger than a call: read alone, in ranges
+                continue
+            if size + count > MESSAGES_PER_CALL and pieces[-1]:
+                pieces.append([])
+                size = 0
+            pieces[-1].append((cid, count))
+            size += count
+        gate = asyncio.Semaphore(READS_IN_FLIGHT)
+
+        async def piece(part: list[tuple[str, int]]) -> dict[str, list[Message]]:
+            async with gate:
+                raw = await self._run("SEGMENTS", keys.durable, [v for pair in part for v in pair])
+            messages = iter(self._parse(keys, part[0][0], raw))
+            return {cid: [next(messages) for _ in range(count)] for cid, count in part}
+
+        out: dict[str, list[Message]] = {}
+        for got in await asyncio.gather(*(piece(p) for p in pieces if p)):
+            out.update(got)
+        for cid, count in wanted:
+            if count > MESSAGES_PER_CALL:
+                out[cid] = await self._segment(keys, cid, count)
+        return out
 
     async def _segment(self, keys: ConversationKeys, checkpoint_id: str, count: int) -> list[Message]:
         """A checkpoint's messages too many for one call, read in pieces of at most ``MESSAGES_PER_CALL``."""

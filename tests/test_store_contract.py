@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -445,3 +446,38 @@ async def test_a_script_refusal_raises_the_error_of_its_kind_with_its_words(stor
     done = await turn(store, ["a"])
     with pytest.raises(InvalidTransitionError, match=r"^checkpoint \S+ is completed; only a running checkpoint"):
         await store.append(CONV, done, [msg("y")])
+
+
+async def test_a_long_history_is_read_in_bounded_calls_and_comes_back_whole(store: CheckpointStore, client,
+                                                                            prefix) -> None:
+    """A history longer than one call's limits (a compaction of 1,200 messages, then 700 turns) is walked in
+    several calls and its messages read in pieces, the compaction's alone in ranges: every message comes back,
+    in order, and no call returns more than ``MESSAGES_PER_CALL`` messages."""
+    from threadkeeper.persistence.store import MESSAGES_PER_CALL
+
+    root = await turn(store, ["start"])
+    fork = await store.fork_compaction(CONV, forked_from=root, covered_ids=[],
+                                       messages=[msg(f"kept {i}", id=f"k{i}") for i in range(1_200)])
+    head, expected = fork.id, [f"k{i}" for i in range(1_200)]
+    for i in range(700):
+        cp = await store.start_turn(CONV, parent_id=head, from_head=False,
+                                    messages=[msg(f"q{i}", id=f"q{i}"), msg(f"a{i}", role="assistant", id=f"a{i}")])
+        await store.commit(CONV, cp.id, expected_head=head)
+        head = cp.id
+        expected += [f"q{i}", f"a{i}"]
+    sizes: list[int] = []
+    cold = CheckpointStore(client, prefix=prefix, cache_messages=0)
+    run = cold._run
+
+    async def counted(name, keys, args):  # type: ignore[no-untyped-def]
+        out = await run(name, keys, args)
+        if name in ("LOAD", "SEGMENTS", "SEGMENT"):
+            raw = out[9] if name == "LOAD" else out
+            sizes.append(len(json.loads(raw)))
+        return out
+
+    cold._run = counted  # type: ignore[method-assign]
+    history = await cold.load_history(CONV)
+    assert [m.id for m in history.messages] == expected and history.chain[0] == fork.id
+    assert len(sizes) > 4 and max(sizes) <= MESSAGES_PER_CALL
+    assert history.visible_tokens() == sum(m.tokens for m in history.messages)
