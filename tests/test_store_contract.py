@@ -449,12 +449,14 @@ async def test_a_script_refusal_raises_the_error_of_its_kind_with_its_words(stor
 
 
 async def test_a_long_history_is_read_in_bounded_calls_and_comes_back_whole(store: CheckpointStore, client,
-                                                                            prefix) -> None:
+                                                                            prefix, monkeypatch) -> None:
     """A history longer than one call's limits (a compaction of 1,200 messages, then 700 turns) is walked in
     several calls and its messages read in pieces, the compaction's alone in ranges: every message comes back,
     in order, and no call returns more than ``MESSAGES_PER_CALL`` messages."""
+    from threadkeeper.persistence import store as module
     from threadkeeper.persistence.store import MESSAGES_PER_CALL
 
+    monkeypatch.setattr(module, "WALK_FAST_PER_CALL", 100)  # the rest of the chain walked in several calls
     root = await turn(store, ["start"])
     fork = await store.fork_compaction(CONV, forked_from=root, covered_ids=[],
                                        messages=[msg(f"kept {i}", id=f"k{i}") for i in range(1_200)])
@@ -466,11 +468,13 @@ async def test_a_long_history_is_read_in_bounded_calls_and_comes_back_whole(stor
         head = cp.id
         expected += [f"q{i}", f"a{i}"]
     sizes: list[int] = []
+    walks: list[str] = []
     cold = CheckpointStore(client, prefix=prefix, cache_messages=0)
     run = cold._run
 
     async def counted(name, keys, args):  # type: ignore[no-untyped-def]
         out = await run(name, keys, args)
+        walks.append(name)
         if name in ("LOAD", "SEGMENTS", "SEGMENT"):
             raw = out[9] if name == "LOAD" else out
             sizes.append(len(json.loads(raw)))
@@ -479,5 +483,5 @@ async def test_a_long_history_is_read_in_bounded_calls_and_comes_back_whole(stor
     cold._run = counted  # type: ignore[method-assign]
     history = await cold.load_history(CONV)
     assert [m.id for m in history.messages] == expected and history.chain[0] == fork.id
-    assert len(sizes) > 4 and max(sizes) <= MESSAGES_PER_CALL
+    assert len(sizes) > 4 and max(sizes) <= MESSAGES_PER_CALL and walks.count("WALK") >= 4
     assert history.visible_tokens() == sum(m.tokens for m in history.messages)
