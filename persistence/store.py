@@ -7,8 +7,6 @@ only by compare-and-set. Every multi-key update is one Lua script over keys shar
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -20,7 +18,6 @@ from pydantic import ValidationError
 from .errors import CorruptRecordError, HeadConflictError, NotFoundError
 from .keys import ConversationKeys
 from .models import (
-    MESSAGES,
     Checkpoint,
     CheckpointKind,
     CheckpointMeta,
@@ -32,25 +29,9 @@ from .models import (
     LineageEntry,
     Message,
 )
-from .base import RedisStore, _text, new_id
+from .base import _text, new_id
+from .reading import HistoryReader
 from .cache import SegmentCache
-
-WALK_PER_CALL = 500
-"""Checkpoints one history-loading script call walks at most."""
-WALK_FAST_PER_CALL = 2_000
-"""Checkpoints one walk without messages covers at most (about 4 ms of Redis's time)."""
-READS_IN_FLIGHT = 4
-"""Calls reading a long history's messages sent at once: Redis gathers one while this process parses another."""
-MESSAGES_PER_CALL = 500
-"""Messages one history-loading script call returns at most (a few milliseconds of Redis's time: a long
-history is read in several calls, so no other client waits long behind one)."""
-
-
-def _rows(raw: Any) -> list[tuple[str, str, int, bool]]:
-    """A walk's lines ("id status count included", oldest first) as tuples."""
-    return [(cid, status, int(count), included == "1")
-            for cid, status, count, included in (line.split(" ") for line in (_text(raw) or "").split("\n") if line)]
-
 
 class Opening(NamedTuple):
     """What a worker reads, with its lease, to start a turn (``CheckpointStore.open_turn``)."""
@@ -80,7 +61,7 @@ def _message_args(messages: Iterable[Message]) -> list[Any]:
     return args
 
 
-class CheckpointStore(RedisStore):
+class CheckpointStore(HistoryReader):
     """Checkpoints, the head and the conversation state of every conversation."""
 
     def __init__(self, client: aioredis.Redis, *, prefix: str = "tk", retention_days: float = 30, url: str = "",
@@ -308,81 +289,6 @@ class CheckpointStore(RedisStore):
             self._segments.put_chain(conversation_id, checkpoint_id, history.chain)
             self._segments.put_assembled(conversation_id, history)
         return history
-
-    async def _walk(self, keys: ConversationKeys, checkpoint_id: str, stops: list[str],
-                    ) -> tuple[str | None, list[Any], list[tuple[str, str, list[Message]]]]:
-        """The chain from ``checkpoint_id`` back to a stop (or its epoch's start): the stop reached, the
-        checkpoint's record, and per walked checkpoint (oldest first) its id, status and messages.
-
-        One call when the new part is small (the usual case before a turn). A longer chain is walked on
-        without its messages, which are then read in pieces of at most ``MESSAGES_PER_CALL``, a few calls
-        in flight at once, each parsed as it arrives while Redis gathers the next."""
-        out = await self._run("LOAD", keys.durable, [checkpoint_id, WALK_PER_CALL, MESSAGES_PER_CALL, len(stops),
-                                                     *stops])
-        stop, more, record = _text(out[0]) or None, _text(out[1]) or None, list(out[2:8])
-        rows = _rows(out[8])
-        first = iter(self._parse(keys, checkpoint_id, out[9]))
-        inline = {cid: [next(first) for _ in range(count)] for cid, _, count, included in rows if included}
-        older: list[tuple[str, str, int, bool]] = []
-        while more is not None:
-            walked = await self._run("WALK", keys.durable, [more, WALK_FAST_PER_CALL, len(stops), *stops])
-            stop, more = _text(walked[0]) or None, _text(walked[1]) or None
-            older = _rows(walked[2]) + older
-        read = await self._read(keys, [(cid, count) for cid, _, count, included in older + rows if not included])
-        return stop, record, [(cid, status, inline[cid] if included else read[cid])
-                              for cid, status, count, included in older + rows]
-
-    async def _read(self, keys: ConversationKeys, wanted: list[tuple[str, int]]) -> dict[str, list[Message]]:
-        """The messages of ``wanted`` checkpoints (id, count), in calls of at most ``MESSAGES_PER_CALL``."""
-        pieces: list[list[tuple[str, int]]] = [[]]
-        size = 0
-        for cid, count in wanted:
-            if count > MESSAGES_PER_CALL:  # one checkpoint larger than a call: read alone, in ranges
-                continue
-            if size + count > MESSAGES_PER_CALL and pieces[-1]:
-                pieces.append([])
-                size = 0
-            pieces[-1].append((cid, count))
-            size += count
-        gate = asyncio.Semaphore(READS_IN_FLIGHT)
-
-        async def piece(part: list[tuple[str, int]]) -> dict[str, list[Message]]:
-            async with gate:
-                raw = await self._run("SEGMENTS", keys.durable, [v for pair in part for v in pair])
-            messages = iter(self._parse(keys, part[0][0], raw))
-            return {cid: [next(messages) for _ in range(count)] for cid, count in part}
-
-        out: dict[str, list[Message]] = {}
-        for got in await asyncio.gather(*(piece(p) for p in pieces if p)):
-            out.update(got)
-        for cid, count in wanted:
-            if count > MESSAGES_PER_CALL:
-                out[cid] = await self._segment(keys, cid, count)
-        return out
-
-    async def _segment(self, keys: ConversationKeys, checkpoint_id: str, count: int) -> list[Message]:
-        """A checkpoint's messages too many for one call, read in pieces of at most ``MESSAGES_PER_CALL``."""
-        messages: list[Message] = []
-        for start in range(0, count, MESSAGES_PER_CALL):
-            raw = await self._run("SEGMENT", keys.durable, [checkpoint_id, start, min(count, start + MESSAGES_PER_CALL)])
-            messages.extend(self._parse(keys, checkpoint_id, raw))
-        return messages
-
-    @staticmethod
-    def _parse(keys: ConversationKeys, checkpoint_id: str, raw: Any) -> list[Message]:
-        if raw is None:
-            raise CorruptRecordError(keys.messages, f"messages of checkpoint {checkpoint_id} or its ancestors are missing")
-        # The cyclic garbage collector is paused while thousands of long-lived messages are built at once: it
-        # would otherwise scan them again and again (175 ms instead of 63 ms for 10,000 messages).
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            return MESSAGES.validate_json(raw)
-        except ValidationError as exc:
-            raise CorruptRecordError(f"{keys.messages} (checkpoint {checkpoint_id})", str(exc).splitlines()[0]) from None
-        finally:
-            if collecting:
-                gc.enable()
 
     def _from_segments(self, conversation_id: str, head: str, checkpoint: Checkpoint) -> History | None:
         """The messages up to ``head`` (whose chain is known) from cached segments, if all are cached (as a

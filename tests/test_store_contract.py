@@ -453,8 +453,8 @@ async def test_a_long_history_is_read_in_bounded_calls_and_comes_back_whole(stor
     """A history longer than one call's limits (a compaction of 1,200 messages, then 700 turns) is walked in
     several calls and its messages read in pieces, the compaction's alone in ranges: every message comes back,
     in order, and no call returns more than ``MESSAGES_PER_CALL`` messages."""
-    from threadkeeper.persistence import store as module
-    from threadkeeper.persistence.store import MESSAGES_PER_CALL
+    from threadkeeper.persistence import reading as module
+    from threadkeeper.persistence.reading import MESSAGES_PER_CALL
 
     monkeypatch.setattr(module, "WALK_FAST_PER_CALL", 100)  # the rest of the chain walked in several calls
     root = await turn(store, ["start"])
