@@ -30,8 +30,9 @@ from .models import (
     Message,
 )
 from .base import _text, new_id
-from .reading import HistoryReader
 from .cache import SegmentCache
+from .reading import HistoryReader
+
 
 class Opening(NamedTuple):
     """What a worker reads, with its lease, to start a turn (``CheckpointStore.open_turn``)."""

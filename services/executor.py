@@ -35,9 +35,6 @@ from threadkeeper.persistence import (
 from .budget import ContextBudget
 from .llm import ModelContextError, ModelError, ModelTimeoutError
 from .recall import Recall
-
-if TYPE_CHECKING:
-    from .compaction import CompactionReport
 from .seams import CheckpointStore as Checkpoints
 from .seams import Compactor, Model
 from .tokens import Tokenizer
@@ -58,6 +55,9 @@ from .turns import (
     TurnState,
     default_runtime_context,
 )
+
+if TYPE_CHECKING:
+    from .compaction import CompactionReport
 
 log = logging.getLogger("threadkeeper.executor")
 

@@ -7,13 +7,13 @@ import asyncio
 import time
 from typing import Any
 
-from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, ToolCallPart, \
-    ToolResultPart, new_id
+from threadkeeper.persistence import CheckpointOutcome, Message, TextPart, ToolCallPart, ToolResultPart, new_id
 
 from .context import to_chat, visible
 from .incoming import Incoming
-from .llm import Draft, ModelClient, ModelTimeoutError
+from .llm import Draft, ModelTimeoutError
 from .refs import next_ref
+from .seams import CheckpointStore, Model
 from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
 from .turns import THINKING, ExecutorConfig, TurnEvents, TurnState, TurnStatus
 
@@ -22,7 +22,7 @@ class ToolLoop(Incoming):
     """The executor's model loop (a mixin over the executor's model, tools, budget and store)."""
 
     checkpoints: CheckpointStore
-    model: ModelClient
+    model: Model
     tools: ToolRegistry
     config: ExecutorConfig
 
