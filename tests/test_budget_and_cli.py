@@ -19,11 +19,15 @@ from conftest import REDIS_URL, drop_prefix, real_redis
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
         timeout: float = 240, cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
-    full_env.update(env or {})
+    full_env = {**clean_env(), **(env or {})}
     # Not the checkout: a developer's .env there (keys, a REDIS_URL of theirs) must never reach the tests.
     return subprocess.run([sys.executable, "-m", "threadkeeper", *args], input=stdin, capture_output=True, text=True,
                           env=full_env, cwd=cwd or _NO_DOTENV, timeout=timeout)
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without the product's settings (a REDIS_URL, a model or a key of the developer's)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
 
 
 _NO_DOTENV = tempfile.mkdtemp(prefix="threadkeeper-cli-")
@@ -98,7 +102,8 @@ def test_an_offline_worker_never_imports_the_provider_stack() -> None:
              "    return (await pipeline.run('console:probe'))[0]\n"
              "result = asyncio.run(turn())\n"
              "print(result.status, 'litellm' in sys.modules, 'tiktoken' in sys.modules)\n")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=_NO_DOTENV, timeout=120)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=_NO_DOTENV, timeout=120,
+                            env=clean_env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["completed", "False", "True"]
 
