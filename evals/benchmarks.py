@@ -34,6 +34,8 @@ NO_EVIDENCE = "no resolvable evidence"
 NO_SOURCE_IDS = "no source ids"
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "commonsense"}
 FALLBACK_START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+BEAM_ASKER = "user"
+"""BEAM's questions are the user's, asked of the assistant about their own earlier sessions."""
 MAX_RANGE = 500
 """A range of evidence ids longer than this is taken as its two ends only."""
 
@@ -109,9 +111,13 @@ def _require(item: Any, key: str, kind: type | tuple[type, ...], where: str) -> 
     return value
 
 
-def _question(qid: str, question: str, answer: Any, evidence: list[str], kind: str) -> dict[str, Any]:
-    return {"id": qid, "question": question, "answer": str(answer) if isinstance(answer, (str, int, float)) else "",
-            "evidence": evidence, "kind": kind}
+def _question(qid: str, question: str, answer: Any, evidence: list[str], kind: str,
+              asker: str | None = None) -> dict[str, Any]:
+    out = {"id": qid, "question": question, "answer": str(answer) if isinstance(answer, (str, int, float)) else "",
+           "evidence": evidence, "kind": kind}
+    if asker:
+        out["asker"] = asker  # who asks it: a person of the conversation, whose "I" and "my" it uses
+    return out
 
 
 # LoCoMo format -------------------------------------------------------------------------------------------
@@ -282,7 +288,7 @@ def _beam_case(folder: Path, skipped: Counter[str]) -> Case:
             answer = next((q[k] for k in ("answer", "ideal_answer", "ideal_response", "ideal_summary")
                            if isinstance(q.get(k), str)), "")
             questions.append(_question(f"{name}:{category}:{index}", question, answer,
-                                       list(dict.fromkeys(found)), category))
+                                       list(dict.fromkeys(found)), category, asker=BEAM_ASKER))
     return Case(name, {"conversation_id": name, "messages": messages, "questions": questions})
 
 

@@ -27,6 +27,7 @@ from threadkeeper.services.tokens import Tokenizer
 from threadkeeper.root import build_pipeline, build_stores
 from threadkeeper.settings import Settings
 
+from .baselines import MessagePool
 from .generator import generate_thread
 from .graders import ProbeResult, QuestionResult, expand, grade, grade_questions
 from .strategies import STRATEGIES
@@ -46,6 +47,7 @@ class Case:
     name: str
     data: dict[str, Any]
     _sized: list[tuple[str, str, int]] | None = field(default=None, repr=False, compare=False)
+    _pool: MessagePool | None = field(default=None, repr=False, compare=False)
 
     @property
     def probes(self) -> list[dict[str, Any]]:
@@ -69,6 +71,12 @@ class Case:
                 out.append((m["id"], f"{m['author']}: {m['text']}", tokenizer.count_message(message)))
             self._sized = out
         return self._sized
+
+    def pool(self) -> MessagePool:
+        """The thread's messages for the baselines (whole messages, a BM25 index built on first use)."""
+        if self._pool is None:
+            self._pool = MessagePool(self.sized_messages())
+        return self._pool
 
 
 @lru_cache(maxsize=1)
@@ -129,8 +137,9 @@ async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str
     """Ask every question (or probe) as the next message and grade the context the turn would send for it.
 
     Nothing is written and no model is called (``Pipeline.context`` with the question arriving). Benchmark
-    questions are graded against the context with and without its recalled messages, and against
-    keep-newest at the same spend; generated probes with the probe grader.
+    questions are graded on content against the context with and without its recalled messages, and against the
+    baselines at the same spend (keep-newest, a BM25 pick, the context's own messages plus a BM25 fill);
+    generated probes with the probe grader.
     """
     asked: list[QuestionResult] = []
     probes: list[ProbeResult] = []
@@ -138,7 +147,7 @@ async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str
     for item in case.questions or case.probes:
         if not item.get("question"):
             continue
-        question = pipeline.executor.make_message(str(item["question"]))
+        question = pipeline.executor.make_message(str(item["question"]), author=item.get("asker"))
         report = await pipeline.context(cid, arriving=[question])
         entries = expand([e for e in report.context
                           if question.id not in e.source_ids and (e.role != "system" or e.source_ids)], references)
@@ -146,7 +155,8 @@ async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str
         spent.append(spend)
         if case.questions:
             standing = [e for e in entries if e.role != "system"]
-            asked.extend(grade_questions([item], entries, case.sized_messages(), spend, standing))
+            asked.extend(grade_questions([item], entries, case.sized_messages(), spend, standing=standing,
+                                         pool=case.pool()))
         else:
             probes.extend(grade([item], [e.text for e in entries], originals))
     return asked, probes, spent
@@ -219,8 +229,29 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return round(statistics.mean(counted), 4) if counted else None
 
 
+def _content(questions: Sequence[QuestionResult], asked: bool) -> dict[str, Any]:
+    """Shares of answerable questions whose answer is in what the context holds for their evidence, beside the
+    baselines at the same spend; ``cited`` is the share of all questions with every evidence message present."""
+    able = [q for q in questions if q.answerable]
+    kinds: dict[str, list[bool]] = defaultdict(list)
+    for q in able:
+        kinds[q.kind].append(q.kept)
+    row: dict[str, Any] = {"content": _share([q.kept for q in able]), "keep_newest": _share([q.newest for q in able]),
+                           "cited": _share([q.cited for q in questions]),
+                           "by_kind": {k: _share(v) for k, v in sorted(kinds.items())},
+                           "answerable": len(able), "questions": len(questions)}
+    baseline = row["keep_newest"]
+    if asked:
+        row.update({"bm25": _share([bool(q.bm25) for q in able]),
+                    "recent_bm25": _share([bool(q.recent_bm25) for q in able]),
+                    "without_recall": _share([bool(q.without_recall) for q in able])})
+        baseline = max(row["bm25"], row["recent_bm25"])
+    row["over_baseline"] = round(row["content"] / baseline, 3) if baseline else None
+    return row
+
+
 def _asked_row(runs: Sequence[RunResult]) -> dict[str, Any] | None:
-    """Questions asked as the next message: evidence in the context built for each, with and without recall."""
+    """Questions asked as the next message: graded on the context built for each, recall included."""
     questions = [q for r in runs for q in r.asked]
     probes = [p for r in runs for p in r.asked_probes]
     spent = [t for r in runs for t in r.asked_tokens]
@@ -235,38 +266,21 @@ def _asked_row(runs: Sequence[RunResult]) -> dict[str, Any] | None:
                                                                              sorted(by_kind.items())}}
         row["probes"] = len(probes)
         return row
-    kinds: dict[str, list[bool]] = defaultdict(list)
-    for q in questions:
-        kinds[q.kind].append(q.evidence_kept)
-    kept, newest = _share([q.evidence_kept for q in questions]), _share([q.newest_kept for q in questions])
-    row.update({"evidence_retention": {"overall": kept, **{k: _share(v) for k, v in sorted(kinds.items())}},
-                "without_recall": _share([bool(q.standing_kept) for q in questions]),
-                "answer_recall": _mean([q.answer_recall for q in questions]),
-                "keep_newest": {"evidence_retention": newest,
-                                "answer_recall": _mean([q.newest_recall for q in questions])},
-                "ratio": round(kept / newest, 3) if newest else None, "questions": len(questions)})
+    row.update(_content(questions, asked=True))
     return row
 
 
 def _benchmark_row(strategy: str, window: int, runs: Sequence[RunResult]) -> dict[str, Any]:
-    """One report row for benchmark questions: evidence kept and answer recall, against keep-newest."""
-    questions = [q for r in runs for q in r.questions]
-    by_kind: dict[str, list[bool]] = defaultdict(list)
-    for q in questions:
-        by_kind[q.kind].append(q.evidence_kept)
-    retention = {"overall": _share([q.evidence_kept for q in questions])}
-    retention.update({k: _share(v) for k, v in sorted(by_kind.items())})
-    newest = _share([q.newest_kept for q in questions])
+    """One report row for benchmark questions: the standing context and, when asked, the context built for each
+    question, graded on content against the baselines at the same spend."""
     row: dict[str, Any] = {
-        "strategy": strategy, "window": window, "evidence_retention": retention,
-        "answer_recall": _mean([q.answer_recall for q in questions]),
-        "keep_newest": {"evidence_retention": newest, "answer_recall": _mean([q.newest_recall for q in questions])},
-        "ratio": round(retention["overall"] / newest, 3) if newest else None,
+        "strategy": strategy, "window": window,
+        "standing": _content([q for r in runs for q in r.questions], asked=False),
         "context_tokens": round(statistics.mean(r.context_tokens for r in runs)),
         "compactions": round(statistics.mean(r.compactions for r in runs), 1),
         "within_budget": all(r.context_tokens <= r.usable_tokens for r in runs),
         "compaction_loops": sum(r.loops for r in runs),
-        "questions": len(questions), "threads": len(runs), "seconds": round(sum(r.seconds for r in runs), 2)}
+        "threads": len(runs), "seconds": round(sum(r.seconds for r in runs), 2)}
     if any(r.judge_correct is not None for r in runs):
         row["judge_accuracy"] = round(sum(r.judge_correct or 0 for r in runs) / max(1, sum(r.judged for r in runs)), 4)
     if (asked := _asked_row(runs)) is not None:
@@ -333,14 +347,15 @@ def plot(rows: Sequence[dict[str, Any]], out: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        points = sorted((r["window"], (r.get("evidence_retention") or r["retention"])["overall"])
+        points = sorted((r["window"], r["standing"]["content"] if "standing" in r else r["retention"]["overall"])
                         for r in rows if r["strategy"] == strategy)
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=strategy)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({r["window"] for r in rows}))
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{int(v):,}"))
     ax.set_xlabel("context window (tokens)")
-    ax.set_ylabel("evidence kept" if rows and "evidence_retention" in rows[0] else "probes kept (overall retention)")
+    ax.set_ylabel("answers kept (standing context)" if rows and "standing" in rows[0]
+                  else "probes kept (overall retention)")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend()

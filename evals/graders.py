@@ -30,7 +30,7 @@ content words are looked up in the context; keep-newest at the same token spend 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -172,23 +172,37 @@ few more most other some such only own same just also very too our ours out off 
 itself myself yourself himself herself ourselves themselves because while during again further once until
 upon yes one
 """.split())
+ANSWER_SHARE = 0.7
+"""A text holds an answer when it has at least this share of the answer's content words (numbers included)."""
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _WORD = re.compile(r"[a-z0-9]+")
+_DAY_LINE = re.compile(r"^\d{4}-\d{2}-\d{2}:?$")
+_NEXT_NOTE = re.compile(r";\s+(?=\[)")
+"""Where one note ends and the next begins on a handoff line (``- ana: [#1] …; [#2] …``)."""
 
 
 @dataclass(frozen=True)
 class QuestionResult:
-    """How one benchmark question fared in a final context, and in keep-newest at the same spend."""
+    """How one benchmark question fared in a context, and in the baselines at the same spend.
+
+    The content grades (``kept``, ``newest``, ``bm25``, ``recent_bm25``, ``without_recall``) mean something only
+    for an ``answerable`` question: one whose evidence messages' own text holds its answer."""
 
     id: str
     kind: str
-    evidence_kept: bool
-    answer_recall: float | None
-    """Fraction of the answer's content words found in the context; ``None`` when it has none."""
-    newest_kept: bool
-    newest_recall: float | None
-    standing_kept: bool | None = None
-    """Asked questions only: whether the context without the recalled messages held every evidence message."""
+    answerable: bool
+    kept: bool
+    """The answer is in what the context holds for the evidence (verbatim messages, lines citing them)."""
+    cited: bool
+    """Every evidence message is in the context verbatim or cited by a handoff line (whatever the line says)."""
+    newest: bool
+    """The answer is in the evidence among the newest whole messages that fit the same spend."""
+    bm25: bool | None = None
+    """Asked questions: the answer is in the evidence among a plain BM25 pick of whole messages at the same spend."""
+    recent_bm25: bool | None = None
+    """Asked questions: the same for the context's own verbatim messages plus a BM25 fill of the rest."""
+    without_recall: bool | None = None
+    """Asked questions: the answer is in what the context holds for the evidence without its recalled messages."""
 
 
 def expand(entries: Sequence[ContextEntry], references: Mapping[str, str]) -> list[ContextEntry]:
@@ -230,10 +244,35 @@ def content_words(text: str) -> set[str]:
             if (len(w) >= 3 or any(c.isdigit() for c in w)) and w not in STOPWORDS}
 
 
-def answer_recall(answer: str, context_words: set[str]) -> float | None:
-    """Share of the answer's content words that occur in the context; ``None`` when it has none."""
-    words = content_words(answer)
-    return len(words & context_words) / len(words) if words else None
+def holds(answer: set[str], text: str) -> bool:
+    """Whether ``text`` has at least :data:`ANSWER_SHARE` of the ``answer``'s content words."""
+    return bool(answer) and len(answer & content_words(text)) >= ANSWER_SHARE * len(answer) - 1e-9
+
+
+def held_text(entries: Sequence[ContextEntry], ids: Iterable[str]) -> str:
+    """What a context holds for the messages ``ids``: each entry that is one of them verbatim, and, in an entry
+    that stands in for several messages (a handoff, a summary, a recall block), each note or line that cites one
+    of them, with the day heading and the author it sits under.
+
+    This is what a reader of the context has for those messages: a line that cites a message in three words
+    holds three words of it."""
+    wanted = set(ids)
+    out: list[str] = []
+    for entry in entries:
+        if is_handoff(entry) or entry.role == "system":
+            day = ""
+            for line in entry.text.splitlines():
+                if _DAY_LINE.match(line.strip()):
+                    day = line.strip()
+                    continue
+                parts = _NEXT_NOTE.split(line)
+                lead = parts[0][:parts[0].find("[")] if "[" in parts[0] else ""  # "- ana: ", before the first note
+                for i, part in enumerate(parts):
+                    if cited_ids(part) & wanted:
+                        out.append(f"{day} {lead if i else ''}{part}".strip())
+        elif wanted & set(entry.source_ids):
+            out.append(entry.text)
+    return "\n".join(out)
 
 
 def keep_newest(messages: Sequence[tuple[str, int]], spend: int) -> list[str]:
@@ -249,28 +288,58 @@ def keep_newest(messages: Sequence[tuple[str, int]], spend: int) -> list[str]:
     return kept
 
 
-def grade_questions(questions: Sequence[dict[str, Any]], entries: Sequence[ContextEntry],
-                    messages: Sequence[tuple[str, str, int]], spend: int,
-                    standing: Sequence[ContextEntry] | None = None) -> list[QuestionResult]:
-    """Grade each question against the final context and against keep-newest at ``spend`` tokens.
+@dataclass(frozen=True)
+class Question:
+    """A benchmark question with what grading it needs: its answer's content words, and whether its evidence
+    messages' own text holds them."""
 
-    ``messages`` are the thread's ``(id, text, tokens)`` in order; ``spend`` is the history tokens the
-    graded context used (its system entry excluded). ``standing``, for a context built for the question,
-    is that context without its recalled messages.
+    id: str
+    kind: str
+    text: str
+    evidence: tuple[str, ...]
+    answer: frozenset[str]
+    answerable: bool
+
+    @classmethod
+    def of(cls, q: Mapping[str, Any], texts: Mapping[str, str]) -> Question:
+        evidence = tuple(q.get("evidence") or [])
+        answer = frozenset(content_words(str(q.get("answer") or "")))
+        own = "\n".join(texts.get(e, "") for e in evidence)
+        return cls(str(q["id"]), str(q.get("kind") or "other"), str(q.get("question") or ""), evidence, answer,
+                   bool(evidence) and holds(set(answer), own))
+
+    def kept_in(self, entries: Sequence[ContextEntry]) -> bool:
+        return self.answerable and holds(set(self.answer), held_text(entries, self.evidence))
+
+    def kept_among(self, chosen: Iterable[str], texts: Mapping[str, str]) -> bool:
+        """Whether whole messages ``chosen`` (ids) hold the answer in the evidence among them."""
+        picked = set(chosen)
+        return self.answerable and holds(set(self.answer), "\n".join(texts[e] for e in self.evidence if e in picked))
+
+
+def grade_questions(questions: Sequence[dict[str, Any]], entries: Sequence[ContextEntry],
+                    messages: Sequence[tuple[str, str, int]], spend: int, *,
+                    standing: Sequence[ContextEntry] | None = None, pool: Any = None) -> list[QuestionResult]:
+    """Grade each question against a context and against the baselines at ``spend`` tokens.
+
+    ``messages`` are the thread's ``(id, text, tokens)`` in order; ``spend`` is the tokens the graded context
+    used (its system prompt and the question excluded). For a context built for the question (``pool``, an
+    :class:`evals.baselines.MessagePool` over the same messages): ``standing`` is that context without its
+    recalled messages, and the two BM25 baselines are graded too.
     """
+    texts = {mid: text for mid, text, _ in messages}
     present = present_ids(entries)
-    held = present_ids(standing) if standing is not None else None
-    words = content_words("\n".join(e.text for e in entries if e.role != "system" or e.source_ids))
-    newest = set(keep_newest([(mid, tokens) for mid, _, tokens in messages], spend))
-    newest_words = content_words("\n".join(text for mid, text, _ in messages if mid in newest))
+    newest = keep_newest([(mid, tokens) for mid, _, tokens in messages], spend)
     out = []
-    for q in questions:
-        evidence = list(q.get("evidence") or [])
-        answer = str(q.get("answer") or "")
-        out.append(QuestionResult(str(q["id"]), str(q.get("kind") or "other"),
-                                  bool(evidence) and all(e in present for e in evidence),
-                                  answer_recall(answer, words),
-                                  bool(evidence) and all(e in newest for e in evidence),
-                                  answer_recall(answer, newest_words),
-                                  None if held is None else bool(evidence) and all(e in held for e in evidence)))
+    for raw in questions:
+        q = Question.of(raw, texts)
+        bm25 = recent = None
+        if pool is not None:
+            own = [i for e in entries if e.role != "system" and not is_handoff(e) for i in e.source_ids if i in texts]
+            bm25 = q.kept_among(pool.bm25(q.text, spend), texts)
+            recent = q.kept_among(pool.bm25(q.text, spend, first=own), texts)
+        out.append(QuestionResult(q.id, q.kind, q.answerable, q.kept_in(entries),
+                                  bool(q.evidence) and all(e in present for e in q.evidence),
+                                  q.kept_among(newest, texts), bm25, recent,
+                                  None if standing is None else q.kept_in(standing)))
     return out

@@ -85,13 +85,14 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
             await client.aclose()
         rows = summarize(results)
         if benchmark is not None:
-            _benchmark_table(rows, f"continuity on {args.benchmark}: {len(cases)} chats, "
-                                   f"{benchmark.questions} questions")
+            _benchmark_table(rows, f"continuity on {args.benchmark}: {len(cases)} chats, {benchmark.questions} "
+                                   "questions; the standing context, answers kept on content")
             print(skipped_text(benchmark.skipped))
         else:
             _probe_table(rows, f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes")
         if any("asked" in r for r in rows):
-            _asked_table(rows, "each question asked as the next message: the context built for it (recall included)")
+            _asked_table(rows, "each question asked as the next message: the context built for it (recall included), "
+                               "answers kept on content, baselines at the same spend")
         report = {"results": rows, "threads": [c.name for c in cases], "strategies": strategies,
                   "windows": args.windows, "turn_every": args.turn_every, "model": settings.ai_model,
                   "benchmark": args.benchmark}
@@ -126,40 +127,37 @@ def _probe_table(rows: list[dict[str, Any]], title: str) -> None:
     Console(width=220).print(table)
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def _benchmark_table(rows: list[dict[str, Any]], title: str) -> None:
-    """Evidence kept and answer recall per strategy and window, against keep-newest at the same spend."""
+    """The standing context (no question yet): answers kept on content, against keep-newest at the same spend."""
     from rich.console import Console
     from rich.table import Table
 
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{value:.0%}"
-
     table = Table(title=title)
-    for col in ("strategy", "window", "evidence kept", "keep-newest (same spend)", "ratio", "answer recall",
-                "ctx tokens", "compactions", "questions"):
+    for col in ("strategy", "window", "answers kept", "keep-newest (same spend)", "ratio", "cited",
+                "ctx tokens", "compactions", "answerable / questions"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for r in rows:
-        newest = r["keep_newest"]
-        table.add_row(r["strategy"], f"{r['window']:,}", pct(r["evidence_retention"]["overall"]),
-                      pct(newest["evidence_retention"]), "-" if r["ratio"] is None else f"{r['ratio']:.2f}",
-                      f"{pct(r['answer_recall'])} (newest {pct(newest['answer_recall'])})",
-                      f"{r['context_tokens']:,}", f"{r['compactions']:g}", f"{r['questions']:,}")
+        st = r["standing"]
+        table.add_row(r["strategy"], f"{r['window']:,}", _pct(st["content"]), _pct(st["keep_newest"]),
+                      "-" if st["over_baseline"] is None else f"{st['over_baseline']:.2f}", _pct(st["cited"]),
+                      f"{r['context_tokens']:,}", f"{r['compactions']:g}", f"{st['answerable']:,} / {st['questions']:,}")
     Console(width=220).print(table)
 
 
 def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
-    """Questions asked after the thread: evidence in the context built for each, with and without recall."""
+    """Questions asked after the thread: answers kept in the context built for each, beside the baselines."""
     from rich.console import Console
     from rich.table import Table
 
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{value:.0%}"
-
     table = Table(title=title)
-    benchmark = any("evidence_retention" in r["asked"] for r in rows if "asked" in r)
-    cols = ("strategy", "window", "evidence kept", "without recall", "keep-newest (same spend)", "ratio",
-            "answer recall", "ctx tokens", "questions") if benchmark else \
-        ("strategy", "window", "kept", "identifiers", "ctx tokens", "probes")
+    benchmark = any("content" in r["asked"] for r in rows if "asked" in r)
+    cols = ("strategy", "window", "answers kept", "BM25 pick", "recent + BM25", "keep-newest",
+            "over best baseline", "without recall", "cited", "ctx tokens", "answerable / questions") if benchmark \
+        else ("strategy", "window", "kept", "identifiers", "ctx tokens", "probes")
     for col in cols:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for r in rows:
@@ -167,13 +165,12 @@ def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
         if a is None:
             continue
         if benchmark:
-            newest = a["keep_newest"]
-            table.add_row(r["strategy"], f"{r['window']:,}", pct(a["evidence_retention"]["overall"]),
-                          pct(a["without_recall"]), pct(newest["evidence_retention"]),
-                          "-" if a["ratio"] is None else f"{a['ratio']:.2f}",
-                          f"{pct(a['answer_recall'])} (newest {pct(newest['answer_recall'])})",
-                          f"{a['context_tokens']:,}", f"{a['questions']:,}")
+            table.add_row(r["strategy"], f"{r['window']:,}", _pct(a["content"]), _pct(a["bm25"]),
+                          _pct(a["recent_bm25"]), _pct(a["keep_newest"]),
+                          "-" if a["over_baseline"] is None else f"{a['over_baseline']:.2f}",
+                          _pct(a["without_recall"]), _pct(a["cited"]), f"{a['context_tokens']:,}",
+                          f"{a['answerable']:,} / {a['questions']:,}")
         else:
-            table.add_row(r["strategy"], f"{r['window']:,}", pct(a["retention"]["overall"]),
-                          pct(a["retention"].get("identifier")), f"{a['context_tokens']:,}", f"{a['probes']:,}")
+            table.add_row(r["strategy"], f"{r['window']:,}", _pct(a["retention"]["overall"]),
+                          _pct(a["retention"].get("identifier")), f"{a['context_tokens']:,}", f"{a['probes']:,}")
     Console(width=220).print(table)
