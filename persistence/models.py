@@ -91,11 +91,11 @@ class Message(_Record):
     """What the message said, compressed (its most informative sentences); computed once, when its turn
     commits, and folded into handoffs. None: nothing worth a note, or not computed yet."""
     note_tokens: list[int] = Field(default_factory=list)
-    """Tokens the note and its brief form add after a space (``[note, brief]``), counted with them; empty:
-    not counted."""
+    """Tokens the note adds after a space (the first item; messages written by earlier versions may carry a
+    second count, no longer used), counted with it; empty: not counted. A handoff: the tokens of its notes
+    part (see ``parts``)."""
     brief: str | None = None
-    """The note's brief form (its rarest few words, every number and identifier), computed with it; "": the
-    note is that short already. None: not computed yet."""
+    """Written by earlier versions (a shortened form of the note); no longer used."""
 
     @property
     def text(self) -> str:

@@ -260,7 +260,8 @@ class Compactor:
                     int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
             rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
                                       carry_tokens=max(cap, carry))
-            handoff = self._message(redact(rendered.text), rendered.source_ids, next_ref(messages) - 1, now)
+            handoff = self._message(redact(rendered.standing), redact(rendered.notes_text), rendered.source_ids,
+                                    next_ref(messages) - 1, now)
             replacement = [handoff, *kept]
             after = sum(m.tokens for m in replacement)
             if after <= target or tightened >= 8:
@@ -320,12 +321,16 @@ class Compactor:
     def _with_tokens(self, message: Message) -> Message:
         return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
 
-    def _message(self, text: str, source_ids: list[str], top_ref: int, now: float) -> Message:
-        """The handoff message; it carries the highest reference it covers, so numbering continues after it,
-        and the thread's time (the newest message's), not the clock's."""
-        base = Message(id=new_id("handoff"), role="user", parts=[TextPart(text=text)], flags=MessageFlags(handoff=True),
+    def _message(self, standing: str, notes: str, source_ids: list[str], top_ref: int, now: float) -> Message:
+        """The handoff message: its standing part and, as a second part, its notes (``note_tokens`` counts
+        them, so a turn can leave them out; see :func:`services.context.visible`). It carries the highest
+        reference it covers, so numbering continues after it, and the thread's time (the newest message's),
+        not the clock's."""
+        parts = [TextPart(text=standing), *([TextPart(text=notes)] if notes else [])]
+        base = Message(id=new_id("handoff"), role="user", parts=parts, flags=MessageFlags(handoff=True),
                        tokens=0, source_ids=source_ids, ref=top_ref or None, created_at=now)
-        return self._with_tokens(base)
+        return self._with_tokens(base).model_copy(
+            update={"note_tokens": [self.tokenizer.count("\n" + notes)] if notes else []})
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -33,8 +33,27 @@ class ContextEntry:
 
 
 def visible(messages: Sequence[Message], current_runtime_id: str | None = None) -> list[Message]:
-    """Messages a request carries: runtime context only for the current turn, the rest as stored."""
-    return [m for m in messages if not m.flags.runtime or m.id == current_runtime_id]
+    """Messages a request carries: runtime context only for the current turn, the rest as stored, except a
+    handoff whose notes the current runtime context stands in for (it cites the handoff among its sources: its
+    recalled messages are what the new message is about), which is shown without its notes."""
+    runtime = next((m for m in reversed(messages) if m.id == current_runtime_id), None) if current_runtime_id else None
+    focused = set(runtime.source_ids) if runtime is not None else set()
+    out = []
+    for m in messages:
+        if m.flags.runtime and m.id != current_runtime_id:
+            continue
+        if m.flags.handoff and m.id in focused:
+            m = standing_part(m)
+        out.append(m)
+    return out
+
+
+def standing_part(handoff: Message) -> Message:
+    """A handoff without its notes part (``note_tokens`` counts that part)."""
+    if len(handoff.parts) < 2 or not handoff.note_tokens:
+        return handoff
+    return handoff.model_copy(update={"parts": handoff.parts[:1],
+                                      "tokens": max(0, handoff.tokens - handoff.note_tokens[0])})
 
 
 def current_text(message: Message, notes: Notes) -> str | None:

@@ -14,12 +14,16 @@ from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, 
 from . import refs
 from .budget import ContextBudget
 from .context import calibration, visible
-from .notes import note_and_brief
+from .notes import make_note
 from .recall import Recall, change_notice_id
 from .refs import next_ref
 from .tokens import Tokenizer
 from .tools import bound_text
 from .turns import Intake, RuntimeContext
+
+
+FOCUS_NOTE = ("(The handoff's notes are left out of this turn: the messages recalled above are what the new message "
+              "is about.)")
 
 
 class Incoming:
@@ -69,17 +73,25 @@ class Incoming:
         runtime = self.make_message(header, role="system", flags=MessageFlags(runtime=True))
         if self.recall is None:
             return runtime
-        sent = sum(m.tokens for m in visible(context)) + runtime.tokens
+        shown = visible(context)
+        sent = sum(m.tokens for m in shown) + runtime.tokens
         budget = self.budget.in_estimates(calibration(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens))
-        room = budget.request_limit_tokens - budget.fixed_prompt_tokens - sent - self.tool_limit()
-        cap = min(budget.recall_tokens, room)
-        recalled = await self.recall.recall(conversation_id, history, visible(context), incoming, cap)
+        # within the window as the provider counts it, and never past the request guard, which counts estimates
+        room = min(budget.request_limit_tokens - budget.fixed_prompt_tokens,
+                   self.budget.request_limit_tokens - self.budget.fixed_prompt_tokens) - sent - self.tool_limit()
+        cap = min(budget.recall_tokens, room) - 2  # the line break that joins the block to the header
+        handoff = next((m for m in shown if m.flags.handoff and len(m.parts) > 1 and m.note_tokens), None)
+        # the notes' room, less the line that says they are left out
+        focus = max(0, handoff.note_tokens[0] - self.tokenizer.count(FOCUS_NOTE) - 2) if handoff else 0
+        recalled = await self.recall.recall(conversation_id, history, shown, incoming, cap, focus_tokens=focus)
         if not recalled.ids:
             return runtime
         text = f"{header}\n{recalled.text}"
-        return self.with_tokens(runtime.model_copy(update={"parts": [TextPart(text=text)],
-                                                           "source_ids": recalled.ids}))
-
+        ids = recalled.ids
+        if recalled.focused and handoff is not None:  # see services.context.visible
+            text += f"\n{FOCUS_NOTE}"
+            ids = [*ids, handoff.id]
+        return self.with_tokens(runtime.model_copy(update={"parts": [TextPart(text=text)], "source_ids": ids}))
 
     def make_message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
                      flags: MessageFlags | None = None, created_at: float | None = None,
@@ -162,8 +174,7 @@ class Incoming:
         return self.with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
 
     def noted(self, text: str, created_at: float) -> dict[str, Any]:
-        """A message's note, brief form and their token counts, computed once when its turn commits, so a
-        compaction only selects and renders."""
-        note, short = note_and_brief(text, created_at)
-        tokens = [self.tokenizer.count(" " + note), self.tokenizer.count(" " + short) if short else 0] if note else []
-        return {"note": note, "brief": short, "note_tokens": tokens}
+        """A message's note and its token count, computed once when its turn commits, so a compaction only
+        selects and renders."""
+        note = make_note(text, created_at) or ""
+        return {"note": note, "note_tokens": [self.tokenizer.count(" " + note)] if note else []}

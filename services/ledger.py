@@ -30,7 +30,7 @@ from . import extract as x
 from . import refs
 from .instructions import is_instruction, without_instructions
 from .notebook import NoteEntry, TermStats
-from .notes import brief_or_empty, language, make_note, terms
+from .notes import make_note, terms
 from .redact import redact
 
 RECORD_STATE = "record_state"
@@ -144,11 +144,6 @@ def note_of(message: Message) -> str | None:
     return make_note(words, message.created_at) if words.strip() else None
 
 
-def brief_of(note: str, text: str) -> str:
-    """The brief form of a message's note ("" when the note is no longer than that), in ``text``'s language."""
-    return brief_or_empty(note, language(text.split()))
-
-
 def decided(text: str) -> str:
     """What a decision line says: the sentences that state the decision (the whole text if none stands out)."""
     stated = [sentence for sentence in x.sentences(text) if x.DECISION.search(sentence)]
@@ -252,21 +247,18 @@ class LedgerBuilder:
                 lg.kept_fresh[m.id] = fresh[id(c)]
                 continue
             new_words = lg.kept_fresh.pop(m.id) if m.id in lg.kept_fresh else fresh[id(c)]
-            stored = m.brief is not None and m.id not in changes and bool(m.note)
-            short = m.brief if stored else brief_of(note, text)
-            tokens = brief_tokens = 0
-            if stored and self.count is not None and len(m.note_tokens) == 2:
-                # what ``notebook.note_cost`` counts, from the counts made when the message was committed
-                line = self.count(f"; [{refs.label(m.id, m.ref)}]")
-                tokens, brief_tokens = line + m.note_tokens[0], line + m.note_tokens[1] if short else 0
-            clean, clean_short = redact(note), redact(short)
-            if clean != note or clean_short != short:  # a secret was removed: its stored counts no longer apply
-                tokens = brief_tokens = 0
+            stored = bool(m.note) and m.id not in changes and note == m.note
+            tokens = 0
+            if stored and self.count is not None and m.note_tokens:
+                # what ``notebook.note_cost`` counts, from the count made when the message was committed
+                tokens = self.count(f"; [{refs.label(m.id, m.ref)}]") + m.note_tokens[0]
+            clean = redact(note)
+            if clean != note:  # a secret was removed: its stored count no longer applies
+                tokens = 0
             self.ledger.notes.append(NoteEntry.model_construct(  # every field is computed here, nothing to check
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
                 text=clean, tokens=tokens, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
-                question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed,
-                brief=clean_short, brief_tokens=brief_tokens, brief_only=False))
+                question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed))
         if folded:
             self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]
             for ident in folded:  # folded without a note (deleted, chatter): nothing waits for it any more
@@ -294,8 +286,7 @@ class LedgerBuilder:
             elif changes[n.id] is not None:
                 text = make_note(changes[n.id] or "", n.at)  # made from the redacted text
                 if text:
-                    notes.append(n.model_copy(update={"text": text, "edited": True, "tokens": 0, "brief": "",
-                                                      "brief_tokens": 0}))
+                    notes.append(n.model_copy(update={"text": text, "edited": True, "tokens": 0}))
         lg.notes = notes
 
     def _fold_person(self, m: Message, text: str, *, instructed: bool = False) -> None:

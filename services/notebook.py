@@ -5,11 +5,10 @@ handoff carried. Candidates are ranked by the information they add per token: th
 words in the thread so far (BM25's inverse document frequency over every message ever folded, carried
 from one handoff to the next), with full credit only for the words a message brought first, numbers and
 identifiers counting double, discounted for words that notes already chosen cover (novelty), and for
-age (a half-life in days). Each note has a brief form (its most informative run of a few words,
-every number and identifier) and its full text: the selection first gives as many messages as fit their brief form, then
-spends what is left on full text. Selection is greedy and deterministic (ties by time, then id), so the
-same inputs always give the same notes; a note that is not chosen is evicted, which is the only way
-knowledge leaves the handoff.
+age (a half-life in days). A note is shown whole (a clause keeps its entity, object, number and date), never
+cut down to a few words: a handoff carries fewer notes that each say what was said. Selection is greedy and
+deterministic (ties by time, then id), so the same inputs always give the same notes; a note that is not
+chosen is evicted, which is the only way knowledge leaves the handoff.
 """
 
 from __future__ import annotations
@@ -66,17 +65,6 @@ class NoteEntry(BaseModel):
     """Its words that no earlier folded message used: what this message brought to the thread."""
     question: bool = False
     """The message only asks (people asking each other); the information is in the answers."""
-    brief: str = ""
-    """The note's brief form (:func:`services.notes.brief`); empty when the note is already that short."""
-    brief_tokens: int = 0
-    """Tokens the brief form adds to a line (0: not counted yet)."""
-    brief_only: bool = False
-    """The handoff showed only the brief form (the full text is kept for the next generation)."""
-
-    @property
-    def shown(self) -> str:
-        """The text a handoff shows: the brief form when that is all it had room for."""
-        return self.brief if self.brief_only and self.brief else self.text
 
 
 class TermStats(BaseModel):
@@ -116,13 +104,12 @@ def note_line(cited: str, author: str, text: str, *, edited: bool = False) -> st
     return f"- {'SUSPECT ' if edited else ''}[{cited}] {author or 'someone'}{mark}: {text}"
 
 
-def note_cost(entry: NoteEntry, count: Callable[[str], int], text: str | None = None,
-              label: Callable[[str], str] = str) -> int:
-    """What a note (or ``text`` in its place) adds to its author's line of the day: ``; [#N] text``
-    (``label`` gives how a message id is cited)."""
+def note_cost(entry: NoteEntry, count: Callable[[str], int], label: Callable[[str], str] = str) -> int:
+    """What a note adds to its author's line of the day: ``; [#N] text`` (``label`` gives how a message id is
+    cited)."""
     if entry.edited:
         return count(note_line(label(entry.id), entry.author, entry.text, edited=True)) + 1
-    return count(f"; [{label(entry.id)}] {entry.text if text is None else text}")
+    return count(f"; [{label(entry.id)}] {entry.text}")
 
 
 def author_cost(author: str, count: Callable[[str], int]) -> int:
@@ -138,14 +125,10 @@ def day(at: float) -> str:
 class _Candidate:
     entry: NoteEntry
     terms: frozenset[str]
-    brief_terms: frozenset[str]
-    brief_weighted: list[tuple[str, float]]
-    """Each word of the brief form with its rarity, discounted when the message only repeated it."""
-    extra_weighted: list[tuple[str, float]]
-    """The same for the words only the full note has: what showing it in full adds."""
+    weighted: list[tuple[str, float]]
+    """Each word of the note with its rarity, discounted when the message only repeated it."""
     weight: float
     tokens: int
-    brief_tokens: int
     day: str
     line: tuple[str, str] | None
     """The (day, author) line the note joins; None: it stands on a line of its own."""
@@ -157,20 +140,14 @@ class Selection:
     """Chosen notes, in thread order."""
     evicted: int
     tokens: int
-    picked: list[tuple[str, int]] = field(default_factory=list)
-    """``(id, level)`` in the order chosen, the most valuable first: level 0 a note in its brief form,
-    level 1 the step to its full text."""
+    picked: list[str] = field(default_factory=list)
+    """Ids in the order chosen, the most valuable first."""
 
 
 def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int, now: float,
            count: Callable[[str], int], label: Callable[[str], str] = str) -> Selection:
-    """The notes worth most within ``cap_tokens`` (day headings included), by lazy greedy selection.
-
-    Two passes: first every note in its brief form, then, for the chosen ones, the step to the full text
-    at what that step adds and costs. So a tight cap shows the gist of as many messages as it can hold
-    and a roomy one the detail of all of them (measured on REALTALK at an 8k window: 42% of questions keep all
-    their evidence this way, 26% when detail competes with gist by value per token in one pass, which keeps
-    more of the answers' words: 65% against 58%)."""
+    """The notes worth most within ``cap_tokens`` (day headings and author lead-ins included), by lazy greedy
+    selection on the information each adds per token."""
     pool: list[_Candidate] = []
     idf: dict[str, float] = {}
     days_of: dict[int, str] = {}
@@ -183,10 +160,7 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
         return base
 
     for entry in candidates:
-        short = entry.brief if entry.brief and not entry.edited else ""
-        # The full text's cost is counted only when it is needed (a note shown briefly may never need it).
-        tokens = entry.tokens if entry.tokens > 0 else 0 if short else note_cost(entry, count, label=label)
-        brief_tokens = tokens if not short else entry.brief_tokens or note_cost(entry, count, short, label)
+        tokens = entry.tokens if entry.tokens > 0 else note_cost(entry, count, label=label)
         weight = REPLY_WEIGHT if entry.reply else 1.0
         if entry.question:
             weight *= QUESTION_WEIGHT
@@ -194,75 +168,52 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
             weight *= CONSTRAINT_WEIGHT
         weight *= 0.5 ** (max(0.0, (now - entry.at) / 86_400) / HALF_LIFE_DAYS)
         note_terms, fresh = terms(entry.text), frozenset(entry.fresh)
-        brief_terms = terms(short) if short else note_terms
-        brief_weighted, extra_weighted = [], []
-        for t in sorted(note_terms | fresh):
-            w = rarity(t) if t in fresh else rarity(t) * ECHO_WEIGHT
-            (brief_weighted if t in brief_terms or t not in note_terms else extra_weighted).append((t, w))
+        weighted = [(t, rarity(t) if t in fresh else rarity(t) * ECHO_WEIGHT) for t in sorted(note_terms | fresh)]
         key = int(entry.at // 86_400)
         d = days_of.get(key) or days_of.setdefault(key, day(entry.at))
-        pool.append(_Candidate(entry, note_terms, brief_terms, brief_weighted, extra_weighted, weight, tokens,
-                               brief_tokens, d, None if entry.edited else (d, entry.author)))
+        pool.append(_Candidate(entry, note_terms, weighted, weight, tokens, d,
+                               None if entry.edited else (d, entry.author)))
     covered: set[str] = set()
     days: set[str] = set()
     lines: set[tuple[str, str]] = set()
     authors = {author: author_cost(author, count) for author in {c.entry.author for c in pool}}
 
-    def cost(c: _Candidate, level: int, exact: bool = True) -> int:
-        if level:
-            if not c.tokens:
-                if not exact:  # an estimate to order the heap by; counted when the step is taken
-                    return max(1, round(c.brief_tokens * len(c.entry.text) / max(1, len(c.entry.brief))) -
-                               c.brief_tokens)
-                c.tokens = note_cost(c.entry, count, label=label)
-            return max(1, c.tokens - c.brief_tokens)
+    def cost(c: _Candidate) -> int:
         extra = 0 if c.day in days else DAY_HEADING_TOKENS
         if c.line is not None and c.line not in lines:
             extra += authors[c.entry.author]
-        return c.brief_tokens + extra
+        return c.tokens + extra
 
-    def value(c: _Candidate, level: int, exact: bool = True) -> float:
-        weighted = c.extra_weighted if level else c.brief_weighted
-        gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in weighted)
-        return gain * c.weight / cost(c, level, exact)
+    def value(c: _Candidate) -> float:
+        gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in c.weighted)
+        return gain * c.weight / cost(c)
 
-    level_of: dict[int, int] = {}
+    chosen: list[NoteEntry] = []
     said: set[tuple[str, str]] = set()
-    picked: list[tuple[str, int]] = []
+    picked: list[str] = []
     used = 0
-    for level in (0, 1):  # every note's gist before any note's detail
-        heap = [(-value(c, level, exact=False), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)
-                if (i not in level_of if level == 0 else level_of.get(i) == 0 and c.extra_weighted)]
-        heapq.heapify(heap)
-        while heap and used < cap_tokens:
-            _, at, ident, i = heapq.heappop(heap)
-            c = pool[i]
-            current = value(c, level)
-            if heap and current < -heap[0][0] - 1e-12:
-                heapq.heappush(heap, (-current, at, ident, i))
-                continue
-            if current <= 0 or (level == 0 and (c.entry.author, c.entry.text) in said):
-                continue  # nothing of value, or the same person saying the same thing again
-            spend = cost(c, level)
-            if used + spend > cap_tokens:
-                continue
-            level_of[i] = level
-            picked.append((ident, level))
-            used += spend
-            covered |= c.terms if level else c.brief_terms
-            if level == 0:
-                said.add((c.entry.author, c.entry.text))
-                days.add(c.day)
-                if c.line is not None:
-                    lines.add(c.line)
-    chosen = []
-    for i, level in level_of.items():
+    heap = [(-value(c), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)]
+    heapq.heapify(heap)
+    while heap and used < cap_tokens:
+        _, at, ident, i = heapq.heappop(heap)
         c = pool[i]
-        update = {"tokens": c.tokens, "brief_tokens": c.brief_tokens if c.entry.brief else 0,
-                  "brief_only": bool(c.entry.brief) and not c.entry.edited and level == 0}
-        entry = c.entry
-        if any(getattr(entry, k) != v for k, v in update.items()):
-            entry = entry.model_copy(update=update)
+        current = value(c)
+        if heap and current < -heap[0][0] - 1e-12:
+            heapq.heappush(heap, (-current, at, ident, i))
+            continue
+        if current <= 0 or (c.entry.author, c.entry.text) in said:
+            continue  # nothing of value, or the same person saying the same thing again
+        spend = cost(c)
+        if used + spend > cap_tokens:
+            continue
+        entry = c.entry if c.entry.tokens == c.tokens else c.entry.model_copy(update={"tokens": c.tokens})
         chosen.append(entry)
+        picked.append(ident)
+        used += spend
+        covered |= c.terms
+        said.add((c.entry.author, c.entry.text))
+        days.add(c.day)
+        if c.line is not None:
+            lines.add(c.line)
     chosen.sort(key=lambda e: (e.at, e.id))
     return Selection(chosen, len(pool) - len(chosen), used, picked)

@@ -23,13 +23,9 @@ from wordfreq import available_languages, get_frequency_dict
 from . import extract as x
 from .redact import redact
 
-NOTE_MAX_WORDS = 12
-"""A note keeps at most about this many words of a message (its best sentences; names, numbers and identifiers always)."""
-BRIEF_WORDS = 3
-"""A note's brief form keeps the run of this many consecutive words that says most (and every number and
-identifier). A handoff shows the brief form of many notes before the full form of a few (see
-:mod:`services.notebook`). On REALTALK at an 8k window three words kept more questions' complete evidence
-than four (41% against 36%, measured with briefs of the rarest words rather than runs)."""
+NOTE_MAX_WORDS = 40
+"""A note keeps at most about this many words of a message: all of an ordinary message's content words, the
+best sentences of a long one (names, numbers and identifiers always)."""
 
 _CONTRACTIONS = frozenset("""i'm i've i'll i'd you've you'll you'd he's she's we're we've we'll we'd they're they've
     they'll they'd that's there's here's what's who's where's how's let's it'll that'll""".split())
@@ -239,21 +235,6 @@ def make_note(text: str, created_at: float) -> str | None:
     return _note(text, created_at)[0]
 
 
-def note_and_brief(text: str, created_at: float) -> tuple[str, str]:
-    """A message's note and its brief form, as a turn stores them ("" for no note; "" for a brief form that
-    would be the note itself)."""
-    note, lang = _note(text, created_at)
-    if not note:
-        return "", ""
-    return note, brief_or_empty(note, lang)
-
-
-def brief_or_empty(note: str, lang: str) -> str:
-    """A note's brief form, or "" when it would be the note itself (what is stored)."""
-    short = brief(note, lang)
-    return "" if short == note else short
-
-
 @lru_cache(maxsize=4_096)
 def _note(text: str, created_at: float) -> tuple[str | None, str]:
     """The note and the language it was made in (made from the text with its secrets redacted: a note travels
@@ -320,31 +301,6 @@ def _clip(text: str, words: int, lang: str = "en") -> str:
                     key=lambda i: (-information(parts[i].rstrip(";"), lang), i))
     keep = sorted(essential + others[: max(1, words - len(essential))])  # and what the numbers are about
     return " ".join(parts[i] for i in keep).rstrip(";")
-
-
-def brief(note: str, lang: str = "en", words: int = BRIEF_WORDS) -> str:
-    """A note's brief form: the run of ``words`` consecutive words that says most (numbers and identifiers
-    inside it come free), plus every number and identifier outside it, in order. A run keeps a phrase
-    together ("Postgres 16 reporting"), where the rarest words picked one by one would scatter it."""
-    parts = note.replace("; ", " ").split()
-    if _CJK.search(note) and len(parts) <= 1:
-        return _clip(note, words, lang)
-    essential = [_essential(p) or bool(i and _unit(parts[i - 1], p)) for i, p in enumerate(parts)]
-    if sum(1 for e in essential if not e) <= words:
-        return " ".join(parts)
-    info = [0.0 if e else information(p.rstrip(";"), lang) for p, e in zip(parts, essential, strict=True)]
-    best, best_score = (0, 0), -1.0
-    for start in range(len(parts)):
-        end, taken, score = start, 0, 0.0
-        while end < len(parts) and (taken < words or essential[end]):
-            if not essential[end]:
-                taken += 1
-                score += info[end]
-            end += 1
-        if taken == words and score > best_score:
-            best, best_score = (start, end), score
-    start, end = best
-    return " ".join(p.rstrip(";") for i, p in enumerate(parts) if start <= i < end or essential[i])
 
 
 def _informative(text: str) -> bool:

@@ -126,7 +126,7 @@ class Pipeline:
         shown = visible(messages)
         if arriving:
             runtime = await executor.runtime_message(conversation_id, history, [*messages, *incoming], incoming)
-            shown = [*shown, *incoming, runtime]
+            shown = visible([*messages, *incoming, runtime], runtime.id)
         return ContextReport(conversation_id, self.budget, [system, *entries(shown)], tokens,
                              would, compaction)
 

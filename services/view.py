@@ -53,11 +53,20 @@ class _Section:
 
 @dataclass(frozen=True)
 class RenderedHandoff:
-    text: str
+    standing: str
+    """What a handoff always shows: its header, asks, decisions, suspect marks, recorded facts, narrative and
+    participants."""
+    notes_text: str
+    """Its notes section ("" when it has none): what a turn whose recalled messages are what its question needs
+    may leave out."""
     source_ids: list[str]
     evicted_lines: int
     notes: list[NoteEntry]
     """The notes the handoff carries (the next generation starts from them)."""
+
+    @property
+    def text(self) -> str:
+        return f"{self.standing}\n{self.notes_text}" if self.notes_text else self.standing
 
 
 def _stamp(at: float | None) -> str:
@@ -139,7 +148,7 @@ def _render_notes(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list
             if n.edited:
                 out.append(notebook.note_line(lab(n.id), n.author, n.text, edited=True))
             else:
-                runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.shown}")
+                runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")
         out.extend(f"- {author}: " + "; ".join(parts) for author, parts in runs.items())
     return out
 
@@ -179,24 +188,17 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
     evicted += chosen.evicted
     picked = list(chosen.picked)
     while True:
-        text, ids = _assemble(head, sections, title, notes, people, lab)
-        excess = count(text) - cap_tokens
+        standing, notes_text, ids = _assemble(head, sections, title, notes, people, lab)
+        excess = count(f"{standing}\n{notes_text}" if notes_text else standing) - cap_tokens
         if excess <= 0 or not picked:
             break
-        # The estimate of what the notes cost missed: the least valuable steps are undone until it fits (a
-        # note shown in full goes back to its brief form; a brief one leaves).
+        # The estimate of what the notes cost missed: the least valuable notes leave until it fits.
         by_id = {n.id: n for n in notes}
         while excess > 0 and picked:
-            ident, level = picked.pop()
-            note = by_id[ident]
-            if level:
-                by_id[ident] = note.model_copy(update={"brief_only": True})
-                excess -= max(1, note.tokens - note.brief_tokens)
-                continue
-            del by_id[ident]
-            excess -= max(1, note.brief_tokens or note.tokens)
+            note = by_id.pop(picked.pop())
+            excess -= max(1, note.tokens)
             evicted += 1
-        notes = [by_id[n.id] for n in notes if n.id in by_id]
+        notes = [n for n in notes if n.id in by_id]
     # A note whose message another section shows is not repeated, but it is carried: once that line goes
     # (an ask evicted, a suspect mark cleared), the note competes again.
     held = {n.id: n for n in notes}
@@ -207,12 +209,13 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
             held.setdefault(n.id, n)
     carried = sorted([*held.values(), *(n for n in ledger.notes if n.id in shown and n.id not in deleted)],
                      key=lambda n: (n.at, n.id))
-    return RenderedHandoff(text=text, source_ids=list(dict.fromkeys(i for i in ids if i)), evicted_lines=evicted,
-                           notes=carried)
+    return RenderedHandoff(standing=standing, notes_text=notes_text, source_ids=list(dict.fromkeys(i for i in ids if i)),
+                           evicted_lines=evicted, notes=carried)
 
 
 def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequence[NoteEntry],
-              people: str, lab: Callable[[str], str]) -> tuple[str, list[str]]:
+              people: str, lab: Callable[[str], str]) -> tuple[str, str, list[str]]:
+    """The standing part, the notes part and the ids they cite."""
     out = [head]
     ids: list[str] = []
     for section in sections:
@@ -221,10 +224,10 @@ def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequen
             for line in section.lines:
                 out.append(line.text)
                 ids.extend(line.ids)
-    if notes:
-        out.append(title)
-        out.extend(_render_notes(notes, lab))
-        ids.extend(n.id for n in notes)
     if people:
         out.append(people)
-    return "\n".join(out), ids
+    notes_text = ""
+    if notes:
+        notes_text = "\n".join([title, *_render_notes(notes, lab)])
+        ids.extend(n.id for n in notes)
+    return "\n".join(out), notes_text, ids

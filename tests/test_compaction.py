@@ -28,7 +28,6 @@ from threadkeeper.services.ledger import (
     Ledger,
     LedgerBuilder,
     NarrativeEntry,
-    brief_of,
     load_ledger,
 )
 from threadkeeper.services.narrative import extractive
@@ -194,7 +193,8 @@ async def test_edited_and_deleted_messages_are_marked_and_never_presented_as_cur
     handoff = await written(p, CONV, (await p.checkpoints.load_history(CONV)).messages[0].text)
     lines = handoff.splitlines()
     edited_line = next(line for line in lines if "1700.000000" in line)
-    assert edited_line.startswith("- SUSPECT [1700.000000] alice (edited") and "45" in edited_line
+    assert edited_line.startswith(("- SUSPECT [1700.000000] alice (edited", "- SUSPECT [ask 1700.000000] alice:")) \
+        and "45" in edited_line and "edited" in edited_line
     assert "30 s" not in handoff, "the text before the edit is never presented"
     assert "SUSPECT [decision 1700.000001] alice: (its message was deleted)" in handoff
     assert "250 ms" not in handoff and "04:00" not in handoff, "a deleted message's words never reach a handoff"
@@ -347,8 +347,7 @@ DAY = 1_700_006_400.0  # 2023-11-15 00:00 UTC
 
 
 def note(ident: str, author: str, at: float, text: str, **extra: object) -> NoteEntry:
-    return NoteEntry(id=ident, author=author, at=at, text=text, fresh=sorted(terms(text)), brief=brief_of(text, text),
-                     **extra)
+    return NoteEntry(id=ident, author=author, at=at, text=text, fresh=sorted(terms(text)), **extra)
 
 
 def golden_ledger() -> Ledger:
@@ -385,6 +384,8 @@ def test_view_is_byte_for_byte_stable_golden() -> None:
     rendered = render_handoff(golden_ledger(), narrative, gone, cap_tokens=2000, count=tokenizer.count,
                               now=DAY + 90_000)
     assert rendered.text == (GOLDEN / "handoff_full.txt").read_text()
+    assert rendered.text == f"{rendered.standing}\n{rendered.notes_text}" and rendered.notes_text.startswith("Notes")
+    assert "[ask #41]" in rendered.standing and "Participants:" in rendered.standing, "the notes are a part of their own"
     assert "build 812" not in rendered.text, "a deleted message's note is never rendered"
     again = render_handoff(golden_ledger(), narrative, gone, cap_tokens=2000, count=tokenizer.count, now=DAY + 90_000)
     assert again == rendered

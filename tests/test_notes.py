@@ -9,7 +9,7 @@ import pytest
 from threadkeeper.services import Tokenizer
 from threadkeeper.services.notebook import NoteEntry, TermStats, select
 from threadkeeper.services import notes
-from threadkeeper.services.notes import brief, information, make_note, resolve_dates, terms
+from threadkeeper.services.notes import information, make_note, resolve_dates, terms
 
 FRIDAY = datetime(2023, 12, 29, 22, 42, tzinfo=timezone.utc).timestamp()  # a Friday
 
@@ -80,45 +80,48 @@ def test_selection_is_by_value_not_age_and_deterministic() -> None:
     cap = 60
     chosen = select(pool, stats, cap_tokens=cap, now=day * 5, count=tokenizer.count)
     ids = [n.id for n in chosen.notes]
-    assert ids[0] == "m1" and chosen.picked[0] == ("m1", 0), "an old note that says much comes before chatter"
+    assert ids[0] == "m1" and chosen.picked[0] == "m1", "an old note that says much comes before chatter"
     assert "m3" not in ids, "the same person saying the same thing again is not repeated"
     assert chosen.tokens <= cap and chosen.evicted == len(pool) - len(ids)
     assert select(list(reversed(pool)), stats, cap_tokens=cap, now=day * 5, count=tokenizer.count) == chosen
 
 
-def test_a_note_drops_its_own_day_and_its_brief_keeps_numbers_units_and_rare_words() -> None:
+def test_a_note_drops_its_own_day_and_filler_and_keeps_every_content_word_of_an_ordinary_message() -> None:
     note = make_note("I'm planning on taking a cooking class today! See you tomorrow.", FRIDAY)
     assert note is not None and "cooking class" in note and "2023-12-30" in note
     assert "2023-12-29" not in note, "the day heading already says which day 'today' is"
-    assert brief("p99 latency budget 250 ms checkout") == "p99 latency budget 250 ms checkout", "short already"
+    skiing = make_note("Yes I actually love skiing, it is my favorite sport in winter, and I go to Aspen twice a "
+                       "year with my brother Tom", FRIDAY)
+    assert skiing == "love skiing favorite sport winter go Aspen twice year brother Tom", \
+        "the clause keeps its entity, object, number and place; filler and function words go"
     slo = make_note("The p99 latency budget for the checkout service is 250 ms at peak load, says the SRE team", FRIDAY)
-    assert slo is not None and "p99" in brief(slo) and "250 ms" in brief(slo), "numbers keep their units"
-    skiing = make_note("Yes I actually love skiing, it is my favorite sport in winter", FRIDAY)
-    assert skiing is not None and brief(skiing) == "skiing favorite sport", "the run of words that says most"
-    decision = make_note("Decision from the sync: Postgres 16 for reporting, everyone signed off.", FRIDAY)
-    assert decision is not None and brief(decision) == "sync Postgres 16 reporting", "a phrase stays together"
+    assert slo is not None and "p99" in slo and "250 ms" in slo, "numbers keep their units"
     assert information("melatonin") > information("cooking") > information("the")
     assert information("servicio", "es") < information("servicio", "en"), "a word is rare or common in its language"
 
 
-def test_a_tight_cap_shows_the_gist_of_many_notes_and_a_roomy_one_their_detail() -> None:
+def test_a_long_message_keeps_its_most_informative_sentences_and_every_identifier() -> None:
+    filler = " ".join(f"The weather was nice and we talked about the weekend plans again, sentence {i}." for i in range(8))
+    text = f"{filler} The outage ticket is OPS-4471 and the fix ships in build 2.14.3 on Thursday."
+    note = make_note(text, FRIDAY)
+    assert note is not None and "OPS-4471" in note and "2.14.3" in note
+    assert len(note.split()) <= notes.NOTE_MAX_WORDS + 2
+
+
+def test_a_tight_cap_shows_fewer_notes_each_whole_and_a_roomy_one_all_of_them() -> None:
     tokenizer = Tokenizer("gpt-4o")
     texts = ["Kate adopted greyhound Biscuit Kelowna shelter vet Okafor checkup Tuesday",
              "Marco moving Lisbon March startup fintech payments team hiring engineers",
              "Priya marathon Berlin September training plan coach intervals tempo runs",
              "Dev bought vintage Gibson guitar Nashville pawn shop restoring frets pickups",
              "Lena learning Japanese evening classes trip Kyoto temples spring cherry blossoms"]
-    pool = [NoteEntry(id=f"m{i}", author="ann", at=float(i), text=t, fresh=sorted(terms(t)), brief=brief(t))
-            for i, t in enumerate(texts)]
+    pool = [NoteEntry(id=f"m{i}", author="ann", at=float(i), text=t, fresh=sorted(terms(t))) for i, t in enumerate(texts)]
     stats = TermStats()
     stats.add([terms(t) for t in texts])
     tight = select(pool, stats, cap_tokens=60, now=10.0, count=tokenizer.count)
-    levels = [lvl for _, lvl in tight.picked]
-    assert levels[:5] == [0] * 5 and sum(n.brief_only for n in tight.notes) >= 4, \
-        "every message's gist before any detail (what is left over may show one in full)"
+    assert 1 <= len(tight.notes) < 5 and {n.text for n in tight.notes} <= set(texts), "whole notes, never shortened"
     roomy = select(pool, stats, cap_tokens=400, now=10.0, count=tokenizer.count)
-    assert len(roomy.notes) == 5 and not any(n.brief_only for n in roomy.notes)
-    assert roomy.tokens > tight.tokens and [lvl for _, lvl in roomy.picked] == [0] * 5 + [1] * 5
+    assert len(roomy.notes) == 5 and roomy.tokens > tight.tokens
 
 
 def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
@@ -139,18 +142,17 @@ def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
         messages.append(Message(id=f"m{i}", role="user", author="ann", parts=[TextPart(text=text)], tokens=1,
                                 created_at=FRIDAY + i, ref=40 + i, **noted))
     ledger = LedgerBuilder(count=tokenizer.count).fold(messages).build()
+    assert len(ledger.notes) == 3
     for entry in ledger.notes:
         assert entry.tokens == note_cost(entry, tokenizer.count, label=ledger.label)
-        if entry.brief:
-            assert entry.brief_tokens == note_cost(entry, tokenizer.count, entry.brief, ledger.label)
 
 
 def test_an_identifier_inside_text_without_spaces_is_a_term_and_survives_every_shortening() -> None:
     """Japanese and Chinese write identifiers into the sentence with no space around them."""
     text = "ledgerのタイムアウトについてINFRA-5382を起票しました。メモはそちらへ。詳細は後で共有します。"
-    note, short = notes.note_and_brief(text, 1_700_000_000.0)
-    assert "INFRA-5382" in note and (not short or "INFRA-5382" in short)
-    assert "INFRA-5382" in notes.brief(text, "ja")
+    note = notes.make_note(text, 1_700_000_000.0)
+    assert note is not None and "INFRA-5382" in note
+    assert "INFRA-5382" in notes._clip(text, 3, "ja"), "a note cut to a few characters keeps it"
     assert "infra-5382" in notes.words(text) and "ledger" in notes.words(text)
 
 

@@ -24,20 +24,20 @@ def message(i: int, role: str = "user", chars: int = 400) -> Message:
     """A stored message as a committed turn writes it: token count and note computed once."""
     text = filler(chars, i)
     at = 1_700_000_000.0 + i
-    note, short = notes.note_and_brief(text, at)
-    counted = [TOKENIZER.count(" " + note), TOKENIZER.count(" " + short) if short else 0] if note else []
+    note = notes.make_note(text, at) or ""
+    counted = [TOKENIZER.count(" " + note)] if note else []
     return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
                    parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4,
-                   created_at=at, note=note, brief=short, note_tokens=counted, ref=i + 1)
+                   created_at=at, note=note, note_tokens=counted, ref=i + 1)
 
 
 def note_cost_us(count: int = 2_000) -> float:
-    """Microseconds to compute one message's note and brief form (what a commit adds per message), cache cold."""
+    """Microseconds to compute one message's note (what a commit adds per message), cache cold."""
     texts = [filler(300, 10_000_000 + i) for i in range(count)]
     notes._note.cache_clear()
     started = time.perf_counter()
     for i, text in enumerate(texts):
-        notes.note_and_brief(text, 1_700_000_000.0 + i)
+        notes.make_note(text, 1_700_000_000.0 + i)
     return round((time.perf_counter() - started) / count * 1e6, 1)
 
 
