@@ -285,6 +285,21 @@ class LineageEntry(_Record):
     is_head: bool
 
 
+class ConversationSummary(_Record):
+    """One row of ``threadkeeper conversations``."""
+
+    id: str
+    last_activity: float
+    """When the conversation's state last changed (a turn committed, a compaction, a message recorded)."""
+    messages: int
+    """Messages people and the bot wrote (the highest ``#N`` reference so far; 0 before the first turn)."""
+    generation: int
+    """Compactions on the head's lineage: 0 until the first one, then 1, 2, …"""
+    head: str | None
+    active: str | None
+    """The running or paused turn, if any."""
+
+
 MESSAGES = TypeAdapter(list[Message])
 
 

@@ -55,6 +55,34 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(with_stores(settings, work))
 
 
+def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
+    async def work(stores: Stores) -> int:
+        ids = await stores.checkpoints.conversation_ids()
+        rows = sorted([await stores.checkpoints.summary(cid) for cid in ids],
+                      key=lambda r: r.last_activity, reverse=True)[:args.limit]
+        if args.json:
+            print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
+            return 0
+        if not rows:
+            print(f"no conversations in {stores.where} (key prefix {settings.threadkeeper_key_prefix!r})")
+            return 0
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"conversations in {stores.where}, most recent first", show_lines=False)
+        for col in ("conversation", "last activity (UTC)", "messages", "generation", "turn"):
+            table.add_column(col, justify="right" if col in ("messages", "generation") else "left")
+        for row in rows:
+            table.add_row(row.id, _stamp(row.last_activity), f"{row.messages:,}", str(row.generation),
+                          "running or paused" if row.active else "")
+        Console(width=200).print(table)
+        if len(ids) > len(rows):
+            print(f"(the {len(rows)} most recent of {len(ids):,}; --limit shows more)")
+        return 0
+
+    return asyncio.run(with_stores(settings, work))
+
+
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.bot import run_console
 
@@ -65,9 +93,8 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         b = pipeline.budget
-        where = "in-process Redis stand-in (not durable)" if not settings.redis_url else "Redis at REDIS_URL"
         banner = (f"threadkeeper console: conversation {args.conversation}, model {pipeline.executor.model.model} "
-                  f"(window {b.window_tokens:,} tokens, compacts at {b.trigger_tokens:,}), {where}")
+                  f"(window {b.window_tokens:,} tokens, compacts at {b.trigger_tokens:,}), {stores.where}")
         return await run_console(pipeline, args.conversation, sys.stdin, sys.stdout, banner=banner)
 
     return asyncio.run(with_pipeline(settings, work, context_window=args.context_window))
@@ -75,9 +102,6 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.slack_configured:
-        if not settings.redis_url:
-            raise SettingsError("Slack tokens are set but REDIS_URL is not: the bot needs a durable Redis; "
-                                "set REDIS_URL (or unset the Slack variables to use the local console)")
         args.socket = bool(settings.slack_app_token)
         args.http = not args.socket
         args.port = None
@@ -183,8 +207,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         raise SettingsError("--socket needs SLACK_APP_TOKEN (an app-level token, xapp-…, with connections:write)")
     if args.http and not settings.slack_signing_secret:
         raise SettingsError("--http needs SLACK_SIGNING_SECRET to verify Slack's requests")
-    if not settings.redis_url:
-        log.warning("REDIS_URL is not set: the bot runs on the in-process stand-in and forgets everything on exit")
 
     async def work(stores: Stores) -> int:
         pipeline = build_pipeline(settings, stores)
@@ -193,8 +215,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         async def health() -> bool:
             return bool(await stores.client.ping())
 
-        kept = await durability(stores.client) if settings.redis_url else "none"
-        if kept == "none" and settings.redis_url:
+        if not settings.redis_url:
+            log.info("REDIS_URL is not set: the bot keeps its state in the %s (one machine only; a fleet of "
+                     "workers needs a Redis they share)", stores.where)
+        kept = await durability(stores.client)
+        if kept == "none":
             log.warning("Redis at REDIS_URL keeps nothing across a restart (appendonly no, no snapshots): every "
                         "acknowledged message not yet answered would be lost. Production needs appendonly yes "
                         "(see the README).")
@@ -232,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("conversation_id")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("conversations", help="list the stored conversations: id, last activity, messages, generation")
+    p.add_argument("--limit", type=_positive, default=50, help="show at most this many, most recent first (default 50)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_conversations)
 
     p = sub.add_parser("run", help="the main job: the Slack bot when configured, otherwise the local console")
     p.set_defaults(func=cmd_run)
