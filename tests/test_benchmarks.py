@@ -157,10 +157,11 @@ def test_answer_recall_counts_content_words_and_numbers() -> None:
     assert answer_recall("Cats in Lyon", content_words("lyon is far")) == 0.5
 
 
-async def test_benchmark_cases_run_through_the_pipeline_and_report_against_keep_newest() -> None:
+async def test_benchmark_cases_run_through_the_pipeline_and_report_against_keep_newest(redis_client) -> None:
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
     cases = load_benchmark("realtalk", REALTALK).cases
-    rows = summarize(await run_matrix(settings, cases, ["recency", "threadkeeper"], [4000], turn_every=5))
+    rows = summarize(await run_matrix(settings, cases, ["recency", "threadkeeper"], [4000], turn_every=5,
+                                      client=redis_client))
     assert [(r["strategy"], r["window"]) for r in rows] == [("recency", 4000), ("threadkeeper", 4000)]
     for row in rows:  # the synthetic chat fits the window: everything is kept, as by keep-newest
         assert row["evidence_retention"]["overall"] == 1.0 and row["keep_newest"]["evidence_retention"] == 1.0
@@ -199,7 +200,7 @@ def test_eval_cli_needs_a_path_for_benchmarks() -> None:
     assert missing.stderr.strip() == "threadkeeper: error: --path is required with --benchmark realtalk"
 
 
-async def test_questions_asked_after_the_thread_are_graded_with_and_without_recall() -> None:
+async def test_questions_asked_after_the_thread_are_graded_with_and_without_recall(redis_client) -> None:
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
     facts = ["I adopted a grey cat called Miso from the Lyon shelter.", "My sister Ines moved to Porto in March.",
              "The quilt I am sewing has 64 hexagon patches."]
@@ -215,7 +216,8 @@ async def test_questions_asked_after_the_thread_are_graded_with_and_without_reca
                  {"id": "q3", "question": "How many hexagon patches does the quilt have?", "answer": "64",
                   "evidence": [messages[2]["id"]], "kind": "single-hop"}]
     case = Case("asked", {"conversation_id": "asked", "messages": messages, "questions": questions})
-    [row] = summarize(await run_matrix(settings, [case], ["recency"], [4000], turn_every=5, ask=True))
+    [row] = summarize(await run_matrix(settings, [case], ["recency"], [4000], turn_every=5, ask=True,
+                                       client=redis_client))
     assert row["evidence_retention"]["overall"] == 0.0, "the standing context lost the facts"
     asked = row["asked"]
     assert asked["evidence_retention"]["overall"] == 1.0 and asked["without_recall"] == 0.0
