@@ -34,6 +34,7 @@ from .models import (
     ToolCallPart,
     ToolResultPart,
     Usage,
+    carried_tokens,
 )
 from .notes import MessageChange, Notes, NotesStore
 from .base import new_id
@@ -44,5 +45,5 @@ __all__ = [
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "connect", "new_id", "ping",
+    "ToolResultPart", "Usage", "carried_tokens", "connect", "new_id", "ping",
 ]

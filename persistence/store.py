@@ -29,6 +29,7 @@ from .models import (
     Lease,
     LineageEntry,
     Message,
+    carried_tokens,
 )
 from .base import _text, glob_escape, new_id
 from .cache import SegmentCache
@@ -56,10 +57,11 @@ class Commit(NamedTuple):
 
 
 def _message_args(messages: Iterable[Message]) -> list[Any]:
+    """(JSON, tokens) pairs: a checkpoint's token count sums what its messages carry (:func:`carried_tokens`)."""
     args: list[Any] = []
     for message in messages:
         args.append(message.model_dump_json())
-        args.append(message.tokens)
+        args.append(carried_tokens(message))
     return args
 
 
@@ -85,7 +87,7 @@ class CheckpointStore(HistoryReader):
                               parent_id=parent_id, info=info or {})
         await self._create(meta, messages, inbox_consumed)
         return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=len(messages),
-                          token_count=sum(m.tokens for m in messages), inbox_consumed=inbox_consumed)
+                          token_count=sum(carried_tokens(m) for m in messages), inbox_consumed=inbox_consumed)
 
     async def fork_compaction(self, conversation_id: str, *, forked_from: str, messages: Sequence[Message],
                               covered_ids: Sequence[str], info: dict[str, Any] | None = None,
@@ -105,7 +107,7 @@ class CheckpointStore(HistoryReader):
         if not int(result[0]):
             raise HeadConflictError(conversation_id, forked_from, _text(result[1]) or None)
         return Checkpoint(meta=meta, status=CheckpointStatus.COMPLETED, message_count=len(messages),
-                          token_count=sum(m.tokens for m in messages))
+                          token_count=sum(carried_tokens(m) for m in messages))
 
     async def _create(self, meta: CheckpointMeta, messages: Sequence[Message], inbox_consumed: int = 0) -> None:
         keys = self.keys(meta.conversation_id)
