@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+from collections.abc import Callable
 from typing import TextIO
 
 from threadkeeper.services import Pipeline
@@ -58,6 +60,25 @@ class ConsoleEvents:
         print(f"threadkeeper> {text}", file=self.out, flush=True)
 
 
+def _line_reader(stdin: TextIO, out: TextIO, prompt: str) -> Callable[[], str] | None:
+    """On a terminal, lines are read with line editing and history (arrow keys, Ctrl-R; GNU readline where
+    Python has it), prompt included; otherwise ``None``: plain lines, so piped input works as it is."""
+    if not (stdin is sys.stdin and out is sys.stdout and stdin.isatty()):
+        return None
+    try:
+        import readline  # noqa: F401 - importing it gives input() line editing and history
+    except ImportError:
+        pass
+
+    def read() -> str:
+        try:
+            return input(prompt) + "\n"
+        except EOFError:
+            return ""
+
+    return read
+
+
 async def run_console(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out: TextIO, *,
                       author: str = "you", banner: str = "") -> int:
     """Read lines until EOF or /quit; each line is a message, answered by one turn."""
@@ -65,10 +86,11 @@ async def run_console(pipeline: Pipeline, conversation_id: str, stdin: TextIO, o
     if banner:
         print(banner, file=out, flush=True)
     print(HELP, file=out, flush=True)
+    edited = _line_reader(stdin, out, f"{author}> ")
     while True:
-        if stdin.isatty():
+        if edited is None and stdin.isatty():
             print(f"{author}> ", end="", file=out, flush=True)
-        line = await asyncio.to_thread(stdin.readline)
+        line = await asyncio.to_thread(edited or stdin.readline)
         if not line:
             return 0
         text = line.rstrip("\n")
