@@ -100,3 +100,11 @@ def test_the_console_on_a_terminal_edits_lines(tmp_path: Path) -> None:
             process.kill()
             process.wait()
         os.close(leader)
+
+
+def test_a_replayed_message_time_may_be_written_as_slack_does_or_as_a_number() -> None:
+    from threadkeeper.services import parse_thread
+
+    thread = parse_thread('{"messages": [{"id": "1", "author": "a", "text": "x", "ts": 1700000000.25},'
+                          ' {"id": "2", "author": "b", "text": "y", "ts": "1700000060.000100"}]}')
+    assert [m.created_at for m in thread.messages] == [1700000000.25, 1700000060.0001]
