@@ -223,10 +223,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if kept == "none":
             log.warning("Redis at REDIS_URL keeps nothing across a restart (appendonly no, no snapshots): every "
                         "acknowledged message not yet answered would be lost. Production needs appendonly yes "
-                        "(see the README).")
+                        "(see docs/slack.md).")
         elif kept == "rdb":
             log.warning("Redis at REDIS_URL only snapshots: messages acknowledged since the last snapshot are lost "
-                        "if Redis restarts. Production needs appendonly yes (see the README).")
+                        "if Redis restarts. Production needs appendonly yes (see docs/slack.md).")
         if args.socket:
             await serve_socket(bot, health, app_token=settings.slack_app_token or "", port=args.port,
                                sweep_seconds=settings.threadkeeper_sweep_seconds,
