@@ -17,6 +17,7 @@ from conftest import REDIS_URL, drop_prefix, real_redis
 from test_budget_and_cli import _NO_DOTENV, clean_env, cli
 
 from threadkeeper.cli import build_parser
+from threadkeeper.embedded import EmbeddedRedis
 from threadkeeper.persistence import CheckpointStore
 
 
@@ -100,6 +101,10 @@ def test_the_console_on_a_terminal_edits_lines(tmp_path: Path) -> None:
             process.kill()
             process.wait()
         os.close(leader)
+        left = EmbeddedRedis(tmp_path / "data")  # what a killed console left running
+        if left.answering():
+            left.start()
+            left.stop()
 
 
 def test_a_replayed_message_time_may_be_written_as_slack_does_or_as_a_number() -> None:

@@ -22,6 +22,15 @@ def _env(data: Path) -> dict[str, str]:
     return {"THREADKEEPER_DATA_DIR": str(data)}
 
 
+def _stop_left_over(data: Path) -> None:
+    """Stop the server a killed process left running (a killed process cannot stop it; the next user that
+    leaves last does)."""
+    left = EmbeddedRedis(data)
+    if left.answering():
+        left.start()
+        left.stop()
+
+
 def _stopped(data: Path) -> bool:
     return not EmbeddedRedis(data).answering()
 
@@ -70,6 +79,7 @@ def test_a_running_console_keeps_the_server_for_commands_in_another_shell(tmp_pa
         if console.poll() is None:
             console.kill()
             console.wait()
+            _stop_left_over(data)
     assert _stopped(data), "the console, the last user, stopped it"
 
 

@@ -99,7 +99,7 @@ async def test_a_replayed_chat_stores_close_to_what_people_and_the_bot_said(pref
 
     case = load_locomo(REALTALK).cases[0]
     thread = parse_thread(json.dumps({"messages": [{**m, "reply": True} for m in case.data["messages"]]}), "chat")
-    settings = Settings(_env_file=None, threadkeeper_key_prefix=prefix)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, ai_model="offline", redis_url=None, threadkeeper_key_prefix=prefix)  # type: ignore[call-arg]
     p = build_pipeline(settings, build_stores(settings, client=client), context_window=4096)
     await replay(p, thread, conversation_id=CONV, turn_every=5)
     tokenizer = p.executor.tokenizer

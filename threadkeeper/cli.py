@@ -59,8 +59,9 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
     async def work(stores: Stores) -> int:
         ids = await stores.checkpoints.conversation_ids()
-        rows = sorted([await stores.checkpoints.summary(cid) for cid in ids],
-                      key=lambda r: r.last_activity, reverse=True)[:args.limit]
+        states = [state for cid in ids if (state := await stores.checkpoints.get_state(cid)) is not None]
+        recent = sorted(states, key=lambda state: state.updated_at, reverse=True)[:args.limit]
+        rows = [await stores.checkpoints.summary(state.conversation_id) for state in recent]
         if args.json:
             print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
             return 0
