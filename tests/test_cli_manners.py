@@ -113,3 +113,32 @@ def test_a_replayed_message_time_may_be_written_as_slack_does_or_as_a_number() -
     thread = parse_thread('{"messages": [{"id": "1", "author": "a", "text": "x", "ts": 1700000000.25},'
                           ' {"id": "2", "author": "b", "text": "y", "ts": "1700000060.000100"}]}')
     assert [m.created_at for m in thread.messages] == [1700000000.25, 1700000060.0001]
+
+
+def test_ctrl_c_ends_the_console_at_once_and_leaves_the_terminal_and_the_store_tidy(tmp_path: Path) -> None:
+    import signal
+    import termios
+
+    leader, follower = pty.openpty()
+    modes = termios.tcgetattr(follower)
+    data = tmp_path / "data"
+    process = subprocess.Popen([sys.executable, "-m", "threadkeeper", "console"], stdin=follower, stdout=follower,
+                               stderr=subprocess.PIPE, cwd=tmp_path, close_fds=True,
+                               env={**clean_env(), "THREADKEEPER_DATA_DIR": str(data), "TERM": "xterm"})
+    try:
+        _read_until(leader, b"you> ")  # waiting for a line, with line editing
+        assert EmbeddedRedis(data).answering()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130, "Ctrl-C ends the console; it does not wait for a line"
+        assert termios.tcgetattr(follower) == modes, "the terminal is as it was"
+        assert not EmbeddedRedis(data).answering(), "and the embedded Redis was stopped on the way out"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(leader)
+        os.close(follower)
+        left = EmbeddedRedis(data)
+        if left.answering():
+            left.start()
+            left.stop()
