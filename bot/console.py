@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TextIO
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from threadkeeper.services import Pipeline
 
@@ -58,6 +61,51 @@ class ConsoleEvents:
         print(f"threadkeeper> {text}", file=self.out, flush=True)
 
 
+def _line_reader(stdin: TextIO, out: TextIO, prompt: str) -> Callable[[], str] | None:
+    """On a terminal, lines are read with line editing and history (arrow keys, Ctrl-R; GNU readline where
+    Python has it), prompt included; otherwise ``None``: plain lines, so piped input works as it is."""
+    if not (stdin is sys.stdin and out is sys.stdout and stdin.isatty()):
+        return None
+    try:
+        import readline  # noqa: F401 - importing it gives input() line editing and history
+    except ImportError:
+        pass
+
+    def read() -> str:
+        try:
+            return input(prompt) + "\n"
+        except EOFError:
+            return ""
+
+    return read
+
+
+async def _read_line(read: Callable[[], str]) -> str:
+    """One line from ``read``, waited for without holding up the process: the read runs in a daemon thread, so
+    Ctrl-C (which cancels the console) ends the process at once instead of waiting for a line that never comes."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str] = loop.create_future()
+
+    def settle(line: str | None, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(line or "")
+
+    def work() -> None:
+        try:
+            line = read()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
+            loop.call_soon_threadsafe(settle, None, exc)
+            return
+        loop.call_soon_threadsafe(settle, line, None)
+
+    threading.Thread(target=work, name="console-input", daemon=True).start()
+    return await done
+
+
 async def run_console(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out: TextIO, *,
                       author: str = "you", banner: str = "") -> int:
     """Read lines until EOF or /quit; each line is a message, answered by one turn."""
@@ -65,10 +113,32 @@ async def run_console(pipeline: Pipeline, conversation_id: str, stdin: TextIO, o
     if banner:
         print(banner, file=out, flush=True)
     print(HELP, file=out, flush=True)
+    edited = _line_reader(stdin, out, f"{author}> ")
+    saved = _terminal_modes(stdin) if edited is not None else None
+    try:
+        return await _converse(pipeline, conversation_id, stdin, out, events, edited, author)
+    finally:
+        if saved is not None:  # line editing changes them while it waits for a line, also when Ctrl-C ends it
+            import termios
+
+            termios.tcsetattr(stdin.fileno(), termios.TCSADRAIN, saved)
+
+
+def _terminal_modes(stdin: TextIO) -> list[Any] | None:
+    try:
+        import termios
+
+        return termios.tcgetattr(stdin.fileno())
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out: TextIO, events: ConsoleEvents,
+                    edited: Callable[[], str] | None, author: str) -> int:
     while True:
-        if stdin.isatty():
+        if edited is None and stdin.isatty():
             print(f"{author}> ", end="", file=out, flush=True)
-        line = await asyncio.to_thread(stdin.readline)
+        line = await _read_line(edited or stdin.readline)
         if not line:
             return 0
         text = line.rstrip("\n")

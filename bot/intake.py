@@ -59,20 +59,15 @@ class SlackIntake:
         reach the handoff through compaction instead of being dropped. At most ``BACKFILL_LIMIT`` messages,
         the newest."""
         earlier: list[dict[str, Any]] = []
-        cursor: str | None = None
         started = time.perf_counter()
         team = parse_conversation(cid)[0]
         client, me = await self.workspaces.client(team), await self._me(team)
         if client is None or me is None:
             return 0
         try:
-            while True:
-                page = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
-                                                          cursor=cursor or None)
+            # slack-sdk follows ``response_metadata.next_cursor`` from page to page.
+            async for page in await client.conversations_replies(channel=channel, ts=thread_ts, limit=200):
                 earlier.extend(m for m in page.get("messages") or [] if m.get("ts") and float(m["ts"]) < float(before))
-                cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
-                if not cursor:
-                    break
         except SlackApiError as exc:  # no history scope, or the thread is gone: answer with what arrives
             log.warning("reading the earlier messages of %s failed: %s", cid, slack_error(exc))
             self.metrics.errors.labels("backfill").inc()

@@ -18,9 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import fakeredis
-
-from threadkeeper.persistence import CheckpointKind, Message, TextPart, ThreadkeeperError
+from threadkeeper.persistence import CheckpointKind, Message, TextPart, ThreadkeeperError, connect
 from threadkeeper.services import ModelClient, parse_thread, replay
 from threadkeeper.services.context import ContextEntry
 from threadkeeper.services.tokens import Tokenizer
@@ -166,7 +164,7 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
                   client: Any = None, judge: ModelClient | None = None, ask: bool = False) -> RunResult:
     prefix = f"tkeval-{uuid.uuid4().hex[:10]}"
     own_client = client is None
-    client = client or fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    client = client or connect(settings.redis_url or "")  # the caller's Redis (the CLI: REDIS_URL or the embedded one)
     stores = build_stores(settings.model_copy(update={"threadkeeper_key_prefix": prefix}), client=client)
     started = time.perf_counter()
     try:

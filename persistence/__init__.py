@@ -4,7 +4,7 @@ Knows no Slack and no LLM. Public entry points: :class:`CheckpointStore`, :class
 :class:`LeaseManager`, :func:`connect`, and the models in :mod:`persistence.models`.
 """
 
-from .connection import IN_PROCESS_URL, connect, durability, ping
+from .connection import connect, durability, ping
 from .errors import (
     CorruptRecordError,
     HeadConflictError,
@@ -23,6 +23,7 @@ from .models import (
     CheckpointOutcome,
     CheckpointStatus,
     ConversationState,
+    ConversationSummary,
     History,
     ImagePart,
     InboxItem,
@@ -33,15 +34,16 @@ from .models import (
     ToolCallPart,
     ToolResultPart,
     Usage,
+    carried_tokens,
 )
 from .notes import MessageChange, Notes, NotesStore
 from .base import new_id
 from .store import CheckpointStore, Commit, Opening
 
 __all__ = [
-    "Forgetter", "IN_PROCESS_URL", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
-    "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "CorruptRecordError", "HeadConflictError", "History",
+    "Forgetter", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
+    "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "connect", "new_id", "ping",
+    "ToolResultPart", "Usage", "carried_tokens", "connect", "new_id", "ping",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,6 +29,14 @@ def _text(raw: bytes | str | None) -> str | None:
     if raw is None:
         return None
     return raw.decode() if isinstance(raw, bytes) else raw
+
+
+_GLOB = re.compile(r"([*?\[\]\\])")
+
+
+def glob_escape(text: str) -> str:
+    """``text`` matched literally in a ``SCAN MATCH`` pattern."""
+    return _GLOB.sub(r"\\\1", text)
 
 
 SCRIPT_ERRORS: dict[str, type[ThreadkeeperError]] = {

@@ -1,4 +1,4 @@
-"""Redis connections: the real server at ``REDIS_URL``, or an in-process fakeredis with Lua."""
+"""Redis connections: the server at ``REDIS_URL`` or the embedded one, a Redis Cluster, the retry policy."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .errors import StoreUnavailableError
+from .errors import StoreUnavailableError, ThreadkeeperError
 
 log = logging.getLogger("threadkeeper.persistence")
-_warned_in_process = False
-
-IN_PROCESS_URL = "memory://"
 
 
 def _retry() -> Retry:
@@ -29,31 +26,19 @@ def _retry() -> Retry:
                  supported_errors=(RedisConnectionError, RedisTimeoutError, ConnectionResetError))
 
 
-def connect(url: str | None, *, server: Any = None, max_connections: int = 128,
-            cluster: bool = False, timeout_seconds: float = 5.0) -> aioredis.Redis:
-    """Return an async Redis client for ``url``, or an in-process stand-in when ``url`` is empty.
+def connect(url: str, *, max_connections: int = 128, cluster: bool = False,
+            timeout_seconds: float = 5.0) -> aioredis.Redis:
+    """Return an async Redis client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
 
-    Real connections come from a blocking pool of at most ``max_connections``. With ``cluster``, ``url``
+    Connections come from a blocking pool of at most ``max_connections``. With ``cluster``, ``url``
     names one node of a Redis Cluster and redis-py's cluster client routes each command to the node that
     holds its keys (every key of a conversation shares one hash slot, so every script runs on one node).
 
     ``timeout_seconds`` bounds each command (sending and reading its reply; 0 waits forever): a Redis that
     stops answering fails a command, which is retried on a new connection, instead of hanging a turn.
-
-    The stand-in is fakeredis with Lua support: the same store code runs on it, but nothing it
-    holds survives the process. That is logged once.
     """
-    global _warned_in_process
-    if not url or url == IN_PROCESS_URL:
-        import fakeredis
-
-        if not _warned_in_process:
-            log.warning(
-                "REDIS_URL is not set: using an in-process Redis stand-in; conversation state is "
-                "not durable and is lost when the process exits"
-            )
-            _warned_in_process = True
-        return fakeredis.FakeAsyncRedis(server=server or fakeredis.FakeServer())
+    if not url:
+        raise ThreadkeeperError("no Redis to connect to: set REDIS_URL, or leave it unset to use the embedded Redis")
     if cluster:
         from redis.asyncio.cluster import RedisCluster
 
@@ -86,7 +71,7 @@ async def durability(client: Any) -> str:
     try:
         aof = await client.config_get("appendonly")
         save = await client.config_get("save")
-    except Exception:  # noqa: BLE001 - a restricted or in-process Redis cannot tell
+    except Exception:  # noqa: BLE001 - a restricted Redis cannot tell
         return "unknown"
 
     def value(reply: dict[Any, Any], key: str) -> str:

@@ -17,7 +17,7 @@ class StoreUnavailableError(ThreadkeeperError):
         shown = without_password(url)
         super().__init__(
             f"cannot reach Redis at REDIS_URL={shown}{without_password(detail)}. Start Redis or point REDIS_URL "
-            "at a reachable server (unset REDIS_URL to use the in-process, non-durable stand-in)."
+            "at a reachable server (or unset REDIS_URL to use the embedded Redis)."
         )
         self.url = shown
 

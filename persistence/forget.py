@@ -6,17 +6,10 @@ go (an operator's ``threadkeeper forget``, a workspace uninstalling the app); no
 
 from __future__ import annotations
 
-import re
-
 from .errors import InvalidTransitionError
 from .keys import ConversationKeys, registry_key
 from .base import RedisStore
-
-_GLOB = re.compile(r"([*?\[\]\\])")
-
-
-def _glob_escape(text: str) -> str:
-    return _GLOB.sub(r"\\\1", text)
+from .base import glob_escape as _glob_escape
 
 
 class Forgetter(RedisStore):

@@ -61,7 +61,10 @@ Role = Literal["user", "assistant", "system", "tool"]
 
 class MessageFlags(_Record):
     runtime: bool = False
-    """Per-turn runtime context (time, participants, channel); never kept by compaction."""
+    """Per-turn runtime context (time, participants, channel, the messages recalled for the turn); sent with its
+    own turn only, never kept by compaction. Stored by reference: no text, the recalled message ids in
+    ``source_ids``, and ``tokens`` what it cost in its turn's request (a turn awaiting resume keeps its text in
+    its resume record, so the resumed request is the one it would have sent)."""
     handoff: bool = False
     """The handoff message a compaction wrote."""
     pinned: bool = False
@@ -111,6 +114,12 @@ class Message(_Record):
             elif isinstance(part, ImagePart):
                 out.append(f"[image {part.url or 'inline'}]")
         return "\n".join(out)
+
+
+def carried_tokens(message: Message) -> int:
+    """Tokens ``message`` adds to every later request: its own, or none for a turn's runtime context (sent once,
+    with its turn). The one rule by which a history, the lineage and the next request count tokens."""
+    return 0 if message.flags.runtime else message.tokens
 
 
 class CheckpointKind(StrEnum):
@@ -195,8 +204,8 @@ class History(_Record):
     chain: list[str]
     """Checkpoint ids from the epoch start (a compaction or the first turn) to ``checkpoint``."""
     _sums: array[int] | None = PrivateAttr(default=None)
-    """``_sums[i]``: stored tokens of ``messages[:i]``, runtime context left out (a request never carries an
-    earlier turn's)."""
+    """``_sums[i]``: carried tokens of ``messages[:i]`` (:func:`carried_tokens`: runtime context left out, a
+    request never carries an earlier turn's)."""
     _runtimes: array[int] | None = PrivateAttr(default=None)
     """Indexes of the runtime-context messages."""
 
@@ -236,8 +245,7 @@ def _grow(sums: array[int], runtimes: array[int], start: int, messages: list[Mes
     for index, message in enumerate(messages, start):
         if message.flags.runtime:
             runtimes.append(index)
-        else:
-            total += message.tokens
+        total += carried_tokens(message)
         sums.append(total)
 
 
@@ -281,8 +289,24 @@ class LineageEntry(_Record):
     message_count: int
     """Messages in the history at this checkpoint (what a turn from it would load)."""
     token_total: int
+    """Tokens that history carries into the next request (runtime context left out, as ``context`` counts)."""
     created_at: float
     is_head: bool
+
+
+class ConversationSummary(_Record):
+    """One row of ``threadkeeper conversations``."""
+
+    id: str
+    last_activity: float
+    """When the conversation's state last changed (a turn committed, a compaction, a message recorded)."""
+    messages: int
+    """Messages people and the bot wrote (the highest ``#N`` reference so far; 0 before the first turn)."""
+    generation: int
+    """Compactions on the head's lineage: 0 until the first one, then 1, 2, …"""
+    head: str | None
+    active: str | None
+    """The running or paused turn, if any."""
 
 
 MESSAGES = TypeAdapter(list[Message])

@@ -24,12 +24,14 @@ from .models import (
     CheckpointOutcome,
     CheckpointStatus,
     ConversationState,
+    ConversationSummary,
     History,
     Lease,
     LineageEntry,
     Message,
+    carried_tokens,
 )
-from .base import _text, new_id
+from .base import _text, glob_escape, new_id
 from .cache import SegmentCache
 from .reading import HistoryReader
 
@@ -55,10 +57,11 @@ class Commit(NamedTuple):
 
 
 def _message_args(messages: Iterable[Message]) -> list[Any]:
+    """(JSON, tokens) pairs: a checkpoint's token count sums what its messages carry (:func:`carried_tokens`)."""
     args: list[Any] = []
     for message in messages:
         args.append(message.model_dump_json())
-        args.append(message.tokens)
+        args.append(carried_tokens(message))
     return args
 
 
@@ -84,7 +87,7 @@ class CheckpointStore(HistoryReader):
                               parent_id=parent_id, info=info or {})
         await self._create(meta, messages, inbox_consumed)
         return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=len(messages),
-                          token_count=sum(m.tokens for m in messages), inbox_consumed=inbox_consumed)
+                          token_count=sum(carried_tokens(m) for m in messages), inbox_consumed=inbox_consumed)
 
     async def fork_compaction(self, conversation_id: str, *, forked_from: str, messages: Sequence[Message],
                               covered_ids: Sequence[str], info: dict[str, Any] | None = None,
@@ -104,7 +107,7 @@ class CheckpointStore(HistoryReader):
         if not int(result[0]):
             raise HeadConflictError(conversation_id, forked_from, _text(result[1]) or None)
         return Checkpoint(meta=meta, status=CheckpointStatus.COMPLETED, message_count=len(messages),
-                          token_count=sum(m.tokens for m in messages))
+                          token_count=sum(carried_tokens(m) for m in messages))
 
     async def _create(self, meta: CheckpointMeta, messages: Sequence[Message], inbox_consumed: int = 0) -> None:
         keys = self.keys(meta.conversation_id)
@@ -323,6 +326,30 @@ class CheckpointStore(HistoryReader):
                                      token_total=totals[cid][1], created_at=cp.meta.created_at,  # type: ignore[index]
                                      is_head=cid == state.head_checkpoint_id))
         return rows
+
+    async def conversation_ids(self) -> list[str]:
+        """Every conversation this store holds (under its prefix), found by scanning for their state keys."""
+        pattern = f"{glob_escape(self.prefix)}:{{*}}:state"
+        found = set()
+        async for key in self.client.scan_iter(match=pattern, count=1000):
+            text = _text(key) or ""
+            found.add(text[len(self.prefix) + 2:-len("}:state")])
+        return sorted(found)
+
+    async def summary(self, conversation_id: str) -> ConversationSummary:
+        """A conversation's last activity, its messages so far and its compaction generation."""
+        state = await self.require_state(conversation_id)
+        rows = {row.id: row for row in await self.lineage(conversation_id)}
+        generation, at = 0, state.head_checkpoint_id
+        while at is not None and at in rows:
+            generation += rows[at].kind is CheckpointKind.COMPACTION
+            at = rows[at].parent
+        messages = 0
+        if state.head_checkpoint_id is not None:
+            history = await self.load_history(conversation_id, state.head_checkpoint_id)
+            messages = max((m.ref for m in history.messages if m.ref is not None), default=0)
+        return ConversationSummary(id=conversation_id, last_activity=state.updated_at, messages=messages,
+                                   generation=generation, head=state.head_checkpoint_id, active=state.active_turn_id)
 
     async def conversation_exists(self, conversation_id: str) -> bool:
         return bool(await self._call(self.client.exists(self.keys(conversation_id).state)))

@@ -14,6 +14,7 @@ from threadkeeper.persistence import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    carried_tokens,
 )
 
 from . import refs
@@ -144,7 +145,7 @@ def measure(history: History | None, *, fixed_prompt_tokens: int, extra: Sequenc
     that call carried (recalled messages included) is never sent again and does not count. Cumulative usage
     of a turn is never used.
     """
-    estimate = sum(m.tokens for m in extra if not m.flags.runtime)
+    estimate = sum(carried_tokens(m) for m in extra)
     if history is None:
         return estimate
     estimate += history.visible_tokens()

@@ -266,8 +266,8 @@ class ReplyExecutor(ToolLoop):
             draft = await events.draft(conversation_id) if self.model.streams else None
             status, reply = await self._model_loop(conversation_id, turn, events, draft)
         except ModelTimeoutError as exc:
-            await self.checkpoints.pause(conversation_id, turn.checkpoint.id, resume={"reason": "timeout",
-                                                                                      "error": str(exc)},
+            await self.checkpoints.pause(conversation_id, turn.checkpoint.id,
+                                         resume={"reason": "timeout", "error": str(exc), **self.paused_runtime(turn)},
                                          outcome=self._outcome(turn))
             reply = ("The model did not answer in time. I saved this turn exactly as it was and will continue "
                      "from there with your next message.")
@@ -313,22 +313,24 @@ class ReplyExecutor(ToolLoop):
         base = list(history.messages) if history else []
         head_id = history.checkpoint.id if history else None
         new = list(incoming)
+        stored = list(incoming)
         runtime_id = ""
         if wants_reply:
             runtime = await self.runtime_message(conversation_id, history, base + new, new)
             runtime_id = runtime.id
             new.append(runtime)
+            stored.append(self.runtime_reference(runtime))
         checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False,
-                                                       messages=new, inbox_consumed=len(items))
+                                                       messages=stored, inbox_consumed=len(items))
         return TurnState(checkpoint, head_id, base + new, runtime_id, items, incoming)
 
     async def _resume(self, conversation_id: str, paused: Checkpoint, items: list[InboxItem],
                       incoming: list[Message]) -> TurnState:
         history = await self.checkpoints.load_history(conversation_id, paused.id)
         await self.checkpoints.resume(conversation_id, paused.id)
-        messages = list(history.messages)
-        incoming = self.numbered(messages, incoming)
         resume = (paused.outcome.resume or {}) if paused.outcome else {}
+        messages = self.resumed_runtime(list(history.messages), resume)
+        incoming = self.numbered(messages, incoming)
         new: list[Message] = []
         if resume.get("reason") == "authorization":
             call = resume["tool_call"]

@@ -19,7 +19,7 @@ from .recall import Recall, change_notice_id
 from .refs import next_ref
 from .tokens import Tokenizer
 from .tools import bound_text
-from .turns import Intake, RuntimeContext
+from .turns import Intake, RuntimeContext, TurnState
 
 
 FOCUS_NOTE = ("(The handoff's notes are left out of this turn: the messages recalled above are what the new message "
@@ -92,6 +92,29 @@ class Incoming:
             text += f"\n{FOCUS_NOTE}"
             ids = [*ids, handoff.id]
         return self.with_tokens(runtime.model_copy(update={"parts": [TextPart(text=text)], "source_ids": ids}))
+
+    @staticmethod
+    def runtime_reference(runtime: Message) -> Message:
+        """The runtime context as a turn stores it: by reference (the recalled ids, what it cost), not as a copy
+        of its text. A history holds what was said; the recalled messages are in it already."""
+        return runtime.model_copy(update={"parts": []})
+
+    @staticmethod
+    def paused_runtime(turn: TurnState) -> dict[str, Any]:
+        """What a paused turn's resume record keeps of its runtime context: the text it sent, so that the resumed
+        request is exactly the one it would have sent (its clock, participants and recall as they were)."""
+        runtime = next((m for m in reversed(turn.messages) if m.id == turn.runtime_id), None)
+        return {"runtime": {"id": runtime.id, "text": runtime.text}} if runtime is not None and runtime.parts else {}
+
+    @staticmethod
+    def resumed_runtime(messages: list[Message], resume: dict[str, Any]) -> list[Message]:
+        """``messages`` (a paused turn's stored history) with its runtime context's text back from ``resume``."""
+        saved = resume.get("runtime")
+        if not isinstance(saved, dict) or not isinstance(saved.get("text"), str):
+            return messages  # stored whole, as earlier versions did
+        return [m.model_copy(update={"parts": [TextPart(text=saved["text"])]}) if m.id == saved.get("id") else m
+                for m in messages]
+
 
     def make_message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
                      flags: MessageFlags | None = None, created_at: float | None = None,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from threadkeeper.persistence import InboxItem, ThreadkeeperError
 
@@ -25,6 +25,7 @@ class ReplayMessage(BaseModel):
     author: str = Field(min_length=1)
     text: str
     ts: str | None = None
+    """Slack's seconds since the epoch, as Slack writes them (``"1700000000.000100"``); a number is taken too."""
     pinned: bool = False
     edits: str | None = None
     """This entry is an edit of the message with this id (its ``text`` is the new text)."""
@@ -33,6 +34,11 @@ class ReplayMessage(BaseModel):
     reply: bool = True
     """Whether the message asks the bot for an answer (a mention or a DM); ``false``: people talking among
     themselves, recorded without a model call."""
+
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _number_is_a_time(cls, value: object) -> object:
+        return repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
     @property
     def created_at(self) -> float | None:

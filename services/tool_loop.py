@@ -73,7 +73,8 @@ class ToolLoop(Incoming):
                     await self.checkpoints.pause(
                         conversation_id, turn.checkpoint.id, outcome=self._outcome(turn),
                         resume={"reason": "authorization",
-                                "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments}})
+                                "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments},
+                                **self.paused_runtime(turn)})
                     return "awaiting_resume", (f"I need your approval to run `{call.name}` with {call.arguments}. "
                                                "Reply *yes* to approve or *no* to decline.")
                 if tool is not None and tool.status:

@@ -34,7 +34,8 @@ def main() -> int:
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
     server = shutil.which("redis-server")
     if server and host in ("127.0.0.1", "localhost", "::1"):
-        print(f"starting redis-server on {host}:{port} (no persistence)")
+        print(f"starting redis-server on {host}:{port} for the tests (no persistence). It keeps running after them, "
+              f"so that later and concurrent runs share it; stop it with: redis-cli -p {port} shutdown nosave")
         subprocess.run([server, "--daemonize", "yes", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                         "--appendonly", "no"], check=False)
         for _ in range(50):

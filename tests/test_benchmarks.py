@@ -209,11 +209,11 @@ def test_answer_words_are_content_words_and_numbers() -> None:
     assert not holds(set(), "anything")
 
 
-async def test_benchmark_cases_run_through_the_pipeline_and_report_against_the_baselines() -> None:
+async def test_benchmark_cases_run_through_the_pipeline_and_report_against_the_baselines(redis_client) -> None:
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
     cases = load_benchmark("realtalk", REALTALK).cases
     rows = summarize(await run_matrix(settings, cases, ["recency", "threadkeeper"], [4000], turn_every=5,
-                                      ask=True))
+                                      ask=True, client=redis_client))
     assert [(r["strategy"], r["window"]) for r in rows] == [("recency", 4000), ("threadkeeper", 4000)]
     for row in rows:  # the synthetic chat fits the window: every answerable question is kept, as by the baselines
         standing, asked = row["standing"], row["asked"]
@@ -254,7 +254,7 @@ def test_eval_cli_needs_a_path_for_benchmarks() -> None:
     assert missing.stderr.strip() == "threadkeeper: error: --path is required with --benchmark realtalk"
 
 
-async def test_questions_asked_after_the_thread_are_graded_with_and_without_recall() -> None:
+async def test_questions_asked_after_the_thread_are_graded_with_and_without_recall(redis_client) -> None:
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
     facts = ["I adopted a grey cat called Miso from the Lyon shelter.", "My sister Ines moved to Porto in March.",
              "The quilt I am sewing has 64 hexagon patches."]
@@ -270,7 +270,8 @@ async def test_questions_asked_after_the_thread_are_graded_with_and_without_reca
                  {"id": "q3", "question": "How many hexagon patches does the quilt have?", "answer": "64",
                   "evidence": [messages[2]["id"]], "kind": "single-hop"}]
     case = Case("asked", {"conversation_id": "asked", "messages": messages, "questions": questions})
-    [row] = summarize(await run_matrix(settings, [case], ["recency"], [4000], turn_every=5, ask=True))
+    [row] = summarize(await run_matrix(settings, [case], ["recency"], [4000], turn_every=5, ask=True,
+                                       client=redis_client))
     assert row["standing"]["content"] == 0.0, "the standing context lost the facts"
     asked = row["asked"]
     assert asked["content"] == 1.0 and asked["without_recall"] == 0.0 and asked["bm25"] == 1.0

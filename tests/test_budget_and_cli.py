@@ -69,7 +69,7 @@ def test_console_works_with_piped_stdin_and_no_configuration() -> None:
     assert result.returncode == 0, result.stderr
     assert "threadkeeper> Offline model here" in result.stdout
     assert "context of console:local" in result.stdout and "HEAD" in result.stdout
-    assert "in-process Redis stand-in" in result.stderr
+    assert "embedded Redis (data in " in result.stdout
 
 
 def test_invalid_setting_fails_at_start_naming_the_variable() -> None:
@@ -93,10 +93,11 @@ def test_an_offline_worker_never_imports_the_provider_stack() -> None:
     """The offline model answers in-process: a whole turn (compaction check, tokenizer, reply) runs without
     importing litellm, which would cost the worker about 200 MB and seconds of start-up."""
     probe = ("import asyncio, sys\n"
+             "import fakeredis\n"
              "from threadkeeper.root import build_pipeline, build_stores\n"
              "from threadkeeper.settings import Settings\n"
              "settings = Settings(_env_file=None)\n"
-             "pipeline = build_pipeline(settings, build_stores(settings))\n"
+             "pipeline = build_pipeline(settings, build_stores(settings, client=fakeredis.FakeAsyncRedis()))\n"
              "async def turn():\n"
              "    await pipeline.submit('console:probe', 'hello, where are we?', author='U1', id='1')\n"
              "    return (await pipeline.run('console:probe'))[0]\n"

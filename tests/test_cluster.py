@@ -97,6 +97,9 @@ def test_the_command_line_on_the_cluster(prefix, redis_cluster_url) -> None:
         assert context.returncode == 0 and "build 4002" in context.stdout, context.stderr
         compact = cli("compact", conv, "--dry-run", "--json")
         assert compact.returncode == 0, compact.stderr
+        assert {"carried", "generation", "strategy"} <= set(json.loads(compact.stdout))
+        listed = cli("conversations", "--json")
+        assert listed.returncode == 0 and [row["id"] for row in json.loads(listed.stdout)] == [conv], listed.stderr
         wrong = subprocess.run([sys.executable, "-m", "threadkeeper", "history", "x"], capture_output=True, text=True,
                                env={**env, "REDIS_URL": ""}, cwd=cwd, timeout=60)
         assert wrong.returncode == 2 and "REDIS_CLUSTER=true needs REDIS_URL" in wrong.stderr

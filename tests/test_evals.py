@@ -100,10 +100,11 @@ def test_graders_distinguish_kept_lost_and_stale() -> None:
     assert [r.kept for r in verbatim] == [True, False]
 
 
-async def test_threadkeeper_beats_recency_and_keeps_identifiers_at_16k() -> None:
+async def test_threadkeeper_beats_recency_and_keeps_identifiers_at_16k(redis_client) -> None:
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
     cases = load_cases(None, threads=1, seed=5, messages=700)
-    rows = summarize(await run_matrix(settings, cases, ["recency", "threadkeeper"], [4000, 16000], turn_every=5))
+    rows = summarize(await run_matrix(settings, cases, ["recency", "threadkeeper"], [4000, 16000], turn_every=5,
+                                      client=redis_client))
     by = {(r["strategy"], r["window"]): r for r in rows}
     for window in (4000, 16000):
         assert by[("threadkeeper", window)]["retention"]["overall"] > by[("recency", window)]["retention"]["overall"]

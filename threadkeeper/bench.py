@@ -363,6 +363,30 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
     "concurrent_1000_errors_litellm", "rss_mb_1000_litellm"]
 
 
+TARGETS: dict[str, tuple[str, float]] = {
+    "cli_help_s": ("<=", 1.5), "cli_history_s": ("<=", 1.5), "cli_context_s": ("<=", 1.5),
+    "preturn_ms_p50_1000": ("<=", 5), "preturn_over_raw_1000": ("<=", 3), "preturn_cold_over_raw_10000": ("<=", 1.5),
+    "preturn_ms_p50_100000": ("<=", 2), "compaction_ms_p50_200k": ("<=", 100), "turns_per_second": (">=", 400),
+    "concurrent_1000_wall_s": ("<=", 2.5), "concurrent_1000_errors": ("<=", 0), "rss_mb_1000": ("<=", 200),
+    "recall_warm_ms_p50_10000": ("<=", 5), "recall_index_share_of_cache": ("<=", 0.30),
+}
+"""What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what
+it costs at 100 (:func:`targets`)."""
+
+
+def targets(metrics: dict[str, float]) -> dict[str, tuple[str, bool]]:
+    """Each measured metric that has a target: the target as shown, and whether this run met it."""
+    out: dict[str, tuple[str, bool]] = {}
+    for name, (op, bound) in TARGETS.items():
+        if name in metrics:
+            value = metrics[name]
+            out[name] = (f"{'≤' if op == '<=' else '≥'} {bound:g}", value <= bound if op == "<=" else value >= bound)
+    if "write_bytes_per_turn_10000" in metrics and "write_bytes_per_turn_100" in metrics:
+        out["write_bytes_per_turn_10000"] = ("≤ 1.5 × the 100-message figure", metrics["write_bytes_per_turn_10000"]
+                                             <= 1.5 * metrics["write_bytes_per_turn_100"])
+    return out
+
+
 async def peer_note(settings: Settings) -> str:
     """Why LangGraph's Redis checkpointer (``langgraph-checkpoint-redis``) is not measured beside this store on
     the same Redis: it needs the RedisJSON and RediSearch modules (Redis Stack, or Redis 8)."""

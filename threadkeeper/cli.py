@@ -7,6 +7,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -55,6 +56,35 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(with_stores(settings, work))
 
 
+def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
+    async def work(stores: Stores) -> int:
+        ids = await stores.checkpoints.conversation_ids()
+        states = [state for cid in ids if (state := await stores.checkpoints.get_state(cid)) is not None]
+        recent = sorted(states, key=lambda state: state.updated_at, reverse=True)[:args.limit]
+        rows = [await stores.checkpoints.summary(state.conversation_id) for state in recent]
+        if args.json:
+            print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
+            return 0
+        if not rows:
+            print(f"no conversations in {stores.where} (key prefix {settings.threadkeeper_key_prefix!r})")
+            return 0
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"conversations in {stores.where}, most recent first", show_lines=False)
+        for col in ("conversation", "last activity (UTC)", "messages", "generation", "turn"):
+            table.add_column(col, justify="right" if col in ("messages", "generation") else "left")
+        for row in rows:
+            table.add_row(row.id, _stamp(row.last_activity), f"{row.messages:,}", str(row.generation),
+                          "running or paused" if row.active else "")
+        Console(width=200).print(table)
+        if len(ids) > len(rows):
+            print(f"(the {len(rows)} most recent of {len(ids):,}; --limit shows more)")
+        return 0
+
+    return asyncio.run(with_stores(settings, work))
+
+
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.bot import run_console
 
@@ -65,9 +95,8 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         b = pipeline.budget
-        where = "in-process Redis stand-in (not durable)" if not settings.redis_url else "Redis at REDIS_URL"
         banner = (f"threadkeeper console: conversation {args.conversation}, model {pipeline.executor.model.model} "
-                  f"(window {b.window_tokens:,} tokens, compacts at {b.trigger_tokens:,}), {where}")
+                  f"(window {b.window_tokens:,} tokens, compacts at {b.trigger_tokens:,}), {stores.where}")
         return await run_console(pipeline, args.conversation, sys.stdin, sys.stdout, banner=banner)
 
     return asyncio.run(with_pipeline(settings, work, context_window=args.context_window))
@@ -75,9 +104,6 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.slack_configured:
-        if not settings.redis_url:
-            raise SettingsError("Slack tokens are set but REDIS_URL is not: the bot needs a durable Redis; "
-                                "set REDIS_URL (or unset the Slack variables to use the local console)")
         args.socket = bool(settings.slack_app_token)
         args.http = not args.socket
         args.port = None
@@ -183,8 +209,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         raise SettingsError("--socket needs SLACK_APP_TOKEN (an app-level token, xapp-…, with connections:write)")
     if args.http and not settings.slack_signing_secret:
         raise SettingsError("--http needs SLACK_SIGNING_SECRET to verify Slack's requests")
-    if not settings.redis_url:
-        log.warning("REDIS_URL is not set: the bot runs on the in-process stand-in and forgets everything on exit")
 
     async def work(stores: Stores) -> int:
         pipeline = build_pipeline(settings, stores)
@@ -193,14 +217,17 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         async def health() -> bool:
             return bool(await stores.client.ping())
 
-        kept = await durability(stores.client) if settings.redis_url else "none"
-        if kept == "none" and settings.redis_url:
+        if not settings.redis_url:
+            log.info("REDIS_URL is not set: the bot keeps its state in the %s (one machine only; a fleet of "
+                     "workers needs a Redis they share)", stores.where)
+        kept = await durability(stores.client)
+        if kept == "none":
             log.warning("Redis at REDIS_URL keeps nothing across a restart (appendonly no, no snapshots): every "
                         "acknowledged message not yet answered would be lost. Production needs appendonly yes "
-                        "(see the README).")
+                        "(see docs/slack.md).")
         elif kept == "rdb":
             log.warning("Redis at REDIS_URL only snapshots: messages acknowledged since the last snapshot are lost "
-                        "if Redis restarts. Production needs appendonly yes (see the README).")
+                        "if Redis restarts. Production needs appendonly yes (see docs/slack.md).")
         if args.socket:
             await serve_socket(bot, health, app_token=settings.slack_app_token or "", port=args.port,
                                sweep_seconds=settings.threadkeeper_sweep_seconds,
@@ -224,14 +251,30 @@ def _positive(value: str) -> int:
     return number
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("threadkeeper-slack")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="threadkeeper", description="A Slack bot that never loses the thread.")
+    parser.add_argument("--version", action="version", version=f"threadkeeper {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("history", help="show a conversation's checkpoint lineage, oldest first")
-    p.add_argument("conversation_id")
+    p.add_argument("conversation_id", help="the conversation (slack:<team>:<channel>:<thread_ts>, console:local, …; "
+                                           "threadkeeper conversations lists them)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("conversations", help="list the stored conversations: id, last activity, messages, generation")
+    p.add_argument("--limit", type=_positive, default=50, help="show at most this many, most recent first (default 50)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_conversations)
 
     p = sub.add_parser("run", help="the main job: the Slack bot when configured, otherwise the local console")
     p.set_defaults(func=cmd_run)
@@ -242,8 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_console)
 
     p = sub.add_parser("context", help="what the next turn of a conversation would send to the model")
-    p.add_argument("conversation_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("conversation_id", help="the conversation (threadkeeper conversations lists them)")
+    p.add_argument("--json", action="store_true", help="print JSON (every entry in full) instead of text")
     p.add_argument("--model", help="model whose budget applies (default AI_MODEL)")
     p.add_argument("--context-window", type=_positive, help="override the model's context window (tokens)")
     p.add_argument("--message", help="preview the turn this message would start if it arrived now (recall included)")
@@ -252,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("replay", help="feed a recorded thread through the pipeline; print the next context")
-    p.add_argument("thread_file")
+    p.add_argument("thread_file", help="a JSON thread ({\"messages\": [{\"id\", \"author\", \"text\", \"ts\"?, …}]}) "
+                                        "or a Slack export (a JSON list of message objects)")
     p.add_argument("--context-window", type=_positive, help="override the main model's window for this run")
     p.add_argument("--model", help="model to use (default AI_MODEL)")
     p.add_argument("--turn-every", type=_positive, default=1, help="run a turn every K messages (default 1)")
@@ -266,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--http", action="store_true", help="HTTP events at /slack/events (needs SLACK_SIGNING_SECRET)")
     p.add_argument("--port", type=_positive, help="HTTP port (default 3000; with --socket: serve /healthz and "
                                                   "/metrics on this port)")
-    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0: every interface)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("eval", help="evals of long-thread continuity")
@@ -279,12 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
                                   "a BEAM chat folder or a folder of them, e.g. 100K (beam)")
     c.add_argument("--limit", type=_positive, help="evaluate only the first N chats or threads")
     c.add_argument("--dataset", help="a JSON file: replay input plus probes (or a list of them)")
-    c.add_argument("--strategies", default="recency,accumulating-summaries,user-messages+summary,threadkeeper")
+    c.add_argument("--strategies", default="recency,accumulating-summaries,user-messages+summary,threadkeeper",
+                   help="comma-separated strategies to compare (default: all four)")
     c.add_argument("--windows", type=windows_list, default=None,
                    help="comma-separated context windows (default 4000,8000,16000; benchmarks add 32000)")
     c.add_argument("--threads", type=_positive, default=5, help="generated threads (default 5)")
     c.add_argument("--messages", type=_positive, default=1500, help="messages per generated thread (default 1500)")
-    c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--seed", type=int, default=1, help="seed of the generated threads (default 1)")
     c.add_argument("--styles", default="work",
                    help="generated thread styles, comma-separated: work, casual, multilingual, messy (default work)")
     c.add_argument("--turn-every", type=_positive, default=5, help="run a turn every K messages (default 5)")
@@ -303,13 +348,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")
-    p.add_argument("conversation_id")
+    p.add_argument("conversation_id", help="the conversation to compact")
     p.add_argument("--dry-run", action="store_true", help="compute the compaction but write nothing")
     p.add_argument("--with-model", action="store_true",
                    help="let a dry run call the summarizer (billable); by default a preview calls no model")
-    p.add_argument("--reason", choices=REASONS, default="manual")
+    p.add_argument("--reason", choices=REASONS, default="manual",
+                   help="why, recorded on the compaction checkpoint (default manual)")
     p.add_argument("--target-model", help="budget the result for this model's window (default AI_MODEL)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the compaction report as JSON")
     p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser("forget", help="delete a conversation's whole history (or, with --team, a workspace's)")
@@ -335,19 +381,26 @@ def tune_gc() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         settings = load_settings()
         from .logs import configure
 
         configure(settings.threadkeeper_log_level, settings.threadkeeper_log_format)
         tune_gc()
         func: Callable[[argparse.Namespace, Settings], int] = args.func
-        return func(args, settings)
+        code = func(args, settings)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
     except ThreadkeeperError as exc:
         print(f"threadkeeper: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``threadkeeper history ID | head``): stop quietly, as other commands do. Python
+        # would otherwise complain again when it flushes stdout on exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 

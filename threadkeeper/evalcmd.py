@@ -7,10 +7,9 @@ import asyncio
 import json
 from typing import Any
 
-from threadkeeper.persistence import ping
-
 from .logs import quiet_turn_lines, stderr_console
 from .settings import Settings, SettingsError
+from .stores import open_stores
 
 
 def windows_list(value: str) -> list[int]:
@@ -68,21 +67,15 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         raise SettingsError("--judge-model needs --model: the offline model cannot answer the probes' questions")
 
     async def work() -> int:
-        client = None
-        if settings.redis_url:
-            from threadkeeper.persistence import connect
-
-            client = connect(settings.redis_url)
-            await ping(client, settings.redis_url)
-        total = len(cases) * len(strategies) * len(args.windows)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=stderr_console(), transient=True) as bar:
-            task = bar.add_task("continuity eval", total=total)
-            results = await run_matrix(settings, cases, strategies, args.windows, turn_every=args.turn_every,
-                                       client=client, judge=judge, ask=args.ask,
-                                       progress=lambda label: bar.update(task, advance=1, description=label))
-        if client is not None:
-            await client.aclose()
+        # Every run writes under a key prefix of its own and removes its keys afterwards.
+        async with open_stores(settings) as stores:
+            total = len(cases) * len(strategies) * len(args.windows)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=stderr_console(), transient=True) as bar:
+                task = bar.add_task("continuity eval", total=total)
+                results = await run_matrix(settings, cases, strategies, args.windows, turn_every=args.turn_every,
+                                           client=stores.client, judge=judge, ask=args.ask,
+                                           progress=lambda label: bar.update(task, advance=1, description=label))
         rows = summarize(results)
         if benchmark is not None:
             _benchmark_table(rows, f"continuity on {args.benchmark}: {len(cases)} chats, {benchmark.questions} "

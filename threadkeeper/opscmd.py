@@ -21,7 +21,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .bench import peer_note, run_bench
+    from .bench import peer_note, run_bench, targets
 
     console = stderr_console()
     quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the table says what happened
@@ -35,9 +35,16 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     table = Table(title="threadkeeper bench" + (" (quick)" if args.quick else ""))
     table.add_column("metric")
     table.add_column("value", justify="right")
+    table.add_column("target")
+    table.add_column("")
+    checked = targets(metrics)
     for key, value in metrics.items():
-        table.add_row(key, f"{value:,}")
+        target, met = checked.get(key, ("", True))
+        table.add_row(key, f"{value:,}", target, ("met" if met else "MISSED") if target else "")
     Console(width=120).print(table)
+    missed = [k for k, (_, met) in checked.items() if not met]
+    print(f"targets: {len(checked) - len(missed)} of {len(checked)} met" + (f"; missed: {', '.join(missed)}" if missed
+                                                                            else ""))
     print(f"langgraph-checkpoint-redis not measured: {peer}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
@@ -84,7 +91,8 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
                     "duration_ms")
             data = report.as_dict()
             out = {k: data[k] for k in keys}
-            out.update({"reason": report.reason, "dry_run": report.dry_run, "superseded": report.superseded,
+            out.update({"reason": report.reason, "generation": report.generation, "tightened": report.tightened,
+                        "carried": report.carried, "dry_run": report.dry_run, "superseded": report.superseded,
                         "notes": report.notes})
             print(json.dumps(out, indent=2))
         else:

@@ -23,8 +23,11 @@ class Settings(BaseSettings):
                                       case_sensitive=False)
 
     redis_url: str | None = None
+    """Unset: the embedded Redis, started on a unix socket under ``threadkeeper_data_dir``."""
     redis_cluster: bool = False
     """``REDIS_URL`` names one node of a Redis Cluster: use redis-py's cluster client (it finds the others)."""
+    threadkeeper_data_dir: str = Field(default=".threadkeeper", min_length=1)
+    """Where the embedded Redis (used when ``REDIS_URL`` is unset) keeps its append-only file and socket."""
     threadkeeper_key_prefix: str = Field(default="tk", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
     threadkeeper_retention_days: float = Field(default=30.0, gt=0, le=3650)
     threadkeeper_lease_seconds: float = Field(default=120.0, ge=5, le=3600)
@@ -75,13 +78,13 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, value: str | None) -> str | None:
-        if value and not value.startswith(("redis://", "rediss://", "unix://", "memory://")):
+        if value and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
 
     @model_validator(mode="after")
     def _cluster_needs_a_url(self) -> Settings:
-        if self.redis_cluster and (not self.redis_url or self.redis_url.startswith(("memory://", "unix://"))):
+        if self.redis_cluster and (not self.redis_url or self.redis_url.startswith("unix://")):
             raise ValueError("REDIS_CLUSTER=true needs REDIS_URL to name a node of the cluster (redis://host:port)")
         return self
 

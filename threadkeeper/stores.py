@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
@@ -24,31 +26,64 @@ class Stores:
     leases: LeaseManager
     notes: NotesStore
     forget: Forgetter
+    where: str = "Redis at REDIS_URL"
+    """What the stores run on, for people: ``Redis at REDIS_URL`` or the embedded Redis and its data directory."""
 
     async def close(self) -> None:
         await self.client.aclose()
 
 
-def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, server: Any = None) -> Stores:
-    client = client or connect(settings.redis_url, server=server, cluster=settings.redis_cluster,
-                               max_connections=settings.threadkeeper_redis_max_connections,
-                               timeout_seconds=settings.threadkeeper_redis_timeout_seconds)
+def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, url: str | None = None) -> Stores:
+    """The stores on ``client``, or on a new client of ``url`` (default ``REDIS_URL``; :func:`open_stores`
+    passes the embedded Redis's when it is unset)."""
+    url = url or settings.redis_url
+    if client is None:
+        if not url:
+            from threadkeeper.persistence import ThreadkeeperError
+
+            raise ThreadkeeperError("REDIS_URL is not set: open the stores with open_stores(), which starts the "
+                                    "embedded Redis, or pass a client")
+        client = connect(url, cluster=settings.redis_cluster,
+                         max_connections=settings.threadkeeper_redis_max_connections,
+                         timeout_seconds=settings.threadkeeper_redis_timeout_seconds)
     common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
-                  url=settings.redis_url or "")
+                  url=url or "")
     checkpoints = CheckpointStore(client, cache_bytes=settings.threadkeeper_cache_mb * 1024 * 1024, **common)
     return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
                   forget=Forgetter(client, **common))
 
 
-async def with_stores(settings: Settings, work: Callable[[Stores], Awaitable[int]]) -> int:
-    """Run ``work`` with the stores of ``settings`` (Redis checked first), closing them afterwards."""
-    stores = build_stores(settings)
+@asynccontextmanager
+async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
+    """The stores of ``settings`` with Redis checked first: the Redis at ``REDIS_URL``, or, when it is unset,
+    the embedded Redis of ``THREADKEEPER_DATA_DIR`` (started if no other process runs it, and stopped on the
+    way out if no other process uses it)."""
+    embedded = None
+    url = settings.redis_url
+    if not url:
+        from .embedded import EmbeddedRedis
+
+        embedded = EmbeddedRedis(settings.threadkeeper_data_dir)
+        url = await asyncio.to_thread(embedded.start)
     try:
-        await ping(stores.client, settings.redis_url or "(in-process)")
-        return await work(stores)
+        stores = build_stores(settings, url=url)
+        if embedded is not None:
+            stores.where = embedded.describe()
+        try:
+            await ping(stores.client, url)
+            yield stores
+        finally:
+            await stores.close()
     finally:
-        await stores.close()
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+
+
+async def with_stores(settings: Settings, work: Callable[[Stores], Awaitable[int]]) -> int:
+    """Run ``work`` with the stores of ``settings`` (see :func:`open_stores`), closing them afterwards."""
+    async with open_stores(settings) as stores:
+        return await work(stores)
 
 
 async def with_pipeline(settings: Settings, work: Callable[[Stores, Pipeline], Awaitable[int]], *,

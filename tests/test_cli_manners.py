@@ -1,0 +1,144 @@
+"""What a person meets at the command line: help for every argument, ``--version``, output piped into a reader
+that stops early, and line editing in the console on a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+from conftest import REDIS_URL, drop_prefix, real_redis
+from test_budget_and_cli import _NO_DOTENV, clean_env, cli
+
+from threadkeeper.cli import build_parser
+from threadkeeper.embedded import EmbeddedRedis
+from threadkeeper.persistence import CheckpointStore
+
+
+def test_every_command_and_argument_says_what_it_is_for() -> None:
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, subparser in action.choices.items():
+                    walk(subparser, f"{name} {sub}")
+            elif not action.help:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "threadkeeper")
+    assert missing == []
+
+
+def test_version_names_the_installed_distribution() -> None:
+    result = cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"threadkeeper {version('threadkeeper-slack')}"
+
+
+async def test_output_piped_into_a_reader_that_stops_early_ends_quietly(prefix: str) -> None:
+    client = await real_redis()
+    store = CheckpointStore(client, prefix=prefix)
+    conversation = "console:long-lineage"
+    try:
+        head = None
+        for _ in range(400):  # a lineage whose JSON is far larger than a pipe holds
+            cp = await store.start_turn(conversation)
+            await store.commit(conversation, cp.id, expected_head=head)
+            head = cp.id
+        process = subprocess.Popen([sys.executable, "-m", "threadkeeper", "history", conversation, "--json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=_NO_DOTENV,
+                                   env={**clean_env(), "REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix})
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().strip() == b"["
+        process.stdout.close()  # what `| head -1` does
+        errors = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 141
+        assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
+    finally:
+        await drop_prefix(client, prefix)
+        await client.aclose()
+
+
+def _read_until(fd: int, wanted: bytes, timeout: float = 60.0) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"waited for {wanted!r}; the terminal showed {seen[-600:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the terminal closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def test_the_console_on_a_terminal_edits_lines(tmp_path: Path) -> None:
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "threadkeeper", "console"], stdin=follower, stdout=follower,
+                               stderr=subprocess.PIPE, cwd=tmp_path, close_fds=True,
+                               env={**clean_env(), "THREADKEEPER_DATA_DIR": str(tmp_path / "data"), "TERM": "xterm"})
+    os.close(follower)
+    try:
+        _read_until(leader, b"you> ")
+        os.write(leader, b"trak ABC-123" + b"\x1b[D" * 9 + b"c\r")  # the left arrow, nine times, then a fix
+        shown = _read_until(leader, b"you> ")
+        assert "“track ABC-123”".encode() in shown, shown[-600:]
+        os.write(leader, b"/quit\r")
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(leader)
+        left = EmbeddedRedis(tmp_path / "data")  # what a killed console left running
+        if left.answering():
+            left.start()
+            left.stop()
+
+
+def test_a_replayed_message_time_may_be_written_as_slack_does_or_as_a_number() -> None:
+    from threadkeeper.services import parse_thread
+
+    thread = parse_thread('{"messages": [{"id": "1", "author": "a", "text": "x", "ts": 1700000000.25},'
+                          ' {"id": "2", "author": "b", "text": "y", "ts": "1700000060.000100"}]}')
+    assert [m.created_at for m in thread.messages] == [1700000000.25, 1700000060.0001]
+
+
+def test_ctrl_c_ends_the_console_at_once_and_leaves_the_terminal_and_the_store_tidy(tmp_path: Path) -> None:
+    import signal
+    import termios
+
+    leader, follower = pty.openpty()
+    modes = termios.tcgetattr(follower)
+    data = tmp_path / "data"
+    process = subprocess.Popen([sys.executable, "-m", "threadkeeper", "console"], stdin=follower, stdout=follower,
+                               stderr=subprocess.PIPE, cwd=tmp_path, close_fds=True,
+                               env={**clean_env(), "THREADKEEPER_DATA_DIR": str(data), "TERM": "xterm"})
+    try:
+        _read_until(leader, b"you> ")  # waiting for a line, with line editing
+        assert EmbeddedRedis(data).answering()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130, "Ctrl-C ends the console; it does not wait for a line"
+        assert termios.tcgetattr(follower) == modes, "the terminal is as it was"
+        assert not EmbeddedRedis(data).answering(), "and the embedded Redis was stopped on the way out"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(leader)
+        os.close(follower)
+        left = EmbeddedRedis(data)
+        if left.answering():
+            left.start()
+            left.stop()

@@ -1,0 +1,72 @@
+"""The deploy kit agrees with the code: the image's health check and stop timeout, the Slack app manifests (Socket
+Mode and HTTP), and the Slack CLI project files that let ``slack run`` start the bot."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from threadkeeper.cli import build_parser
+from threadkeeper.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _seconds(value: str) -> float:
+    match = re.fullmatch(r"(\d+)s", value)
+    assert match, value
+    return float(match.group(1))
+
+
+def test_compose_waits_for_the_drain_and_checks_the_socket_mode_worker_health() -> None:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["bot"]
+    drain = Settings.model_fields["threadkeeper_shutdown_seconds"].default
+    assert _seconds(compose["stop_grace_period"]) >= drain + 5, "compose must not kill a worker mid-drain"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [cmd] = re.findall(r"^CMD (\[.*\])$", dockerfile, re.M)
+    command = json.loads(cmd)
+    args = build_parser().parse_args(command[1:])
+    assert args.socket and args.port, "Socket Mode with /healthz served"
+    probe = " ".join(compose["healthcheck"]["test"])
+    assert f"127.0.0.1:{args.port}/healthz" in probe and f"127.0.0.1:{args.port}/healthz" in dockerfile
+
+
+def _manifest(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_manifests_ask_for_what_the_bot_uses_in_either_mode() -> None:
+    socket, http = _manifest(ROOT / "manifest.json"), _manifest(ROOT / "deploy" / "manifest.http.json")
+    scopes = Settings.model_fields["slack_scopes"].default.split(",")
+    for manifest in (socket, http):
+        assert manifest["oauth_config"]["scopes"]["bot"] == scopes
+        assert manifest["features"] == socket["features"]
+        assert manifest["settings"]["event_subscriptions"]["bot_events"] == \
+            socket["settings"]["event_subscriptions"]["bot_events"]
+        assert manifest["settings"]["interactivity"]["is_enabled"], "the Forget shortcut and feedback buttons"
+    assert socket["settings"]["socket_mode_enabled"] is True
+    assert http["settings"]["socket_mode_enabled"] is False
+    assert http["settings"]["event_subscriptions"]["request_url"].endswith("/slack/events")
+    assert http["settings"]["interactivity"]["request_url"].endswith("/slack/events"), "buttons reach the bot"
+    assert all(url.endswith("/slack/oauth_redirect") for url in http["oauth_config"]["redirect_urls"])
+
+
+def test_slack_run_starts_the_bot_from_the_project_files() -> None:
+    hooks = json.loads((ROOT / ".slack" / "hooks.json").read_text())["hooks"]
+    assert json.loads((ROOT / ".slack" / "config.json").read_text())["manifest"]["source"] == "local"
+    start = shlex.split(hooks["start"])
+    assert start[0] == ".venv/bin/threadkeeper" and build_parser().parse_args(start[1:]).socket
+    get_hooks = shlex.split(hooks["get-hooks"])
+    assert get_hooks[0] == ".venv/bin/python"
+    answered = subprocess.run([sys.executable, *get_hooks[1:]], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout)["config"]["sdk-managed-connection-enabled"] is True
+    manifest = subprocess.run([sys.executable, "-m", "slack_cli_hooks.hooks.get_manifest"], capture_output=True,
+                              text=True, cwd=ROOT, timeout=60)
+    assert manifest.returncode == 0 and json.loads(manifest.stdout) == _manifest(ROOT / "manifest.json")
