@@ -46,8 +46,9 @@ from threadkeeper.persistence import (
 
 from .context import current_text
 from .notes import _LANGUAGES, compress, language, words
+from . import refs
 from .refs import label, parse
-from .tokens import Tokenizer
+from .tokens import MESSAGE_OVERHEAD, Tokenizer
 from .tools import bound_text
 
 log = logging.getLogger("threadkeeper.recall")
@@ -73,6 +74,10 @@ NEIGHBOUR_TOKENS = 96
 LONG_TOKENS = 96
 """A hit shown as its note is shown as its passages that match the question instead when it is longer than this."""
 MAX_HITS = 96
+MIN_LINE_TOKENS = 24
+"""Below this much room left, no further line is tried."""
+DAY_TOKENS = 8
+"""What a date line of the recall block costs (``2024-01-03:`` and its line break), an upper bound."""
 ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
@@ -315,6 +320,7 @@ class Recall:
         self.tokenizer = tokenizer
         self.max_messages = max_messages
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
+        self._leads: dict[tuple[str, int], int] = {}
 
     def loaded(self, conversation_id: str) -> ConversationIndex | None:
         return self._indexes.get(conversation_id)
@@ -432,9 +438,10 @@ class Recall:
         whole_budget = int(budget * WHOLE_SHARE)
         chosen: dict[str, tuple[int, str, str, int]] = {}  # target id -> (position, day, line, tokens)
         order: list[tuple[str, int, bool]] = []  # (target id, cost, a direct hit or its neighbour)
-        days: set[str] = set()
+        days: set[int] = set()
         hits = 0
         whole_used = 0
+        exact_lines: list[str] = []
 
         def take(position: int, limit: int, full: bool, is_direct: bool, is_hit: bool = True) -> int:
             nonlocal budget
@@ -442,33 +449,43 @@ class Recall:
             if target in chosen or target in held:
                 return 0
             source = index.messages[index.position[target]] if target in index.position else index.messages[position]
-            text = current_text(source, notes)
+            changed = source.id in notes.changes
+            text = current_text(source, notes) if changed else source.text
             if text is None:
                 return 0
-            changed = text != source.text
-            long = not changed and self.tokenizer.count(text) > (limit if full else LONG_TOKENS)
-            if long and is_hit:  # what of it matches the question: as written, or compressed
+            size = source.tokens if not changed else self.tokenizer.count(text)
+            if size > (limit if full else LONG_TOKENS) and is_hit:  # what of a long hit matches the question
                 text = _passages(text, query, limit, self.tokenizer, compressed=not full) or source.note or text
-            elif not full and not changed and source.note:
-                text = source.note
-            line = _line(source, target, text)
-            tokens = self.tokenizer.count(line) + 1
+                line = _line(source, target, text)
+                tokens = self.tokenizer.count(line) + 1
+            else:
+                form = "note" if not full and not changed and source.note else "whole"
+                estimate = source.note_tokens[0] if form == "note" and source.note_tokens else size
+                if estimate > budget + 8:  # cannot fit: not worth counting
+                    return 0
+                text = source.note if form == "note" else text  # type: ignore[assignment]
+                line = _line(source, target, text)
+                # from the counts stored with the message (an edited one's text is counted as it now reads)
+                tokens = 0 if changed else self._estimate(source, form)
+                if not tokens:
+                    tokens = self.tokenizer.count(line) + 1
+                    exact_lines.append(target)
             if tokens > limit:
                 text, _ = bound_text(text, self.tokenizer, max(16, limit - (tokens - self.tokenizer.count(text))))
                 line = _line(source, target, text)
                 tokens = self.tokenizer.count(line) + 1
-            day = _day(source)
-            cost = tokens + (0 if day in days else self.tokenizer.count(day) + 1)
+            day = int(source.created_at // 86_400)
+            cost = tokens + (0 if day in days else DAY_TOKENS)
             if cost > budget:
                 return 0
-            chosen[target] = (index.position.get(target, position), day, line, tokens)
+            chosen[target] = (index.position.get(target, position), _day(source), line, tokens)
             order.append((target, cost, is_direct))
             days.add(day)
             budget -= cost
             return cost
 
         for rank, (_, position) in enumerate(ranked):
-            if hits >= MAX_HITS or budget <= 16:
+            if hits >= MAX_HITS or budget <= MIN_LINE_TOKENS:
                 break
             is_direct = rank < direct
             spent = take(position, max(64, wide // VERBATIM_SHARE), whole_used < whole_budget, is_direct)
@@ -480,38 +497,82 @@ class Recall:
             for step in range(1, NEIGHBOURS + 1):
                 for near in (base - step, base + step):
                     # further out, only short messages: the replies around what matched, not whole exchanges
-                    if 0 <= near < index.size and (step == 1 or index.messages[near].tokens <= SHORT_TOKENS):
+                    if 0 <= near < index.size and (step == 1 or index.messages[near].tokens <= SHORT_TOKENS) \
+                            and budget > MIN_LINE_TOKENS:
                         take(near, NEIGHBOUR_TOKENS, False, is_direct, False)
         # The handoff's notes give way only to a question whose direct hits alone need more than recall's share.
         direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
         focused = focus_tokens > 0 and direct_tokens > cap_tokens
         limit = wide if focused else cap_tokens
-        picked = []
-        used = self.tokenizer.count(header) + 1
-        for target, cost, _ in order:  # in the order chosen: what comes last is left out first
-            if used + cost <= limit:
-                picked.append(target)
-                used += cost
-        while picked:
+        head = self.tokenizer.count(header) + 1
+        costs_of = dict((target, cost) for target, cost, _ in order)
+        # Each line's estimate is rounded up and a margin is kept, so a block within the limit by them is within it
+        # without counting it again (the runtime context that carries it is counted whole).
+        picked = _within([(target, cost) for target, cost, _ in order], limit - head - 2 - limit // 200)
+        text = self._render(header, [chosen[mid] for mid in picked])
+        tokens = head + sum(costs_of[mid] for mid in picked)
+        if exact_lines:  # a line counted as it will read (an edited message): the block is counted too
+            tokens = self.tokenizer.count(text)
+        if tokens > limit:  # the estimates ran over: count each line, then leave out what came last
+            exact = {mid: self.tokenizer.count(chosen[mid][2]) + 1 for mid in picked}
+            seen: set[str] = set()
+            costs = []
+            for mid in picked:
+                day = chosen[mid][1]
+                costs.append((mid, exact[mid] + (0 if day in seen else DAY_TOKENS)))
+                seen.add(day)
+            picked = _within(costs, limit - head)
             text = self._render(header, [chosen[mid] for mid in picked])
             tokens = self.tokenizer.count(text)
-            if tokens <= limit:
-                ordered = sorted(picked, key=lambda mid: chosen[mid][0])
-                return Recalled(ordered, text, tokens, hits, searchable, focused)
-            picked.pop()
-        return Recalled([], "", 0, searched=searchable)
+            while tokens > limit and picked:
+                picked.pop()
+                text = self._render(header, [chosen[mid] for mid in picked])
+                tokens = self.tokenizer.count(text)
+        if not picked:
+            return Recalled([], "", 0, searched=searchable)
+        ordered = sorted(picked, key=lambda mid: chosen[mid][0])
+        return Recalled(ordered, text, tokens, hits, searchable, focused)
+
+    def _estimate(self, source: Message, form: str) -> int:
+        """A recalled line's tokens from the counts made when its message was written, rounded up (0: none stored).
+        ``[#N] author: text``: the stored count less the chat format's overhead, plus a token of slack; a note's
+        line: its ``[#N] author:`` lead plus the note's own count."""
+        key = (author_of(source), len(str(source.ref)) if source.ref else len(source.id))
+        lead = self._leads.get(key)
+        if lead is None:
+            lead = self._leads[key] = self.tokenizer.count(f"[{'#' + '9' * key[1] if source.ref else source.id}] "
+                                                           f"{key[0]}:") + 1
+        if form == "whole":
+            if source.tokens <= MESSAGE_OVERHEAD:
+                return 0
+            # a person's message was counted with its reference and name; a reply without them
+            return source.tokens - MESSAGE_OVERHEAD + 1 + (0 if refs.shown(source) else lead)
+        if not source.note_tokens:
+            return 0
+        return lead + source.note_tokens[0]
 
     @staticmethod
     def _render(header: str, lines: list[tuple[int, str, str, int]]) -> str:
-        """The recall block: lines in thread order under a date line whenever the date changes."""
+        """The recall block: lines under a line for each date, in thread order within it (one date line per date,
+        also when messages posted at different times interleave)."""
         out = [header]
         day = None
-        for _, line_day, line, _ in sorted(lines):
+        for _, line_day, line, _ in sorted(lines, key=lambda x: (x[1], x[0])):
             if line_day != day:
                 out.append(line_day)
                 day = line_day
             out.append(line)
         return "\n".join(out)
+
+
+def _within(costs: Sequence[tuple[str, int]], room: int) -> list[str]:
+    """The ids whose costs fit ``room`` taken in order (one that does not fit is left out, later ones may fit)."""
+    out, used = [], 0
+    for ident, cost in costs:
+        if used + cost <= room:
+            out.append(ident)
+            used += cost
+    return out
 
 
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")

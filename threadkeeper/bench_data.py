@@ -20,15 +20,18 @@ TOKENIZER = Tokenizer("gpt-4o")
 """The offline model's tokenizer: what a committed turn counts its messages and notes with."""
 
 
+def committed(message: Message) -> Message:
+    """``message`` as a committed turn stores it: its note and token counts made once."""
+    note = notes.make_note(message.text, message.created_at) or ""
+    message = message.model_copy(update={"note": note, "note_tokens": [TOKENIZER.count(" " + note)] if note else []})
+    return message.model_copy(update={"tokens": TOKENIZER.count_message(message)})
+
+
 def message(i: int, role: str = "user", chars: int = 400) -> Message:
     """A stored message as a committed turn writes it: token count and note computed once."""
-    text = filler(chars, i)
-    at = 1_700_000_000.0 + i
-    note = notes.make_note(text, at) or ""
-    counted = [TOKENIZER.count(" " + note)] if note else []
-    return Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
-                   parts=[TextPart(text=text)], author="U1" if role == "user" else None, tokens=len(text) // 4,
-                   created_at=at, note=note, note_tokens=counted, ref=i + 1)
+    return committed(Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
+                             parts=[TextPart(text=filler(chars, i))], author="U1" if role == "user" else None,
+                             tokens=0, created_at=1_700_000_000.0 + i, ref=i + 1))
 
 
 def note_cost_us(count: int = 2_000) -> float:
@@ -76,8 +79,8 @@ async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_ep
         batch = []
         for i in range(start, min(start + per_turn, messages)):
             text = chat_text(rng, rng.randint(8, 40))
-            batch.append(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],  # type: ignore[arg-type]
-                                 author=f"U{i % 5}", tokens=len(text) // 4, created_at=1_700_000_000.0 + i))
+            batch.append(committed(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],  # type: ignore[arg-type]
+                                           author=f"U{i % 5}", tokens=0, created_at=1_700_000_000.0 + i, ref=i + 1)))
         await store.append(cid, cp.id, batch)
         await store.commit(cid, cp.id, expected_head=head)
         head = cp.id
