@@ -64,6 +64,8 @@ class Plan:
     tightened: int
     carried: dict[str, int] = field(default_factory=dict)
     detail: str = ""
+    calibration: float = 1.0
+    """How the provider counted against the local estimate when the plan was made (kept with the compaction)."""
 
 
 def target_for(budget: ContextBudget, incoming: Sequence[Message]) -> int:

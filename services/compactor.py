@@ -181,13 +181,16 @@ class Compactor:
         fixed = budget.fixed_prompt_tokens
         tokens_before = measure(history, fixed_prompt_tokens=fixed)
         # The plan is made in the local estimate's units, with the thresholds converted by how this provider
-        # counts; the report states sizes as the provider counts them.
+        # counts (never loosened below the estimate: the request guard counts in estimates, and a compaction must
+        # fit by both measures); the report states sizes as the provider counts them.
         ratio = calibration(history, fixed_prompt_tokens=fixed)
+        planned = max(1.0, ratio)
         notes = await self.notes.get(conversation_id)
         previous = await self._previous_ledger(conversation_id, history)
         running = await self.advance(conversation_id, history, budget, previous, changes_of(notes))
-        plan = await self.plan(history.messages, incoming, notes, previous, budget.in_estimates(ratio),
+        plan = await self.plan(history.messages, incoming, notes, previous, budget.in_estimates(planned),
                                use_model=use_model, running=running)
+        plan.calibration = planned
         tokens_after = plan.tokens_after if ratio == 1.0 else round(ratio * (fixed + plan.tokens_after)) - fixed
         report = CompactionReport(
             conversation_id=conversation_id, previous_checkpoint_id=history.checkpoint.id, new_checkpoint_id=None,
@@ -339,6 +342,7 @@ class Compactor:
         """Fork and commit the compaction; with ``reload``, the history at the new head (what the turn goes on with)."""
         info = {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
                 "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
+                "calibration": plan.calibration,
                 "ledger": plan.ledger.model_dump(mode="json")}
         try:  # forked and made the head in one atomic step: nothing half-written survives a crash
             fork = await self.checkpoints.fork_compaction(conversation_id, forked_from=history.checkpoint.id,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from threadkeeper.persistence import (
+    CheckpointKind,
     History,
     ImagePart,
     Message,
@@ -124,15 +125,19 @@ def calibration(history: History | None, *, fixed_prompt_tokens: int) -> float:
         return 1.0
     outcome = history.checkpoint.outcome
     messages = history.messages
+    low, high = CALIBRATION_BOUNDS
     if not (outcome and outcome.usage and outcome.usage.input_tokens > 0
             and 0 < outcome.usage_covered_messages <= len(messages)):
-        return 1.0
+        # A compaction calls no model for the turn: it keeps the measure its plan was made in, so the history it
+        # wrote is not judged over the target by another measure until the next call reports usage.
+        compaction = history.checkpoint.kind is CheckpointKind.COMPACTION
+        kept = history.checkpoint.meta.info.get("calibration") if compaction else None
+        return min(high, max(low, float(kept))) if isinstance(kept, (int, float)) and kept > 0 else 1.0
     covered = outcome.usage_covered_messages
     runtime = history.last_runtime(covered)  # the runtime context that call carried
     estimate = fixed_prompt_tokens + history.visible_tokens(covered) + (runtime.tokens if runtime else 0)
     if estimate <= 0:
         return 1.0
-    low, high = CALIBRATION_BOUNDS
     return min(high, max(low, outcome.usage.input_tokens / estimate))
 
 
