@@ -136,6 +136,9 @@ def calibration(history: History | None, *, fixed_prompt_tokens: int) -> float:
     covered = outcome.usage_covered_messages
     runtime = history.last_runtime(covered)  # the runtime context that call carried
     estimate = fixed_prompt_tokens + history.visible_tokens(covered) + (runtime.tokens if runtime else 0)
+    first = messages[0]  # a compacted history opens with its handoff, whose notes that call may have left out
+    if runtime is not None and first.flags.handoff and first.id in runtime.source_ids:
+        estimate -= first.tokens - standing_part(first).tokens
     if estimate <= 0:
         return 1.0
     return min(high, max(low, outcome.usage.input_tokens / estimate))

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
 
+import Stemmer
 from bm25s import stopwords as _sw
 from wordfreq import available_languages, get_frequency_dict
 
@@ -337,3 +339,32 @@ def words(text: str) -> list[str]:
 def terms(text: str) -> frozenset[str]:
     """The words a note is ranked by (:func:`words`, as a set)."""
     return frozenset(words(text))
+
+
+# -- what a reply adds -------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"\d+(?:[.,:]\d+)*")
+_STEM = Stemmer.Stemmer("english")
+TEMPLATE_OVERLAP = 0.75
+"""Two sentences whose words (stemmed, numbers masked) overlap this much are one form filled twice."""
+
+
+def shape(sentence: str) -> frozenset[str]:
+    """A sentence's form: its words stemmed, numbers masked, so one template filled with other counts ("1 reply",
+    "2 replies") has one shape."""
+    return frozenset(_STEM.stemWords(list(terms(_DIGITS.sub("0", sentence)))))
+
+
+def reply_additions(reply: str, asked: Sequence[str], earlier_replies: Sequence[str]) -> str:
+    """The sentences of the bot's reply that add something: not a form its earlier replies already took (a
+    template filled with other counts is boilerplate), and with a word or number that neither the messages it
+    answers nor its earlier replies hold (a quote of the question, or a repeat, adds nothing). What is left
+    becomes the reply's note."""
+    seen = [shape(s) for text in earlier_replies for s in _sentences(text)]
+    known = frozenset().union(*(terms(text) for text in [*asked, *earlier_replies]))
+
+    def repeated(form: frozenset[str]) -> bool:
+        return any(len(form & old) >= TEMPLATE_OVERLAP * len(form | old) for old in seen)
+
+    kept = [s for s in _sentences(reply) if not terms(s) <= known and not repeated(shape(s))]
+    return " ".join(kept)

@@ -12,10 +12,28 @@ from threadkeeper.persistence import CheckpointOutcome, Message, TextPart, ToolC
 from .context import to_chat, visible
 from .incoming import Incoming
 from .llm import Draft, ModelTimeoutError
+from .notes import reply_additions
 from .refs import next_ref
 from .seams import CheckpointStore, Model
 from .tools import RECORDS, ToolContext, ToolRegistry, bound_text
 from .turns import THINKING, ExecutorConfig, TurnEvents, TurnState, TurnStatus
+
+
+REPLY_LOOKBACK = (8, 400)
+"""The earlier replies a reply's note is compared with: at most this many, among this many newest messages."""
+
+
+def earlier_replies(messages: list[Message]) -> list[str]:
+    """The bot's newest earlier replies, newest first (a bounded look back: its cost does not grow with the
+    thread)."""
+    most, window = REPLY_LOOKBACK
+    out: list[str] = []
+    for m in reversed(messages[-window:]):
+        if m.role == "assistant" and not m.flags.runtime and m.text:
+            out.append(m.text)
+            if len(out) == most:
+                break
+    return out
 
 
 class ToolLoop(Incoming):
@@ -108,7 +126,9 @@ class ToolLoop(Incoming):
         its note; a refusal does neither, so the asks stay open and its words never become a note."""
         update: dict[str, Any] = {"note": "", "ref": next_ref(turn.messages)}
         if answered:
-            update |= self.noted(message.text, message.created_at)
+            asked = [f"{m.author or ''}: {m.text}" for m in turn.incoming]
+            update |= self.noted(reply_additions(message.text, asked, earlier_replies(turn.messages)),
+                                 message.created_at)
             update["source_ids"] = [m.id for m in turn.incoming if m.flags.addressed]
         message = message.model_copy(update=update)
         turn.messages.append(message)

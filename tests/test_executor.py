@@ -426,3 +426,54 @@ async def test_a_turn_a_dead_worker_left_running_is_failed_by_the_worker_that_ta
     left = await p.checkpoints.get(CONV, dead.id)
     assert left.status is CheckpointStatus.FAILED
     assert left.outcome is not None and "abandoned" in (left.outcome.error or "")
+
+
+async def test_the_bots_replies_become_notes_only_for_what_they_add(prefix, client) -> None:
+    """The offline model's replies are a template around a quote of the question: after the first, none of
+    them is a note. A reply that states something new (a real answer) is one."""
+    p, _ = pipeline(prefix, client, model="offline", context_window=4096)
+    conversation = "console:notes"
+    for i in range(12):
+        await p.submit(conversation, f"the release train {i} leaves from platform {i + 3} with {i * 7} coaches",
+                       author="U1", id=f"n{i}")
+        assert [r.status for r in await p.run(conversation)] == ["completed"]
+    history = await p.checkpoints.load_history(conversation)
+    replies = [m for m in history.messages if m.role == "assistant"]
+    assert len(replies) == 12 and sum(1 for m in replies if m.note) == 1, [m.note for m in replies]
+    people = [m for m in history.messages if m.role == "user" and not m.flags.runtime]
+    assert all(m.note for m in people)
+
+
+def test_what_a_reply_adds() -> None:
+    from threadkeeper.services.notes import reply_additions
+
+    earlier = ["Latest message from alice: “and the plan?”. I can see 4 messages of this thread (3 from people, "
+               "1 reply) in 812 tokens of context."]
+    asked = ["alice: when does the deploy window open?"]
+    assert reply_additions("I can see 9 messages of this thread (7 from people, 2 replies) in 1,904 tokens of "
+                           "context.", asked, earlier) == ""
+    assert reply_additions("Latest message from alice: “when does the deploy window open?”.", asked, earlier) == ""
+    answer = "The deploy window opens at 16:00 UTC on Thursday."
+    assert reply_additions(f"Latest message from alice: “when does the deploy window open?”. {answer}", asked,
+                           earlier) == answer
+    assert reply_additions(answer, asked, [answer]) == "", "a repeat of an earlier reply adds nothing"
+
+
+async def test_a_turn_that_leaves_the_handoffs_notes_out_calibrates_on_what_it_sent(prefix, client) -> None:
+    """When recall stands in for the handoff's notes, the request leaves them out: the provider's count is
+    compared with the estimate of what was sent, so a provider that counts like the local tokenizer (the
+    offline model does) calibrates at 1.0, not at the share of the notes it did not see."""
+    p, _ = pipeline(prefix, client, model="offline", context_window=4096)
+    conversation = "console:focus"
+    for i in range(70):
+        await p.submit(conversation, f"status {i}: the mirror in rack {i % 9} was rebuilt by team {i % 4}, and the "
+                                     "disks looked fine afterwards", author=f"U{i % 3}", id=f"f{i}")
+        await p.run(conversation)
+    await p.compact(conversation)
+    await p.submit(conversation, "which rack had its mirror rebuilt by team 2?", author="U1", id="q1")
+    assert [r.status for r in await p.run(conversation)] == ["completed"]
+    history = await p.checkpoints.load_history(conversation)
+    runtime = history.last_runtime(len(history.messages))
+    assert history.messages[0].flags.handoff and runtime is not None
+    assert history.messages[0].id in runtime.source_ids, "recall stood in for the notes"
+    assert 0.95 <= calibration(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens) <= 1.05
