@@ -47,8 +47,8 @@ class BudgetError(ThreadkeeperError):
 @dataclass(frozen=True)
 class BudgetPolicy:
     trigger: float = 0.80
-    target: float = 0.50
-    retained_user: float = 0.10
+    target: float = 0.55
+    retained_user: float = 0.05
     summary_cap: float = 0.15
     """The summary share of the comparison strategies in the continuity eval."""
     pins: float = 0.10

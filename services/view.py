@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from . import extract as x
 from . import notebook
 from .ledger import Ledger, NarrativeEntry
 from .notebook import NoteEntry
@@ -226,8 +227,23 @@ def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequen
                 ids.extend(line.ids)
     if people:
         out.append(people)
+    # Notes every answer may need (a changed fact, a constraint) stand with the standing part; the rest are what a
+    # turn's recall may stand in for (see services.context.visible).
+    standing = [n for n in notes if standing_note(n)]
+    if standing:
+        out.extend([STANDING_NOTES_TITLE, *_render_notes(standing, lab)])
+        ids.extend(n.id for n in standing)
+    rest = [n for n in notes if not standing_note(n)]
     notes_text = ""
-    if notes:
-        notes_text = "\n".join([title, *_render_notes(notes, lab)])
-        ids.extend(n.id for n in notes)
+    if rest:
+        notes_text = "\n".join([title, *_render_notes(rest, lab)])
+        ids.extend(n.id for n in rest)
     return "\n".join(out), notes_text, ids
+
+
+STANDING_NOTES_TITLE = "Constraints and changed facts (compressed):"
+
+
+def standing_note(note: NoteEntry) -> bool:
+    """A note that holds whatever the question: what an edited message says now, or a constraint a person stated."""
+    return note.edited or (not note.reply and bool(x.CONSTRAINT.search(note.text)))

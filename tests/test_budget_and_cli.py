@@ -39,7 +39,7 @@ def test_every_threshold_is_a_fraction_of_the_usable_window(window: int) -> None
     b = ContextBudget.derive(window, fixed_prompt_tokens=300, max_output_tokens=16_384)
     assert b.usable_tokens == window - b.output_reserve_tokens - 300
     assert b.trigger_tokens == int(b.usable_tokens * 0.8)
-    assert b.target_tokens == int(b.usable_tokens * 0.5)
+    assert b.target_tokens == int(b.usable_tokens * 0.55)
     assert b.retained_user_tokens + b.summary_cap_tokens + b.pin_tokens <= b.target_tokens < b.trigger_tokens
     assert 256 <= b.output_reserve_tokens <= 16_384
 
@@ -217,7 +217,7 @@ def test_every_budget_limit_follows_the_window_and_the_model() -> None:
     assert (small.output_reserve_tokens, mid.output_reserve_tokens, large.output_reserve_tokens) == (409, 3_200, 8_192)
     assert ContextBudget.derive(32_000, fixed_prompt_tokens=500, max_output_tokens=1_000).output_reserve_tokens == 1_000
     assert mid.usable_tokens == 32_000 - 3_200 - 500
-    assert (mid.trigger_tokens, mid.target_tokens) == (int(mid.usable_tokens * 0.8), int(mid.usable_tokens * 0.5))
+    assert (mid.trigger_tokens, mid.target_tokens) == (int(mid.usable_tokens * 0.8), int(mid.usable_tokens * 0.55))
 
 
 async def test_the_summarizer_is_given_chunks_its_own_window_holds() -> None:

@@ -386,6 +386,8 @@ def test_view_is_byte_for_byte_stable_golden() -> None:
     assert rendered.text == (GOLDEN / "handoff_full.txt").read_text()
     assert rendered.text == f"{rendered.standing}\n{rendered.notes_text}" and rendered.notes_text.startswith("Notes")
     assert "[ask #41]" in rendered.standing and "Participants:" in rendered.standing, "the notes are a part of their own"
+    assert "latency budget 250 ms" in rendered.standing and "SUSPECT" in rendered.standing, \
+        "a constraint and a changed fact stand with the standing part, whatever a turn's recall stands in for"
     assert "build 812" not in rendered.text, "a deleted message's note is never rendered"
     again = render_handoff(golden_ledger(), narrative, gone, cap_tokens=2000, count=tokenizer.count, now=DAY + 90_000)
     assert again == rendered

@@ -361,7 +361,7 @@ async def test_a_question_about_someone_recalls_their_messages_first(model, pref
 
 async def test_a_message_a_compaction_kept_only_in_part_is_recalled_whole(model, prefix, client) -> None:
     p = _pipeline(prefix, client)
-    said = [f"note {i}: " + "the migration of the archive volumes continues slowly " * 6 for i in range(60)]
+    said = [f"note {i}: " + "the migration of the archive volumes continues slowly " * 9 for i in range(60)]
     said[40] = ("The archive migration owner is Priya and the cutover is on the ninth; " +
                 "the old volumes stay readable for a month while the archive migration runs " * 6)
     await _thread(p, said)
