@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import time
+import asyncio
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.blocks import ContextActionsBlock, FeedbackButtonObject, FeedbackButtonsElement, MarkdownBlock
 from slack_sdk.web.async_chat_stream import AsyncChatStream
@@ -82,6 +84,9 @@ class SlackDraft:
         self.stopped = False
         """Nothing more is shown: Slack refused the draft, or it reached ``SHOWN_LIMIT`` (what it shows is
         then finished as the reply's first part, and the rest posted after it)."""
+        self.unsure = False
+        """Slack's answer to a call that showed text was lost: what the draft shows is unknown, so it is deleted
+        and the reply posted whole."""
 
     @property
     def streaming(self) -> bool:
@@ -112,6 +117,10 @@ class SlackDraft:
             log.info("%s: showing the reply as it is written stopped: %s", self.conversation_id,
                      exc.response.get("error"))
             self.stopped = True
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:  # never sent twice (NOT_REPEATABLE)
+            log.info("%s: showing the reply as it is written stopped: no answer (%s)", self.conversation_id,
+                     type(exc).__name__)
+            self.stopped = self.unsure = True
 
     async def _start(self) -> None:
         await delete_stranded(self.client, self.notes, self.conversation_id)
@@ -149,13 +158,13 @@ class SlackDraft:
                 pass  # deleted below either way
         if self.ts is not None:
             await delete_stranded(self.client, self.notes, self.conversation_id)
-        self.shown, self.stream, self.ts, self.stopped = "", None, None, False
+        self.shown, self.stream, self.ts, self.stopped, self.unsure = "", None, None, False, False
 
     async def finish(self, first_part: str, blocks: list[Any] | None) -> bool:
         """End the draft as the reply's first part (``blocks``: the feedback buttons, when it is the only
         part). Returns False when nothing was shown or the reply is not what was shown (the draft is then
         deleted and the reply posted whole)."""
-        if self.ts is None or not first_part.startswith(self.shown):
+        if self.ts is None or self.unsure or not first_part.startswith(self.shown):
             await self.discard()
             return False
         try:

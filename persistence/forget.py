@@ -7,7 +7,7 @@ go (an operator's ``threadkeeper forget``, a workspace uninstalling the app); no
 from __future__ import annotations
 
 from .errors import InvalidTransitionError
-from .keys import ConversationKeys, registry_key
+from .keys import ConversationKeys, dead_registry_key, pending_key, registry_key
 from .base import RedisStore
 from .base import glob_escape as _glob_escape
 
@@ -30,7 +30,8 @@ class Forgetter(RedisStore):
         found = await self.keys_of(conversation_id)
         for start in range(0, len(found), 500):
             await self._call(self.client.delete(*found[start:start + 500]))
-        await self._call(self.client.zrem(registry_key(self.prefix), conversation_id))
+        for registry in (registry_key(self.prefix), pending_key(self.prefix), dead_registry_key(self.prefix)):
+            await self._call(self.client.zrem(registry, conversation_id))
         return len(found)
 
     async def conversations_of_team(self, team_id: str) -> list[str]:

@@ -52,8 +52,11 @@ def model():
     return m
 
 
-async def make_harness(prefix: str, client, window: int = 16_000, **overrides) -> tuple[Harness, TestClient]:
-    slack = await FakeSlack().start()
+async def make_harness(prefix: str, client, window: int = 16_000, slack: FakeSlack | None = None,
+                       **overrides) -> tuple[Harness, TestClient]:
+    """A bot on its own loopback HTTP server; ``slack``: a fake Slack shared with other harnesses (several
+    workers of one fleet), else one of its own."""
+    slack = slack or await FakeSlack().start()
     token = None if overrides.get("slack_client_id") else "xoxb-test"
     s = make_settings(prefix, slack_bot_token=token, slack_signing_secret=SECRET,
                       slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window, **overrides)
@@ -429,8 +432,10 @@ async def test_a_reply_committed_but_never_posted_is_posted_exactly_once(model, 
         assert texts == ["Here is what I found.", "Here is what I found."], "the lost reply once, then the new one"
         # Posted, then killed before it was marked: Slack shows it, so the recovery does not post it again.
         await second.stores.notes.set_flag(cid, "posted", "")
-        assert await second.bot.worker.deliver_pending(cid) is False
+        assert await second.bot.events.recover(cid) is True
         assert len(second.replies()) == 2
+        assert await second.stores.notes.flag(cid, "posted") == (await second.pipeline.checkpoints.require_state(
+            cid)).head_checkpoint_id, "marked delivered from what Slack shows"
     finally:
         for harness, http in ((first, first_http), (second, second_http)):
             await harness.settle()
@@ -457,11 +462,16 @@ async def test_a_reaction_left_by_a_dead_worker_is_removed_by_the_sweep(h: Harne
     await h.settle()
     assert len(h.slack.calls_to("reactions.add")) == 1 and len(h.slack.calls_to("reactions.remove")) == 1
     cid = f"slack:T1:{CHANNEL}:1700004000.000100"
-    await h.stores.notes.set_flag(cid, "reacted", "1700004000.000100")  # a worker died with :eyes: on it
-    await h.bot.worker.sweep()
+    # A worker died mid-turn with :eyes: on the message: the conversation is still owed work.
+    await h.stores.notes.set_flag(cid, "reacted", "1700004000.000100")
+    await h.pipeline.inbox.mark_pending(cid)
+    assert await h.bot.worker.sweep() == 1
+    await h.settle()
     removed = h.slack.calls_to("reactions.remove")
     assert len(removed) == 2 and removed[-1]["timestamp"] == "1700004000.000100"
-    await h.bot.worker.sweep()
+    assert await h.pipeline.inbox.pending_conversations() == [], "nothing owed any more"
+    assert await h.bot.worker.sweep() == 0
+    await h.settle()
     assert len(h.slack.calls_to("reactions.remove")) == 2, "removed once"
 
 

@@ -97,10 +97,13 @@ async def test_a_reply_a_dead_worker_left_half_written_is_deleted(h, server) -> 
     client = await h.bot.workspaces.client("T1")
     stranded = await client.chat_postMessage(channel=CHANNEL, thread_ts=root, text="Half of a repl")
     await h.stores.notes.set_flag(cid, DRAFT, f"{CHANNEL} {stranded['ts']}")  # as a worker killed mid-reply
+    await h.pipeline.inbox.mark_pending(cid)  # which leaves its conversation owed
     await h.bot.worker.sweep()
+    await h.settle()
     assert h.slack.deleted == [stranded["ts"]] and not await h.stores.notes.flag(cid, DRAFT)
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == ["Short answer."]
     await h.bot.worker.sweep()
+    await h.settle()
     assert h.slack.deleted == [stranded["ts"]], "deleted once"
 
 
@@ -137,7 +140,9 @@ async def test_a_status_message_shows_a_search_and_is_gone_when_the_reply_is(h, 
     left = await (await h.bot.workspaces.client("T1")).chat_postMessage(channel=CHANNEL, thread_ts=root,
                                                                          text="_searching the thread…_")
     await h.stores.notes.set_flag(cid, "status_ts", left["ts"])  # a worker died while searching
+    await h.pipeline.inbox.mark_pending(cid)  # which leaves its conversation owed
     await h.bot.worker.sweep()
+    await h.settle()
     assert left["ts"] in h.slack.deleted and not await h.stores.notes.flag(cid, "status_ts")
 
 
