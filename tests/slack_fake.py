@@ -94,6 +94,7 @@ class FakeSlack:
             params = {**dict(request.query), **dict(await request.post())}  # slack-sdk sends some in the query
         self.calls.append((method, params))
         self.times.append(time.monotonic())
+        nth = len(self.calls_to(method))  # this call's number among the calls of its method, as they arrived
         if self.delays.get(method):
             await asyncio.sleep(self.delays[method])
         if method in self.stalls:
@@ -102,7 +103,7 @@ class FakeSlack:
                 return web.json_response({"ok": False, "error": "client_gone"})
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append((method, token))
-        if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):
+        if nth in self.rate_limit_calls.get(method, ()):
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         if self.rate_limit.get(method, 0) > 0:
             self.rate_limit[method] -= 1
@@ -139,8 +140,7 @@ class FakeSlack:
                     dict(posted, thread_ts=params["thread_ts"]))
             else:
                 self.channels.setdefault(params.get("channel", ""), []).append(posted)
-            n = len(self.calls_to(method))
-            if method == "chat.postMessage" and (self.drop_posts > 0 or (self.drop_every and n % self.drop_every == 0)):
+            if method == "chat.postMessage" and (self.drop_posts > 0 or (self.drop_every and nth % self.drop_every == 0)):
                 self.drop_posts = max(0, self.drop_posts - 1)
                 self.dropped.append(ts)
                 assert request.transport is not None

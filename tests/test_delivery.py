@@ -1,0 +1,110 @@
+"""Exactly-once delivery with several workers on the real Redis, against the loopback Slack fake made slow on
+``chat.postMessage`` and dropping the connection after accepting some posts: no reply twice, none lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from fakes import Step, scripted
+from slack_fake import BOT_USER, FakeSlack, event_body
+from test_slack_bot import CHANNEL, make_harness, mention
+
+from threadkeeper.persistence import CheckpointKind, CheckpointStatus
+
+
+@pytest.fixture
+def model():
+    m = scripted()
+    m.default = Step(text="Here is what I found.", delay=0.1)
+    return m
+
+
+async def until(done: Callable[[], bool], seconds: float, why: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, why
+        await asyncio.sleep(0.02)
+
+
+def replies_in(slack: FakeSlack, root: str) -> list[dict]:
+    """The bot's replies in a thread as Slack now shows them (status messages left out)."""
+    return [m for m in slack.bot_messages(CHANNEL, root) if not str(m.get("text", "")).startswith("_")]
+
+
+async def check_exactly_once(slack: FakeSlack, pipeline, roots: list[str]) -> tuple[int, int, int]:
+    """Every turn that answered has its reply in Slack exactly once, and every reply in Slack is one turn's.
+    Returns (turns answered, duplicates, lost)."""
+    answered = duplicates = lost = 0
+    for root in roots:
+        cid = f"slack:T1:{CHANNEL}:{root}"
+        rows = await pipeline.checkpoints.lineage(cid)
+        turns = {r.id for r in rows if r.kind is CheckpointKind.TURN and r.status is CheckpointStatus.COMPLETED}
+        shown = Counter((m.get("metadata") or {}).get("event_payload", {}).get("checkpoint")
+                        for m in replies_in(slack, root))
+        answered += len(turns)
+        duplicates += sum(n - 1 for n in shown.values() if n > 1)
+        lost += len(turns - set(shown))
+        assert None not in shown, f"a reply in {root} belongs to no turn: {replies_in(slack, root)}"
+    return answered, duplicates, lost
+
+
+async def test_three_workers_post_each_reply_once_with_a_slow_slack_that_drops_posts(model, prefix,
+                                                                                    redis_client) -> None:
+    """Each thread gets a mention at one worker and, while that reply is still being posted (Slack takes 0.4 s
+    per post), a follow-up at another worker; every third post is accepted by Slack and its connection dropped.
+    The worker that receives the follow-up must not deliver the reply the first one is posting, and a post whose
+    answer was lost is read back, not sent again."""
+    slack = await FakeSlack().start()
+    slack.delays["chat.postMessage"] = 0.4
+    slack.drop_every = 3
+    fleet = [await make_harness(prefix, redis_client, slack=slack) for _ in range(3)]
+    workers = [h for h, _ in fleet]
+    roots = [f"17000700{i:02d}.000100" for i in range(12)]
+    in_flight = 0
+
+    async def thread(i: int, root: str) -> None:
+        nonlocal in_flight
+        assert await workers[i % 3].post(event_body(mention(root, f"question {i}"), event_id=f"Ev-q{i}")) == 200
+        await until(lambda: any(c.get("thread_ts") == root for c in slack.calls_to("chat.postMessage")), 10,
+                    "the first reply is being posted")
+        in_flight += not replies_in(slack, root)  # Slack has not shown the first reply yet
+        follow = event_body(mention(f"17000700{i:02d}.000200", f"and a follow-up {i}", thread_ts=root),
+                            event_id=f"Ev-f{i}")
+        assert await workers[(i + 1) % 3].post(follow) == 200
+
+    async def sweeping() -> None:
+        while True:
+            await asyncio.sleep(0.3)
+            for w in workers:
+                await w.bot.worker.sweep()
+
+    sweeper = asyncio.create_task(sweeping())
+    try:
+        await asyncio.gather(*(thread(i, root) for i, root in enumerate(roots)))
+        pending = workers[0].pipeline.inbox.pending_conversations
+        deadline = time.monotonic() + 30
+        while await pending() or any(not t.done() for w in workers for t in w.bot.worker.tasks.values()):
+            assert time.monotonic() < deadline, f"still owed: {await pending()}"
+            await asyncio.sleep(0.1)
+    finally:
+        sweeper.cancel()
+        for h, http in fleet:
+            await h.settle()
+            await http.close()
+        await slack.close()
+    answered, duplicates, lost = await check_exactly_once(slack, workers[0].pipeline, roots)
+    print(f"threads {len(roots)}, turns answered {answered}, posts {len(slack.calls_to('chat.postMessage'))}, "
+          f"dropped {len(slack.dropped)}, follow-ups during a post {in_flight}, duplicates {duplicates}, lost {lost}")
+    assert slack.dropped, "some posts lost their answer"
+    assert in_flight >= len(roots) // 2, "follow-ups arrived while the first reply was being posted"
+    assert duplicates == 0 and lost == 0
+    assert answered >= len(roots)
+    for i, root in enumerate(roots):
+        texts = [m.text for m in (await workers[0].pipeline.checkpoints.load_history(
+            f"slack:T1:{CHANNEL}:{root}")).messages if m.role == "user"]
+        assert f"question {i}" in texts and f"and a follow-up {i}" in texts, "every message recorded"
+        assert all(m.get("user") == BOT_USER for m in replies_in(slack, root))
