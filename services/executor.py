@@ -33,6 +33,7 @@ from threadkeeper.persistence import (
 )
 
 from .budget import ContextBudget
+from .incoming import ROUTING_CONCURRENCY
 from .llm import ModelContextError, ModelError, ModelTimeoutError
 from .recall import Recall
 from .seams import CheckpointStore as Checkpoints
@@ -97,6 +98,7 @@ class ReplyExecutor(ToolLoop):
         """Earlier messages recalled for each turn that asks the model (None: no recall)."""
         self.intake = intake
         """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
+        self.routing = asyncio.Semaphore(ROUTING_CONCURRENCY)
         self.clock: Callable[[], float] = time.time
         """When the executor's own messages (replies, notices) are written; a replay sets the thread's clock."""
 
@@ -285,7 +287,14 @@ class ReplyExecutor(ToolLoop):
         head_id = state.head_checkpoint_id if state else None
         history = await self.checkpoints.load_history(conversation_id, head_id) if head_id and not paused else None
         # A paused turn already decided to answer; its routing is not asked again.
-        items = await self.settled(conversation_id, items, history, route=paused is None)
+        later = opening.inbox_start + len(items)
+
+        async def mention_waiting() -> bool:
+            return any(i.kind == "message" and i.reply_expected and not i.route
+                       for i in await self.inbox.peek(conversation_id, start=later))
+
+        items = await self.settled(conversation_id, items, history, route=paused is None,
+                                   mention_waiting=mention_waiting)
         effects = [i for i in items if i.kind != "message"]
         if effects and self.effects is not None:
             await self.effects.apply(conversation_id, effects)

@@ -539,6 +539,72 @@ async def test_every_event_is_acknowledged_in_well_under_a_second_with_a_10_s_mo
         await h.slack.close()
 
 
+async def test_a_mention_in_a_busy_followed_thread_never_waits_behind_routing(model, prefix, client) -> None:
+    """Eight plain messages in a followed thread, each needing the router (a slow one: 2 s a call), then a mention:
+    the mention is answered within the model's 2 s plus 1 s, not after the routing; the plain messages are
+    routed at once (concurrently), not one after another."""
+    latency = 2.0
+    router = scripted("scripted-router")
+    router.default = Step(text="no", delay=latency)
+    model.default = Step(text="Here is what I found.", delay=latency)
+    h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
+                                  ai_fast_model_context_window_tokens=16_000)
+    root = "1700000970.000100"
+    try:
+        await h.post(event_body(mention(root, "we are starting the migration now"), event_id="Ev-b0"))
+        await h.settle()
+        assert len(h.replies()) == 1
+        chatter = [event_body(thread_message(f"1700000971.{i:06d}", f"step {i} of the migration is done", root),
+                              event_id=f"Ev-b{i + 1}") for i in range(8)]
+        assert await asyncio.gather(*(h.post(b) for b in chatter)) == [200] * 8
+        await asyncio.sleep(0.3)  # the router calls are under way
+        asked = asyncio.get_running_loop().time()
+        assert await h.post(event_body(mention("1700000972.000100", "is the migration finished?", thread_ts=root),
+                                       event_id="Ev-b9")) == 200
+        while len(h.replies()) < 2:
+            assert asyncio.get_running_loop().time() - asked < 20, "the mention was answered"
+            await asyncio.sleep(0.02)
+        waited = asyncio.get_running_loop().time() - asked
+        print(f"mention answered {waited:.2f} s after it arrived (model {latency} s)")
+        assert waited <= latency + 1.0, waited
+        await h.settle()
+        history = await h.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:{root}")
+        said = [m.text for m in history.messages if m.role == "user"]
+        assert all(f"step {i} of the migration is done" in said for i in range(8)), "every message recorded"
+        assert len(h.replies()) == 2, "the plain messages were not answered (the router said no, or was not asked)"
+    finally:
+        await h.bot.worker.shutdown(0)
+        await http.close()
+        await h.slack.close()
+
+
+async def test_plain_messages_are_routed_concurrently(model, prefix, client) -> None:
+    """Six plain messages taken by one turn are routed at once: the turn waits about one router call, not six."""
+    router = scripted("scripted-router")
+    router.default = Step(text="no", delay=1.0)
+    h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
+                                  ai_fast_model_context_window_tokens=16_000)
+    root = "1700000980.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    try:
+        await h.post(event_body(mention(root, "follow this thread"), event_id="Ev-c0"))
+        await h.settle()
+        from threadkeeper.persistence import InboxItem
+
+        for i in range(6):  # queued directly, so that one turn takes all six
+            message = h.pipeline.executor.make_message(f"note {i}", author="U2", id=f"1700000981.{i:06d}")
+            await h.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False, route=True))
+        started = asyncio.get_running_loop().time()
+        results = await h.pipeline.run(cid)
+        took = asyncio.get_running_loop().time() - started
+        assert [r.status for r in results] == ["recorded"] and results[0].consumed == 6
+        assert len(router.requests) == 6 and took < 2.5, took
+    finally:
+        await h.settle()
+        await http.close()
+        await h.slack.close()
+
+
 async def test_a_message_not_addressed_to_the_bot_is_routed_when_its_turn_takes_it(model, prefix, client) -> None:
     router = scripted("scripted-router")
     router.push(Step(text="yes"))
