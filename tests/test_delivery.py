@@ -108,3 +108,49 @@ async def test_three_workers_post_each_reply_once_with_a_slow_slack_that_drops_p
             f"slack:T1:{CHANNEL}:{root}")).messages if m.role == "user"]
         assert f"question {i}" in texts and f"and a follow-up {i}" in texts, "every message recorded"
         assert all(m.get("user") == BOT_USER for m in replies_in(slack, root))
+
+
+async def test_an_idle_fleet_sweeps_10000_answered_conversations_with_a_handful_of_commands(model, prefix,
+                                                                                           redis_client) -> None:
+    """The sweep reads the registry of conversations owing work, not every conversation active today: three
+    idle workers over 10,000 answered conversations send at most 100 Redis commands per sweep (one each)."""
+    slack = await FakeSlack().start()
+    fleet = [await make_harness(prefix, redis_client, slack=slack) for _ in range(3)]
+    workers = [h for h, _ in fleet]
+    try:
+        for i in range(3):  # answered through the bot: each leaves the registry once drained
+            assert await workers[i].post(event_body(mention(f"17000800{i:02d}.000100", f"hello {i}"),
+                                                    event_id=f"Ev-i{i}")) == 200
+        for w in workers:
+            await w.settle()
+        assert await workers[0].pipeline.inbox.pending_conversations() == []
+        inbox = workers[0].pipeline.inbox
+        now = time.time()
+        pipe = redis_client.pipeline(transaction=False)
+        for i in range(10_000):  # answered earlier today: state and activity, nothing queued
+            cid = f"slack:T1:C{i % 50}:17000{i:05d}.000100"
+            pipe.hset(inbox.keys(cid).state, mapping={"head": f"cp-{i}", "version": 3, "created_at": now,
+                                                      "updated_at": now})
+            pipe.zadd(inbox.active_key, {cid: now - i})
+        await pipe.execute()
+        sent: list[str] = []
+        original = redis_client.execute_command
+
+        async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            sent.append(str(args[0]))
+            return await original(*args, **kwargs)
+
+        redis_client.execute_command = counted  # type: ignore[method-assign]
+        try:
+            kicked = [await w.bot.worker.sweep() for w in workers]
+            for w in workers:
+                await w.settle()
+        finally:
+            del redis_client.execute_command
+        print(f"one sweep of 3 idle workers over 10,003 answered conversations: {len(sent)} Redis commands")
+        assert kicked == [0, 0, 0] and len(sent) <= 100, sent[:20]
+    finally:
+        for h, http in fleet:
+            await http.close()
+        await slack.close()
+        await redis_client.delete(*[k async for k in redis_client.scan_iter(match=f"{prefix}:*", count=5000)])

@@ -727,3 +727,19 @@ def test_the_routing_rules_answer_mentions_skip_messages_to_others_and_leave_the
 
     assert rule_route(text, "UBOT") is decided
     assert asyncio.run(should_reply(text, "UBOT", None, [])) is bool(decided)
+
+
+async def test_dead_letters_are_counted_in_metrics(h: Harness) -> None:
+    """An inbox item no version can read is set aside (the thread goes on) and counted in /metrics until an
+    operator retries or it expires."""
+    root = "1700009100.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.stores.client.rpush(h.pipeline.inbox.keys(cid).inbox, '{"kind": "message", "message": {"broken": 1}}')
+    assert await h.post(event_body(mention(root, "still answered?"), event_id="Ev-dl")) == 200
+    await h.settle()
+    assert [r["text"] for r in h.replies()] == ["Here is what I found."]
+    text = await (await h.http.get("/metrics")).text()
+    assert "threadkeeper_dead_letters 1.0" in text and "threadkeeper_dead_letter_conversations 1.0" in text
+    await h.stores.client.delete(h.pipeline.inbox.keys(cid).dead)  # expired, or cleared by an operator
+    text = await (await h.http.get("/metrics")).text()
+    assert "threadkeeper_dead_letters 0.0" in text
