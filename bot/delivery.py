@@ -184,6 +184,10 @@ class SlackEvents:
                 return "posted"
             except SlackApiError as exc:
                 self.metrics.errors.labels("post").inc()
+                if exc.response.status_code == 429:
+                    log.warning("posting a reply in %s: still rate limited after the client's retries; it stays "
+                                "owed", conversation_id)
+                    return "owed"  # refused by the rate limit: nothing was posted
                 if exc.response.status_code < 500:
                     log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
                     return "refused"
@@ -200,8 +204,9 @@ class SlackEvents:
 
     async def _shown(self, client: AsyncWebClient, conversation_id: str, checkpoint_id: str | None,
                      parts: list[str], *, since: float | None = None) -> set[int] | None:
-        """Which parts of the reply of ``checkpoint_id`` the thread shows: by their metadata marker, or for a
-        bot message without one (a streamed reply) by its exact text. None when the thread could not be read."""
+        """Which parts of the reply of ``checkpoint_id`` the thread shows: by their metadata marker, and with
+        ``since`` (a turn's start: only what was posted after it) also a bot message without a marker (a
+        streamed part) by its exact text. None when the thread could not be read."""
         _, channel, thread_ts = parse_conversation(conversation_id)
         me = await self.workspaces.identity(parse_conversation(conversation_id)[0])
         oldest = {"oldest": f"{since:.6f}"} if since else {}
@@ -222,7 +227,7 @@ class SlackEvents:
                     if meta.get("event_type") == REPLY_EVENT:
                         if payload.get("checkpoint") == checkpoint_id and isinstance(payload.get("part"), int):
                             found.add(payload["part"])
-                    elif m.get("text") in parts:
+                    elif since and m.get("text") in parts:
                         found.add(parts.index(m["text"]))
         except SlackApiError as exc:
             if slack_error(exc) == "thread_not_found":

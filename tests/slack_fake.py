@@ -55,6 +55,8 @@ class FakeSlack:
         dropping the connection, as when a network fails after Slack did the work."""
         self.drop_every: int | None = None
         """Every n-th chat.postMessage call (1 = the first) is accepted and then its connection dropped."""
+        self.failures: dict[str, int] = {}
+        """method → how many of its next calls answer HTTP 500 without doing anything."""
         self.dropped: list[str] = []
         """ts of every message whose post was accepted but never answered."""
 
@@ -103,6 +105,9 @@ class FakeSlack:
                 return web.json_response({"ok": False, "error": "client_gone"})
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append((method, token))
+        if self.failures.get(method, 0) > 0:
+            self.failures[method] -= 1
+            return web.json_response({"ok": False, "error": "fatal_error"}, status=500)
         if nth in self.rate_limit_calls.get(method, ()):
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         if self.rate_limit.get(method, 0) > 0:

@@ -154,3 +154,44 @@ async def test_an_idle_fleet_sweeps_10000_answered_conversations_with_a_handful_
             await http.close()
         await slack.close()
         await redis_client.delete(*[k async for k in redis_client.scan_iter(match=f"{prefix}:*", count=5000)])
+
+
+async def test_a_post_slack_may_have_made_is_never_sent_again_on_a_guess(model, prefix, redis_client) -> None:
+    """A post whose answer was lost while the thread cannot be read back stays owed (not posted again); the sweep
+    later finds it in Slack by its marker and posts nothing. A post Slack refused with a 5xx (and does not show)
+    is retried after each read-back, and once Slack works again the sweep posts it, once."""
+    h, http = await make_harness(prefix, redis_client)
+    slack = h.slack
+    inbox = h.pipeline.inbox
+    try:
+        root = "1700009200.000100"
+        cid = f"slack:T1:{CHANNEL}:{root}"
+        slack.drop_posts = 1
+        slack.failures["conversations.replies"] = 3  # the client's two retries included
+        assert await h.post(event_body(mention(root, "first"), event_id="Ev-g1")) == 200
+        await h.settle()
+        assert len(replies_in(slack, root)) == 1 and len(slack.calls_to("chat.postMessage")) == 1
+        assert await inbox.pending_conversations() == [cid], "owed until Slack can be read"
+        assert await h.bot.worker.sweep() == 1
+        await h.settle()
+        assert len(replies_in(slack, root)) == 1 and len(slack.calls_to("chat.postMessage")) == 1, \
+            "found by its marker: not posted again"
+        assert await inbox.pending_conversations() == []
+
+        root = "1700009300.000100"
+        cid = f"slack:T1:{CHANNEL}:{root}"
+        slack.failures["chat.postMessage"] = 3
+        assert await h.post(event_body(mention(root, "second"), event_id="Ev-g2")) == 200
+        await h.settle()
+        assert replies_in(slack, root) == [] and await inbox.pending_conversations() == [cid]
+        assert len(slack.calls_to("chat.postMessage")) == 4, "three attempts, each after reading the thread back"
+        await h.bot.worker.sweep()
+        await h.settle()
+        assert [m["text"] for m in replies_in(slack, root)] == ["Here is what I found."]
+        assert await inbox.pending_conversations() == []
+        text = await (await h.http.get("/metrics")).text()
+        assert "threadkeeper_replies_recovered_total 1.0" in text
+    finally:
+        await h.settle()
+        await http.close()
+        await slack.close()
