@@ -143,8 +143,11 @@ class ReplyExecutor(ToolLoop):
                     log.warning("lease on %s lost; another worker continues", conversation_id)
                     released = True
                     break
-                except _TakenOver:
-                    break  # the worker that took over answers; the release below only frees a lease still ours
+                except _TakenOver:  # the worker that took over answers, and shows what it does
+                    released = True
+                    if await self.leases.release(lease):  # still ours after all: nobody else shows anything
+                        await events.status(conversation_id, None)
+                    break
                 except asyncio.CancelledError:
                     await self._set_aside(conversation_id)
                     raise

@@ -395,3 +395,35 @@ async def test_three_workers_answer_every_thread_exactly_once_with_a_slow_slack_
           f"lost {lost}, all answered in {elapsed:.1f} s")
     assert duplicates == 0 and lost == 0
     assert fleet.slack.dropped and during_post >= len(roots) // 2
+
+
+async def test_a_mention_in_a_busy_followed_thread_is_answered_within_the_model_latency_plus_a_second(
+        fleet: Fleet) -> None:
+    """Three workers, a model (and router) taking 3 s a call. After the thread's first answer, eight plain
+    messages arrive at all three workers (each needs the router), then a mention: it is answered within 3 s + 1 s
+    of arriving, whatever the routing of the messages before it is doing."""
+    workers = await fleet.start(3)
+    latency = 3.0
+    fleet.model.default = Reply(text="Answered.", delay=latency)
+    root = "1700035000.000100"
+    assert await workers[0].post(event_body(mention(root, "we start the migration now"), event_id="Ev-r0")) == 200
+    await fleet.until(lambda: len(fleet.replies(root)) == 1, 30, "the first mention answered")
+    for i in range(8):
+        event = {"type": "message", "user": "U2", "text": f"step {i} of the migration is done", "channel": CHANNEL,
+                 "ts": f"1700035001.{i:06d}", "thread_ts": root, "channel_type": "channel"}
+        assert await workers[i % 3].post(event_body(event, event_id=f"Ev-r{i + 1}")) == 200
+    await asyncio.sleep(0.5)  # their routing is under way
+    asked = time.monotonic()
+    assert await workers[2].post(event_body(mention("1700035002.000100", "is it finished?", root),
+                                            event_id="Ev-r9")) == 200
+    await fleet.until(lambda: len(fleet.replies(root)) == 2, 30, "the mention answered")
+    waited = time.monotonic() - asked
+    print(f"mention answered {waited:.2f} s after it arrived (model {latency} s)")
+    assert waited <= latency + 1.0, waited
+    deadline = time.monotonic() + 30
+    while await fleet.stores.inbox.pending_conversations():
+        assert time.monotonic() < deadline, "drained"
+        await asyncio.sleep(0.2)
+    texts = await fleet.history_texts(root)
+    assert all(texts.count(f"step {i} of the migration is done") == 1 for i in range(8))
+    assert len(fleet.replies(root)) == 2
