@@ -10,14 +10,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import CorruptRecordError
-from .keys import dead_registry_key, pending_key, registry_key
+from .keys import dead_registry_key, pending_key
 from .models import InboxItem, Lease
 from .base import RedisStore
 
 
 log = logging.getLogger("threadkeeper.inbox")
-
-REGISTRY_REFRESH_SECONDS = 60.0
 
 
 def unreadable_because(exc: ValidationError) -> str:
@@ -29,10 +27,6 @@ def unreadable_because(exc: ValidationError) -> str:
 
 class Inbox(RedisStore):
     """Inbound events wait here until a turn takes them; they leave only when that turn completes."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._registered: dict[str, float] = {}
 
     async def append(self, conversation_id: str, item: InboxItem, *, dedup_keys: list[str] | tuple[str, ...] = (),
                      dedup_ttl_seconds: int = 86_400, front: bool = False) -> bool:
@@ -51,19 +45,10 @@ class Inbox(RedisStore):
                                     "front" if front else "back"])
         if not int(appended):
             return False
-        # The registries live in other hash slots, so they cannot join the script. The conversation is marked
+        # The registry lives in another hash slot, so it cannot join the script. The conversation is marked
         # as owing work after its item is queued, so a lease holder that drains it (and unmarks it, then looks
         # again: ``unmark_pending``) can never leave a queued item unmarked.
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zadd(self.pending_key, {conversation_id: now})
-        pipe.expire(self.pending_key, self.retention_seconds)
-        if now - self._registered.get(conversation_id, 0.0) > REGISTRY_REFRESH_SECONDS:
-            pipe.zadd(self.active_key, {conversation_id: now})  # refreshed at most once a minute per conversation
-            pipe.expire(self.active_key, self.retention_seconds)
-            self._registered[conversation_id] = now
-            if len(self._registered) > 100_000:
-                self._registered.clear()
-        await self._call(pipe.execute())
+        await self.mark_pending(conversation_id)
         return True
 
     @property
@@ -88,24 +73,6 @@ class Inbox(RedisStore):
         conversations stored or active."""
         raw = await self._call(self.client.zrange(self.pending_key, 0, max(1, limit) - 1))
         return [r.decode() if isinstance(r, bytes) else r for r in raw]
-
-    @property
-    def active_key(self) -> str:
-        """A sorted set of conversations by their last inbound event (for the periodic sweep)."""
-        return registry_key(self.prefix)
-
-    async def recently_active(self, since_seconds: float, page: int = 1000) -> list[str]:
-        """Every conversation that received events in the last ``since_seconds``, oldest first (read in pages
-        of ``page``); entries older than the retention are pruned."""
-        now = time.time()
-        await self._call(self.client.zremrangebyscore(self.active_key, 0, now - self.retention_seconds))
-        out: list[str] = []
-        while True:
-            raw = await self._call(self.client.zrangebyscore(self.active_key, now - since_seconds, now,
-                                                             start=len(out), num=page))
-            out.extend(r.decode() if isinstance(r, bytes) else r for r in raw)
-            if len(raw) < page:
-                return out
 
     async def peek(self, conversation_id: str, *, start: int = 0, quarantine: bool = False,
                    raw: list[Any] | None = None) -> list[InboxItem]:

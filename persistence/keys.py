@@ -9,7 +9,6 @@
 ``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, flags)
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
-``<prefix>:active``  sorted set  conversations by their last inbound event
 ``<prefix>:pending``  sorted set  conversations with work owed (queued items, a reply not yet delivered): the sweep's
     registry; added on every append, removed by the lease holder once the conversation is drained
 ``<prefix>:dead``  sorted set  conversations holding dead letters, by when the last one was set aside
@@ -22,11 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ThreadkeeperError
-
-
-def registry_key(prefix: str) -> str:
-    """A key outside any conversation: the registry of conversations by their last inbound event."""
-    return f"{prefix}:active"
 
 
 def pending_key(prefix: str) -> str:

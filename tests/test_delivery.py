@@ -127,11 +127,11 @@ async def test_an_idle_fleet_sweeps_10000_answered_conversations_with_a_handful_
         inbox = workers[0].pipeline.inbox
         now = time.time()
         pipe = redis_client.pipeline(transaction=False)
-        for i in range(10_000):  # answered earlier today: state and activity, nothing queued
+        for i in range(10_000):  # answered earlier today: their state and notes, nothing queued or owed
             cid = f"slack:T1:C{i % 50}:17000{i:05d}.000100"
-            pipe.hset(inbox.keys(cid).state, mapping={"head": f"cp-{i}", "version": 3, "created_at": now,
-                                                      "updated_at": now})
-            pipe.zadd(inbox.active_key, {cid: now - i})
+            pipe.hset(inbox.keys(cid).state, mapping={"head": f"cp-{i}", "version": 3, "created_at": now - i,
+                                                      "updated_at": now - i})
+            pipe.hset(inbox.keys(cid).notes, mapping={"posted": f"cp-{i}", "subscribed": "1"})
         await pipe.execute()
         sent: list[str] = []
         original = redis_client.execute_command
