@@ -158,9 +158,9 @@ class ReplyExecutor(ToolLoop):
                     results.append(result)
                 if owed or (result is not None and result.status == "awaiting_resume"):
                     break
+                idle = idle + 1 if result is None else 0
                 if result is None or result.inbox_left == 0:
-                    idle += 1
-                    if idle > 2:
+                    if idle > 2:  # items counted but none taken, again and again: the sweep tries later
                         break
                     if await self._settle(conversation_id, events, paused=result is None) == 0:
                         settled = True

@@ -463,3 +463,29 @@ async def test_a_turn_a_dead_worker_left_running_is_failed_by_the_worker_that_ta
     left = await p.checkpoints.get(CONV, dead.id)
     assert left.status is CheckpointStatus.FAILED
     assert left.outcome is not None and "abandoned" in (left.outcome.error or "")
+
+
+async def test_messages_arriving_while_each_reply_is_posted_are_answered_by_the_same_run(model, prefix,
+                                                                                        client) -> None:
+    """In a busy thread a message arrives while every reply is being posted (its worker's own kick finds the lease
+    held): the holder looks at the inbox again before releasing, so it answers each one in the same run, and
+    leaves the registry of owed work only once nothing waits."""
+    from threadkeeper.services.turns import SilentEvents
+
+    p, _ = pipeline(prefix, client)
+
+    class Busy(SilentEvents):
+        posted = 0
+
+        async def reply(self, conversation_id, text, *, kind, trace_id, checkpoint_id=None):  # type: ignore[no-untyped-def]
+            self.posted += 1
+            if self.posted < 6:
+                await p.submit(conversation_id, f"and another thing {self.posted}", author="bob",
+                               id=f"3.{self.posted}")
+            return True
+
+    await p.submit(CONV, "first thing", author="alice", id="3.0")
+    events = Busy()
+    results = await p.run(CONV, events)
+    assert [r.status for r in results] == ["completed"] * 6 and events.posted == 6
+    assert await p.pending(CONV) == 0 and await p.inbox.pending_conversations() == []
