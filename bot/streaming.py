@@ -121,6 +121,8 @@ class SlackDraft:
             log.info("%s: showing the reply as it is written stopped: no answer (%s)", self.conversation_id,
                      type(exc).__name__)
             self.stopped = self.unsure = True
+            if self.ts is None:  # the draft's first post: Slack may have made it, so it is found and taken back
+                await self._adopt(self.shown)
 
     async def _start(self) -> None:
         await delete_stranded(self.client, self.notes, self.conversation_id)
@@ -143,6 +145,24 @@ class SlackDraft:
         self.ts = str(response["ts"])
         self.updated_at = time.monotonic()
         await self._mark(self.ts)
+
+    async def _adopt(self, sent: str) -> None:
+        """After the first post of the draft lost its answer: find the bot's message showing ``sent`` in the
+        thread and record it as the draft, so that finishing the reply deletes it (the reply is then posted
+        whole). Nothing found, or the thread unreadable: nothing to take back that can be known."""
+        try:
+            if self.thread_ts is None:
+                page = await self.client.conversations_history(channel=self.channel, limit=20)
+            else:
+                page = await self.client.conversations_replies(channel=self.channel, ts=self.thread_ts, limit=200)
+        except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            log.warning("%s: a draft whose post got no answer could not be looked for: %s", self.conversation_id,
+                        type(exc).__name__)
+            return
+        for m in reversed(page.get("messages") or []):
+            if m.get("bot_id") and m.get("ts") and str(m.get("text") or "").startswith(sent[:STREAM_BUFFER]):
+                await self._mark(str(m["ts"]))
+                return
 
     async def _mark(self, ts: str | None) -> None:
         if ts and ts != self.ts:

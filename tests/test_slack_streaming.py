@@ -159,3 +159,18 @@ async def test_a_reply_longer_than_one_message_is_streamed_then_continued(h, ser
     assert len(h.slack.calls_to("chat.startStream")) == 1 and not h.slack.deleted, "streamed, never taken back"
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == parts
     assert h.slack.bot_messages(CHANNEL, root)[-1]["blocks"], "the buttons go under the last part"
+
+
+async def test_a_draft_whose_first_post_lost_its_answer_is_found_and_taken_back(h, server) -> None:
+    """Where Slack cannot stream, the reply's draft is posted and then updated. When Slack accepts that first
+    post but the answer never arrives, the post is not sent again: the draft is found in the thread, deleted at
+    the end, and the reply posted whole, once."""
+    h.slack.refuse_streaming = True
+    h.slack.drop_posts = 1
+    root = "1700020700.000100"
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s8")) == 200
+    await h.settle()
+    assert h.slack.dropped and h.slack.deleted == h.slack.dropped, "the draft Slack made is taken back"
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
+    assert len(h.slack.calls_to("chat.postMessage")) == 2, "the draft once, the reply once"
