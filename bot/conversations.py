@@ -6,11 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
 
@@ -65,15 +69,42 @@ def parse_conversation(cid: str) -> tuple[str, str, str]:
     return team, channel, thread_ts
 
 
+NOT_REPEATABLE = ("chat.postMessage", "chat.startStream", "chat.appendStream", "chat.postEphemeral")
+"""Methods that create a message: when their answer is lost (a dropped connection, a server error), Slack may
+have created it, so the client never sends them again on its own; the reply's delivery reads back what Slack
+shows first (``bot.delivery``). A rate-limited call (429) was refused, and is retried like any other."""
+
+
+def _creates_a_message(request: HttpRequest) -> bool:
+    return request.url.rstrip("/").rsplit("/", 1)[-1] in NOT_REPEATABLE
+
+
+class _ConnectionErrorRetries(AsyncConnectionErrorRetryHandler):
+    async def _can_retry_async(self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
+                               error: Exception | None = None) -> bool:
+        return not _creates_a_message(request) and await super()._can_retry_async(
+            state=state, request=request, response=response, error=error)
+
+
+class _ServerErrorRetries(AsyncServerErrorRetryHandler):
+    async def _can_retry_async(self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
+                               error: Exception | None = None) -> bool:
+        return not _creates_a_message(request) and await super()._can_retry_async(
+            state=state, request=request, response=response, error=error)
+
+
 def make_client(token: str | None, base_url: str | None) -> AsyncWebClient:
-    """A Web API client with Slack's rate-limit, server-error and connection retries (``token`` None: for the
-    OAuth flow's code exchange, which authenticates with the app's client id and secret)."""
+    """A Web API client with Slack's rate-limit, server-error and connection retries, except that a call that
+    creates a message is never sent twice by the client (see ``NOT_REPEATABLE``). ``token`` None: for the
+    OAuth flow's code exchange, which authenticates with the app's client id and secret."""
     kwargs: dict[str, Any] = {"token": token}
     if base_url:
         kwargs["base_url"] = base_url.rstrip("/") + "/"
     client = AsyncWebClient(**kwargs)
-    client.retry_handlers.extend([AsyncRateLimitErrorRetryHandler(max_retry_count=3),
-                                  AsyncServerErrorRetryHandler(max_retry_count=2)])
-    if not any(isinstance(h, AsyncConnectionErrorRetryHandler) for h in client.retry_handlers):
-        client.retry_handlers.append(AsyncConnectionErrorRetryHandler())
+    handlers: list[AsyncRetryHandler] = [h for h in client.retry_handlers
+                                         if not isinstance(h, (AsyncConnectionErrorRetryHandler,
+                                                               AsyncServerErrorRetryHandler))]
+    handlers += [_ConnectionErrorRetries(), AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+                 _ServerErrorRetries(max_retry_count=2)]
+    client.retry_handlers = handlers
     return client

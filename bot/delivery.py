@@ -1,6 +1,15 @@
 """What a turn shows in Slack and how its work is driven: status (reaction, status message, assistant status),
-replies (streamed or posted, delivered at least once and posted once), and the background worker that runs a
-conversation's turns, resumes orphaned work and shuts down cleanly."""
+replies (streamed or posted, delivered exactly once), and the background worker that runs a conversation's
+turns, resumes orphaned work and shuts down cleanly.
+
+Exactly once, by construction: everything here runs inside the executor's turns, so only the holder of the
+conversation's lease posts, updates or deletes a reply (the lease is renewed while it posts). Each part of a
+reply carries a marker in its message metadata (the turn's checkpoint and the part's number). When Slack's
+answer to a post is lost (the connection dropped, a server error, a timeout) the client does not send it again
+(``conversations.make_client``): the thread is read back first, and the part is posted again only when Slack
+does not show it; when the thread cannot be read, the reply stays owed and the next holder of the lease reads
+back again. A worker that takes over a conversation delivers the reply its predecessor committed but never
+confirmed the same way (``recover``)."""
 
 from __future__ import annotations
 
@@ -9,11 +18,13 @@ import logging
 import time
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.persistence import CheckpointKind, CheckpointStatus, NotesStore
 from threadkeeper.services import THINKING, Pipeline
+from threadkeeper.services.seams import CheckpointStore
 
 from .conversations import DIRECT, POSTED, REACTED, STATUS_MESSAGE, parse_conversation, slack_error
 from .format import split_reply
@@ -23,16 +34,31 @@ from .workspaces import Workspaces
 
 log = logging.getLogger("threadkeeper.slack")
 
+REPLY_EVENT = "threadkeeper_reply"
+"""The metadata event type of every reply part: ``{"checkpoint": <turn>, "part": <n>}``."""
+POST_ATTEMPTS = 3
+"""Posts of one part whose answer was lost, each after reading back that Slack does not show it."""
+RECOVER_WITHIN_SECONDS = 3_600.0
+"""A committed turn whose reply was never confirmed is delivered by the next holder of the lease if it is at
+most this old; an older one is left (the thread has moved on)."""
+LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+"""What a call raises when Slack's answer never arrived (it may have done what was asked)."""
+
+
+def _marker(checkpoint_id: str, part: int) -> dict[str, Any]:
+    return {"event_type": REPLY_EVENT, "event_payload": {"checkpoint": checkpoint_id, "part": part}}
+
 
 class SlackEvents:
     """Status and replies for one conversation, posted in its thread with its workspace's client."""
 
     def __init__(self, workspaces: Workspaces, notes: NotesStore, trigger_ts: dict[str, str],
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, checkpoints: CheckpointStore) -> None:
         self.workspaces = workspaces
         self.notes = notes
         self.trigger_ts = trigger_ts
         self.metrics = metrics
+        self.checkpoints = checkpoints
         self.askers: dict[str, tuple[str, str]] = {}
         """conversation → (team, user) of the person whose message the running turn answers."""
         self.drafts: dict[str, SlackDraft] = {}
@@ -72,6 +98,8 @@ class SlackEvents:
             await self._status_message(client, conversation_id, channel, thread_ts, text)
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
             log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
+        except LOST as exc:
+            log.info("status update in %s got no answer: %s: %s", conversation_id, type(exc).__name__, exc)
 
     async def _status_message(self, client: AsyncWebClient, conversation_id: str, channel: str, thread_ts: str,
                               text: str | None) -> None:
@@ -103,16 +131,17 @@ class SlackEvents:
         return draft
 
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> None:
-        """Post a turn's reply (finishing the draft it was written into, if any); once it is posted, the turn
-        is marked delivered (``posted``: its checkpoint), so a reply is posted again only when the process
-        died before that mark (see ``deliver_pending``). A finished answer carries feedback buttons."""
+                    checkpoint_id: str | None = None) -> bool:
+        """Post a turn's reply (finishing the draft it was written into, if any), each part at most once (see the
+        module's description); once every part is in Slack, the turn is marked delivered (``posted``: its
+        checkpoint). Returns False when a part could not be confirmed (the reply stays owed). A finished answer
+        carries feedback buttons."""
         if checkpoint_id and await self.notes.flag(conversation_id, POSTED) == checkpoint_id:
-            return
+            return True
         _, channel, thread_ts = parse_conversation(conversation_id)
         client = await self._client(conversation_id)
         if client is None:
-            return
+            return True  # the workspace is gone: nothing can ever be posted there
         parts = split_reply(text)
         feedback = feedback_blocks(parts[-1], checkpoint_id) if kind == "completed" and parts else None
         draft = self.drafts.pop(conversation_id, None)
@@ -123,39 +152,139 @@ class SlackEvents:
         elif draft is None:
             await delete_stranded(client, self.notes, conversation_id)  # left by a worker that stopped mid-reply
         for n, part in enumerate(parts[done:], start=done):
-            try:  # a direct message conversation is answered in the conversation itself, not in a thread
-                await client.chat_postMessage(channel=channel, thread_ts=None if thread_ts == DIRECT else thread_ts,
-                                              text=part, unfurl_links=False,
-                                              blocks=feedback if n == len(parts) - 1 else None)
-            except SlackApiError as exc:
-                self.metrics.errors.labels("post").inc()
-                log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
-                return
+            outcome = await self._post(client, conversation_id, part, blocks=feedback if n == len(parts) - 1 else None,
+                                       checkpoint_id=checkpoint_id, part=n, parts=parts)
+            if outcome == "owed":
+                return False
+            if outcome == "refused":
+                break  # Slack refused it for good (the channel is gone, the bot was removed): not retried
         if not done:
             self.metrics.streamed.labels("post").inc()
         if checkpoint_id:
             await self.notes.set_flag(conversation_id, POSTED, checkpoint_id)
+        return True
 
-    async def in_slack(self, conversation_id: str, text: str, *, since: float) -> bool:
-        """Whether the bot's post of ``text`` is already in the conversation (posted, then the process died
-        before marking it delivered). A failed lookup answers no: a reply is better twice than never."""
-        team, channel, thread_ts = parse_conversation(conversation_id)
-        first = split_reply(text)[0]
-        client, me = await self.workspaces.client(team), await self.workspaces.identity(team)
-        if client is None or me is None:
-            return False
-        bot = me.user_id
+    async def _post(self, client: AsyncWebClient, conversation_id: str, text: str, *, blocks: list[Any] | None,
+                    checkpoint_id: str | None, part: int, parts: list[str]) -> str:
+        """Post one part: ``posted`` (Slack confirmed it, or shows it), ``refused`` (an error that posting again
+        cannot fix) or ``owed`` (not confirmed, and not shown or the thread could not be read)."""
+        _, channel, thread_ts = parse_conversation(conversation_id)
+        for attempt in range(POST_ATTEMPTS):
+            if attempt:
+                shown = await self._shown(client, conversation_id, checkpoint_id, parts)
+                if shown is None:
+                    return "owed"  # the thread cannot be read: whoever holds the lease next reads it again
+                if part in shown:
+                    return "posted"
+                await asyncio.sleep(0.5 * attempt)
+            try:  # a direct message conversation is answered in the conversation itself, not in a thread
+                await client.chat_postMessage(channel=channel, thread_ts=None if thread_ts == DIRECT else thread_ts,
+                                              text=text, unfurl_links=False, blocks=blocks,
+                                              metadata=_marker(checkpoint_id, part) if checkpoint_id else None)
+                return "posted"
+            except SlackApiError as exc:
+                self.metrics.errors.labels("post").inc()
+                if exc.response.status_code == 429:
+                    log.warning("posting a reply in %s: still rate limited after the client's retries; it stays "
+                                "owed", conversation_id)
+                    return "owed"  # refused by the rate limit: nothing was posted
+                if exc.response.status_code < 500:
+                    log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
+                    return "refused"
+                log.warning("posting a reply in %s: Slack answered %s; reading the thread back before any retry",
+                            conversation_id, slack_error(exc))
+            except LOST as exc:
+                self.metrics.errors.labels("post").inc()
+                log.warning("posting a reply in %s: the answer was lost (%s: %s); reading the thread back before "
+                            "any retry", conversation_id, type(exc).__name__, exc)
+            if checkpoint_id is None:
+                return "owed"  # nothing to recognize it by: never posted twice on a guess
+        shown = await self._shown(client, conversation_id, checkpoint_id, parts)
+        return "posted" if shown is not None and part in shown else "owed"
+
+    async def _shown(self, client: AsyncWebClient, conversation_id: str, checkpoint_id: str | None,
+                     parts: list[str], *, since: float | None = None) -> set[int] | None:
+        """Which parts of the reply of ``checkpoint_id`` the thread shows: by their metadata marker, and with
+        ``since`` (a turn's start: only what was posted after it) also a bot message without a marker (a
+        streamed part) by its exact text. None when the thread could not be read."""
+        _, channel, thread_ts = parse_conversation(conversation_id)
+        me = await self.workspaces.identity(parse_conversation(conversation_id)[0])
+        oldest = {"oldest": f"{since:.6f}"} if since else {}
+        found: set[int] = set()
         try:
             if thread_ts == DIRECT:
-                page = await client.conversations_history(channel=channel, oldest=f"{since:.6f}", limit=200)
+                pages = await client.conversations_history(channel=channel, limit=200, include_all_metadata=True,
+                                                           **oldest)
             else:
-                page = await client.conversations_replies(channel=channel, ts=thread_ts, oldest=f"{since:.6f}",
-                                                          limit=200)
+                pages = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
+                                                           include_all_metadata=True, **oldest)
+            async for page in pages:
+                for m in page.get("messages") or []:
+                    if not (m.get("bot_id") or (me is not None and m.get("user") == me.user_id)):
+                        continue
+                    meta = m.get("metadata") or {}
+                    payload = meta.get("event_payload") or {}
+                    if meta.get("event_type") == REPLY_EVENT:
+                        if payload.get("checkpoint") == checkpoint_id and isinstance(payload.get("part"), int):
+                            found.add(payload["part"])
+                    elif since and m.get("text") in parts:
+                        found.add(parts.index(m["text"]))
         except SlackApiError as exc:
-            log.info("checking for an earlier post in %s failed: %s", conversation_id, slack_error(exc))
+            if slack_error(exc) == "thread_not_found":
+                return found  # nothing in the thread yet (or the thread is gone): none of it is shown
+            log.warning("reading back the replies in %s failed: %s", conversation_id, slack_error(exc))
+            return None
+        except LOST as exc:
+            log.warning("reading back the replies in %s failed: %s: %s", conversation_id, type(exc).__name__, exc)
+            return None
+        return found
+
+    async def recover(self, conversation_id: str) -> bool:
+        """Run by the new holder of the lease before its turns: delete a reply a stopped worker left half-written,
+        and deliver the reply of the conversation's last turn if it committed but was never confirmed, posting
+        only the parts Slack does not show (by their markers). Returns False when that reply is still owed."""
+        if await self.notes.flag(conversation_id, DRAFT):
+            client = await self._client(conversation_id)
+            if client is not None:
+                await delete_stranded(client, self.notes, conversation_id)
+        state = await self.checkpoints.get_state(conversation_id)
+        if state is None or state.head_checkpoint_id is None:
+            return True
+        head = await self.checkpoints.get(conversation_id, state.head_checkpoint_id)
+        done_at = head.outcome.at if head.outcome else head.meta.created_at
+        if head.kind is not CheckpointKind.TURN or head.status is not CheckpointStatus.COMPLETED or \
+                time.time() - done_at > RECOVER_WITHIN_SECONDS or \
+                await self.notes.flag(conversation_id, POSTED) == head.id:
+            return True
+        last = (await self.checkpoints.load_history(conversation_id, head.id)).messages[-1]
+        if last.role != "assistant" or not last.text.strip() or \
+                any(p.type in ("tool_call", "tool_result") for p in last.parts):
+            return True  # a turn that only recorded messages
+        client = await self._client(conversation_id)
+        if client is None:
+            return True
+        parts = split_reply(last.text)
+        shown = await self._shown(client, conversation_id, head.id, parts, since=head.meta.created_at - 1)
+        if shown is None:
             return False
-        return any(m.get("text") == first and (m.get("user") == bot or m.get("bot_id"))
-                   for m in page.get("messages") or [])
+        if len(shown) >= len(parts):
+            await self.notes.set_flag(conversation_id, POSTED, head.id)
+            return True
+        log.warning("delivering the reply of %s that an earlier worker committed but never confirmed "
+                    "(%d of %d parts shown)", head.id, len(shown), len(parts))
+        self.metrics.recovered.inc()
+        feedback = feedback_blocks(parts[-1], head.id)
+        for n, part in enumerate(parts):
+            if n in shown:
+                continue
+            outcome = await self._post(client, conversation_id, part, blocks=feedback if n == len(parts) - 1 else None,
+                                       checkpoint_id=head.id, part=n, parts=parts)
+            if outcome == "owed":
+                return False
+            if outcome == "refused":
+                break
+        await self.notes.set_flag(conversation_id, POSTED, head.id)
+        return True
 
 
 class TurnWorker:
@@ -182,41 +311,15 @@ class TurnWorker:
         """Run ``work`` (a coroutine) beside the turns; shutdown and ``idle`` wait for it like a turn."""
         self.tasks[f"background:{id(work)}"] = asyncio.create_task(work, name="background")
 
-    async def deliver_pending(self, cid: str, *, within_seconds: float = 3_600) -> bool:
-        """Post the reply of the conversation's last turn if it committed but was never marked posted (the
-        process died in between), unless Slack already shows it. Returns whether it was posted now."""
-        checkpoints = self.pipeline.checkpoints
-        state = await checkpoints.get_state(cid)
-        if state is None or state.head_checkpoint_id is None:
-            return False
-        head = await checkpoints.get(cid, state.head_checkpoint_id)
-        done_at = head.outcome.at if head.outcome else head.meta.created_at
-        if head.kind is not CheckpointKind.TURN or head.status is not CheckpointStatus.COMPLETED or \
-                time.time() - done_at > within_seconds or await self.events.notes.flag(cid, POSTED) == head.id:
-            return False
-        last = (await checkpoints.load_history(cid, head.id)).messages[-1]
-        if last.role != "assistant" or not last.text.strip() or \
-                any(p.type in ("tool_call", "tool_result") for p in last.parts):
-            return False  # a turn that only recorded messages
-        if await self.events.in_slack(cid, last.text, since=head.meta.created_at - 1):
-            await self.events.notes.set_flag(cid, POSTED, head.id)
-            return False
-        log.warning("posting the reply of %s that a stopped worker committed but never posted", head.id)
-        await self.events.reply(cid, last.text, kind="completed", trace_id=None, checkpoint_id=head.id)
-        return True
-
     async def _drive(self, cid: str) -> None:
         try:
-            await self.deliver_pending(cid)
             while True:
                 self.again.discard(cid)
                 started = time.perf_counter()
                 results = await self.pipeline.run(cid, self.events)
                 self.metrics.observe(results, time.perf_counter() - started)
-                if not results:
-                    break  # another worker holds the lease; it drains what is pending
-                if cid not in self.again and await self.pipeline.pending(cid) == 0:
-                    break
+                if cid not in self.again:
+                    break  # drained (the executor looked again before releasing), owed, or another worker's
         except Exception:  # noqa: BLE001 - a background task must log, never vanish silently
             self.metrics.errors.labels("worker").inc()
             log.exception("turns for %s stopped", cid)
@@ -245,24 +348,15 @@ class TurnWorker:
             log.warning("shutdown: %d turns stopped at the deadline; other workers resume them", len(pending))
         return len(pending)
 
-    async def sweep(self, *, window_seconds: float = 86_400) -> int:
-        """Resume conversations with pending work and no lease holder (a crashed worker's threads)."""
+    async def sweep(self) -> int:
+        """Resume every conversation that owes work and is not running here (a stopped worker's threads, a reply
+        Slack did not confirm, dead letters queued again): one read of the registry of owed work, then a turn
+        attempt for each, which does nothing while another worker holds the lease. An idle fleet costs one
+        command per sweep, however many conversations it stores."""
         kicked = 0
-        for cid in await self.pipeline.inbox.recently_active(window_seconds):
+        for cid in await self.pipeline.inbox.pending_conversations():
             if cid in self.tasks and not self.tasks[cid].done():
                 continue
-            if await self.pipeline.executor.leases.holder(cid) is not None:
-                continue
-            if await self.pipeline.pending(cid) > 0:
-                self.kick(cid)  # its turn delivers a pending reply first
-                kicked += 1
-                continue
-            if await self.deliver_pending(cid):
-                kicked += 1
-            if await self.events.notes.flag(cid, REACTED) or await self.events.notes.flag(cid, STATUS_MESSAGE):
-                await self.events.status(cid, None)  # left by a worker that died mid-turn
-            if await self.events.notes.flag(cid, DRAFT):  # a reply a worker died writing
-                client = await self.events.workspaces.client(parse_conversation(cid)[0])
-                if client is not None:
-                    await delete_stranded(client, self.events.notes, cid)
+            self.kick(cid)
+            kicked += 1
         return kicked

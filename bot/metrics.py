@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from threadkeeper.services import TurnResult
 
@@ -39,6 +39,14 @@ class Metrics:
                                 registry=self.registry)
         self.streamed = Counter("threadkeeper_replies_total", "Replies delivered, by how they reached Slack",
                                 ["via"], registry=self.registry)
+        self.recovered = Counter("threadkeeper_replies_recovered_total",
+                                 "Replies a worker delivered for an earlier holder of the lease that committed the "
+                                 "turn but never confirmed the post", registry=self.registry)
+        self.dead_letters = Gauge("threadkeeper_dead_letters",
+                                  "Inbox items set aside as unreadable, kept for an operator "
+                                  "(threadkeeper dead-letters list|retry)", registry=self.registry)
+        self.dead_letter_conversations = Gauge("threadkeeper_dead_letter_conversations",
+                                               "Conversations holding dead letters", registry=self.registry)
         self.backfill = Histogram("threadkeeper_backfill_seconds", "Reading a thread's earlier messages on joining it",
                                   registry=self.registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 

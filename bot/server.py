@@ -66,6 +66,8 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
         return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
 
     async def metrics(_: web.Request) -> web.Response:
+        with contextlib.suppress(Exception):  # Redis unreachable: the counters of this process are still served
+            await bot.measure()
         return web.Response(body=bot.metrics.render(), content_type="text/plain")
 
     app = web.Application()

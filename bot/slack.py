@@ -71,7 +71,7 @@ class SlackBot(SlackIntake):
         self.fast_model = fast_model
         self.metrics = metrics or Metrics()
         self.trigger_ts: dict[str, str] = {}
-        self.events = SlackEvents(workspaces, notes, self.trigger_ts, self.metrics)
+        self.events = SlackEvents(workspaces, notes, self.trigger_ts, self.metrics, pipeline.checkpoints)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self._names: dict[tuple[str, str], str] = {}
         pipeline.executor.intake = self
@@ -79,6 +79,12 @@ class SlackBot(SlackIntake):
                             request_verification_enabled=bool(signing_secret), process_before_response=True,
                             oauth_settings=oauth)
         self._register()
+
+    async def measure(self) -> None:
+        """Bring the metrics read from Redis up to date (``/metrics`` calls it before rendering)."""
+        counts = await self.pipeline.inbox.dead_letter_counts()
+        self.metrics.dead_letters.set(sum(counts.values()))
+        self.metrics.dead_letter_conversations.set(len(counts))
 
     async def _foreign(self, body: dict[str, Any], kind: str) -> bool:
         """An event from a workspace the bot does not serve (not its token's, or not installed): ignored and

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import time
+import asyncio
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.blocks import ContextActionsBlock, FeedbackButtonObject, FeedbackButtonsElement, MarkdownBlock
 from slack_sdk.web.async_chat_stream import AsyncChatStream
@@ -82,6 +84,9 @@ class SlackDraft:
         self.stopped = False
         """Nothing more is shown: Slack refused the draft, or it reached ``SHOWN_LIMIT`` (what it shows is
         then finished as the reply's first part, and the rest posted after it)."""
+        self.unsure = False
+        """Slack's answer to a call that showed text was lost: what the draft shows is unknown, so it is deleted
+        and the reply posted whole."""
 
     @property
     def streaming(self) -> bool:
@@ -112,6 +117,12 @@ class SlackDraft:
             log.info("%s: showing the reply as it is written stopped: %s", self.conversation_id,
                      exc.response.get("error"))
             self.stopped = True
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:  # never sent twice (NOT_REPEATABLE)
+            log.info("%s: showing the reply as it is written stopped: no answer (%s)", self.conversation_id,
+                     type(exc).__name__)
+            self.stopped = self.unsure = True
+            if self.ts is None:  # the draft's first post: Slack may have made it, so it is found and taken back
+                await self._adopt(self.shown)
 
     async def _start(self) -> None:
         await delete_stranded(self.client, self.notes, self.conversation_id)
@@ -135,6 +146,24 @@ class SlackDraft:
         self.updated_at = time.monotonic()
         await self._mark(self.ts)
 
+    async def _adopt(self, sent: str) -> None:
+        """After the first post of the draft lost its answer: find the bot's message showing ``sent`` in the
+        thread and record it as the draft, so that finishing the reply deletes it (the reply is then posted
+        whole). Nothing found, or the thread unreadable: nothing to take back that can be known."""
+        try:
+            if self.thread_ts is None:
+                page = await self.client.conversations_history(channel=self.channel, limit=20)
+            else:
+                page = await self.client.conversations_replies(channel=self.channel, ts=self.thread_ts, limit=200)
+        except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            log.warning("%s: a draft whose post got no answer could not be looked for: %s", self.conversation_id,
+                        type(exc).__name__)
+            return
+        for m in reversed(page.get("messages") or []):
+            if m.get("bot_id") and m.get("ts") and str(m.get("text") or "").startswith(sent[:STREAM_BUFFER]):
+                await self._mark(str(m["ts"]))
+                return
+
     async def _mark(self, ts: str | None) -> None:
         if ts and ts != self.ts:
             self.ts = ts
@@ -149,13 +178,13 @@ class SlackDraft:
                 pass  # deleted below either way
         if self.ts is not None:
             await delete_stranded(self.client, self.notes, self.conversation_id)
-        self.shown, self.stream, self.ts, self.stopped = "", None, None, False
+        self.shown, self.stream, self.ts, self.stopped, self.unsure = "", None, None, False, False
 
     async def finish(self, first_part: str, blocks: list[Any] | None) -> bool:
         """End the draft as the reply's first part (``blocks``: the feedback buttons, when it is the only
         part). Returns False when nothing was shown or the reply is not what was shown (the draft is then
         deleted and the reply posted whole)."""
-        if self.ts is None or not first_part.startswith(self.shown):
+        if self.ts is None or self.unsure or not first_part.startswith(self.shown):
             await self.discard()
             return False
         try:

@@ -7,7 +7,7 @@ go (an operator's ``threadkeeper forget``, a workspace uninstalling the app); no
 from __future__ import annotations
 
 from .errors import InvalidTransitionError
-from .keys import ConversationKeys, registry_key
+from .keys import ConversationKeys, dead_registry_key, pending_key
 from .base import RedisStore
 from .base import glob_escape as _glob_escape
 
@@ -21,7 +21,7 @@ class Forgetter(RedisStore):
         return sorted(found)
 
     async def conversation(self, conversation_id: str) -> int:
-        """Delete the conversation's keys and its entry in the sweep's registry; returns how many keys went.
+        """Delete the conversation's keys and its entries in the registries (owed work, dead letters); returns how many keys went.
         Refused while a turn holds the conversation's lease (its commit would write part of it back)."""
         keys = ConversationKeys(self.prefix, conversation_id)
         if await self._call(self.client.exists(keys.lease)):
@@ -30,7 +30,8 @@ class Forgetter(RedisStore):
         found = await self.keys_of(conversation_id)
         for start in range(0, len(found), 500):
             await self._call(self.client.delete(*found[start:start + 500]))
-        await self._call(self.client.zrem(registry_key(self.prefix), conversation_id))
+        for registry in (pending_key(self.prefix), dead_registry_key(self.prefix)):
+            await self._call(self.client.zrem(registry, conversation_id))
         return len(found)
 
     async def conversations_of_team(self, team_id: str) -> list[str]:

@@ -10,22 +10,23 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import CorruptRecordError
-from .keys import registry_key
+from .keys import dead_registry_key, pending_key
 from .models import InboxItem, Lease
 from .base import RedisStore
 
 
 log = logging.getLogger("threadkeeper.inbox")
 
-REGISTRY_REFRESH_SECONDS = 60.0
+
+def unreadable_because(exc: ValidationError) -> str:
+    """Why a stored item cannot be read, in one line: the first problem, where it is."""
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ())) or "item"
+    return f"{where}: {first.get('msg', str(exc).splitlines()[0])}"
 
 
 class Inbox(RedisStore):
     """Inbound events wait here until a turn takes them; they leave only when that turn completes."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._registered: dict[str, float] = {}
 
     async def append(self, conversation_id: str, item: InboxItem, *, dedup_keys: list[str] | tuple[str, ...] = (),
                      dedup_ttl_seconds: int = 86_400, front: bool = False) -> bool:
@@ -42,35 +43,36 @@ class Inbox(RedisStore):
         appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
                                    [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now,
                                     "front" if front else "back"])
-        if int(appended) and now - self._registered.get(conversation_id, 0.0) > REGISTRY_REFRESH_SECONDS:
-            # The registry lives in another hash slot, so it cannot join the script; this process refreshes
-            # it at most once a minute per conversation (the sweep looks back a day).
-            pipe = self.client.pipeline(transaction=False)
-            pipe.zadd(self.active_key, {conversation_id: now})
-            pipe.expire(self.active_key, self.retention_seconds)
-            await self._call(pipe.execute())
-            self._registered[conversation_id] = now
-            if len(self._registered) > 100_000:
-                self._registered.clear()
-        return bool(int(appended))
+        if not int(appended):
+            return False
+        # The registry lives in another hash slot, so it cannot join the script. The conversation is marked
+        # as owing work after its item is queued, so a lease holder that drains it (and unmarks it, then looks
+        # again: ``unmark_pending``) can never leave a queued item unmarked.
+        await self.mark_pending(conversation_id)
+        return True
 
     @property
-    def active_key(self) -> str:
-        """A sorted set of conversations by their last inbound event (for the periodic sweep)."""
-        return registry_key(self.prefix)
+    def pending_key(self) -> str:
+        return pending_key(self.prefix)
 
-    async def recently_active(self, since_seconds: float, page: int = 1000) -> list[str]:
-        """Every conversation that received events in the last ``since_seconds``, oldest first (read in pages
-        of ``page``); entries older than the retention are pruned."""
-        now = time.time()
-        await self._call(self.client.zremrangebyscore(self.active_key, 0, now - self.retention_seconds))
-        out: list[str] = []
-        while True:
-            raw = await self._call(self.client.zrangebyscore(self.active_key, now - since_seconds, now,
-                                                             start=len(out), num=page))
-            out.extend(r.decode() if isinstance(r, bytes) else r for r in raw)
-            if len(raw) < page:
-                return out
+    async def mark_pending(self, conversation_id: str) -> None:
+        """Record that the conversation owes work (queued items, a reply not yet delivered)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(self.pending_key, {conversation_id: time.time()})
+        pipe.expire(self.pending_key, self.retention_seconds)
+        await self._call(pipe.execute())
+
+    async def unmark_pending(self, conversation_id: str) -> None:
+        """Take the conversation off the registry of owed work. Only its lease holder does this, once it has
+        drained the inbox, and it then looks at the inbox again and marks it back if an item arrived
+        meanwhile (``append`` marks after queueing, so no interleaving loses an item)."""
+        await self._call(self.client.zrem(self.pending_key, conversation_id))
+
+    async def pending_conversations(self, limit: int = 10_000) -> list[str]:
+        """Conversations that owe work, the longest waiting first: one read, whatever the number of
+        conversations stored or active."""
+        raw = await self._call(self.client.zrange(self.pending_key, 0, max(1, limit) - 1))
+        return [r.decode() if isinstance(r, bytes) else r for r in raw]
 
     async def peek(self, conversation_id: str, *, start: int = 0, quarantine: bool = False,
                    raw: list[Any] | None = None) -> list[InboxItem]:
@@ -92,7 +94,7 @@ class Inbox(RedisStore):
                 try:
                     items.append(InboxItem.model_validate_json(value))
                 except ValidationError as exc:
-                    bad.append((start + offset, value, str(exc).splitlines()[0]))
+                    bad.append((start + offset, value, unreadable_because(exc)))
             if not bad:
                 return items
             for index, value, why in bad:
@@ -104,15 +106,56 @@ class Inbox(RedisStore):
             for index, value, _ in bad:  # in order; each one moved shifts the later ones down by one
                 moved += int(await self._run("QUARANTINE", [keys.inbox, keys.dead],
                                              [index - moved, value, self.retention_seconds]))
+            if moved:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zadd(self.dead_key, {conversation_id: time.time()})
+                pipe.expire(self.dead_key, self.retention_seconds)
+                await self._call(pipe.execute())
             if moved == len(bad):
                 return items
             raw = None
         raise CorruptRecordError(keys.inbox, "unreadable items kept moving while being set aside; try again")
 
+    @property
+    def dead_key(self) -> str:
+        return dead_registry_key(self.prefix)
+
     async def dead_letters(self, conversation_id: str) -> list[str]:
         """Inbox items set aside as unreadable, as they were stored."""
         raw = await self._call(self.client.lrange(self.keys(conversation_id).dead, 0, -1))
         return [r.decode() if isinstance(r, bytes) else r for r in raw]
+
+    async def dead_letter_counts(self) -> dict[str, int]:
+        """Conversation → how many dead letters it holds, for every conversation that holds any (entries whose
+        dead letters expired or were retried are pruned)."""
+        raw = await self._call(self.client.zrange(self.dead_key, 0, -1))
+        cids = [r.decode() if isinstance(r, bytes) else r for r in raw]
+        counts: dict[str, int] = {}
+        for cid in cids:
+            n = int(await self._call(self.client.llen(self.keys(cid).dead)))
+            if n:
+                counts[cid] = n
+            else:
+                await self._call(self.client.zrem(self.dead_key, cid))
+        return counts
+
+    async def retry_dead_letters(self, conversation_id: str) -> tuple[int, list[str]]:
+        """Queue again the conversation's dead letters that this version reads (after the items waiting); the
+        others stay set aside. Returns how many were queued and, for each one kept, why it cannot be read."""
+        keys = self.keys(conversation_id)
+        queued, kept = 0, []
+        for value in await self.dead_letters(conversation_id):
+            try:
+                InboxItem.model_validate_json(value)
+            except ValidationError as exc:
+                kept.append(unreadable_because(exc))
+                continue
+            queued += int(await self._run("REQUEUE", [keys.dead, keys.inbox], [value, self.retention_seconds]))
+        if queued:
+            await self.mark_pending(conversation_id)
+        if not await self._call(self.client.llen(keys.dead)):
+            await self._call(self.client.zrem(self.dead_key, conversation_id))
+        return queued, kept
 
     async def size(self, conversation_id: str) -> int:
         return int(await self._call(self.client.llen(self.keys(conversation_id).inbox)))

@@ -9,7 +9,9 @@
 ``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, flags)
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
-``<prefix>:active``  sorted set  conversations by their last inbound event (the sweep's registry)
+``<prefix>:pending``  sorted set  conversations with work owed (queued items, a reply not yet delivered): the sweep's
+    registry; added on every append, removed by the lease holder once the conversation is drained
+``<prefix>:dead``  sorted set  conversations holding dead letters, by when the last one was set aside
 ``<prefix>:{install:<enterprise>-<team>}``  hash  a workspace's Slack installation and bot token (installs mode)
 ``<prefix>:oauth-state:<state>``  string  an OAuth state issued by ``/slack/install`` (expires)
 """
@@ -21,9 +23,14 @@ from dataclasses import dataclass
 from .errors import ThreadkeeperError
 
 
-def registry_key(prefix: str) -> str:
-    """The one key outside any conversation: the sweep's registry of active conversations."""
-    return f"{prefix}:active"
+def pending_key(prefix: str) -> str:
+    """The sweep's registry: conversations with work owed, so a sweep costs what is pending, not what is stored."""
+    return f"{prefix}:pending"
+
+
+def dead_registry_key(prefix: str) -> str:
+    """Conversations that hold dead letters (inbox items set aside as unreadable)."""
+    return f"{prefix}:dead"
 
 
 def installation_key(prefix: str, enterprise_id: str | None, team_id: str | None) -> str:

@@ -1,7 +1,8 @@
 """Stored shapes: messages, checkpoints, conversation state and inbox items.
 
 Every record carries a schema version ``v``. Records are validated when read back; a record that
-fails validation raises :class:`~persistence.errors.CorruptRecordError` naming its key.
+fails validation raises :class:`~persistence.errors.CorruptRecordError` naming its key. Fields a newer
+version added are ignored, so workers of two versions can share one Redis during a deploy.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ SCHEMA_VERSION = 1
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A field this version does not know was added by a newer one (a rolling deploy runs both): it is ignored,
+    # never a reason to refuse the record. A missing or mistyped field still fails validation.
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class TextPart(_Record):

@@ -343,3 +343,12 @@ redis.call('LSET', KEYS[1], ARGV[1], '__threadkeeper_quarantined__')
 redis.call('LREM', KEYS[1], 1, '__threadkeeper_quarantined__')
 return 1
 """
+
+# KEYS: dead letters, inbox. ARGV: the raw item, ttl. Moves one copy of that item, if it is still set aside, to the
+# end of the inbox; returns 1, or 0 when it was no longer there (retried by someone else).
+REQUEUE = """
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 1
+"""

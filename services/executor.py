@@ -33,6 +33,7 @@ from threadkeeper.persistence import (
 )
 
 from .budget import ContextBudget
+from .incoming import ROUTING_CONCURRENCY
 from .llm import ModelContextError, ModelError, ModelTimeoutError
 from .recall import Recall
 from .seams import CheckpointStore as Checkpoints
@@ -72,6 +73,10 @@ class _LeaseLost(Exception):
     """The lease lapsed between two turns and another worker took the conversation over."""
 
 
+class _TakenOver(Exception):
+    """The lease lapsed during a turn and another worker failed that turn on taking the conversation over."""
+
+
 class ReplyExecutor(ToolLoop):
     def __init__(self, *, checkpoints: Checkpoints, inbox: Inbox, leases: LeaseManager, model: Model,
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
@@ -93,6 +98,7 @@ class ReplyExecutor(ToolLoop):
         """Earlier messages recalled for each turn that asks the model (None: no recall)."""
         self.intake = intake
         """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
+        self.routing = asyncio.Semaphore(ROUTING_CONCURRENCY)
         self.clock: Callable[[], float] = time.time
         """When the executor's own messages (replies, notices) are written; a replay sets the thread's clock."""
 
@@ -101,29 +107,46 @@ class ReplyExecutor(ToolLoop):
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
         """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease.
 
+        Everything a conversation shows is done by the lease holder: it first delivers what an earlier holder
+        left owed (``TurnEvents.recover``), and posts each reply with the lease still renewed, before the next
+        turn and before the release. Once the inbox is drained and every reply delivered, it takes the
+        conversation off the registry of owed work (the sweep's) and looks once more for items that arrived
+        meanwhile; a conversation left owing anything (a reply Slack did not confirm, a failure) stays on it.
+
         A turn costs five round trips to Redis: its opening (the lease with the state, the active turn and the
         inbox), the history (only what this process has not cached), the turn's checkpoint with its messages,
-        the commit, and the lease's release, which waits until the reply is delivered (a sweep that found the
-        lease free would deliver it too)."""
+        the commit, and the lease's release; a run that drains the inbox adds two (leaving the registry, and
+        looking at the inbox once more)."""
         events = events or SilentEvents()
         opening = await self.checkpoints.open_turn(conversation_id, lease_seconds=self.config.lease_seconds)
         if opening is None:
             return []
         lease = opening.lease
         results: list[TurnResult] = []
-        released = False
+        released = settled = False
         try:
+            owed = not await events.recover(conversation_id)
             if self.intake is not None and await self.intake.prepare(conversation_id):
                 opening = None  # it queued messages: read the inbox again
-            while True:
-                # The lease is renewed while the turn runs, so a long model call never lets another worker
-                # take the thread over mid-turn (and both answer it).
+            idle = 0
+            while not owed:
+                # The lease is renewed while the turn runs and while its reply is posted, so a long model call
+                # or a slow Slack never lets another worker take the thread over mid-turn (and both answer it).
                 heartbeat = asyncio.create_task(self._heartbeat(lease))
                 try:
                     result = await self._turn_with_retries(conversation_id, events, lease, opening)
+                    if result is not None and result.reply:
+                        delivered = await events.reply(conversation_id, result.reply, kind=result.status,
+                                                       trace_id=result.trace_id, checkpoint_id=result.checkpoint_id)
+                        owed = delivered is False
                 except _LeaseLost:
                     log.warning("lease on %s lost; another worker continues", conversation_id)
                     released = True
+                    break
+                except _TakenOver:  # the worker that took over answers, and shows what it does
+                    released = True
+                    if await self.leases.release(lease):  # still ours after all: nobody else shows anything
+                        await events.status(conversation_id, None)
                     break
                 except asyncio.CancelledError:
                     await self._set_aside(conversation_id)
@@ -131,19 +154,48 @@ class ReplyExecutor(ToolLoop):
                 finally:
                     heartbeat.cancel()
                 opening = None  # the next turn opens with the lease renewed
-                if result is None:
+                if result is not None:
+                    results.append(result)
+                if owed or (result is not None and result.status == "awaiting_resume"):
                     break
-                results.append(result)
-                if result.reply:
-                    await events.reply(conversation_id, result.reply, kind=result.status, trace_id=result.trace_id,
-                                       checkpoint_id=result.checkpoint_id)
-                if result.status == "awaiting_resume" or result.inbox_left == 0:
-                    break
+                idle = idle + 1 if result is None else 0
+                if result is None or result.inbox_left == 0:
+                    if idle > 2:  # items counted but none taken, again and again: the sweep tries later
+                        break
+                    if await self._settle(conversation_id, events, paused=result is None) == 0:
+                        settled = True
+                        break
+            if owed:
+                log.warning("%s: a reply is still owed; the sweep delivers it", conversation_id)
+            elif not released and not settled and results and results[-1].status == "awaiting_resume":
+                settled = await self._settle(conversation_id, events, paused=True) == 0
         finally:
             if not released:
+                if not settled:
+                    await events.status(conversation_id, None)
                 await self.leases.release(lease)
-            await events.status(conversation_id, None)
         return results
+
+    async def _settle(self, conversation_id: str, events: TurnEvents, *, paused: bool) -> int:
+        """Under the lease, with nothing owed: the work shown is over, and the conversation leaves the registry of
+        owed work unless items arrived meanwhile (then it stays, and this returns how many wait). ``paused``: a
+        turn may await resume, holding items that do not count (else every queued item counts)."""
+        await events.status(conversation_id, None)
+        await self.inbox.unmark_pending(conversation_id)
+        waiting = await self.pending(conversation_id) if paused else await self.inbox.size(conversation_id)
+        if waiting:
+            await self.inbox.mark_pending(conversation_id)
+        return waiting
+
+    async def pending(self, conversation_id: str) -> int:
+        """Inbox items no turn has taken yet (items held by a turn awaiting resume do not count)."""
+        state = await self.checkpoints.get_state(conversation_id)
+        offset = 0
+        if state and state.active_turn_id:
+            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+            if active.status is CheckpointStatus.AWAITING_RESUME:
+                offset = active.inbox_consumed
+        return max(0, await self.inbox.size(conversation_id) - offset)
 
     async def _set_aside(self, conversation_id: str) -> None:
         """A turn stopped from outside (shutdown): its running checkpoint is superseded, not failed; its inbox
@@ -238,7 +290,14 @@ class ReplyExecutor(ToolLoop):
         head_id = state.head_checkpoint_id if state else None
         history = await self.checkpoints.load_history(conversation_id, head_id) if head_id and not paused else None
         # A paused turn already decided to answer; its routing is not asked again.
-        items = await self.settled(conversation_id, items, history, route=paused is None)
+        later = opening.inbox_start + len(items)
+
+        async def mention_waiting() -> bool:
+            return any(i.kind == "message" and i.reply_expected and not i.route
+                       for i in await self.inbox.peek(conversation_id, start=later))
+
+        items = await self.settled(conversation_id, items, history, route=paused is None,
+                                   mention_waiting=mention_waiting)
         effects = [i for i in items if i.kind != "message"]
         if effects and self.effects is not None:
             await self.effects.apply(conversation_id, effects)
@@ -296,7 +355,7 @@ class ReplyExecutor(ToolLoop):
             # turn on taking it over: that worker answers from the inbox; this result is dropped, unposted.
             log.warning("turn %s of %s was taken over by another worker; its reply is dropped (%s)",
                         turn.checkpoint.id, conversation_id, exc)
-            return None
+            raise _TakenOver(conversation_id) from exc
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
                           turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
 

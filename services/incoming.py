@@ -5,8 +5,10 @@ turn takes. Part of :class:`services.executor.ReplyExecutor`."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, TextPart, new_id
@@ -22,6 +24,16 @@ from .tools import bound_text
 from .turns import Intake, RuntimeContext, TurnState
 
 
+log = logging.getLogger("threadkeeper.executor")
+
+ROUTING_CONCURRENCY = 8
+"""Router calls one worker runs at once (over all its conversations)."""
+ROUTING_POLL_SECONDS = 0.1
+"""How often a turn waiting on its router calls looks for a message that asks the bot directly."""
+
+MentionWaiting = Callable[[], Awaitable[bool]]
+"""Whether a message that asks the bot directly (a mention, a DM) waits behind the items being routed."""
+
 FOCUS_NOTE = ("(The handoff's notes are left out of this turn: the messages recalled above are what the new message "
               "is about.)")
 
@@ -35,31 +47,70 @@ class Incoming:
     clock: Callable[[], float] = time.time
     intake: Intake | None
     recall: Recall | None
+    routing: asyncio.Semaphore
+    """Bounds the router calls this worker runs at once (``ROUTING_CONCURRENCY``)."""
     runtime_context: RuntimeContext
     tool_limit: Callable[[], int]
 
     async def settled(self, conversation_id: str, items: Sequence[InboxItem], history: History | None, *,
-                      route: bool = True) -> list[InboxItem]:
+                      route: bool = True, mention_waiting: MentionWaiting | None = None) -> list[InboxItem]:
         """``items`` with their authors' names looked up and, with ``route``, whether to answer decided by the
-        transport's :class:`Intake` (reading ``history``'s last lines); as they are without an intake."""
+        transport's :class:`Intake` (reading ``history``'s last lines); as they are without an intake.
+
+        Routing never delays a message that asks the bot directly: a batch that holds one is answered as a
+        whole (its reply sees every message of the batch) without asking the router; otherwise the router is
+        asked about each message at once (at most ``ROUTING_CONCURRENCY`` calls per worker), and when
+        ``mention_waiting`` says such a message arrived meanwhile, the calls are abandoned and the batch only
+        recorded, so the next turn answers that message at once, with these messages in its history."""
         if self.intake is None or not any(i.author_id or i.route for i in items):
             return list(items)
+        intake = self.intake
+        ids = sorted({i.author_id for i in items if i.message is not None and i.author_id})
+        names = dict(zip(ids, await asyncio.gather(*(intake.author(conversation_id, a) for a in ids))))
         recent = [f"{m.author or m.role}: {m.text}" for m in (history.messages if history else [])
                   if m.role in ("user", "assistant") and not m.flags.runtime and not m.flags.handoff][-6:]
-        out = []
+        out: list[InboxItem] = []
+        asks: dict[int, list[str]] = {}
+        """position in ``out`` → the thread's last lines before that message (for the router)."""
         for item in items:
             message = item.message
-            update: dict[str, Any] = {}
             if message is not None and item.author_id:
-                name = await self.intake.author(conversation_id, item.author_id)
-                message = self.with_tokens(message.model_copy(update={"author": name}))
-                update["message"] = message
+                message = self.with_tokens(message.model_copy(update={"author": names[item.author_id]}))
+                item = item.model_copy(update={"message": message})
             if item.route and route and message is not None:
-                update["reply_expected"] = await self.intake.route(conversation_id, message.text, recent)
+                asks[len(out)] = recent
             if message is not None and item.kind == "message":
                 recent = [*recent, f"{message.author or message.role}: {message.text}"][-6:]
-            out.append(item.model_copy(update=update) if update else item)
-        return out
+            out.append(item)
+        if not asks or any(i.kind == "message" and i.reply_expected and not i.route for i in out):
+            return out  # nothing to route, or the batch is answered anyway
+        decided = await self._routed(conversation_id, {n: (out[n].message, lines) for n, lines in asks.items()},
+                                     mention_waiting)
+        return [i.model_copy(update={"reply_expected": True}) if decided.get(n) else i for n, i in enumerate(out)]
+
+    async def _routed(self, conversation_id: str, asks: dict[int, tuple[Any, list[str]]],
+                      mention_waiting: MentionWaiting | None) -> dict[int, bool]:
+        assert self.intake is not None
+        intake = self.intake
+
+        async def ask(message: Any, lines: list[str]) -> bool:
+            async with self.routing:
+                return await intake.route(conversation_id, message.text, lines)
+
+        tasks = {asyncio.create_task(ask(m, lines), name=f"route:{conversation_id}"): n
+                 for n, (m, lines) in asks.items()}
+        waiting: set[asyncio.Task[bool]] = set(tasks)
+        try:
+            while waiting:
+                _, waiting = await asyncio.wait(waiting, timeout=ROUTING_POLL_SECONDS if mention_waiting else None)
+                if waiting and mention_waiting is not None and await mention_waiting():
+                    log.info("%s: a message for the bot arrived while %d messages were routed; they are recorded "
+                             "and it is answered first", conversation_id, len(tasks))
+                    return {}
+            return {n: t.result() for t, n in tasks.items()}
+        finally:
+            for t in waiting:
+                t.cancel()
 
     async def runtime_message(self, conversation_id: str, history: History | None, context: Sequence[Message],
                               incoming: Sequence[Message]) -> Message:

@@ -69,13 +69,7 @@ class Pipeline:
 
     async def pending(self, conversation_id: str) -> int:
         """Inbox items no turn has taken yet (items held by a turn awaiting resume do not count)."""
-        state = await self.checkpoints.get_state(conversation_id)
-        offset = 0
-        if state and state.active_turn_id:
-            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
-            if active.status.value == "awaiting_resume":
-                offset = active.inbox_consumed
-        return max(0, await self.inbox.size(conversation_id) - offset)
+        return await self.executor.pending(conversation_id)
 
     async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
         return await self.executor.run(conversation_id, events)

@@ -69,12 +69,23 @@ class Intake(Protocol):
 
 
 class TurnEvents(Protocol):
-    """What a transport (Slack, console) hears from a turn."""
+    """What a transport (Slack, console) hears from a turn. The executor calls it only while it holds the
+    conversation's lease, so one worker at a time shows, posts, updates or deletes anything of a conversation."""
 
     async def status(self, conversation_id: str, text: str | None) -> None: ...
 
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> None: ...
+                    checkpoint_id: str | None = None) -> bool | None:
+        """Deliver a turn's reply. False: it could not be delivered now (nor shown to be delivered already);
+        the conversation then stays owed and ``recover`` delivers it later. None or True: delivered (or given
+        up for good, say the channel is gone)."""
+        ...
+
+    async def recover(self, conversation_id: str) -> bool:
+        """Deliver what an earlier holder of the lease left owed (the committed turn whose reply it never
+        confirmed, a reply it left half-written), reading back what the transport already shows before posting
+        anything again. Returns False when something is still owed."""
+        ...
 
     async def draft(self, conversation_id: str) -> Draft | None:
         """Where the reply of the turn about to call the model is shown as it is written (None: only whole
@@ -86,11 +97,14 @@ class SilentEvents:
     async def status(self, conversation_id: str, text: str | None) -> None:
         return None
 
+    async def recover(self, conversation_id: str) -> bool:
+        return True
+
     async def draft(self, conversation_id: str) -> Draft | None:
         return None
 
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> None:
+                    checkpoint_id: str | None = None) -> bool | None:
         return None
 
 

@@ -50,6 +50,15 @@ class FakeSlack:
         """chat.startStream answers an error, as in a workspace where streaming is not available."""
         self.deleted: list[str] = []
         """ts of every message deleted with chat.delete."""
+        self.drop_posts = 0
+        """How many of the next chat.postMessage calls are accepted (the message is posted) and then answered by
+        dropping the connection, as when a network fails after Slack did the work."""
+        self.drop_every: int | None = None
+        """Every n-th chat.postMessage call (1 = the first) is accepted and then its connection dropped."""
+        self.failures: dict[str, int] = {}
+        """method → how many of its next calls answer HTTP 500 without doing anything."""
+        self.dropped: list[str] = []
+        """ts of every message whose post was accepted but never answered."""
 
     @property
     def base_url(self) -> str:
@@ -87,6 +96,7 @@ class FakeSlack:
             params = {**dict(request.query), **dict(await request.post())}  # slack-sdk sends some in the query
         self.calls.append((method, params))
         self.times.append(time.monotonic())
+        nth = len(self.calls_to(method))  # this call's number among the calls of its method, as they arrived
         if self.delays.get(method):
             await asyncio.sleep(self.delays[method])
         if method in self.stalls:
@@ -95,7 +105,10 @@ class FakeSlack:
                 return web.json_response({"ok": False, "error": "client_gone"})
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append((method, token))
-        if len(self.calls_to(method)) in self.rate_limit_calls.get(method, ()):
+        if self.failures.get(method, 0) > 0:
+            self.failures[method] -= 1
+            return web.json_response({"ok": False, "error": "fatal_error"}, status=500)
+        if nth in self.rate_limit_calls.get(method, ()):
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         if self.rate_limit.get(method, 0) > 0:
             self.rate_limit[method] -= 1
@@ -122,11 +135,22 @@ class FakeSlack:
             text = params.get("text") if method == "chat.postMessage" else _streamed(params)
             posted = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": text, "ts": ts,
                       "blocks": params.get("blocks"), "streaming": method == "chat.startStream"}
+            metadata = params.get("metadata")
+            if isinstance(metadata, str):
+                metadata = json.loads(metadata)
+            if metadata:
+                posted["metadata"] = metadata
             if params.get("thread_ts"):
                 self.threads.setdefault((params.get("channel", ""), params["thread_ts"]), []).append(
                     dict(posted, thread_ts=params["thread_ts"]))
             else:
                 self.channels.setdefault(params.get("channel", ""), []).append(posted)
+            if method == "chat.postMessage" and (self.drop_posts > 0 or (self.drop_every and nth % self.drop_every == 0)):
+                self.drop_posts = max(0, self.drop_posts - 1)
+                self.dropped.append(ts)
+                assert request.transport is not None
+                request.transport.abort()  # posted, but the answer never reaches the caller
+                return web.Response(status=204)
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": ts,
                                       "message": {"text": text}})
         if method in ("chat.appendStream", "chat.stopStream", "chat.update", "chat.delete"):
@@ -147,9 +171,8 @@ class FakeSlack:
                     message.update(streaming=False, blocks=params.get("blocks"))
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": message["ts"]})
         if method == "conversations.history":
-            return web.json_response({"ok": True, "messages": list(reversed(self.channels.get(params.get("channel", ""),
-                                                                                            []))),
-                                      "has_more": False})
+            shown = [_as_listed(m, params) for m in reversed(self.channels.get(params.get("channel", ""), []))]
+            return web.json_response({"ok": True, "messages": shown, "has_more": False})
         if method == "users.info":
             user = params.get("user", "")
             if user in self.people:
@@ -161,7 +184,7 @@ class FakeSlack:
             if messages is None:
                 return web.json_response({"ok": False, "error": "thread_not_found"})
             start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
-            page = messages[start:start + limit]
+            page = [_as_listed(m, params) for m in messages[start:start + limit]]
             more = start + limit < len(messages)
             return web.json_response({"ok": True, "messages": page, "has_more": more,
                                       "response_metadata": {"next_cursor": str(start + limit) if more else ""}})
@@ -203,6 +226,13 @@ class FakeSlack:
         await self.sockets[-1].send_json({"envelope_id": envelope_id, "type": "events_api", "payload": body,
                                           "accepts_response_payload": False, "retry_attempt": 0,
                                           "retry_reason": ""})
+
+
+def _as_listed(message: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A message as conversations.history/replies list it: its metadata only when asked for."""
+    if str(params.get("include_all_metadata", "")).lower() in ("1", "true"):
+        return message
+    return {k: v for k, v in message.items() if k != "metadata"}
 
 
 def _streamed(params: dict[str, Any]) -> str:

@@ -242,3 +242,28 @@ async def test_the_summarizer_is_given_chunks_its_own_window_holds() -> None:
             sent = sum(Tokenizer("gpt-4o").count(m["content"]) for m in request["messages"])
             assert sent <= window // 2 + 1_000, (window, sent)
     assert calls[4_096] > calls[16_384] > calls[128_000] == 1, calls
+
+
+async def test_dead_letters_are_listed_with_why_and_queued_again_by_the_command(redis_client, prefix: str) -> None:
+    from threadkeeper.persistence import Inbox, InboxItem, Message, TextPart
+
+    env = {"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix}
+    inbox = Inbox(redis_client, prefix=prefix)
+    cid = "slack:T1:C9:1700009000.000100"
+    readable = InboxItem(message=Message(id="1700009000.000200", role="user", parts=[TextPart(text="is it done?")],
+                                         author="U1", tokens=4)).model_dump_json()
+    await redis_client.rpush(inbox.keys(cid).dead, '{"kind": "reaction_added"}', readable)
+    await redis_client.zadd(inbox.dead_key, {cid: 1.0})
+    assert cli("dead-letters", "list", env=env).stdout.splitlines()[0] == f"{cid}: 2 dead letters"
+    listed = json.loads(cli("dead-letters", "list", "--json", env=env).stdout)
+    assert [i["unreadable"] for i in listed[0]["items"]] == [
+        "kind: Input should be 'message', 'edit', 'delete', 'pin' or 'unpin'", None]
+    refused = cli("dead-letters", "retry", env=env)
+    assert refused.returncode == 2 and "--all" in refused.stderr
+    retried = cli("dead-letters", "retry", cid, env=env)
+    assert retried.returncode == 3 and "1 queued again, 1 still unreadable" in retried.stdout, retried.stdout
+    assert await inbox.dead_letters(cid) == ['{"kind": "reaction_added"}']
+    assert [i.message.text for i in await inbox.peek(cid) if i.message] == ["is it done?"]
+    assert await inbox.pending_conversations() == [cid], "owed work: a worker's sweep answers it"
+    assert cli("dead-letters", "retry", "--all", env=env).returncode == 3
+    assert len(await inbox.peek(cid)) == 1, "queued once"

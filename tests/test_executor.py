@@ -297,23 +297,58 @@ async def test_a_provider_that_counts_more_compacts_about_as_often(model, prefix
 
 
 async def test_an_unreadable_inbox_item_is_set_aside_and_never_wedges_its_thread(model, prefix, client) -> None:
+    """A corrupt item is moved to the dead letters; an item a newer version wrote, with fields this version does
+    not know (a rolling deploy), is read and answered like any other."""
+    import json
+
+    from threadkeeper.persistence import InboxItem
+
     p, _ = pipeline(prefix, client)
     inbox_key = p.inbox.keys(CONV).inbox
     await p.submit(CONV, "first question", author="alice", id="1.1")
-    newer = ('{"v": 1, "kind": "message", "event_id": "Ev9", "received_at": 1.0, "reply_expected": true, '
-             '"from_a_newer_version": 1, "message": null}')
+    item = json.loads(InboxItem(message=p.executor.make_message("from the newer worker", author="carol", id="1.15"),
+                                event_id="Ev9").model_dump_json())
+    item["from_a_newer_version"] = {"priority": 2}
+    item["message"]["reactions"] = ["eyes"]
+    newer = json.dumps(item)
     await client.rpush(inbox_key, '{"ts": NaN, not json', newer)
     await p.submit(CONV, "second question", author="bob", id="1.2")
     preview = await p.context(CONV)  # a preview skips what it cannot read and writes nothing
     assert preview.context and await client.llen(inbox_key) == 4
     results = await p.run(CONV)
-    assert [r.status for r in results] == ["completed"] and results[0].consumed == 2
+    assert [r.status for r in results] == ["completed"] and results[0].consumed == 3
     sent = [m["content"] for m in model.requests[-1]["messages"]]
-    assert "[#1] alice: first question" in sent and "[#2] bob: second question" in sent
-    assert await p.inbox.dead_letters(CONV) == ['{"ts": NaN, not json', newer]
+    assert "[#1] alice: first question" in sent and "[#3] bob: second question" in sent
+    assert "[#2] carol: from the newer worker" in sent, "a newer version's item is read, its extra fields ignored"
+    assert await p.inbox.dead_letters(CONV) == ['{"ts": NaN, not json']
+    assert await p.inbox.dead_letter_counts() == {CONV: 1}
     assert await client.llen(inbox_key) == 0
     await p.submit(CONV, "third question", author="alice", id="1.3")
     assert [r.status for r in await p.run(CONV)] == ["completed"], "later messages are answered"
+    queued, kept = await p.inbox.retry_dead_letters(CONV)
+    assert queued == 0 and len(kept) == 1 and "JSON" in kept[0], "still unreadable: kept, with the reason"
+    assert await p.inbox.dead_letters(CONV) == ['{"ts": NaN, not json']
+
+
+async def test_a_dead_letter_this_version_reads_is_queued_again_and_answered(model, prefix, client) -> None:
+    """An item set aside by a version that could not read it (kept as stored) is queued again by the retry, marked
+    as owed work for the sweep, and answered; the dead letters and their registry are then empty."""
+    from threadkeeper.persistence import InboxItem
+
+    p, _ = pipeline(prefix, client)
+    readable = InboxItem(message=p.executor.make_message("is the rollout done?", author="dana", id="2.1"),
+                         event_id="Ev-dead").model_dump_json()
+    await client.rpush(p.inbox.keys(CONV).dead, readable)
+    await client.zadd(p.inbox.dead_key, {CONV: 1.0})
+    assert await p.inbox.dead_letter_counts() == {CONV: 1}
+    assert await p.inbox.retry_dead_letters(CONV) == (1, [])
+    assert await p.inbox.pending_conversations() == [CONV], "the sweep will find it"
+    assert await p.inbox.dead_letters(CONV) == [] and await p.inbox.dead_letter_counts() == {}
+    results = await p.run(CONV)
+    assert [r.status for r in results] == ["completed"]
+    assert "dana: is the rollout done?" in model.requests[-1]["messages"][-2]["content"] or any(
+        "is the rollout done?" in str(m["content"]) for m in model.requests[-1]["messages"])
+    assert await p.inbox.pending_conversations() == [], "drained: nothing owed"
 
 
 async def test_the_lease_is_renewed_while_a_long_turn_runs(model, prefix, client) -> None:
@@ -387,9 +422,10 @@ async def test_a_turn_whose_head_moved_is_set_aside_and_run_again_on_the_new_hea
     assert texts.count("second question") == 1 and "note from elsewhere" in texts and texts[-1] == "fresh answer"
 
 
-async def test_a_turn_costs_five_round_trips_to_redis(redis_client, prefix) -> None:
+async def test_a_turn_costs_seven_round_trips_to_redis(redis_client, prefix) -> None:
     """Opening (lease, state, active turn, inbox), the new part of the history, the turn's checkpoint with its
-    messages, the commit, the lease's release: five commands for a turn on a conversation this worker holds."""
+    messages, the commit, the lease's release: five commands for a turn on a conversation this worker holds;
+    leaving the registry of owed work once drained, and looking at the inbox once more: two."""
     p, _ = pipeline(prefix, redis_client, model="offline")
     conversation = "console:round-trips"
     for i in range(3):
@@ -409,7 +445,8 @@ async def test_a_turn_costs_five_round_trips_to_redis(redis_client, prefix) -> N
     finally:
         del redis_client.execute_command
     assert [r.status for r in results] == ["completed"]
-    assert len(sent) == 5, sent
+    assert len(sent) == 7, sent
+    assert sent[-3:-1] == ["ZREM", "LLEN"], sent
 
 
 async def test_a_turn_a_dead_worker_left_running_is_failed_by_the_worker_that_takes_over(model, prefix, client) -> None:
@@ -477,3 +514,29 @@ async def test_a_turn_that_leaves_the_handoffs_notes_out_calibrates_on_what_it_s
     assert history.messages[0].flags.handoff and runtime is not None
     assert history.messages[0].id in runtime.source_ids, "recall stood in for the notes"
     assert 0.95 <= calibration(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens) <= 1.05
+
+
+async def test_messages_arriving_while_each_reply_is_posted_are_answered_by_the_same_run(model, prefix,
+                                                                                        client) -> None:
+    """In a busy thread a message arrives while every reply is being posted (its worker's own kick finds the lease
+    held): the holder looks at the inbox again before releasing, so it answers each one in the same run, and
+    leaves the registry of owed work only once nothing waits."""
+    from threadkeeper.services.turns import SilentEvents
+
+    p, _ = pipeline(prefix, client)
+
+    class Busy(SilentEvents):
+        posted = 0
+
+        async def reply(self, conversation_id, text, *, kind, trace_id, checkpoint_id=None):  # type: ignore[no-untyped-def]
+            self.posted += 1
+            if self.posted < 6:
+                await p.submit(conversation_id, f"and another thing {self.posted}", author="bob",
+                               id=f"3.{self.posted}")
+            return True
+
+    await p.submit(CONV, "first thing", author="alice", id="3.0")
+    events = Busy()
+    results = await p.run(CONV, events)
+    assert [r.status for r in results] == ["completed"] * 6 and events.posted == 6
+    assert await p.pending(CONV) == 0 and await p.inbox.pending_conversations() == []

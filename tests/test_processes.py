@@ -337,3 +337,93 @@ async def test_a_redis_restart_costs_no_turn(fleet: Fleet, tmp_path: Path, persi
     finally:
         await fleet.stores.client.aclose()
         await redis.stop()
+
+
+FLEET_THREADS = int(os.environ.get("THREADKEEPER_FLEET_THREADS") or 0)
+"""Threads of the exactly-once fleet test, which runs only on request (it takes about a minute):
+``THREADKEEPER_FLEET_THREADS=100 pytest tests/test_processes.py -k exactly_once_with``. The suite keeps the
+in-process version (``test_delivery.py``: three workers in one process on the real Redis)."""
+
+
+@pytest.mark.skipif(not FLEET_THREADS, reason="on request: set THREADKEEPER_FLEET_THREADS (100 for the full run)")
+async def test_three_workers_answer_every_thread_exactly_once_with_a_slow_slack_that_drops_posts(fleet: Fleet) -> None:
+    """Three worker processes, a model taking 1 s, Slack taking 1 s per post and dropping the connection after
+    accepting every fourth post. Each thread gets a mention at one worker and, while its reply is being posted, a
+    follow-up at another. Every turn's reply is in Slack exactly once (by the turn's metadata marker), every
+    message is in the history, and nothing is left running, leased or owed."""
+    workers = await fleet.start(3)
+    fleet.model.default = Reply(text="Answered.", delay=1.0)
+    fleet.slack.delays["chat.postMessage"] = 1.0
+    fleet.slack.drop_every = 4
+    roots = [f"17000400{i:02d}.000100" if i < 100 else f"1700041{i:03d}.000100" for i in range(FLEET_THREADS)]
+    during_post = 0
+    started = time.monotonic()
+
+    async def thread(i: int, root: str) -> None:
+        nonlocal during_post
+        assert await workers[i % 3].post(event_body(mention(root, f"question {i}"), event_id=f"Ev-x{i}")) == 200
+        await fleet.until(lambda: any(c.get("thread_ts") == root and c.get("text") == "Answered."
+                                      for c in fleet.slack.calls_to("chat.postMessage")), 60, "a reply is posted")
+        during_post += not fleet.replies(root)
+        follow = event_body(mention(root.replace(".000100", ".000200"), f"follow-up {i}", root), event_id=f"Ev-y{i}")
+        assert await workers[(i + 1) % 3].post(follow) == 200
+
+    await asyncio.gather(*(thread(i, root) for i, root in enumerate(roots)))
+    owed = fleet.stores.inbox.pending_conversations
+    deadline = time.monotonic() + 90
+    while await owed():
+        assert time.monotonic() < deadline, f"still owed: {await owed()}"
+        await asyncio.sleep(0.2)
+    elapsed = time.monotonic() - started
+    await asyncio.sleep(LEASE + 1.5)  # long enough for a wrongful takeover or a late second post to show
+    duplicates = lost = answered = 0
+    for i, root in enumerate(roots):
+        cid = f"slack:T1:{CHANNEL}:{root}"
+        rows = await fleet.pipeline.checkpoints.lineage(cid)
+        turns = {r.id for r in rows if r.kind.value == "turn" and r.status is CheckpointStatus.COMPLETED}
+        shown = [(m.get("metadata") or {}).get("event_payload", {}).get("checkpoint")
+                 for m in fleet.slack.bot_messages(CHANNEL, root) if not str(m["text"]).startswith("_")]
+        answered += len(turns)
+        duplicates += len(shown) - len(set(shown))
+        lost += len(turns - set(shown))
+        assert None not in shown and set(shown) <= turns, "every reply in Slack is one turn's"
+        texts = await fleet.history_texts(root)
+        assert texts.count(f"question {i}") == 1 and texts.count(f"follow-up {i}") == 1, "every message kept once"
+        await fleet.settled(root)
+    print(f"threads {len(roots)}: turns answered {answered}, posts {len(fleet.slack.calls_to('chat.postMessage'))}, "
+          f"dropped {len(fleet.slack.dropped)}, follow-ups during a post {during_post}, duplicates {duplicates}, "
+          f"lost {lost}, all answered in {elapsed:.1f} s")
+    assert duplicates == 0 and lost == 0
+    assert fleet.slack.dropped and during_post >= len(roots) // 2
+
+
+async def test_a_mention_in_a_busy_followed_thread_is_answered_within_the_model_latency_plus_a_second(
+        fleet: Fleet) -> None:
+    """Three workers, a model (and router) taking 3 s a call. After the thread's first answer, eight plain
+    messages arrive at all three workers (each needs the router), then a mention: it is answered within 3 s + 1 s
+    of arriving, whatever the routing of the messages before it is doing."""
+    workers = await fleet.start(3)
+    latency = 3.0
+    fleet.model.default = Reply(text="Answered.", delay=latency)
+    root = "1700035000.000100"
+    assert await workers[0].post(event_body(mention(root, "we start the migration now"), event_id="Ev-r0")) == 200
+    await fleet.until(lambda: len(fleet.replies(root)) == 1, 30, "the first mention answered")
+    for i in range(8):
+        event = {"type": "message", "user": "U2", "text": f"step {i} of the migration is done", "channel": CHANNEL,
+                 "ts": f"1700035001.{i:06d}", "thread_ts": root, "channel_type": "channel"}
+        assert await workers[i % 3].post(event_body(event, event_id=f"Ev-r{i + 1}")) == 200
+    await asyncio.sleep(0.5)  # their routing is under way
+    asked = time.monotonic()
+    assert await workers[2].post(event_body(mention("1700035002.000100", "is it finished?", root),
+                                            event_id="Ev-r9")) == 200
+    await fleet.until(lambda: len(fleet.replies(root)) == 2, 30, "the mention answered")
+    waited = time.monotonic() - asked
+    print(f"mention answered {waited:.2f} s after it arrived (model {latency} s)")
+    assert waited <= latency + 1.0, waited
+    deadline = time.monotonic() + 30
+    while await fleet.stores.inbox.pending_conversations():
+        assert time.monotonic() < deadline, "drained"
+        await asyncio.sleep(0.2)
+    texts = await fleet.history_texts(root)
+    assert all(texts.count(f"step {i} of the migration is done") == 1 for i in range(8))
+    assert len(fleet.replies(root)) == 2

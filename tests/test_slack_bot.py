@@ -52,8 +52,11 @@ def model():
     return m
 
 
-async def make_harness(prefix: str, client, window: int = 16_000, **overrides) -> tuple[Harness, TestClient]:
-    slack = await FakeSlack().start()
+async def make_harness(prefix: str, client, window: int = 16_000, slack: FakeSlack | None = None,
+                       **overrides) -> tuple[Harness, TestClient]:
+    """A bot on its own loopback HTTP server; ``slack``: a fake Slack shared with other harnesses (several
+    workers of one fleet), else one of its own."""
+    slack = slack or await FakeSlack().start()
     token = None if overrides.get("slack_client_id") else "xoxb-test"
     s = make_settings(prefix, slack_bot_token=token, slack_signing_secret=SECRET,
                       slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window, **overrides)
@@ -431,8 +434,10 @@ async def test_a_reply_committed_but_never_posted_is_posted_exactly_once(model, 
         assert texts == ["Here is what I found.", "Here is what I found."], "the lost reply once, then the new one"
         # Posted, then killed before it was marked: Slack shows it, so the recovery does not post it again.
         await second.stores.notes.set_flag(cid, "posted", "")
-        assert await second.bot.worker.deliver_pending(cid) is False
+        assert await second.bot.events.recover(cid) is True
         assert len(second.replies()) == 2
+        assert await second.stores.notes.flag(cid, "posted") == (await second.pipeline.checkpoints.require_state(
+            cid)).head_checkpoint_id, "marked delivered from what Slack shows"
     finally:
         for harness, http in ((first, first_http), (second, second_http)):
             await harness.settle()
@@ -459,11 +464,16 @@ async def test_a_reaction_left_by_a_dead_worker_is_removed_by_the_sweep(h: Harne
     await h.settle()
     assert len(h.slack.calls_to("reactions.add")) == 1 and len(h.slack.calls_to("reactions.remove")) == 1
     cid = f"slack:T1:{CHANNEL}:1700004000.000100"
-    await h.stores.notes.set_flag(cid, "reacted", "1700004000.000100")  # a worker died with :eyes: on it
-    await h.bot.worker.sweep()
+    # A worker died mid-turn with :eyes: on the message: the conversation is still owed work.
+    await h.stores.notes.set_flag(cid, "reacted", "1700004000.000100")
+    await h.pipeline.inbox.mark_pending(cid)
+    assert await h.bot.worker.sweep() == 1
+    await h.settle()
     removed = h.slack.calls_to("reactions.remove")
     assert len(removed) == 2 and removed[-1]["timestamp"] == "1700004000.000100"
-    await h.bot.worker.sweep()
+    assert await h.pipeline.inbox.pending_conversations() == [], "nothing owed any more"
+    assert await h.bot.worker.sweep() == 0
+    await h.settle()
     assert len(h.slack.calls_to("reactions.remove")) == 2, "removed once"
 
 
@@ -527,6 +537,72 @@ async def test_every_event_is_acknowledged_in_well_under_a_second_with_a_10_s_mo
         print("ack seconds:", ", ".join(f"{t:.3f}" for t in timed))
     finally:
         await h.bot.worker.shutdown(0)
+        await http.close()
+        await h.slack.close()
+
+
+async def test_a_mention_in_a_busy_followed_thread_never_waits_behind_routing(model, prefix, client) -> None:
+    """Eight plain messages in a followed thread, each needing the router (a slow one: 2 s a call), then a mention:
+    the mention is answered within the model's 2 s plus 1 s, not after the routing; the plain messages are
+    routed at once (concurrently), not one after another."""
+    latency = 2.0
+    router = scripted("scripted-router")
+    router.default = Step(text="no", delay=latency)
+    model.default = Step(text="Here is what I found.", delay=latency)
+    h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
+                                  ai_fast_model_context_window_tokens=16_000)
+    root = "1700000970.000100"
+    try:
+        await h.post(event_body(mention(root, "we are starting the migration now"), event_id="Ev-b0"))
+        await h.settle()
+        assert len(h.replies()) == 1
+        chatter = [event_body(thread_message(f"1700000971.{i:06d}", f"step {i} of the migration is done", root),
+                              event_id=f"Ev-b{i + 1}") for i in range(8)]
+        assert await asyncio.gather(*(h.post(b) for b in chatter)) == [200] * 8
+        await asyncio.sleep(0.3)  # the router calls are under way
+        asked = asyncio.get_running_loop().time()
+        assert await h.post(event_body(mention("1700000972.000100", "is the migration finished?", thread_ts=root),
+                                       event_id="Ev-b9")) == 200
+        while len(h.replies()) < 2:
+            assert asyncio.get_running_loop().time() - asked < 20, "the mention was answered"
+            await asyncio.sleep(0.02)
+        waited = asyncio.get_running_loop().time() - asked
+        print(f"mention answered {waited:.2f} s after it arrived (model {latency} s)")
+        assert waited <= latency + 1.0, waited
+        await h.settle()
+        history = await h.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:{root}")
+        said = [m.text for m in history.messages if m.role == "user"]
+        assert all(f"step {i} of the migration is done" in said for i in range(8)), "every message recorded"
+        assert len(h.replies()) == 2, "the plain messages were not answered (the router said no, or was not asked)"
+    finally:
+        await h.bot.worker.shutdown(0)
+        await http.close()
+        await h.slack.close()
+
+
+async def test_plain_messages_are_routed_concurrently(model, prefix, client) -> None:
+    """Six plain messages taken by one turn are routed at once: the turn waits about one router call, not six."""
+    router = scripted("scripted-router")
+    router.default = Step(text="no", delay=1.0)
+    h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
+                                  ai_fast_model_context_window_tokens=16_000)
+    root = "1700000980.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    try:
+        await h.post(event_body(mention(root, "follow this thread"), event_id="Ev-c0"))
+        await h.settle()
+        from threadkeeper.persistence import InboxItem
+
+        for i in range(6):  # queued directly, so that one turn takes all six
+            message = h.pipeline.executor.make_message(f"note {i}", author="U2", id=f"1700000981.{i:06d}")
+            await h.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False, route=True))
+        started = asyncio.get_running_loop().time()
+        results = await h.pipeline.run(cid)
+        took = asyncio.get_running_loop().time() - started
+        assert [r.status for r in results] == ["recorded"] and results[0].consumed == 6
+        assert len(router.requests) == 6 and took < 2.5, took
+    finally:
+        await h.settle()
         await http.close()
         await h.slack.close()
 
@@ -653,3 +729,19 @@ def test_the_routing_rules_answer_mentions_skip_messages_to_others_and_leave_the
 
     assert rule_route(text, "UBOT") is decided
     assert asyncio.run(should_reply(text, "UBOT", None, [])) is bool(decided)
+
+
+async def test_dead_letters_are_counted_in_metrics(h: Harness) -> None:
+    """An inbox item no version can read is set aside (the thread goes on) and counted in /metrics until an
+    operator retries or it expires."""
+    root = "1700009100.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.stores.client.rpush(h.pipeline.inbox.keys(cid).inbox, '{"kind": "message", "message": {"broken": 1}}')
+    assert await h.post(event_body(mention(root, "still answered?"), event_id="Ev-dl")) == 200
+    await h.settle()
+    assert [r["text"] for r in h.replies()] == ["Here is what I found."]
+    text = await (await h.http.get("/metrics")).text()
+    assert "threadkeeper_dead_letters 1.0" in text and "threadkeeper_dead_letter_conversations 1.0" in text
+    await h.stores.client.delete(h.pipeline.inbox.keys(cid).dead)  # expired, or cleared by an operator
+    text = await (await h.http.get("/metrics")).text()
+    assert "threadkeeper_dead_letters 0.0" in text

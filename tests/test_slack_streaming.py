@@ -97,10 +97,13 @@ async def test_a_reply_a_dead_worker_left_half_written_is_deleted(h, server) -> 
     client = await h.bot.workspaces.client("T1")
     stranded = await client.chat_postMessage(channel=CHANNEL, thread_ts=root, text="Half of a repl")
     await h.stores.notes.set_flag(cid, DRAFT, f"{CHANNEL} {stranded['ts']}")  # as a worker killed mid-reply
+    await h.pipeline.inbox.mark_pending(cid)  # which leaves its conversation owed
     await h.bot.worker.sweep()
+    await h.settle()
     assert h.slack.deleted == [stranded["ts"]] and not await h.stores.notes.flag(cid, DRAFT)
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == ["Short answer."]
     await h.bot.worker.sweep()
+    await h.settle()
     assert h.slack.deleted == [stranded["ts"]], "deleted once"
 
 
@@ -137,7 +140,9 @@ async def test_a_status_message_shows_a_search_and_is_gone_when_the_reply_is(h, 
     left = await (await h.bot.workspaces.client("T1")).chat_postMessage(channel=CHANNEL, thread_ts=root,
                                                                          text="_searching the thread…_")
     await h.stores.notes.set_flag(cid, "status_ts", left["ts"])  # a worker died while searching
+    await h.pipeline.inbox.mark_pending(cid)  # which leaves its conversation owed
     await h.bot.worker.sweep()
+    await h.settle()
     assert left["ts"] in h.slack.deleted and not await h.stores.notes.flag(cid, "status_ts")
 
 
@@ -154,3 +159,18 @@ async def test_a_reply_longer_than_one_message_is_streamed_then_continued(h, ser
     assert len(h.slack.calls_to("chat.startStream")) == 1 and not h.slack.deleted, "streamed, never taken back"
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == parts
     assert h.slack.bot_messages(CHANNEL, root)[-1]["blocks"], "the buttons go under the last part"
+
+
+async def test_a_draft_whose_first_post_lost_its_answer_is_found_and_taken_back(h, server) -> None:
+    """Where Slack cannot stream, the reply's draft is posted and then updated. When Slack accepts that first
+    post but the answer never arrives, the post is not sent again: the draft is found in the thread, deleted at
+    the end, and the reply posted whole, once."""
+    h.slack.refuse_streaming = True
+    h.slack.drop_posts = 1
+    root = "1700020700.000100"
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s8")) == 200
+    await h.settle()
+    assert h.slack.dropped and h.slack.deleted == h.slack.dropped, "the draft Slack made is taken back"
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
+    assert len(h.slack.calls_to("chat.postMessage")) == 2, "the draft once, the reply once"

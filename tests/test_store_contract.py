@@ -292,13 +292,21 @@ async def test_twenty_concurrent_writers_exactly_one_wins(store: CheckpointStore
         assert history.checkpoint.status is (CheckpointStatus.COMPLETED if won else CheckpointStatus.SUPERSEDED)
 
 
-async def test_the_sweep_sees_every_recently_active_conversation_not_only_the_first_page(client, prefix) -> None:
+async def test_every_conversation_with_queued_items_is_owed_until_its_holder_unmarks_it(client, prefix) -> None:
+    """The sweep's registry: every append marks its conversation (a duplicate does not add it twice), the oldest
+    first; unmarking takes one off, and an append after that marks it again."""
     inbox = Inbox(client, prefix=prefix)
     names = [f"slack:T1:C1:{i}.000100" for i in range(1_050)]
     for name in names:
         await inbox.append(name, InboxItem(message=msg("pending")))
-    active = await inbox.recently_active(3_600, page=400)
-    assert sorted(active) == sorted(names) and len(active) == len(set(active))
+    await inbox.append(names[0], InboxItem(message=msg("again")))
+    owed = await inbox.pending_conversations()
+    assert sorted(owed) == sorted(names) and len(owed) == len(set(owed)) and owed[-1] == names[0]
+    await inbox.unmark_pending(names[1])
+    assert names[1] not in await inbox.pending_conversations()
+    await inbox.append(names[1], InboxItem(message=msg("one more")))
+    assert (await inbox.pending_conversations())[-1] == names[1]
+    assert len(await inbox.pending_conversations(limit=10)) == 10
 
 
 async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_else(client, prefix) -> None:
@@ -311,7 +319,7 @@ async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_
         await turn(store, ["the deploy key is in the vault"], conv=cid)
         await inbox.append(cid, InboxItem(event_id=f"E-{cid}", message=msg("pending", id=f"{cid}-p")),
                            dedup_keys=[f"E-{cid}"])
-    assert set(await inbox.recently_active(3_600)) == {one, two, other}
+    assert set(await inbox.pending_conversations()) == {one, two, other}
     held = await leases.acquire(one, 30)
     with pytest.raises(InvalidTransitionError, match="lease is held"):
         await forget.conversation(one)
@@ -324,9 +332,9 @@ async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_
     assert deleted >= 5 and await forget.keys_of(one) == []
     remaining = [k async for k in client.scan_iter(match=f"{prefix}:*")]
     assert remaining and all((k.decode() if isinstance(k, bytes) else k).startswith((f"{prefix}:{{{other}}}",
-                                                                                      f"{prefix}:active"))
+                                                                                      f"{prefix}:pending"))
                              for k in remaining)
-    assert await inbox.recently_active(3_600) == [other]
+    assert await inbox.pending_conversations() == [other]
     assert (await store.load_history(other)).messages[0].text == "the deploy key is in the vault"
 
 

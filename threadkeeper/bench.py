@@ -20,7 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Usage, ping
-from threadkeeper.persistence.keys import registry_key
+from threadkeeper.persistence.keys import dead_registry_key, pending_key
 from threadkeeper.services import measure
 from threadkeeper.services.recall import Recall
 
@@ -347,7 +347,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         progress("cleaning up")
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             await client.delete(key)
-        await client.delete(registry_key(prefix))
+        await client.delete(pending_key(prefix), dead_registry_key(prefix))
         await client.aclose()
     return out
 

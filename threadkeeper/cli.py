@@ -18,7 +18,7 @@ from threadkeeper.persistence import ThreadkeeperError, durability
 from .evalcmd import cmd_eval, windows_list
 from .logs import quiet_turn_lines, stderr_console
 from .settings import Settings, SettingsError, load_settings
-from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_forget
+from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
 from .stores import Stores, with_pipeline, with_stores
 
 if TYPE_CHECKING:
@@ -363,6 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--team", action="store_true", help="forget every conversation of this Slack workspace")
     p.add_argument("--yes", action="store_true", help="delete; without it, only say what would be deleted")
     p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("dead-letters", help="list the inbox items set aside as unreadable, or queue them again")
+    p.add_argument("action", choices=("list", "retry"),
+                   help="list: each one with why it cannot be read; retry: queue again those this version reads")
+    p.add_argument("conversation_id", nargs="?", help="only this conversation")
+    p.add_argument("--all", action="store_true", help="retry: every conversation's dead letters")
+    p.add_argument("--json", action="store_true", help="list: print JSON")
+    p.set_defaults(func=cmd_dead_letters)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Operator commands: ``bench``, ``forget`` and ``compact`` (the internal compaction command)."""
+"""Operator commands: ``bench``, ``forget``, ``dead-letters`` and ``compact`` (the internal compaction command)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
-from threadkeeper.persistence import ThreadkeeperError
+from pydantic import ValidationError
+
+from threadkeeper.persistence import InboxItem, ThreadkeeperError
+from threadkeeper.persistence.inbox import unreadable_because
 
 from .logs import quiet_turn_lines, stderr_console
 from .settings import Settings
@@ -101,3 +104,54 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
         return 1 if report.superseded else 0
 
     return asyncio.run(with_pipeline(settings, work, model=args.target_model))
+
+
+def _dead_letter(raw: str) -> dict[str, object]:
+    """One dead letter as ``dead-letters list`` shows it: why this version cannot read it (None: it can now, and
+    ``retry`` queues it), and the start of what was stored."""
+    try:
+        InboxItem.model_validate_json(raw)
+        why = None
+    except ValidationError as exc:
+        why = unreadable_because(exc)
+    return {"unreadable": why, "stored": raw if len(raw) <= 160 else raw[:157] + "..."}
+
+
+def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
+    async def work(stores: Stores) -> int:
+        inbox = stores.inbox
+        if args.action == "list":
+            counts = await inbox.dead_letter_counts()
+            if args.conversation_id:
+                counts = {c: n for c, n in counts.items() if c == args.conversation_id}
+            listed = {cid: [_dead_letter(raw) for raw in await inbox.dead_letters(cid)] for cid in counts}
+            if args.json:
+                print(json.dumps([{"conversation_id": cid, "items": items} for cid, items in listed.items()],
+                                 indent=2))
+                return 0
+            if not listed:
+                print("no dead letters")
+                return 0
+            for cid, items in listed.items():
+                print(f"{cid}: {len(items)} dead letter{'s' if len(items) != 1 else ''}")
+                for n, item in enumerate(items):
+                    why = item["unreadable"] or "readable by this version: `retry` queues it again"
+                    print(f"  [{n}] {why}\n      {item['stored']}")
+            return 0
+        if not args.conversation_id and not args.all:
+            raise ThreadkeeperError("name a conversation to retry (threadkeeper dead-letters list shows them), "
+                                    "or pass --all")
+        targets = list(await inbox.dead_letter_counts()) if args.all else [args.conversation_id]
+        queued_total, kept_total = 0, 0
+        for cid in targets:
+            queued, kept = await inbox.retry_dead_letters(cid)
+            queued_total += queued
+            kept_total += len(kept)
+            print(f"{cid}: {queued} queued again" + (f", {len(kept)} still unreadable" if kept else ""))
+            for why in kept:
+                print(f"  kept: {why}")
+        print(f"queued {queued_total} dead letters again; a worker's sweep answers them"
+              + (f"; {kept_total} this version cannot read are kept" if kept_total else ""))
+        return 0 if not kept_total else 3
+
+    return asyncio.run(with_stores(settings, work))
