@@ -473,6 +473,24 @@ def test_extractive_narrative_is_bounded_deduplicated_and_cited() -> None:
     assert extractive(messages, 60, tokenizer) == narrative
 
 
+async def test_the_summarizer_never_reads_a_secret_and_its_lines_repeating_one_are_dropped(model, prefix, client) -> None:
+    summarizer = scripted("scripted-fast")
+    summarizer.default = Step(text="- [1700.000000] The staging db password is bluebird42.\n"
+                              "- [1700.000000] Alice shared bluebird42 for the staging db.\n"
+                              "- [1700.000001] Ticket OPS-77 tracks the staging outage.\n")
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096})
+    await chat(p, ["the password for the staging db is bluebird42", "Ticket OPS-77 tracks the staging outage."]
+               + filler(70, 2))
+    history = await p.checkpoints.load_history(CONV)
+    handoff = await written(p, CONV, history.messages[0].text)
+    narrative = handoff.split("Narrative (model-written):")[1].split("\nNotes")[0]
+    assert "Ticket OPS-77 tracks the staging outage." in narrative
+    assert "bluebird42" not in handoff and "password is" not in narrative and "Alice shared" not in narrative
+    sent = "\n".join(r["messages"][1]["content"] for r in summarizer.requests)
+    assert "bluebird42" not in sent and "the password for the staging db is [REDACTED]" in sent
+
+
 def test_redaction_of_secrets() -> None:
     text = ("slack xoxb-111111111111-2222222222-abcdefABCDEF key sk-proj-ABCDEFGHIJKLMNOPQRSTUV "
             "db postgres://admin:hunter2@db.internal:5432/app aws AKIAABCDEFGHIJKLMNOP password=swordfish")
@@ -678,6 +696,15 @@ PLANTED_SECRETS = [
     ("set DB_PASSWORD=correct-horse-battery in the staging env", "correct-horse-battery"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4Z\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx4Z"),
     ('config {"api_key": "abcd1234efgh5678"} for the search cluster', "abcd1234efgh5678"),
+    ("alerts post to https://hooks.slack.com/services/T0123ABCD/B0456EFGH/abcdefghijklmnopqrstuvwx now",
+     "abcdefghijklmnopqrstuvwx"),
+    ("fyi the password for the staging db is bluebird42", "bluebird42"),
+    ("cache lives at redis://:s3cretPw@cache.internal:6379/0", "s3cretPw"),
+    ("storage AccountName=acme;AccountKey=lJzRc1YdHaAA2KCNJJ1tkYwF/+mKK6Ygw0NGe170Xu592euJv2wYUtBlV8z+qnlcNQSnIYVTk"
+     "LWntUOB7WQ5Lg==;EndpointSuffix=core.windows.net", "lJzRc1YdHaAA2KCNJJ1tkYwF"),
+    ("the probe sends Authorization: Basic dXNlcjpwYXNzd29yZDEyMw== to the API", "dXNlcjpwYXNzd29yZDEyMw"),
+    ("mail goes out with 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", "SG.ngeVfQFYQlKU0"),
+    ("the runner registers with glpat-AbCdEf1234567890XyZw", "glpat-AbCdEf1234567890XyZw"),
 ]
 
 
