@@ -213,7 +213,7 @@ async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix
     history = (await p.checkpoints.load_history(CONV)).messages
     result = next(m for m in history if m.role == "tool").text
     assert result.startswith("recorded 1 of 5 entries")
-    assert result.count("standing behavioural instruction") == 2
+    assert result.count("aimed at the assistant's future behaviour") == 2
     assert "at least one message reference" in result and "no-such-message is not a message" in result
     tool_result_sent = [m for m in model.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "rejected entry 1" in tool_result_sent
@@ -572,7 +572,8 @@ async def test_record_state_accepts_a_reference_from_a_handoff(model, prefix, cl
 async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, client) -> None:
     """At a 4k window the tool result's text is cut; the entries are stored as data and all reach the handoff."""
     p, _ = pipeline(prefix, client, context_window=4096)
-    await chat(p, ["The canary for payments-api runs in eu-west-3 on build 812."])
+    await chat(p, ["The canary for payments-api runs in eu-west-3 on build 812: each canary check passed with p99 "
+                   "latency under 210 ms and no errors in the logs (recorded as facts)."])
     entries = [{"kind": "fact", "text": f"Recorded fact number {i}: the canary check {i} passed on build 812 in "
                 f"eu-west-3 with p99 latency under {200 + i} ms and no errors in the logs.", "evidence": ["#1"]}
                for i in range(8)]
