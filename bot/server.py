@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
+from .envelope import problem as envelope_problem
 from .slack import SlackBot
 
 log = logging.getLogger("threadkeeper.server")
@@ -38,11 +39,16 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
     connection is up (``slack``); a worker whose socket is down answers 503, since it receives nothing."""
 
     async def slack_events(request: web.Request) -> web.Response:
-        try:
-            bolt_request = await to_bolt_request(request)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # Bolt could not read the envelope
-            log.warning("rejected a malformed Slack request (%s: %s)", type(exc).__name__, exc)
-            return web.Response(status=400, text=f"malformed Slack request: {type(exc).__name__}: {exc}")
+        why = envelope_problem(request.headers, await request.read())
+        if why is None:
+            try:
+                bolt_request = await to_bolt_request(request)
+            except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:  # Bolt could not read it
+                why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if why is not None:
+            bot.metrics.events.labels("request", "rejected").inc()
+            log.warning("rejected a malformed Slack request: %s", why)
+            return web.Response(status=400, text=f"malformed Slack request: {why}")
         return await to_aiohttp_response(await bot.app.async_dispatch(bolt_request))
 
     flow = bot.app.oauth_flow
