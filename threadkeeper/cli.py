@@ -235,7 +235,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         else:
             await serve_http(bot, health, host=args.host, port=args.port or 3000,
                              sweep_seconds=settings.threadkeeper_sweep_seconds,
-                             shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept)
+                             shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept,
+                             ack_seconds=settings.threadkeeper_ack_seconds)
         return 0
 
     return asyncio.run(with_stores(settings, work))

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     threadkeeper_redis_max_connections: int = Field(default=128, ge=2, le=10_000)
     threadkeeper_redis_timeout_seconds: float = Field(default=5.0, ge=0, le=600)
     """How long one Redis command may take before it fails (and is retried on a new connection); 0 waits forever."""
+    threadkeeper_ack_seconds: float = Field(default=2.0, gt=0, le=2.9)
+    """How long the events endpoint waits for Redis before it answers 503 (Slack retries; it gives up on an
+    acknowledgement after 3 s)."""
     threadkeeper_cache_mb: int = Field(default=128, ge=0, le=1_000_000)
     threadkeeper_sweep_seconds: float = Field(default=30.0, ge=1, le=3600)
     threadkeeper_shutdown_seconds: float = Field(default=20.0, ge=0, le=600)
