@@ -154,3 +154,16 @@ async def test_a_reply_longer_than_one_message_is_streamed_then_continued(h, ser
     assert len(h.slack.calls_to("chat.startStream")) == 1 and not h.slack.deleted, "streamed, never taken back"
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == parts
     assert h.slack.bot_messages(CHANNEL, root)[-1]["blocks"], "the buttons go under the last part"
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["streamed", "posted-then-updated"])
+async def test_a_reply_ending_in_whitespace_is_finished_in_place(h, server, refuse) -> None:
+    h.slack.refuse_streaming = refuse
+    root = "1700020600.000100"
+    server.push(Reply(text=LONG + " \n\n  ", chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the plan, please"), event_id="Ev-ws")) == 200
+    await h.settle()
+    assert not h.slack.deleted, "what was shown is not taken back"
+    [message] = h.slack.bot_messages(CHANNEL, root)
+    assert message["text"].rstrip() == LONG
+    assert len(h.slack.calls_to("chat.postMessage")) == (1 if refuse else 0), "and not posted a second time"
