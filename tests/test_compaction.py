@@ -224,6 +224,21 @@ async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix
     assert "French" not in handoff and "poem" not in handoff
 
 
+async def test_a_deleted_message_never_reaches_the_summarizer(model, prefix, client) -> None:
+    summarizer = scripted("scripted-fast")
+    summarizer.default = Step(text="- [1700.000000] The payments API timeout is 45 s in prod.\n")
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096})
+    await chat(p, ["The payments API timeout is 30 s in prod.", "Vendor contract ZEBRA-991 renews at 4,200 EUR."])
+    edited = p.executor.make_message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
+    await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del", target_id="1700.000001"))
+    await chat(p, filler(70, 2))
+    sent = "\n".join(r["messages"][1]["content"] for r in summarizer.requests)
+    assert summarizer.requests and "45 s" in sent, "the summarizer reads an edited message as it reads now"
+    assert "ZEBRA-991" not in sent and "4,200" not in sent and "30 s" not in sent
+
+
 async def test_summarizer_failure_keeps_notes_and_says_why(model, prefix, client) -> None:
     summarizer = scripted("scripted-fast")
     summarizer.default = Step(error=RuntimeError("provider down"))

@@ -203,6 +203,24 @@ async def test_edit_and_delete_make_facts_suspect_and_pins_survive_compaction(mo
         await h.slack.close()
 
 
+async def test_a_deletion_without_the_deleted_message_finds_its_thread(h: Harness) -> None:
+    """Slack may send ``message_deleted`` with only ``deleted_ts``: a reply's deletion still reaches its thread."""
+    root, reply = "1700000400.000100", "1700000400.000200"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.post(event_body(mention(root, "The API timeout is 30 s in prod."), event_id="Ev-r0"))
+    await h.post(event_body(thread_message(reply, f"<@{BOT_USER}> the vendor key is on page 4", root),
+                            event_id="Ev-r1"))
+    await h.settle()
+    for ts, event_id in ((reply, "Ev-del1"), (root, "Ev-del0"), ("1700000400.000999", "Ev-del9")):
+        deletion = {"type": "message", "subtype": "message_deleted", "channel": CHANNEL, "deleted_ts": ts,
+                    "ts": "1700000401.000000", "hidden": True}
+        assert await h.post(event_body(deletion, event_id=event_id)) == 200
+    await h.settle()
+    changes = (await h.stores.notes.get(cid)).changes
+    assert changes[reply].kind == "deleted" and changes[root].kind == "deleted", changes
+    assert "1700000400.000999" not in changes, "a message this bot never saw changes nothing"
+
+
 async def test_rate_limited_posts_are_retried(h: Harness) -> None:
     h.slack.rate_limit["chat.postMessage"] = 1
     await h.post(event_body(mention("1700000400.000100"), event_id="Ev-429"))
