@@ -130,7 +130,7 @@ _GATE_SPLIT = re.compile(r"[^\w']+")
 
 def is_instruction(sentence: str) -> bool:
     """Whether one sentence is aimed at the assistant's future behaviour (see the module's description)."""
-    return _instruction(sentence)
+    return _gate(sentence.lower()) and _instruction(sentence)
 
 
 def _scoped_adverbial(text: str) -> bool:

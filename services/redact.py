@@ -53,10 +53,9 @@ def _maintained_rules() -> list[tuple[str, re.Pattern[str], bool]]:
 
 _MAINTAINED = _maintained_rules()
 
+_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
+                          r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)", re.DOTALL)
 _OWN: list[tuple[str, re.Pattern[str], bool]] = [(label, pattern, False) for label, pattern in (
-    ("[REDACTED PRIVATE KEY]",
-     re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)",
-                re.DOTALL)),
     ("[REDACTED SLACK TOKEN]", re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}")),
     ("[REDACTED SLACK TOKEN]", re.compile(r"\bxapp-[A-Za-z0-9-]{10,}")),
     ("[REDACTED API KEY]", re.compile(r"\bsk-(?:ant-|proj-|live-)?[A-Za-z0-9_-]{16,}")),
@@ -88,6 +87,8 @@ _PROSE_WORDS = ("passw", "passc", "passphrase", "pin code", "api key", "secret k
 _LANGUAGES = ("en", "de", "fr", "es", "pt", "it")
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s<>|?#]*")
+_VALUE = re.compile(r"[\w-]{24,}")
+_LONG = re.compile(r"[\w+/=.\-]{12,}")
 _RUN = re.compile(r"(?<![A-Za-z0-9+_-])[A-Za-z0-9+_-]{20,}={0,3}(?![A-Za-z0-9+=_-])")
 _SEGMENT = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 _MIN_BITS = 3.9
@@ -115,15 +116,36 @@ def _common_word(word: str) -> bool:
     return any(zipf_frequency(word, lang) >= 3.0 for lang in _LANGUAGES)
 
 
+def _windows(text: str) -> list[tuple[int, int]]:
+    """Where layers 1, 2 and 4 look: around each run of 12 or more token characters that is not a plain word
+    (it holds a digit, one of ``_+/=`` or a capital after its first letter), from 64 characters before it (a rule may
+    need the name before a value) to just after it. Every format those layers know is such a run, and most
+    messages have none, so most text is never scanned by their patterns."""
+    out: list[tuple[int, int]] = []
+    for m in _LONG.finditer(text):
+        token = m.group()
+        if not (any(c.isdigit() or c in "_+/=" for c in token) or not token[1:].islower()):
+            continue  # words, hyphenated or dotted ("follow-up-meeting", "example.com") are no secret
+        start, end = max(0, m.start() - 64), min(len(text), m.end() + 8)
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
 def _found(text: str) -> list[tuple[int, int, str]]:
     """Spans (start, end, marker) of secret values in ``text``, possibly overlapping."""
     spans: list[tuple[int, int, str]] = []
     low = text.lower()
     named = any(word in low for word in _SECRET_WORDS) or "pw" in low or "pass" in low
+    windows = _windows(text)
+    if "PRIVATE KEY" in text:
+        spans.extend((m.start(), m.end(), "[REDACTED PRIVATE KEY]") for m in _PRIVATE_KEY.finditer(text))
+    # the rules that need a secret's name before its value all need a value of 24 characters or more
+    valued = [(a, b) for a, b in windows if _VALUE.search(text, a, b)] if named else []
     for label, pattern, needs_name in (*_MAINTAINED, *_OWN):
-        if needs_name and not named:
-            continue
-        for m in pattern.finditer(text):
+        for m in (m for start, end in (valued if needs_name else windows) for m in pattern.finditer(text, start, end)):
             start, end = m.span()
             while start < end and text[start] in _EDGES:  # some rules match the delimiter around a value
                 start += 1
@@ -137,7 +159,7 @@ def _found(text: str) -> list[tuple[int, int, str]]:
         spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _BEARER.finditer(text))
     if "://" in text and "@" in text:
         spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _URL_PASSWORD.finditer(text))
-    if ("=" in text or ":" in text) and any(word in low for word in _SECRET_WORDS):
+    if ("=" in text or ":" in text) and named and _SECRET_NAME.search(text):
         spans.extend(_assignments(text))
     if any(word in low for word in _PROSE_WORDS):
         for m in _PROSE.finditer(text):
@@ -145,25 +167,34 @@ def _found(text: str) -> list[tuple[int, int, str]]:
             if len(value) >= 4 and not _common_word(value) and not value.startswith("[REDACTED") \
                     and not (value.isdigit() and len(value) < 6):  # "the token budget is 4096"
                 spans.append((m.start(1), m.start(1) + len(value), "[REDACTED]"))
-    urls = [(m.start(), m.end()) for m in _URL.finditer(text)]
-    for m in _RUN.finditer(text):
-        if not any(a <= m.start() < b for a, b in urls) and _random_looking(m.group()):
-            spans.append((m.start(), m.end(), "[REDACTED HIGH ENTROPY STRING]"))
+    urls: list[tuple[int, int]] | None = None
+    for m in (m for start, end in windows for m in _RUN.finditer(text, start, end)):
+        if _random_looking(m.group()):
+            if urls is None:
+                urls = [(u.start(), u.end()) for u in _URL.finditer(text)]
+            if not any(a <= m.start() < b for a, b in urls):
+                spans.append((m.start(), m.end(), "[REDACTED HIGH ENTROPY STRING]"))
     return spans
 
 
 def _assignments(text: str) -> list[tuple[int, int, str]]:
-    """Values of assignments whose name says secret; a value that is not one may be the next one's name
-    ("creds: aws_secret_access_key = …"), so the search goes on from it."""
+    """Values of assignments whose name says secret (``DB_PASSWORD=…``, ``"api_key": "…"``): found from each
+    name that says secret, so a long log costs in proportion to those names, not to its assignments."""
     out = []
-    pos = 0
-    while (match := _ASSIGNMENT.search(text, pos)) is not None:
-        name, value = match.group(1), match.group(2)
-        if _SECRET_NAME.search(name) and not value.startswith("[REDACTED") and not value.isdigit():
+    done = -1
+    for name in _SECRET_NAME.finditer(text):
+        start = name.start()
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+            start -= 1  # the whole name: "aws_secret_access_key", "DB_PASSWORD"
+        if start <= done:
+            continue
+        match = _ASSIGNMENT.match(text, start)
+        if match is None or not _SECRET_NAME.search(match.group(1)):
+            continue
+        value = match.group(2)
+        if not value.startswith("[REDACTED") and not value.isdigit():
             out.append((match.start(2), match.end(2), "[REDACTED]"))
-            pos = match.end(2)
-        else:
-            pos = match.start(2)
+        done = match.end(2)
     return out
 
 
