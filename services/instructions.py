@@ -47,7 +47,7 @@ _ADVERBIAL = (  # temporal adverbials that open a clause (set aside before its s
     r"ab jetzt|von nun an|ab sofort|ab heute|künftig|zukünftig|in zukunft|fortan|von jetzt an|"
     r"d'ora in poi|da ora in poi|d'ora in avanti|da adesso in poi|d'ora innanzi|in futuro|da oggi in poi")
 _FREQUENCY = (  # frequency adverbs: standing scope, and a sign of an imperative when they stand before a verb
-    r"always|never|ever|toujours|jamais|siempre|nunca|jamás|sempre|mai|immer|nie|niemals|stets")
+    r"always|never(?! ?mind)|ever|toujours|jamais|siempre|nunca|jamás|sempre|mai|immer|nie|niemals|stets")
 _NOMINAL = (  # scope phrases that are part of a noun phrase or a subordinate clause
     r"whenever|every (?:single )?time|each time|any ?time|every (?:reply|answer|response|message|question)s?|"
     r"all (?:subsequent|future|further|following|later|your) \w+|subsequent|any more|anymore|ever again|"
@@ -82,7 +82,7 @@ _COURTESY = re.compile(r"(?:please|pls|kindly|bitte|s'il te plaît|s'il vous pla
 _TRANSPARENT = frozenset("""always never ever only just also simply really please kindly
     immer nie niemals stets nur bitte auch doch mal toujours jamais seulement ne n' n’ siempre nunca jamás solo sólo
     sempre só somente mai solo solamente don't dont do not not non no não nicht""".split())
-_FREQUENCY_WORDS = frozenset(_FREQUENCY.split("|"))
+_FREQUENCY_WORDS = frozenset(word.split("(")[0] for word in _FREQUENCY.split("|"))
 _LABEL = re.compile(r"^[^\W\d_][\w ]{0,24}:\s+")  # "Policy: …", "Note to the bot: …"
 _BOT = frozenset("""bot assistant ai threadkeeper chatbot assistent assistente asistente""".split())
 _VOCATIVE = re.compile(r"^(?:(?:hey|hi|ok|okay|dear|yo|hallo|salut|hola|olá|ciao)\s+)?"

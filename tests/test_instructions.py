@@ -184,7 +184,13 @@ def test_an_instruction_is_told_apart(sentence: str) -> None:
     assert is_instruction(sentence)
 
 
-@pytest.mark.parametrize("sentence", FACTS)
+IDIOMS = [  # a frequency word inside an idiom sets no standing scope
+    "@threadkeeper actually never mind the incident timeline, a capacity plan for Q3 is more urgent",
+    "Never mind, I found the runbook.",
+]
+
+
+@pytest.mark.parametrize("sentence", FACTS + IDIOMS)
 def test_how_the_team_works_is_a_fact(sentence: str) -> None:
     assert not is_instruction(sentence)
 
