@@ -290,7 +290,7 @@ class SlackBot(SlackIntake):
                                                                   reply_expected=addressed, route=route,
                                                                   author_id=person))
         self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
-        if appended and thread_ts != ts:  # a reply: a deletion may name only its ts
+        if appended and thread_ts != ts and isinstance(thread_ts, str):  # a reply: a deletion may name only its ts
             await self.notes.remember_thread(conversation_id(team, channel, ts), thread_ts)
         if appended:
             if addressed or route:
