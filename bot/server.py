@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
+from .envelope import problem as envelope_problem
 from .slack import SlackBot
 
 log = logging.getLogger("threadkeeper.server")
@@ -30,20 +31,38 @@ def socket_state(handler: Any) -> SlackState:
 
 
 def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
-                  durability: str = "unknown", slack: SlackState | None = None) -> web.Application:
+                  durability: str = "unknown", slack: SlackState | None = None,
+                  ack_seconds: float = 2.0) -> web.Application:
     """``POST /slack/events`` (signature verified by Bolt), ``GET /healthz``, ``GET /metrics``.
 
     ``/healthz`` also says how Redis keeps acknowledged messages across its own restart (``durability``) and
     how Slack reaches this process: ``http`` (events are posted to it) or, in Socket Mode, whether the
-    connection is up (``slack``); a worker whose socket is down answers 503, since it receives nothing."""
+    connection is up (``slack``); a worker whose socket is down answers 503, since it receives nothing.
+
+    An event is acknowledged once it is stored; when Redis does not answer within ``ack_seconds`` (stalled,
+    failing over) the endpoint answers 503 at once, so Slack sends the event again, instead of holding the
+    request until Slack gives up on it (a retry that finds the event stored is deduplicated)."""
 
     async def slack_events(request: web.Request) -> web.Response:
+        why = envelope_problem(request.headers, await request.read())
+        if why is None:
+            try:
+                bolt_request = await to_bolt_request(request)
+            except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:  # Bolt could not read it
+                why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if why is not None:
+            bot.metrics.events.labels("request", "rejected").inc()
+            log.warning("rejected a malformed Slack request: %s", why)
+            return web.Response(status=400, text=f"malformed Slack request: {why}")
         try:
-            bolt_request = await to_bolt_request(request)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # Bolt could not read the envelope
-            log.warning("rejected a malformed Slack request (%s: %s)", type(exc).__name__, exc)
-            return web.Response(status=400, text=f"malformed Slack request: {type(exc).__name__}: {exc}")
-        return await to_aiohttp_response(await bot.app.async_dispatch(bolt_request))
+            async with asyncio.timeout(ack_seconds):
+                response = await bot.app.async_dispatch(bolt_request)
+        except TimeoutError:
+            bot.metrics.events.labels("request", "timeout").inc()
+            log.warning("Redis did not answer within %.1f s: answered 503, Slack will send the event again",
+                        ack_seconds)
+            return web.Response(status=503, text=f"storage did not answer within {ack_seconds:g} s; retry")
+        return await to_aiohttp_response(response)
 
     flow = bot.app.oauth_flow
 
@@ -112,8 +131,8 @@ async def run_until_stopped(bot: SlackBot, *, sweep_seconds: float, shutdown_sec
 
 
 async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int, sweep_seconds: float,
-                     shutdown_seconds: float = 20.0, durability: str = "unknown") -> None:
-    runner = web.AppRunner(build_web_app(bot, health, durability=durability))
+                     shutdown_seconds: float = 20.0, durability: str = "unknown", ack_seconds: float = 2.0) -> None:
+    runner = web.AppRunner(build_web_app(bot, health, durability=durability, ack_seconds=ack_seconds))
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -296,6 +296,8 @@ class SlackBot(SlackIntake):
                                                                   reply_expected=addressed, route=route,
                                                                   author_id=person))
         self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
+        if appended and thread_ts != ts and isinstance(thread_ts, str):  # a reply: a deletion may name only its ts
+            await self.notes.remember_thread(conversation_id(team, channel, ts), thread_ts)
         if appended:
             if addressed or route:
                 self.trigger_ts[cid] = ts
@@ -324,7 +326,10 @@ class SlackBot(SlackIntake):
         if not deleted:
             return
         team = body.get("team_id") or "T"
-        cid = conversation_of(team, event["channel"], deleted, previous.get("thread_ts"))
+        thread_ts = previous.get("thread_ts")
+        if not previous:  # Slack left out the deleted message: the thread it was a reply in, if it was one
+            thread_ts = await self.notes.thread_of(conversation_id(team, event["channel"], deleted))
+        cid = conversation_of(team, event["channel"], deleted, thread_ts)
         await self._effect(cid, InboxItem(kind="delete", event_id=body.get("event_id"), target_id=deleted,
                                           reply_expected=False))
 

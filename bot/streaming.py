@@ -184,12 +184,15 @@ class SlackDraft:
         """End the draft as the reply's first part (``blocks``: the feedback buttons, when it is the only
         part). Returns False when nothing was shown or the reply is not what was shown (the draft is then
         deleted and the reply posted whole)."""
-        if self.ts is None or self.unsure or not first_part.startswith(self.shown):
+        shown = self.shown.rstrip()  # the reply is trimmed when it is done; whitespace shown at its end is not text
+        if self.ts is None or self.unsure or not first_part.startswith(shown):
             await self.discard()
             return False
         try:
             if self.stream is not None:
-                rest = first_part[len(self.shown):]
+                # what follows what was shown (its trailing whitespace, when the reply dropped it, stays shown)
+                rest = first_part[len(self.shown if first_part.startswith(self.shown) else shown):]
+                rest = rest if rest.strip() else ""
                 await self.stream.stop(markdown_text=rest or None, blocks=blocks)
             else:
                 await self.client.chat_update(channel=self.channel, ts=self.ts, text=first_part, blocks=blocks)

@@ -7,7 +7,10 @@ Two modes, chosen by the settings:
 * **Installs** (``SLACK_CLIENT_ID`` and ``SLACK_CLIENT_SECRET``): any workspace that installed the app
   through Bolt's OAuth flow (``/slack/install``). Installations and OAuth states live in Redis
   (:class:`RedisInstallationStore`, :class:`RedisStateStore`), so every worker of a fleet serves every
-  workspace and a restart forgets none. A workspace without an installation is foreign.
+  workspace and a restart forgets none. A workspace without an installation is foreign. Installations hold
+  bot (and user and refresh) tokens, so they are stored encrypted with Fernet (``cryptography``) under
+  ``THREADKEEPER_ENCRYPTION_KEY``; an installation stored in plain text by an earlier version is read and
+  stored again encrypted.
 
 Either way a conversation's team (the first part of its id) names the client its replies, reactions and
 lookups use, and the bot's own user id in that workspace.
@@ -25,8 +28,10 @@ from typing import Any
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 from slack_sdk.oauth.installation_store.models import Bot, Installation
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from slack_sdk.web.async_client import AsyncWebClient
 
+from threadkeeper.persistence import ThreadkeeperError
 from threadkeeper.persistence.keys import installation_key, oauth_state_key
 
 log = logging.getLogger("threadkeeper.slack")
@@ -47,35 +52,78 @@ class _InRedis:
         return log
 
 
+class EncryptionKeyError(ThreadkeeperError):
+    """The encryption key is missing, malformed, or not the one stored installations were encrypted with."""
+
+
+def cipher(keys: str | None) -> MultiFernet:
+    """The cipher of ``THREADKEEPER_ENCRYPTION_KEY``: one Fernet key, or several separated by commas to rotate
+    (the first encrypts; every one decrypts)."""
+    parts = [k.strip() for k in (keys or "").split(",") if k.strip()]
+    if not parts:
+        raise EncryptionKeyError(
+            "THREADKEEPER_ENCRYPTION_KEY is not set: installs through OAuth (SLACK_CLIENT_ID) store each "
+            "workspace's bot token encrypted with it. Make one with: python -c \"from cryptography.fernet import "
+            "Fernet; print(Fernet.generate_key().decode())\" and give every worker the same key")
+    try:
+        return MultiFernet([Fernet(k) for k in parts])
+    except (ValueError, TypeError):
+        raise EncryptionKeyError("THREADKEEPER_ENCRYPTION_KEY must be Fernet keys (32 bytes in url-safe base64, "
+                                 "44 characters), separated by commas") from None
+
+
 class RedisInstallationStore(_InRedis, AsyncInstallationStore):
-    """The latest installation and bot token of each workspace, one Redis hash per workspace."""
+    """The latest installation and bot token of each workspace, one Redis hash per workspace, encrypted."""
+
+    def __init__(self, client: Any, prefix: str, *, encryption: MultiFernet) -> None:
+        super().__init__(client, prefix)
+        self.encryption = encryption
 
     def _key(self, enterprise_id: str | None, team_id: str | None, is_enterprise_install: bool | None = False) -> str:
         return installation_key(self.prefix, enterprise_id, None if is_enterprise_install else team_id)
 
+    def _seal(self, value: Any) -> bytes:
+        return self.encryption.encrypt(json.dumps(value.__dict__).encode())
+
+    async def _open(self, key: str, field: str) -> dict[str, Any] | None:
+        raw = await self.client.hget(key, field)
+        if not raw:
+            return None
+        raw = raw if isinstance(raw, bytes) else raw.encode()
+        if raw.lstrip().startswith(b"{"):  # stored in plain text by an earlier version: sealed now
+            value = json.loads(raw)
+            await self.client.hset(key, field, self.encryption.encrypt(raw))
+            return value  # type: ignore[no-any-return]
+        try:
+            return json.loads(self.encryption.decrypt(raw))  # type: ignore[no-any-return]
+        except InvalidToken:
+            raise EncryptionKeyError(f"the installation stored at {key} cannot be decrypted: "
+                                     "THREADKEEPER_ENCRYPTION_KEY is not the key it was stored with (to change "
+                                     "keys, list the new one first and keep the old one after it)") from None
+
     async def async_save(self, installation: Installation) -> None:
         key = self._key(installation.enterprise_id, installation.team_id, installation.is_enterprise_install)
-        fields = {"installation": json.dumps(installation.__dict__)}
+        fields = {"installation": self._seal(installation)}
         bot = installation.to_bot()
         if bot.bot_token:
-            fields["bot"] = json.dumps(bot.__dict__)
+            fields["bot"] = self._seal(bot)
         await self.client.hset(key, mapping=fields)
 
     async def async_save_bot(self, bot: Bot) -> None:
         if bot.bot_token:
             key = self._key(bot.enterprise_id, bot.team_id, bot.is_enterprise_install)
-            await self.client.hset(key, "bot", json.dumps(bot.__dict__))
+            await self.client.hset(key, "bot", self._seal(bot))
 
     async def async_find_bot(self, *, enterprise_id: str | None, team_id: str | None,
                              is_enterprise_install: bool | None = False) -> Bot | None:
-        raw = await self.client.hget(self._key(enterprise_id, team_id, is_enterprise_install), "bot")
-        return Bot(**json.loads(raw)) if raw else None
+        value = await self._open(self._key(enterprise_id, team_id, is_enterprise_install), "bot")
+        return Bot(**value) if value else None
 
     async def async_find_installation(self, *, enterprise_id: str | None, team_id: str | None,
                                       user_id: str | None = None,
                                       is_enterprise_install: bool | None = False) -> Installation | None:
-        raw = await self.client.hget(self._key(enterprise_id, team_id, is_enterprise_install), "installation")
-        return Installation(**json.loads(raw)) if raw else None
+        value = await self._open(self._key(enterprise_id, team_id, is_enterprise_install), "installation")
+        return Installation(**value) if value else None
 
     async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         await self.client.hdel(self._key(enterprise_id, team_id), "bot")

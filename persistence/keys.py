@@ -8,6 +8,8 @@
 ``<prefix>:{<conversation>}:dead``   list  inbox items no version of this code could read (kept for operators)
 ``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, flags)
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
+``<prefix>:{<conversation>}:thread``  string  for a reply's own id (``slack:<team>:<channel>:<reply ts>``): the
+    ts of the thread it was posted in, so a deletion that names only the reply finds its thread (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
 ``<prefix>:pending``  sorted set  conversations with work owed (queued items, a reply not yet delivered): the sweep's
     registry; added on every append, removed by the lease holder once the conversation is drained
@@ -89,6 +91,10 @@ class ConversationKeys:
     @property
     def lease(self) -> str:
         return f"{self.base}:lease"
+
+    @property
+    def thread(self) -> str:
+        return f"{self.base}:thread"
 
     def dedup(self, key: str) -> str:
         return f"{self.base}:dedup:{key}"

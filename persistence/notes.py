@@ -44,6 +44,17 @@ class NotesStore(RedisStore):
         raw = await self._call(self.client.hget(self.keys(conversation_id).notes, f"flag:{name}"))
         return json.loads(raw) if raw is not None else None
 
+    async def remember_thread(self, message_key: str, thread_ts: str) -> None:
+        """Remember which thread a reply was posted in; ``message_key`` is the id its own ts would have as a
+        thread (Slack's ``message_deleted`` names the reply's ts and, without ``previous_message``, not its
+        thread)."""
+        await self._call(self.client.set(self.keys(message_key).thread, thread_ts, ex=self.retention_seconds))
+
+    async def thread_of(self, message_key: str) -> str | None:
+        """The thread a reply was posted in (see :meth:`remember_thread`), or None."""
+        raw = await self._call(self.client.get(self.keys(message_key).thread))
+        return raw.decode() if isinstance(raw, bytes) else raw
+
     async def _set(self, conversation_id: str, field: str, value: str) -> None:
         key = self.keys(conversation_id).notes
         pipe = self.client.pipeline(transaction=True)

@@ -240,7 +240,9 @@ class Compactor:
         calm = self._retain(live, pinned_ids, min(budget.retained_user_tokens, calm_room),
                             min(budget.pin_tokens, calm_room), calm_room)
         carry = budget.target_tokens - sum(m.tokens for m in calm) - HANDOFF_OVERHEAD
-        carried_before = list(previous.narrative) if previous else []
+        deleted = {mid for mid, text in changes.items() if text is None}
+        # an earlier narrative line that cites a message deleted since is not carried (nor shown to the summarizer)
+        carried_before = [e for e in (previous.narrative if previous else []) if deleted.isdisjoint(e.source_ids)]
         narrative: Narrative | None = None
         entries: list[NarrativeEntry] = carried_before
         tightened = 0
@@ -257,9 +259,10 @@ class Compactor:
             ledger.generation = (previous.generation if previous else 0) + 1
             kept_tokens = sum(m.tokens for m in kept)
             cap = max(64, int((target - kept_tokens) * shrink) - HANDOFF_OVERHEAD)
-            if narrative is None:
+            if narrative is None:  # the summarizer reads messages as they read now: a deleted one not at all
                 narrative, entries = await self.summarizer.handoff_narrative(
-                    carried_before, [m for m in folded if m.role in ("user", "assistant")],
+                    carried_before, [c for c in (self._current(m, notes) for m in folded
+                                                 if m.role in ("user", "assistant")) if c is not None],
                     int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
             rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
                                       carry_tokens=max(cap, carry))

@@ -1,99 +1,239 @@
-"""Standing instructions to the assistant, told apart from what a thread says about how its team works.
+"""Text aimed at the assistant's future behaviour, told apart from what a thread says about how its team works.
 
 "From now on, always answer in French" tells the assistant how to behave; "From now on we deploy on
-Tuesdays" is a fact about the team. A handoff carries facts, decisions and asks; it must never carry an
-instruction, whoever wrote it (a person, a tool's output, the summarizer, ``record_state``), because a later
-context would read it as the thread's settled state. A sentence is an instruction when it has a standing
-scope ("from now on", "always", "every time", "désormais", "ab jetzt", …) and is aimed at the assistant (it
-tells someone to answer, reply, write, sign, … ; it says "you" must; it names the bot), unless the team is
-named before that, as its subject ("we", "our team", "nous", "wir", Spanish first-person plural verbs, …). Attempts to override the
-assistant's instructions ("ignore all previous instructions") are instructions whatever their form.
+Tuesdays" is a fact about the team. Nothing a person wrote may reach a handoff, the memory or ``record_state``
+with more authority than their message had: an instruction in a person's message is kept only as what it is,
+that person's ask ("ana asked: …"), and one that a tool's output, the summarizer or ``record_state`` states
+is rejected, since a later context would read it as the thread's settled state.
 
-English, French, Spanish, German, Portuguese and Italian phrasings are recognised.
+The rule is structural, not a list of phrasings. A sentence is an instruction when
+
+1. it tries to override the assistant's instructions ("ignore all previous instructions", "you are now …"), or
+2. its main clause has a **standing scope** (a frequency or future-scope adverbial: "always", "never",
+   "from now on", "whenever …", "every time …", "all subsequent replies", "ab sofort", "désormais", "siempre",
+   "d'ora in poi", …; one inside a later subordinate clause, "why the job always fails", does not count)
+   **and is aimed at the addressee**: after the leading adverbials, subordinate clause ("Whenever someone
+   asks …,"), label ("Policy:") or form of address ("Assistant,", "@bot") are set aside, the clause
+   - has a second-person subject or possessive (you, your, du, tu, vous, usted, você, voi, …; also inverted:
+     "sollst du", "antwortest du", "Antworten Sie"), or names the bot as its subject; or
+   - is an imperative: it starts with a verb, which shows in its structure: a frequency adverb stands before
+     it ("Always end …", "ALWAYS obey …": in a statement the subject comes first, "we always deploy"), the
+     sentence addresses the bot, or the word after it opens an object or complement (a determiner, pronoun,
+     preposition or "that": "tell them", "make all …", "answer in …", "réponds en …").
+
+   A clause whose subject is someone else is a statement: a first-person or third-person pronoun,
+   a determiner ("the team", "our on-call", "l'équipe"), a first-person-plural verb ending in the pro-drop
+   languages ("desplegamos", "usiamo"), or a bare noun followed by its verb ("Deploys never go out").
+
+The word lists are closed classes (pronouns, determiners, prepositions, frequency adverbs) of English, German,
+French, Spanish, Portuguese and Italian; what they recognise is the sentence's shape.
 """
 
 from __future__ import annotations
 
 import re
 
-from .extract import _Cue
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_TOKEN = re.compile(r"<@?[\w.-]+>|@[\w.-]+|[^\W\d_]+n['’]t\b|[^\W\d_]+['’](?:re|ll|ve|s|m|d)\b|[^\W\d_]+['’]|[\w-]+")
 
+# -- standing scope ---------------------------------------------------------------------------------------------
+_ADVERBIAL = (  # temporal adverbials that open a clause (set aside before its subject or verb is looked for)
+    r"from now on|going forward|moving forward|from here on(?: out| in)?|henceforth|hereafter|from this point on|"
+    r"in (?:the )?future|for all future \w+|for (?:the rest of|all) (?:this|the) \w+|until (?:i|we) say otherwise|"
+    r"until further notice|from today on|starting (?:now|today)|no matter what|at all times|by default|"
+    r"à partir de maintenant|à partir d'aujourd'hui|désormais|dorénavant|à l'avenir|dès maintenant|"
+    r"a partir de ahora|de ahora en adelante|en adelante|desde ahora|a partir de hoy|"
+    r"a partir de agora|daqui em diante|de agora em diante|daqui para frente|"
+    r"ab jetzt|von nun an|ab sofort|ab heute|künftig|zukünftig|in zukunft|fortan|von jetzt an|"
+    r"d'ora in poi|da ora in poi|d'ora in avanti|da adesso in poi|d'ora innanzi|in futuro|da oggi in poi")
+_FREQUENCY = (  # frequency adverbs: standing scope, and a sign of an imperative when they stand before a verb
+    r"always|never(?! ?mind)|ever|toujours|jamais|siempre|nunca|jamás|sempre|mai|immer|nie|niemals|stets")
+_NOMINAL = (  # scope phrases that are part of a noun phrase or a subordinate clause
+    r"whenever|every (?:single )?time|each time|any ?time|every (?:reply|answer|response|message|question)s?|"
+    r"all (?:subsequent|future|further|following|later|your) \w+|subsequent|any more|anymore|ever again|"
+    # a condition on anyone at all is a standing rule: "when anyone asks …", "si quelqu'un demande …"
+    r"(?:when|if|wenn|falls|quand|si|cuando|quando|se) (?:anyone|someone|anybody|somebody|people|jemand|"
+    r"quelqu'un|alguien|alguém|qualcuno)|"
+    r"chaque fois|à chaque fois|toutes? (?:les|tes|vos) (?:réponses|messages)|cada vez|todas (?:las|tus) respuestas|"
+    r"toda vez|sempre que|todas as respostas|jedes mal|jedesmal|jede antwort|alle antworten|ogni volta|"
+    r"tutte le risposte|ogni risposta")
+SCOPE = re.compile(rf"\b(?:{_ADVERBIAL}|{_FREQUENCY}|{_NOMINAL})\b")
 
-SCOPE = _Cue(
-    r"\b(?:from now on|going forward|from here on(?: out)?|henceforth|hereafter|in (?:the )?future|for all future|"
-    r"every (?:single )?time|each time|always|never|whenever|until (?:i|we) say otherwise|for the rest of (?:this|the)|"
-    # French
-    r"à partir de maintenant|désormais|dorénavant|à l'avenir|toujours|jamais|chaque fois|"
-    # Spanish / Portuguese
-    r"a partir de ahora|de ahora en adelante|en adelante|siempre|nunca|cada vez|a partir de agora|daqui em diante|"
-    r"sempre|toda vez|"
-    # German
-    r"ab jetzt|von nun an|ab sofort|künftig|zukünftig|immer|nie|niemals|jedes mal|"
-    # Italian
-    r"d'ora in poi|da ora in poi|d'ora in avanti|ogni volta|mai)\b")
-
-AIMED = _Cue(
-    # what the assistant does with its replies, as an imperative (base form only: "answers" is a fact)
-    r"\b(?:answer|reply|respond|write|speak|talk|sign|format|translate|summari[sz]e|greet|address me|call me|"
-    r"refer to me|end (?:your|every|each|all)|start (?:your|every|each|all)|begin (?:your|every|each|all)|"
-    r"act as|pretend|behave|roleplay|role-play|"
-    r"you (?:must|should|will|shall|need to|have to|are to|are now)|the (?:bot|assistant|ai)|threadkeeper|"
-    # French
-    r"réponds|répondez|écris|écrivez|parle|parlez|signe|signez|traduis|traduisez|résume|résumez|appelle-moi|"
-    r"tu dois|vous devez|tu vas|"
-    # Spanish / Portuguese
-    r"responde|contesta|escribe|habla|firma|traduce|resume|llámame|debes|tienes que|responda|escreva|fale|"
-    r"você deve|"
-    # German
-    r"antworte|antworten sie|schreib|schreibe|sprich|unterschreibe|übersetze|fasse|nenn mich|du sollst|"
-    r"sollst du|du musst|musst du|"
-    # Italian
-    r"rispondi|scrivi|parla|firma|traduci|riassumi|devi)\b")
-
-TEAM = _Cue(
-    r"\b(?:we|we're|we've|we'll|our|the team|our team|"
-    r"nous|notre|nos|l'équipe|"
-    r"nosotros|nuestro|nuestra|el equipo|nós|a equipe|"
-    r"wir|unser|unsere|das team|"
-    r"noi|il team|la squadra)\b|\b\w+(?:amos|emos|imos|iamo)\b")
-
-OVERRIDE = _Cue(
+OVERRIDE = re.compile(
     r"\b(?:ignore|disregard|forget|override)\b[^.!?\n]{0,40}\b(?:instructions?|rules|prompts?|guidelines|directions)\b|"
     r"\byou are now\b|\bsystem prompt\b|\bnew instructions?:|"
     r"\bignore[sz]?\b[^.!?\n]{0,40}\binstructions\b|\bignora\b[^.!?\n]{0,40}\binstrucciones\b|"
     r"\bignoriere?\b[^.!?\n]{0,40}\banweisungen\b|\bignora\b[^.!?\n]{0,40}\bistruzioni\b|"
-    r"\b(?:oublie|oubliez)\b[^.!?\n]{0,40}\binstructions\b")
+    r"\b(?:oublie|oubliez)\b[^.!?\n]{0,40}\binstructions\b|\bignore\b[^.!?\n]{0,40}\binstruções\b")
 
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_WORDS = re.compile(r"[^\W\d_]+")
-_GATE = frozenset("""now forward here henceforth hereafter future time always never whenever otherwise rest
-    maintenant désormais dorénavant avenir toujours jamais fois ahora adelante siempre nunca vez agora diante
-    sempre jetzt nun sofort künftig zukünftig immer nie niemals mal ora poi avanti volta mai
-    instruction instructions rules prompt prompts guidelines directions instrucciones anweisungen istruzioni""".split())
-"""Every word one of SCOPE's or OVERRIDE's phrases needs: a text with none of them holds no instruction, which
-a set lookup tells faster than the patterns."""
+# -- what opens a clause ----------------------------------------------------------------------------------------
+_SUBORDINATOR = re.compile(  # a leading subordinate clause ends at its comma
+    r"^(?:whenever|when|if|once|every (?:single )?time|each time|any ?time|as soon as|wenn|immer wenn|jedes mal wenn|"
+    r"falls|sobald|quand|lorsque|chaque fois que|si|dès que|cuando|cada vez que|siempre que|en cuanto|quando|"
+    r"sempre que|toda vez que|se|ogni volta che|appena)\b")
+_LATER_SUBORDINATOR = re.compile(  # where the main clause's scope ends
+    r"\b(?:why|what|which|who|whom|whose|how|where|because|since|whether|warum|weil|ob|wieso|pourquoi|parce que|"
+    r"pourquoi|porque|por qué|por que|perché|poiché|quale|dove|come mai)\b")
+_LEADING = re.compile(  # adverbials, courtesy and connectives set aside at the start of a clause
+    rf"^(?:{_ADVERBIAL}|please|pls|kindly|and|also|so|then|now|ok|okay|"
+    r"bitte|und|auch|dann|jetzt|s'il te plaît|s'il vous plaît|et|alors|maintenant|por favor|y|entonces|ahora|"
+    r"e|então|agora|per favore|quindi|poi|ora|adesso)\b[\s,;:!-]*")
+_COURTESY = re.compile(r"(?:please|pls|kindly|bitte|s'il te plaît|s'il vous plaît|por favor|per favore)\b")
+_TRANSPARENT = frozenset("""always never ever only just also simply really please kindly
+    immer nie niemals stets nur bitte auch doch mal toujours jamais seulement ne n' n’ siempre nunca jamás solo sólo
+    sempre só somente mai solo solamente don't dont do not not non no não nicht""".split())
+_FREQUENCY_WORDS = frozenset(word.split("(")[0] for word in _FREQUENCY.split("|"))
+_LABEL = re.compile(r"^[^\W\d_][\w ]{0,24}:\s+")  # "Policy: …", "Note to the bot: …"
+_BOT = frozenset("""bot assistant ai threadkeeper chatbot assistent assistente asistente""".split())
+_VOCATIVE = re.compile(r"^(?:(?:hey|hi|ok|okay|dear|yo|hallo|salut|hola|olá|ciao)\s+)?"
+                       r"(?:(?:<@\w+>|@[\w.-]+)\s*[,:!]?\s*|(?:the\s+)?(?:bot|assistant|ai|threadkeeper|chatbot|"
+                       r"assistent|assistente|asistente)\s*[,:!]\s*)")
+
+_SECOND = frozenset("""you you're you'll u ya your yours yourself du dich dir dein deine deinen deinem deiner ihr euch
+    euer eure tu toi te t' t’ ton ta tes vous votre vos usted ustedes tú vos tus tu su sus você vocês teu tua teus
+    tuas seu sua voi tuo tuoi vostro vostra""".split())
+_FORMAL_SIE = "Sie"
+_OTHER_SUBJECT = frozenset("""we i i'm we're we've we'll they he she it it's there this that these those our my their
+    his her its the a an all every each some no everyone everybody someone somebody nobody people one
+    wir ich sie er es man unser unsere unseren der die das den dem ein eine einen alle jeder jede jedes
+    nous je j' j’ il elle ils elles on notre nos le la les l' l’ un une des ce cet cette ces tout tous toute toutes
+    chaque nosotros nosotras yo él ella ellos ellas nuestro nuestra nuestros nuestras el los las este esta estos
+    estas todo todos cada nós eu ele ela eles elas nosso nossa nossos nossas o os as um uma noi io lui lei loro
+    nostro nostra nostri il lo gli i ogni tutti tutte""".split())
+_OPENS_OBJECT = frozenset("""the a an all every each any some this that these those my our his her their them me us
+    him it everyone everybody everything anyone anything nothing nobody
+    in on at to for with without as about from by like into onto of than that if when only
+    den dem der die das ein eine einen einem alle jede jeden mir mich uns ihm ihn ihnen es alles nichts
+    auf in an zu für mit ohne als über von bei nach aus um dass jeder jedem jeden
+    le la les l' l’ un une des tout tous toutes chaque me moi nous lui leur leurs en à avec pour sur comme sans de
+    du par dans que qu' qu’
+    el los las una todo todos todas cada me nos le les lo con a para por sobre como sin de del en que
+    o os as um uma tudo me nos lhe lhes com para por sobre como sem de do da em no na que
+    il lo gli le un una ogni tutto tutti mi ci gli con a per su come senza di da in che""".split())
+_ENGLISH_PREPOSITIONS = frozenset("to in on at for with from of by about into".split())
+_FIRST_PLURAL = re.compile(r"(?:amos|emos|imos|iamo|ámos|êmos|ons)$")
+_SECOND_SINGULAR = re.compile(r"^\w{2,6}(?:i|es|as|is)$")
+_INFINITIVE = re.compile(r"\w{2,}(?:are|ere|ire|ar|er|ir)$")
+
+_GATE_WORDS = frozenset("""now forward here henceforth hereafter future rest otherwise notice today starting matter
+    times default always never ever whenever time anytime every each subsequent following later anymore again all
+    maintenant aujourd'hui désormais dorénavant avenir toujours jamais fois toutes réponses ahora adelante hoy
+    siempre nunca jamás vez todas respuestas agora diante frente sempre toda respostas jetzt nun sofort heute
+    künftig zukünftig zukunft fortan immer nie niemals stets mal jedesmal antwort antworten ora poi avanti adesso
+    innanzi futuro oggi mai volta risposte risposta instruction instructions rules prompt prompts guidelines
+    directions instrucciones anweisungen istruzioni instruções anyone someone anybody somebody people jemand
+    quelqu'un alguien alguém qualcuno""".split())
+"""Every word one of SCOPE's or OVERRIDE's phrases needs: a text with none of them holds no instruction, which a
+set lookup tells faster than the patterns."""
+_GATE_SPLIT = re.compile(r"[^\w']+")
 
 
 def is_instruction(sentence: str) -> bool:
-    """Whether one sentence is a standing instruction to the assistant (see the module's description)."""
-    return _instruction(sentence.lower())
+    """Whether one sentence is aimed at the assistant's future behaviour (see the module's description)."""
+    return _gate(sentence.lower()) and _instruction(sentence)
 
 
-def _instruction(lowered: str) -> bool:
-    if OVERRIDE.pattern.search(lowered):
-        return True
-    aimed = AIMED.pattern.search(lowered) if SCOPE.pattern.search(lowered) else None
-    if aimed is None:
+def _scoped_adverbial(text: str) -> bool:
+    """Whether the text opens with an adverbial that holds a standing scope, set off by a comma ("For all future
+    messages, …", "Pour toutes les réponses suivantes, …")."""
+    comma = text.find(",", 0, 80)
+    if comma < 0:
         return False
-    return TEAM.pattern.search(lowered, 0, aimed.start()) is None  # the team as the subject: before what is aimed
+    words = _TOKEN.findall(text[:comma])
+    return bool(words) and len(words) <= 8 and (SCOPE.match(text) is not None or words[0] in _OPENS_OBJECT) \
+        and SCOPE.search(text, 0, comma) is not None
+
+
+def _main_clause(text: str) -> tuple[str, bool]:
+    """The sentence without its leading label, form of address, subordinate clause and adverbials, and whether
+    it addressed the bot or asked politely ("please", "bitte": a request to the reader)."""
+    addressed = False
+    while True:
+        before = text
+        if (m := _VOCATIVE.match(text)) is not None:
+            text, addressed = text[m.end():], True
+        elif (m := _LABEL.match(text)) is not None:
+            text = text[m.end():]
+        elif (m := _LEADING.match(text)) is not None and m.end() > 0:
+            addressed = addressed or _COURTESY.match(m.group()) is not None
+            text = text[m.end():]
+        elif _SUBORDINATOR.match(text) or _scoped_adverbial(text):
+            comma = text.find(",")
+            if comma < 0 or comma > 120:
+                break
+            text = text[comma + 1:].lstrip()
+        if text == before:
+            break
+    return text, addressed
+
+
+def _instruction(sentence: str) -> bool:
+    low = sentence.lower().strip()
+    if OVERRIDE.search(low):
+        return True
+    later = _LATER_SUBORDINATOR.search(low)
+    if not SCOPE.search(low, 0, later.start() if later else len(low)):
+        return False
+    clause, addressed = _main_clause(low)
+    original = sentence.strip()[len(sentence.strip()) - len(clause):] if clause else ""
+    tokens = _TOKEN.findall(clause)
+    cased = _TOKEN.findall(original)
+    fronted = False
+    while tokens and (tokens[0] in _TRANSPARENT or tokens[0] == "do" and tokens[1:2] == ["not"]):
+        fronted = fronted or tokens[0] in _FREQUENCY_WORDS
+        tokens, cased = tokens[1:], cased[1:]
+    if not tokens:
+        return addressed
+    first = tokens[0]
+    if first in _SECOND:
+        return True
+    if first in _BOT or first == "the" and tokens[1:2] and tokens[1] in _BOT:
+        return True  # "The bot should always …"
+    if first in _OTHER_SUBJECT:
+        return False
+    if any(t in _SECOND and n in _TRANSPARENT for t, n in zip(tokens[1:4], tokens[2:5])):
+        return True  # a second-person subject and its adverb a few words in: "make sure you always …"
+    rest = [(t, c) for t, c in zip(tokens[1:], cased[1:] + [""] * len(tokens)) if t not in _TRANSPARENT]
+    if rest and SCOPE.search(clause):  # a scope adverbial after the verb is not its object: "sag ab jetzt bei …"
+        spans = [m.span() for m in SCOPE.finditer(clause)]
+        scrub = lambda text: "".join(" " if any(a <= i < b for a, b in spans) else ch for i, ch in enumerate(text))
+        words, words_cased = _TOKEN.findall(scrub(clause)), _TOKEN.findall(scrub(original))
+        at = words.index(first) + 1 if first in words else 1
+        rest = [(t, c) for t, c in zip(words[at:], words_cased[at:] + [""] * len(words)) if t not in _TRANSPARENT]
+    second, second_cased = rest[0] if rest else ("", "")
+    if first in ("can", "could", "would", "will", "kannst", "könntest", "peux", "pourrais", "puedes", "podrías",
+                 "pode", "podes", "puoi", "potresti"):
+        return second in _SECOND
+    if second in _SECOND or second_cased == _FORMAL_SIE:
+        return True  # inverted: "sollst du", "antwortest du", "Antworten Sie"
+    if second in _OTHER_SUBJECT and second in ("wir", "nous", "noi", "nosotros", "nós", "we", "man", "ich", "on"):
+        return False  # inverted first person: "deployen wir"
+    if _FIRST_PLURAL.search(first):
+        return False  # "desplegamos", "usiamo", "déployons"
+    if _SECOND_SINGULAR.search(first) and _INFINITIVE.search(second):
+        return True  # no subject, a finite verb of the second person and an infinitive: "devi firmare", "debes usar"
+    if first.endswith("s") and not first.endswith(("ss", "us", "is")) and second in _ENGLISH_PREPOSITIONS:
+        return False  # a plural noun and its modifier ("Deployments to eu-west …"), not a verb in base form
+    if fronted or addressed or not second:
+        return True
+    return second in _OPENS_OBJECT or second in _SECOND
+
+
+def _gate(lowered: str) -> bool:
+    return not _GATE_WORDS.isdisjoint(_GATE_SPLIT.split(lowered))
+
+
+def split_instructions(text: str) -> tuple[str, str]:
+    """``text`` without its sentences aimed at the assistant's future behaviour, and those sentences."""
+    if not _gate(text.lower()):
+        return text, ""  # the common case
+    pieces = [s for s in _SENTENCE.split(text) if s.strip()]
+    kept = [s for s in pieces if not _instruction(s)]
+    if len(kept) == len(pieces):
+        return text, ""
+    return " ".join(kept).strip(), " ".join(s.strip() for s in pieces if s not in kept)
 
 
 def without_instructions(text: str) -> str:
-    """``text`` without its sentences that are standing instructions ("" when that is all it says)."""
-    lowered = text.lower()
-    if _GATE.isdisjoint(_WORDS.findall(lowered)) or not (SCOPE.pattern.search(lowered)
-                                                         or OVERRIDE.pattern.search(lowered)):
-        return text  # the common case
-    pieces = [s for s in _SENTENCE.split(text) if s.strip()]
-    kept = [s for s in pieces if not _instruction(s.lower())]
-    return text if len(kept) == len(pieces) else " ".join(kept).strip()
+    """``text`` without its sentences that are instructions ("" when that is all it says)."""
+    return split_instructions(text)[0]

@@ -28,7 +28,7 @@ from threadkeeper.persistence import Message, TextPart, ToolCallPart, ToolResult
 
 from . import extract as x
 from . import refs
-from .instructions import is_instruction, without_instructions
+from .instructions import is_instruction, split_instructions
 from .notebook import NoteEntry, TermStats
 from .notes import make_note, terms
 from .redact import redact
@@ -53,6 +53,9 @@ class Ask(_Entry):
     """The ask's note: how it is shown once it is closed."""
     status: Literal["open", "answered", "superseded"] = "open"
     closed_by: str | None = None
+    standing: bool = False
+    """What the person asked of the assistant's future behaviour ("from now on, answer in French"): shown as
+    their ask, with their name, never as a rule of the thread; no reply closes it."""
 
 
 class Decision(_Entry):
@@ -223,7 +226,12 @@ class LedgerBuilder:
             first = m.created_at if first is None else min(first, m.created_at)
             last = m.created_at if last is None else max(last, m.created_at)
             text = prose(m) if m.id not in changes else changes[m.id] or ""
-            said = without_instructions(text)  # standing instructions to the assistant are never carried
+            # what is aimed at the assistant's future behaviour is never carried as a fact, a decision or a note:
+            # a person's is kept as their ask, attributed; an assistant's is not kept at all
+            said, asked = split_instructions(text)
+            if asked and m.role == "user" and not (m.id in changes and changes[m.id] is None):
+                lg.asks.append(Ask(seq=self._seq(), id=m.id, author=m.author or "someone",
+                                   text=redact(_short(asked)), standing=True))
             if m.role == "assistant":
                 if any(isinstance(p, ToolCallPart) for p in m.parts):
                     continue  # a step of the tool loop, not the reply
@@ -276,9 +284,13 @@ class LedgerBuilder:
         lg = self.ledger
         for entry in [*lg.asks, *lg.decisions]:
             if entry.id in changes:
-                entry.text = redact(_short(changes[entry.id] or ""))
+                now = changes[entry.id] or ""
+                entry.text = redact(_short(split_instructions(now)[1] if isinstance(entry, Ask) and entry.standing
+                                           else now))
                 if isinstance(entry, Ask):
                     entry.note = None
+        lg.asks = [a for a in lg.asks if not (a.standing and a.id in changes and changes[a.id] is not None
+                                              and not a.text)]  # edited into no longer asking it
         notes = []
         for n in lg.notes:
             if n.id not in changes:
@@ -299,7 +311,7 @@ class LedgerBuilder:
             return
         if m.flags.addressed:
             if x.SUPERSEDE.search(text):
-                earlier = [a for a in lg.asks if a.author == author and a.status != "superseded"]
+                earlier = [a for a in lg.asks if a.author == author and a.status != "superseded" and not a.standing]
                 if earlier:
                     earlier[-1].status, earlier[-1].closed_by = "superseded", m.id
             note = make_note(text, m.created_at) if instructed else note_of(m)
@@ -321,8 +333,8 @@ class LedgerBuilder:
         lg = self.ledger
         targets = list(reply.source_ids)
         if not targets:  # a reply stored without them: the latest open ask before it
-            targets = [a.id for a in lg.asks if a.status == "open"][-1:]
-        by_id = {a.id: a for a in lg.asks}
+            targets = [a.id for a in lg.asks if a.status == "open" and not a.standing][-1:]
+        by_id = {a.id: a for a in lg.asks if not a.standing}
         for ask_id in targets:
             ask = by_id.get(ask_id)
             if ask is None:

@@ -27,7 +27,7 @@ from .instructions import is_instruction
 from .ledger import NarrativeEntry, prose
 from .llm import ModelClient, ModelError
 from .prompts import HANDOFF_PROMPT, HANDOFF_UPDATE
-from .redact import redact
+from .redact import redact, secrets_in
 from .tokens import Tokenizer
 from .view import Narrative, NarrativeLine
 
@@ -104,6 +104,12 @@ def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenize
     return Narrative(tuple(line for _, _, line in chosen), "extractive")
 
 
+def _holds_secret(line: str, secrets: set[str]) -> bool:
+    """Whether a summarizer's line repeats a secret of its input or holds one the redaction rules find: such a
+    line is dropped whole (a line about a secret, without it, tells a reader nothing)."""
+    return any(s in line for s in secrets) or redact(line) != line
+
+
 def _trim(text: str, cut: bool) -> str:
     """A reply cut off by the output limit loses its last, unfinished line."""
     if not cut:
@@ -155,13 +161,14 @@ class Summarizer:
                             else f"- {e.text}" for e in previous)
         valid_ids = {m.id: m.id for m in messages} | {i: i for e in previous for i in e.source_ids}
         valid_ids |= {refs.label(m.id, m.ref): m.id for m in messages} | {label(i): i for i in list(valid_ids)}
+        secrets = self._secrets(messages)
         source_text = refs.REF.sub(" ", earlier + "\n" + "\n".join(lines))  # numbers must come from the words
         try:
-            text, cut = await self._update(earlier, lines, cap_tokens)
+            text, cut = await self._update(earlier, lines, cap_tokens, secrets)
         except (ModelError, ValueError) as exc:
             log.warning("summarizer failed; the previous narrative is carried unchanged: %s", exc)
             return Narrative((), "notes-fallback", f"summarizer failed: {exc}"[:300]), kept
-        narrative, rejected = self._checked(text, valid_ids, source_text, cap_tokens, cut)
+        narrative, rejected = self._checked(text, valid_ids, source_text, cap_tokens, cut, secrets)
         if not narrative:
             return Narrative((), "notes-fallback", f"summarizer returned no usable lines ({rejected} rejected)"), kept
         entries = [NarrativeEntry(text=ln.text, source_ids=list(ln.source_ids)) for ln in narrative]
@@ -173,8 +180,9 @@ class Summarizer:
         strategy = "llm-partial" if rejected or cut else "llm"
         return Narrative(tuple(narrative), strategy, detail), entries
 
-    async def _update(self, earlier: str, lines: list[str], cap_tokens: int) -> tuple[str, bool]:
-        """One call when the input fits the summarizer's window, else one per chunk, each carrying the result."""
+    async def _update(self, earlier: str, lines: list[str], cap_tokens: int, secrets: set[str]) -> tuple[str, bool]:
+        """One call when the input fits the summarizer's window, else one per chunk, each carrying the result
+        (without its lines that hold a secret)."""
         chunk_budget = max(512, int(self.window_tokens * 0.5) - cap_tokens)
         chunks: list[list[str]] = [[]]
         used = self.tokenizer.count(earlier)
@@ -192,7 +200,7 @@ class Summarizer:
                 [{"role": "system", "content": HANDOFF_PROMPT}, {"role": "user", "content": body}],
                 max_output_tokens=self._output_limit(cap_tokens), timeout_seconds=self.timeout_seconds)
             cut = reply.finish_reason == "length"
-            earlier = _trim(reply.text, cut)
+            earlier = "\n".join(ln for ln in _trim(reply.text, cut).split("\n") if not _holds_secret(ln, secrets))
         return earlier, cut
 
     def _output_limit(self, cap_tokens: int) -> int:
@@ -200,8 +208,9 @@ class Summarizer:
         return max(64, min(cap_tokens + 64, self.window_tokens // 4))
 
     def _checked(self, text: str, valid_ids: Mapping[str, str], source: str, cap_tokens: int,
-                 cut: bool) -> tuple[list[NarrativeLine], int]:
-        """Lines that cite only real ids and state only numbers and identifiers found in ``source``."""
+                 cut: bool, secrets: set[str]) -> tuple[list[NarrativeLine], int]:
+        """Lines that cite only real ids, state only numbers and identifiers found in ``source`` and hold no
+        secret: not one of ``secrets`` (what was redacted from the input) nor one the redaction rules find."""
         known = set(_CHECKED.findall(source))
         out: list[NarrativeLine] = []
         rejected = 0
@@ -213,10 +222,10 @@ class Summarizer:
             ids = tuple(i.strip() for i in (match.group(1) or "").split(",") if i.strip())
             body = match.group(2).strip()
             if any(i not in valid_ids for i in ids) or any(v not in known for v in _CHECKED.findall(body)) \
-                    or is_instruction(body):
+                    or is_instruction(body) or _holds_secret(body, secrets):
                 rejected += 1
                 continue
-            line = NarrativeLine(redact(body[:400]), tuple(dict.fromkeys(valid_ids[i] for i in ids)))
+            line = NarrativeLine(body[:400], tuple(dict.fromkeys(valid_ids[i] for i in ids)))
             cost = self.tokenizer.count(line.text) + 4
             if used + cost > cap_tokens:
                 break
@@ -224,13 +233,19 @@ class Summarizer:
             out.append(line)
         return out, rejected
 
+    @staticmethod
+    def _secrets(messages: Sequence[Message]) -> set[str]:
+        return {s for m in messages if not m.flags.runtime and m.role in ("user", "assistant")
+                for s in secrets_in(prose(m))}
+
     def _transcript(self, messages: Sequence[Message]) -> list[str]:
+        """The messages as the summarizer reads them: by author and reference, secrets redacted."""
         lines = []
         for m in messages:
             if m.flags.runtime or m.role not in ("user", "assistant"):
                 continue
             who = m.author if m.role == "user" and m.author else m.role
-            text = prose(m)
+            text = redact(prose(m))
             if text.strip():
                 lines.append(f"[{refs.label(m.id, m.ref)}] {who}: {' '.join(text.split())[:2000]}")
         return lines
@@ -244,6 +259,7 @@ class Summarizer:
 
     async def _llm(self, messages: Sequence[Message], cap_tokens: int) -> Narrative:
         lines = self._transcript(messages)
+        secrets = self._secrets(messages)
         valid_ids = {m.id: m.id for m in messages} | {refs.label(m.id, m.ref): m.id for m in messages}
         chunk_budget = max(512, int(self.window_tokens * 0.6))
         chunks: list[list[str]] = [[]]
@@ -261,9 +277,9 @@ class Summarizer:
             parts = [await self._call("\n".join(chunk), max(64, cap_tokens // len(chunks) * 2)) for chunk in chunks]
             text = await self._call("These are handoff notes of consecutive parts of one thread. Merge them into "
                                     "one handoff in the same format:\n\n" + "\n\n".join(parts), cap_tokens)
-        return self._validate(text, valid_ids, cap_tokens)
+        return self._validate(text, valid_ids, cap_tokens, secrets)
 
-    def _validate(self, text: str, valid_ids: Mapping[str, str], cap_tokens: int) -> Narrative:
+    def _validate(self, text: str, valid_ids: Mapping[str, str], cap_tokens: int, secrets: set[str]) -> Narrative:
         lines: list[NarrativeLine] = []
         used = 0
         for raw in text.splitlines():
@@ -272,7 +288,9 @@ class Summarizer:
                 continue
             ids = tuple(dict.fromkeys(valid_ids[i.strip()] for i in (match.group(1) or "").split(",")
                                       if i.strip() in valid_ids))
-            line = NarrativeLine(redact(match.group(2).strip()[:400]), ids)
+            if _holds_secret(match.group(2), secrets):
+                continue
+            line = NarrativeLine(match.group(2).strip()[:400], ids)
             cost = self.tokenizer.count(line.text) + 4
             if used + cost > cap_tokens:
                 break

@@ -40,6 +40,16 @@ class ReplayMessage(BaseModel):
     def _number_is_a_time(cls, value: object) -> object:
         return repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
+    @field_validator("id", "author", "text", "ts", "edits", "deletes")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("holds a character that is not valid Unicode (a lone surrogate)") from None
+        return value
+
     @property
     def created_at(self) -> float | None:
         """The message's time from its ``ts`` (Slack's seconds since the epoch), when it is one."""
@@ -69,9 +79,18 @@ def _slack_export(items: list[Any], source: str) -> ReplayThread:
         author = raw.get("user") or raw.get("username") or raw.get("bot_id")
         if not isinstance(author, str) or not author:
             raise ReplayInputError(f"{source}: message {index} (ts {raw['ts']}): field 'user' is missing")
-        messages.append(ReplayMessage(id=raw["ts"], author=author, text=raw["text"], ts=raw["ts"],
-                                      pinned=bool(raw.get("pinned_to"))))
-    messages.sort(key=lambda m: float(m.ts or 0))
+        try:
+            message = ReplayMessage(id=raw["ts"], author=author, text=raw["text"], ts=raw["ts"],
+                                    pinned=bool(raw.get("pinned_to")))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ReplayInputError(f"{source}: message {index}: field {'.'.join(map(str, err['loc']))!r}: "
+                                   f"{err['msg']}") from None
+        if message.created_at is None:
+            raise ReplayInputError(f"{source}: message {index}: field 'ts' must be Slack's seconds since the epoch "
+                                   f"(\"1700000000.000100\"), not {raw['ts'][:40]!r}")
+        messages.append(message)
+    messages.sort(key=lambda m: m.created_at or 0.0)
     return ReplayThread(messages=messages)
 
 
@@ -81,6 +100,8 @@ def parse_thread(raw: str | bytes, source: str = "thread") -> ReplayThread:
         data = json.loads(raw)
     except ValueError as exc:
         raise ReplayInputError(f"{source}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ReplayInputError(f"{source}: not valid JSON: nested too deeply") from None
     if isinstance(data, list):
         thread = _slack_export(data, source)
     elif isinstance(data, dict):
@@ -100,12 +121,27 @@ def parse_thread(raw: str | bytes, source: str = "thread") -> ReplayThread:
         raise ReplayInputError(f"{source}: expected a JSON object or list, got {type(data).__name__}")
     if not thread.messages:
         raise ReplayInputError(f"{source}: the thread has no messages")
+    _check_references(thread, source)
+    return thread
+
+
+def _check_references(thread: ReplayThread, source: str) -> None:
+    """Every id once; a message says something; an edit or a deletion names a message before it. The whole
+    file is checked before anything is written, so a bad file writes nothing."""
     seen: set[str] = set()
     for index, message in enumerate(thread.messages):
+        label = f"{source}: message {index} (id {message.id!r})"
         if message.id in seen:
             raise ReplayInputError(f"{source}: message {index}: id {message.id!r} appears twice")
+        if message.edits and message.deletes:
+            raise ReplayInputError(f"{label}: an entry either edits or deletes a message, not both")
+        target = message.edits or message.deletes
+        if target is not None and target not in seen:
+            raise ReplayInputError(f"{label}: it {'edits' if message.edits else 'deletes'} {target!r}, which is not "
+                                   "a message before it in the file")
+        if not message.deletes and not message.text.strip():
+            raise ReplayInputError(f"{label}: field 'text' is empty")
         seen.add(message.id)
-    return thread
 
 
 def load_thread(path: str | Path) -> ReplayThread:

@@ -1,9 +1,13 @@
 """The ``record_state`` tool: the model proposes ledger entries; the host validates them.
 
 Each entry must cite an existing message as evidence, by its reference (``#N``) or id; a message folded
-into a handoff is found too. Entries without evidence, and entries that
-are standing behavioural instructions ("always…", "from now on ignore…") rather than facts, decisions
-or plan steps, are rejected with a reason the model sees. Accepted entries are stored as structured data
+into a handoff is found too. An entry must be supported by the words of the messages it cites: at least half
+of its content words (words that are not among the most common of English, German, French, Spanish,
+Portuguese or Italian; numbers and identifiers count; compared by their first five letters, so "deploys" and
+"deployment" match) must appear in them, so citing any message of the thread is not enough. Entries without
+evidence or support, and entries aimed at the assistant's future behaviour ("always…", "from now on
+ignore…"; see :mod:`services.instructions`) rather than facts, decisions or plan steps, are rejected with a
+reason the model sees. Accepted entries are stored as structured data
 on the tool result (and shown in its text, which may be cut to fit), and the ledger folds them from that
 data at the next compaction.
 """
@@ -11,8 +15,13 @@ data at the next compaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+import math
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
+
+from wordfreq import zipf_frequency
 
 from threadkeeper.persistence import CheckpointStore, Message
 
@@ -63,16 +72,48 @@ def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[st
     if len(text) > 500:
         return None, "text must be at most 500 characters"
     if is_instruction(text):
-        return None, ("this is a standing behavioural instruction, not a fact, decision or plan step; "
-                      "instructions are not recorded")
+        return None, ("this is aimed at the assistant's future behaviour, not a fact, decision or plan step; "
+                      "such instructions are not recorded (a person's stays their ask in the thread)")
     if not isinstance(evidence, list) or not evidence or not all(isinstance(e, str) for e in evidence):
         return None, "evidence must list at least one message reference (#N) or id"
     missing = [e for e in evidence if e not in messages]
     if missing:
         return None, f"evidence {', '.join(missing)} is not a message of this thread"
     found = [messages[e] for e in evidence]
+    shared, needed, words = support(text, [m.text for m in found])
+    if shared < needed:
+        refs_cited = ", ".join(evidence)
+        return None, (f"the cited message{'s' if len(found) > 1 else ''} {refs_cited} do{'' if len(found) > 1 else 'es'} "
+                      f"not say this: {shared} of its {words} content words appear there, at least {needed} needed; "
+                      "cite the message that states it and keep to its words")
     return {"kind": kind, "text": " ".join(text.split()), "evidence": [m.id for m in found],
             "refs": [m.ref for m in found], "hash": x.content_hash(found[0].text)}, None
+
+
+_WORD = re.compile(r"[^\W_]+(?:[-.'][^\W_]+)*")
+_LANGUAGES = ("en", "de", "fr", "es", "pt", "it")
+
+
+@lru_cache(maxsize=8192)
+def _content(word: str) -> str | None:
+    """The word's stem when it carries content (a number, an identifier, or not one of the most common words of
+    the six languages), else None."""
+    if any(c.isdigit() for c in word):
+        return word
+    if len(word) < 3 or any(zipf_frequency(word, lang) >= 5.5 for lang in _LANGUAGES):
+        return None
+    return word[:5]
+
+
+def _terms(text: str) -> set[str]:
+    return {t for w in _WORD.findall(text.lower()) if (t := _content(w)) is not None}
+
+
+def support(text: str, cited: Sequence[str]) -> tuple[int, int, int]:
+    """(content words of ``text`` found in ``cited``, how many must be, how many it has)."""
+    words = _terms(text)
+    found = set().union(*(_terms(c) for c in cited)) if cited else set()
+    return len(words & found), max(1, math.ceil(len(words) / 2)), len(words)
 
 
 def lineage_resolver(recall: Recall, checkpoints: CheckpointStore) -> Resolver:

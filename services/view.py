@@ -83,6 +83,8 @@ def _structured(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: M
             text = f" {a.text}" if a.text else ""
             suspect.lines.append(_Line(f"- SUSPECT [ask {lab(a.id)}] {a.author}:{text} ({suspects[a.id]})", (a.id,),
                                        (1.0, a.seq)))
+        elif a.standing:  # about the assistant's future behaviour: the person's ask, never a rule
+            asks.lines.append(_Line(f"- [ask {lab(a.id)}] {a.author} asked: {a.text}", (a.id,), (1.0, a.seq)))
         elif a.status == "open":
             asks.lines.append(_Line(f"- [ask {lab(a.id)}] {a.author}, open: {a.text}", (a.id,), (1.0, a.seq)))
         elif a.status == "superseded":

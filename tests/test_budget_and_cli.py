@@ -127,6 +127,54 @@ def test_malformed_replay_file_names_message_and_field(tmp_path: Path) -> None:
     assert "field 'user'" in result.stderr
 
 
+def _ok(i: int, text: str = "hello there") -> dict:
+    return {"id": f"{1700000000 + i}.000100", "author": "U1", "text": text}
+
+
+BAD_REPLAYS = [  # (what is wrong, the file, what the error names)
+    ("deep JSON", "[" * 5000 + "]" * 5000, "nested too deeply"),
+    ("a lone surrogate", json.dumps({"messages": [_ok(1), _ok(2, "caf\ud800")]}), "message 1"),
+    ("an empty text", json.dumps({"messages": [_ok(1), _ok(2), _ok(3, "  ")]}), "field 'text' is empty"),
+    ("an edit of an unknown message", json.dumps({"messages": [_ok(1), {**_ok(2), "edits": "nope"}]}),
+     "edits 'nope'"),
+    ("a deletion before its message", json.dumps({"messages": [{**_ok(1), "deletes": _ok(2)["id"]}, _ok(2)]}),
+     "which is not a message before it"),
+    ("edits and deletes", json.dumps({"messages": [_ok(1), {**_ok(2), "edits": _ok(1)["id"],
+                                                            "deletes": _ok(1)["id"]}]}), "not both"),
+    ("a Slack export ts that is no time", json.dumps([{"ts": "1.0", "user": "U1", "text": "a"},
+                                                      {"ts": "soon", "user": "U1", "text": "b"}]), "'ts'"),
+    ("a message that is a list", json.dumps({"messages": [_ok(1), [1, 2]]}), "message 1"),
+    ("an id that is a number", json.dumps({"messages": [_ok(1), {**_ok(2), "id": 7}]}), "'id'"),
+    ("a conversation id with braces", json.dumps({"conversation_id": "x{y}", "messages": [_ok(1)]}),
+     "invalid conversation id"),
+]
+
+
+@pytest.mark.parametrize(("what", "raw", "named"), BAD_REPLAYS[:-1], ids=[b[0] for b in BAD_REPLAYS[:-1]])
+def test_a_malformed_replay_file_is_refused_whole_with_a_reason(what: str, raw: str, named: str) -> None:
+    from threadkeeper.services.replay import ReplayInputError, parse_thread
+
+    with pytest.raises(ReplayInputError) as caught:
+        parse_thread(raw.encode("utf-8", "surrogatepass"), "bad.json")
+    assert named in str(caught.value) and str(caught.value).startswith("bad.json:"), str(caught.value)
+
+
+@pytest.mark.redis
+def test_replay_of_a_bad_file_writes_nothing_and_says_why_in_one_line(tmp_path: Path, prefix: str) -> None:
+    import redis
+
+    env = {"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix}
+    for what, raw, named in (BAD_REPLAYS[1], BAD_REPLAYS[4], BAD_REPLAYS[-1]):
+        path = tmp_path / "bad.json"
+        path.write_bytes(raw.encode("utf-8", "surrogatepass"))
+        result = cli("replay", str(path), env=env)
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        assert result.returncode == 2 and len(lines) == 1 and named in lines[0], (what, result.stderr)
+        assert "Traceback" not in result.stderr
+    with redis.Redis.from_url(REDIS_URL) as client:
+        assert client.keys(f"{prefix}:*") == [], "nothing was written"
+
+
 @pytest.mark.redis
 async def test_replay_2000_messages_against_real_redis(tmp_path: Path, prefix: str) -> None:
     client = await real_redis()

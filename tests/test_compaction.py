@@ -213,7 +213,7 @@ async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix
     history = (await p.checkpoints.load_history(CONV)).messages
     result = next(m for m in history if m.role == "tool").text
     assert result.startswith("recorded 1 of 5 entries")
-    assert result.count("standing behavioural instruction") == 2
+    assert result.count("aimed at the assistant's future behaviour") == 2
     assert "at least one message reference" in result and "no-such-message is not a message" in result
     tool_result_sent = [m for m in model.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "rejected entry 1" in tool_result_sent
@@ -222,6 +222,21 @@ async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix
     recorded = handoff.split("Recorded by the assistant (with evidence):")[1]
     assert "- [decision 1700.000000] Ship the canary to 5% of EU traffic" in recorded
     assert "French" not in handoff and "poem" not in handoff
+
+
+async def test_a_deleted_message_never_reaches_the_summarizer(model, prefix, client) -> None:
+    summarizer = scripted("scripted-fast")
+    summarizer.default = Step(text="- [1700.000000] The payments API timeout is 45 s in prod.\n")
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096})
+    await chat(p, ["The payments API timeout is 30 s in prod.", "Vendor contract ZEBRA-991 renews at 4,200 EUR."])
+    edited = p.executor.make_message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
+    await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del", target_id="1700.000001"))
+    await chat(p, filler(70, 2))
+    sent = "\n".join(r["messages"][1]["content"] for r in summarizer.requests)
+    assert summarizer.requests and "45 s" in sent, "the summarizer reads an edited message as it reads now"
+    assert "ZEBRA-991" not in sent and "4,200" not in sent and "30 s" not in sent
 
 
 async def test_summarizer_failure_keeps_notes_and_says_why(model, prefix, client) -> None:
@@ -475,6 +490,24 @@ def test_extractive_narrative_is_bounded_deduplicated_and_cited() -> None:
     assert extractive(messages, 60, tokenizer) == narrative
 
 
+async def test_the_summarizer_never_reads_a_secret_and_its_lines_repeating_one_are_dropped(model, prefix, client) -> None:
+    summarizer = scripted("scripted-fast")
+    summarizer.default = Step(text="- [1700.000000] The staging db password is bluebird42.\n"
+                              "- [1700.000000] Alice shared bluebird42 for the staging db.\n"
+                              "- [1700.000001] Ticket OPS-77 tracks the staging outage.\n")
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096})
+    await chat(p, ["the password for the staging db is bluebird42", "Ticket OPS-77 tracks the staging outage."]
+               + filler(70, 2))
+    history = await p.checkpoints.load_history(CONV)
+    handoff = await written(p, CONV, history.messages[0].text)
+    narrative = handoff.split("Narrative (model-written):")[1].split("\nNotes")[0]
+    assert "Ticket OPS-77 tracks the staging outage." in narrative
+    assert "bluebird42" not in handoff and "password is" not in narrative and "Alice shared" not in narrative
+    sent = "\n".join(r["messages"][1]["content"] for r in summarizer.requests)
+    assert "bluebird42" not in sent and "the password for the staging db is [REDACTED]" in sent
+
+
 def test_redaction_of_secrets() -> None:
     text = ("slack xoxb-111111111111-2222222222-abcdefABCDEF key sk-proj-ABCDEFGHIJKLMNOPQRSTUV "
             "db postgres://admin:hunter2@db.internal:5432/app aws AKIAABCDEFGHIJKLMNOP password=swordfish")
@@ -556,7 +589,8 @@ async def test_record_state_accepts_a_reference_from_a_handoff(model, prefix, cl
 async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, client) -> None:
     """At a 4k window the tool result's text is cut; the entries are stored as data and all reach the handoff."""
     p, _ = pipeline(prefix, client, context_window=4096)
-    await chat(p, ["The canary for payments-api runs in eu-west-3 on build 812."])
+    await chat(p, ["The canary for payments-api runs in eu-west-3 on build 812: each canary check passed with p99 "
+                   "latency under 210 ms and no errors in the logs (recorded as facts)."])
     entries = [{"kind": "fact", "text": f"Recorded fact number {i}: the canary check {i} passed on build 812 in "
                 f"eu-west-3 with p99 latency under {200 + i} ms and no errors in the logs.", "evidence": ["#1"]}
                for i in range(8)]
@@ -680,6 +714,15 @@ PLANTED_SECRETS = [
     ("set DB_PASSWORD=correct-horse-battery in the staging env", "correct-horse-battery"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4Z\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx4Z"),
     ('config {"api_key": "abcd1234efgh5678"} for the search cluster', "abcd1234efgh5678"),
+    ("alerts post to https://hooks.slack.com/services/T0123ABCD/B0456EFGH/abcdefghijklmnopqrstuvwx now",
+     "abcdefghijklmnopqrstuvwx"),
+    ("fyi the password for the staging db is bluebird42", "bluebird42"),
+    ("cache lives at redis://:s3cretPw@cache.internal:6379/0", "s3cretPw"),
+    ("storage AccountName=acme;AccountKey=lJzRc1YdHaAA2KCNJJ1tkYwF/+mKK6Ygw0NGe170Xu592euJv2wYUtBlV8z+qnlcNQSnIYVTk"
+     "LWntUOB7WQ5Lg==;EndpointSuffix=core.windows.net", "lJzRc1YdHaAA2KCNJJ1tkYwF"),
+    ("the probe sends Authorization: Basic dXNlcjpwYXNzd29yZDEyMw== to the API", "dXNlcjpwYXNzd29yZDEyMw"),
+    ("mail goes out with 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", "SG.ngeVfQFYQlKU0"),
+    ("the runner registers with glpat-AbCdEf1234567890XyZw", "glpat-AbCdEf1234567890XyZw"),
 ]
 
 

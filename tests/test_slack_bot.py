@@ -19,6 +19,7 @@ from threadkeeper.persistence import CheckpointKind
 from threadkeeper.root import build_pipeline, build_slack_bot, build_stores
 
 SECRET = "test-signing-secret"
+ENCRYPTION_KEY = "pGZ0d9KbqWfLx3cYkY1h2m3n4o5p6q7r8s9t0u1v2w0="
 CHANNEL = "C100"
 
 
@@ -58,6 +59,8 @@ async def make_harness(prefix: str, client, window: int = 16_000, slack: FakeSla
     workers of one fleet), else one of its own."""
     slack = slack or await FakeSlack().start()
     token = None if overrides.get("slack_client_id") else "xoxb-test"
+    if overrides.get("slack_client_id"):
+        overrides.setdefault("threadkeeper_encryption_key", ENCRYPTION_KEY)
     s = make_settings(prefix, slack_bot_token=token, slack_signing_secret=SECRET,
                       slack_api_base_url=slack.base_url, ai_model_context_window_tokens=window, **overrides)
     stores = build_stores(s, client=client)
@@ -206,6 +209,24 @@ async def test_edit_and_delete_make_facts_suspect_and_pins_survive_compaction(mo
     finally:
         await http.close()
         await h.slack.close()
+
+
+async def test_a_deletion_without_the_deleted_message_finds_its_thread(h: Harness) -> None:
+    """Slack may send ``message_deleted`` with only ``deleted_ts``: a reply's deletion still reaches its thread."""
+    root, reply = "1700000400.000100", "1700000400.000200"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.post(event_body(mention(root, "The API timeout is 30 s in prod."), event_id="Ev-r0"))
+    await h.post(event_body(thread_message(reply, f"<@{BOT_USER}> the vendor key is on page 4", root),
+                            event_id="Ev-r1"))
+    await h.settle()
+    for ts, event_id in ((reply, "Ev-del1"), (root, "Ev-del0"), ("1700000400.000999", "Ev-del9")):
+        deletion = {"type": "message", "subtype": "message_deleted", "channel": CHANNEL, "deleted_ts": ts,
+                    "ts": "1700000401.000000", "hidden": True}
+        assert await h.post(event_body(deletion, event_id=event_id)) == 200
+    await h.settle()
+    changes = (await h.stores.notes.get(cid)).changes
+    assert changes[reply].kind == "deleted" and changes[root].kind == "deleted", changes
+    assert "1700000400.000999" not in changes, "a message this bot never saw changes nothing"
 
 
 async def test_rate_limited_posts_are_retried(h: Harness) -> None:
@@ -669,6 +690,10 @@ async def test_two_workspaces_install_through_oauth_and_each_is_served_with_its_
         assert len(h.replies()) == 2
         installed = await h.stores.client.keys(f"{prefix}:{{install:*")
         assert len(installed) == 2
+        for key in installed:  # the tokens are stored encrypted, and read back with the key
+            stored = await h.stores.client.hgetall(key)
+            assert set(stored) == {b"installation", b"bot"}
+            assert all(v.startswith(b"gAAAAA") and b"xoxb" not in v and b"team_id" not in v for v in stored.values())
         assert await h.post(event_body({"type": "app_uninstalled"}, event_id="Ev-gone", team="T2")) == 200
         await h.settle()
         assert await forget.conversations_of_team("T2") == [] and await forget.conversations_of_team("T1")
@@ -681,6 +706,39 @@ async def test_two_workspaces_install_through_oauth_and_each_is_served_with_its_
         await h.settle()
         await http.close()
         await h.slack.close()
+
+
+async def test_installations_are_sealed_and_a_wrong_or_missing_key_is_a_clear_error() -> None:
+    import fakeredis
+    from cryptography.fernet import Fernet
+    from slack_sdk.oauth.installation_store.models import Installation
+
+    from threadkeeper.bot.workspaces import EncryptionKeyError, RedisInstallationStore, cipher
+    from threadkeeper.settings import Settings, SettingsError
+
+    redis = fakeredis.FakeAsyncRedis()
+    store = RedisInstallationStore(redis, "tkseal", encryption=cipher(ENCRYPTION_KEY))
+    await store.async_save(Installation(app_id="A1", team_id="T9", bot_token="xoxb-secret-9", bot_id="B9",
+                                        bot_user_id="U9", user_id="U1"))
+    assert b"xoxb-secret-9" not in b"".join((await redis.hgetall("tkseal:{install:none-T9}")).values())
+    assert (await store.async_find_bot(enterprise_id=None, team_id="T9")).bot_token == "xoxb-secret-9"
+    rotated = RedisInstallationStore(redis, "tkseal", encryption=cipher(f"{Fernet.generate_key().decode()},"
+                                                                         f"{ENCRYPTION_KEY}"))
+    assert (await rotated.async_find_bot(enterprise_id=None, team_id="T9")).bot_token == "xoxb-secret-9"
+    wrong = RedisInstallationStore(redis, "tkseal", encryption=cipher(Fernet.generate_key().decode()))
+    with pytest.raises(EncryptionKeyError, match="not the key it was stored with"):
+        await wrong.async_find_bot(enterprise_id=None, team_id="T9")
+    # an installation an earlier version stored in plain text is read, and sealed on the way
+    await redis.hset("tkseal:{install:none-T8}", "bot", json.dumps({"app_id": "A1", "team_id": "T8", "bot_token":
+                     "xoxb-plain-8", "bot_id": "B8", "bot_user_id": "U8", "installed_at": 1.0}))
+    assert (await store.async_find_bot(enterprise_id=None, team_id="T8")).bot_token == "xoxb-plain-8"
+    assert b"xoxb-plain-8" not in await redis.hget("tkseal:{install:none-T8}", "bot")
+    for key, why in ((None, "THREADKEEPER_ENCRYPTION_KEY"), ("not-a-key", "Fernet keys")):
+        with pytest.raises((SettingsError, ValueError), match=why):
+            Settings(_env_file=None, slack_client_id="1.2", slack_client_secret="s", slack_signing_secret="x",
+                     threadkeeper_encryption_key=key)
+    with pytest.raises(EncryptionKeyError, match="not set"):
+        cipher(None)
 
 
 async def test_forget_this_thread_deletes_its_conversation_and_tells_only_the_asker(h: Harness) -> None:

@@ -174,3 +174,16 @@ async def test_a_draft_whose_first_post_lost_its_answer_is_found_and_taken_back(
     assert h.slack.dropped and h.slack.deleted == h.slack.dropped, "the draft Slack made is taken back"
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
     assert len(h.slack.calls_to("chat.postMessage")) == 2, "the draft once, the reply once"
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["streamed", "posted-then-updated"])
+async def test_a_reply_ending_in_whitespace_is_finished_in_place(h, server, refuse) -> None:
+    h.slack.refuse_streaming = refuse
+    root = "1700020600.000100"
+    server.push(Reply(text=LONG + " \n\n  ", chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the plan, please"), event_id="Ev-ws")) == 200
+    await h.settle()
+    assert not h.slack.deleted, "what was shown is not taken back"
+    [message] = h.slack.bot_messages(CHANNEL, root)
+    assert message["text"].rstrip() == LONG
+    assert len(h.slack.calls_to("chat.postMessage")) == (1 if refuse else 0), "and not posted a second time"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from threadkeeper.persistence import ThreadkeeperError, durability
+from threadkeeper.persistence import ConversationKeys, ThreadkeeperError, durability
 
 from .evalcmd import cmd_eval, windows_list
 from .logs import quiet_turn_lines, stderr_console
@@ -166,8 +166,11 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.services import load_thread, replay
     from threadkeeper.services.replay import default_conversation_id
 
-    thread = load_thread(args.thread_file)
+    thread = load_thread(args.thread_file)  # the whole file is checked before anything is written
     conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
+    ConversationKeys("check", conversation_id)  # a clear error now, not after part of the thread is written
+    if args.out and not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK):
+        raise ThreadkeeperError(f"cannot write the report to {args.out}: its folder does not exist or is not writable")
     quiet_turn_lines(settings.threadkeeper_log_level)  # the replay reports its turns itself
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
@@ -235,7 +238,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         else:
             await serve_http(bot, health, host=args.host, port=args.port or 3000,
                              sweep_seconds=settings.threadkeeper_sweep_seconds,
-                             shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept)
+                             shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept,
+                             ack_seconds=settings.threadkeeper_ack_seconds)
         return 0
 
     return asyncio.run(with_stores(settings, work))

@@ -150,7 +150,7 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
 
     from threadkeeper.bot.conversations import make_client
     from threadkeeper.bot.slack import SlackBot
-    from threadkeeper.bot.workspaces import RedisInstallationStore, RedisStateStore, Workspaces
+    from threadkeeper.bot.workspaces import RedisInstallationStore, RedisStateStore, Workspaces, cipher
 
     if not settings.slack_bot_token and not settings.slack_installs:
         raise SettingsError("SLACK_BOT_TOKEN is not set: the Slack bot needs the bot token (xoxb-…), or "
@@ -162,7 +162,8 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     base_url = settings.slack_api_base_url
     oauth = None
     if settings.slack_installs:
-        store = RedisInstallationStore(stores.client, settings.threadkeeper_key_prefix)
+        store = RedisInstallationStore(stores.client, settings.threadkeeper_key_prefix,
+                                       encryption=cipher(settings.threadkeeper_encryption_key))
         workspaces = Workspaces(lambda token: make_client(token, base_url), installations=store)
         oauth = AsyncOAuthSettings(client_id=settings.slack_client_id, client_secret=settings.slack_client_secret,
                                    scopes=settings.slack_scopes.split(","), redirect_uri=settings.slack_redirect_uri,

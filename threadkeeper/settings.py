@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     threadkeeper_redis_max_connections: int = Field(default=128, ge=2, le=10_000)
     threadkeeper_redis_timeout_seconds: float = Field(default=5.0, ge=0, le=600)
     """How long one Redis command may take before it fails (and is retried on a new connection); 0 waits forever."""
+    threadkeeper_ack_seconds: float = Field(default=2.0, gt=0, le=2.9)
+    """How long the events endpoint waits for Redis before it answers 503 (Slack retries; it gives up on an
+    acknowledgement after 3 s)."""
     threadkeeper_cache_mb: int = Field(default=128, ge=0, le=1_000_000)
     threadkeeper_sweep_seconds: float = Field(default=30.0, ge=1, le=3600)
     threadkeeper_shutdown_seconds: float = Field(default=20.0, ge=0, le=600)
@@ -60,12 +63,15 @@ class Settings(BaseSettings):
     """With ``SLACK_CLIENT_SECRET``: any number of workspaces install the app (OAuth at ``/slack/install``)."""
     slack_client_secret: str | None = None
     slack_redirect_uri: str | None = None
+    threadkeeper_encryption_key: str | None = None
+    """Fernet key(s) the OAuth installations (bot tokens) are stored encrypted with: needed with
+    ``SLACK_CLIENT_ID``; several, separated by commas, to rotate (the first encrypts, all decrypt)."""
     slack_scopes: str = ("app_mentions:read,assistant:write,channels:history,groups:history,im:history,"
                          "mpim:history,chat:write,reactions:write,pins:read,users:read")
 
     @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
                      "slack_api_base_url", "slack_client_id", "slack_client_secret", "slack_redirect_uri",
-                     mode="before")
+                     "threadkeeper_encryption_key", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -97,6 +103,20 @@ class Settings(BaseSettings):
                              "(any workspace that installs the app), not both")
         if self.slack_client_id and not self.slack_signing_secret:
             raise ValueError("installs through OAuth need SLACK_SIGNING_SECRET (the app is served over HTTP)")
+        if self.slack_client_id and not self.threadkeeper_encryption_key:
+            raise ValueError("installs through OAuth need THREADKEEPER_ENCRYPTION_KEY: each workspace's bot token "
+                             "is stored encrypted with it. Make one with: python -c \"from cryptography.fernet "
+                             "import Fernet; print(Fernet.generate_key().decode())\" and give every worker the same "
+                             "key")
+        if self.threadkeeper_encryption_key:
+            from cryptography.fernet import Fernet
+
+            try:
+                for key in self.threadkeeper_encryption_key.split(","):
+                    Fernet(key.strip())
+            except (ValueError, TypeError):
+                raise ValueError("THREADKEEPER_ENCRYPTION_KEY must be Fernet keys (32 bytes in url-safe base64, 44 "
+                                 "characters), separated by commas") from None
         return self
 
     @property
