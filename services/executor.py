@@ -34,6 +34,7 @@ from threadkeeper.persistence import (
 
 from .budget import ContextBudget
 from .llm import ModelContextError, ModelError, ModelTimeoutError
+from .memory import Memory
 from .recall import Recall
 from .seams import CheckpointStore as Checkpoints
 from .seams import Compactor, Model
@@ -77,7 +78,7 @@ class ReplyExecutor(ToolLoop):
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
                  compactor: Compactor | None = None, effects: InboxEffects | None = None,
                  runtime_context: RuntimeContext = default_runtime_context,
-                 recall: Recall | None = None, intake: Intake | None = None) -> None:
+                 recall: Recall | None = None, intake: Intake | None = None, memory: Memory | None = None) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
         self.leases = leases
@@ -91,6 +92,8 @@ class ReplyExecutor(ToolLoop):
         self.runtime_context = runtime_context
         self.recall = recall
         """Earlier messages recalled for each turn that asks the model (None: no recall)."""
+        self.memory = memory
+        """Memory from other conversations shown to each turn that asks the model (None: no memory)."""
         self.intake = intake
         """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
         self.clock: Callable[[], float] = time.time
@@ -283,6 +286,11 @@ class ReplyExecutor(ToolLoop):
             raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
+        if self.memory is not None and reply:
+            try:
+                await self.memory.cited(conversation_id, reply)
+            except ThreadkeeperError as exc:  # usage is bookkeeping: a turn never fails on it
+                log.warning("%s: memory usage not counted: %s", conversation_id, exc)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
                               turn.usage, turn.compaction, turn.calls, spend=turn.spend)
@@ -316,7 +324,8 @@ class ReplyExecutor(ToolLoop):
         stored = list(incoming)
         runtime_id = ""
         if wants_reply:
-            runtime = await self.runtime_message(conversation_id, history, base + new, new)
+            asker = next((i.author_id for i in reversed(items) if i.reply_expected and i.author_id), None)
+            runtime = await self.runtime_message(conversation_id, history, base + new, new, asker=asker)
             runtime_id = runtime.id
             new.append(runtime)
             stored.append(self.runtime_reference(runtime))

@@ -42,6 +42,17 @@ class Settings(BaseSettings):
     threadkeeper_log_format: Literal["text", "json"] = "text"
     """``text``: one ``key=value`` line per record; ``json``: one JSON object per line."""
 
+    threadkeeper_memory_workspaces: str = ""
+    """Workspaces (team ids, comma-separated; ``*``: all) where memory across conversations is on; empty: off."""
+    threadkeeper_memory_channels: str = ""
+    """Channels (ids, comma-separated; ``*``: all) of those workspaces where memory is on; empty: none."""
+    threadkeeper_memory_idle_minutes: float = Field(default=30.0, ge=0, le=10_080)
+    """A conversation's memory is extracted once it has been idle this long."""
+    threadkeeper_memory_ttl_days: float = Field(default=90.0, gt=0, le=3650)
+    threadkeeper_memory_max_unused_days: float = Field(default=60.0, gt=0, le=3650)
+    threadkeeper_memory_model_calls_per_day: int = Field(default=200, ge=0, le=1_000_000)
+    """The most extraction model calls per conversation per day (there is at most one per extraction)."""
+
     ai_model: str = Field(default="offline", min_length=1)
     ai_fast_model: str | None = None
     ai_model_context_window_tokens: int | None = Field(default=None, ge=1024, le=100_000_000)
