@@ -201,6 +201,9 @@ class SlackBot(SlackIntake):
         if not team or self.forget is None or await self._foreign(body, why):
             return
         deleted, busy = await self.forget.team(team)
+        memory = self.pipeline.executor.memory
+        if memory is not None:
+            deleted += await memory.forget_workspace(team)
         await self.workspaces.remove(team)
         self.metrics.events.labels(why, "forgotten").inc()
         log.warning("%s: deleted %d keys of team %s (%d conversations busy, retried)", why, deleted, team, len(busy))

@@ -171,3 +171,26 @@ def test_conversations_are_located_in_their_workspace_and_channel() -> None:
     assert locate("slack:T1:C2:1700.1") == (locate("slack:T1:C2:1800.1"))
     assert locate("slack:T1:C2:1700.1").workspace == "T1" and locate("console:x").workspace == "local"
 
+
+
+async def test_memory_commands_list_show_forget_and_forget_team_removes_derived_memory(redis_client, prefix,
+                                                                                      model) -> None:
+    import json
+
+    from test_budget_and_cli import REDIS_URL, cli
+
+    p, st = _pipeline(prefix, redis_client)
+    await _say(p, cid(PUBLIC, "1700000000.000100"), FACTS)
+    await p.executor.memory.extract(cid(PUBLIC, "1700000000.000100"))
+    records = await st.memory.records(T)
+    env = {"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix}
+    listed = cli("memory", "list", "--team", T, "--json", env=env)
+    assert {r["id"] for r in json.loads(listed.stdout)} == {r.id for r in records}
+    shown = cli("memory", "show", records[0].id, env=env)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["source_ids"] == records[0].source_ids
+    forgot = cli("memory", "forget", records[0].id, env=env)
+    assert forgot.returncode == 0, forgot.stderr
+    assert {r.id for r in await st.memory.records(T)} == {r.id for r in records[1:]}, "only that record went"
+    gone = cli("forget", T, "--team", "--yes", env=env)
+    assert gone.returncode == 0, gone.stderr
+    assert [k async for k in redis_client.scan_iter(match=f"{prefix}:{{mem:{T}}}*")] == []

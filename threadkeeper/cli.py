@@ -363,6 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--team", action="store_true", help="forget every conversation of this Slack workspace")
     p.add_argument("--yes", action="store_true", help="delete; without it, only say what would be deleted")
     p.set_defaults(func=cmd_forget)
+
+    from .memorycmd import add_parser as add_memory
+
+    add_memory(sub)
     return parser
 
 

@@ -57,10 +57,11 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
         if args.team:
             cids = await stores.forget.conversations_of_team(args.target)
             if not args.yes:
-                print(f"would delete {len(cids):,} conversations of workspace {args.target}; "
+                print(f"would delete {len(cids):,} conversations of workspace {args.target} and its memory; "
                       "run again with --yes to delete them")
                 return 1
             deleted, busy = await stores.forget.team(args.target)
+            deleted += await stores.memory.forget_workspace(args.target)  # and every record derived from them
             print(f"deleted {deleted:,} keys of {len(cids) - len(busy):,} conversations of workspace {args.target}"
                   + (f"; {len(busy)} have a turn running, run again once it has finished" if busy else ""))
             return 0 if not busy else 3

@@ -193,6 +193,12 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     else:
         client = make_client(settings.slack_bot_token, base_url)
         workspaces = Workspaces(lambda token: make_client(token, base_url), token=settings.slack_bot_token)
+    if pipeline.executor.memory is not None:  # who may see a channel's memory: asked of Slack, cached briefly
+        from threadkeeper.bot.memory_access import SlackAccess
+        from threadkeeper.services.memory import CachedAccess
+
+        memory = pipeline.executor.memory
+        memory.access = CachedAccess(SlackAccess(workspaces), memory.config.membership_seconds)
     return SlackBot(pipeline=pipeline, notes=stores.notes, workspaces=workspaces, client=client,
                     signing_secret=settings.slack_signing_secret, fast_model=fast, forget=stores.forget,
                     oauth=oauth)
