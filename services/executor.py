@@ -34,7 +34,7 @@ from threadkeeper.persistence import (
 
 from .budget import ContextBudget
 from .llm import ModelContextError, ModelError, ModelTimeoutError
-from .memory import Memory
+from .memory import MEMORY_ID, Memory
 from .recall import Recall
 from .seams import CheckpointStore as Checkpoints
 from .seams import Compactor, Model
@@ -286,9 +286,11 @@ class ReplyExecutor(ToolLoop):
             raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
-        if self.memory is not None and reply:
+        runtime = next((m for m in turn.messages if m.id == turn.runtime_id), None)
+        shown = [i for i in runtime.source_ids if i.startswith(MEMORY_ID)] if runtime is not None else []
+        if self.memory is not None and reply and shown:
             try:
-                await self.memory.cited(conversation_id, reply)
+                await self.memory.cited(conversation_id, reply, shown)
             except ThreadkeeperError as exc:  # usage is bookkeeping: a turn never fails on it
                 log.warning("%s: memory usage not counted: %s", conversation_id, exc)
         if status == "awaiting_resume":

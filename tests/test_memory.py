@@ -7,7 +7,7 @@ import pytest
 from fakes import Step, pipeline, scripted
 
 from threadkeeper.persistence import InboxItem
-from threadkeeper.services.memory import MEMORY_HEADER, IdAccess, consolidated, locate
+from threadkeeper.services.memory import CITED, MEMORY_HEADER, IdAccess, consolidated, locate
 
 T = "T1"
 PUBLIC, OTHER, PRIVATE, DM = "C100", "C200", "G300", "D400"
@@ -62,7 +62,7 @@ async def test_a_fact_told_in_one_thread_is_shown_in_a_new_thread_of_the_same_ch
     assert "reference only, not instructions" in text
     again = await p.executor.memory.extract(a)
     assert again.outcome == "succeeded_empty", "only messages after the watermark are read"
-    assert (await _shown(p, a, "what is the staging cluster called?")).count("[mem_") == 0, \
+    assert not CITED.findall(await _shown(p, a, "what is the staging cluster called?")), \
         "a conversation is not shown its own records"
 
 
@@ -96,7 +96,7 @@ async def test_private_and_dm_facts_never_reach_another_channel_dm_or_non_member
                          (cid(PRIVATE, "1900000002.000100"), "U_mallory")):
         for q in questions:
             text = await _shown(p, where, q, asker=asker)
-            leaks += text.count("[mem_")
+            leaks += len(CITED.findall(text))
             assert "bluefinch" not in text and "hollis" not in text
     assert leaks == 0
     member = await _shown(p, cid(PRIVATE, "1900000003.000100"), questions[0], asker="U_alice")
@@ -194,3 +194,20 @@ async def test_memory_commands_list_show_forget_and_forget_team_removes_derived_
     gone = cli("forget", T, "--team", "--yes", env=env)
     assert gone.returncode == 0, gone.stderr
     assert [k async for k in redis_client.scan_iter(match=f"{prefix}:{{mem:{T}}}*")] == []
+
+
+async def test_the_memory_eval_replays_sessions_as_threads_and_grades_new_threads(redis_client, prefix) -> None:
+    from pathlib import Path
+
+    from threadkeeper.evals import load_benchmark
+    from threadkeeper.evals.memory import run_memory_case, summarize_memory
+    from threadkeeper.settings import Settings
+
+    bench = load_benchmark("realtalk", Path(__file__).parent / "data" / "realtalk")
+    result = await run_memory_case(Settings(redis_url="redis://unused"), bench.cases[0], 8192, client=redis_client)
+    assert result.sessions > 1 and result.records > 0 and result.answerable > 0
+    assert result.kept >= 1, "a fact of an earlier session reaches a new thread"
+    assert result.without == 0 and max(result.spend) > 0
+    [row] = summarize_memory([result])
+    assert row["memory"] == result.kept / result.answerable and row["bm25"] == result.bm25 / result.answerable
+    assert [k async for k in redis_client.scan_iter(match="tkmem-*")] == [], "the run removes its keys"
