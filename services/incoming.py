@@ -69,8 +69,9 @@ class Incoming:
         (visible to this conversation and to ``asker``, a Slack user id), and the earlier messages recalled for it.
 
         ``history`` is the head the turn starts from; ``context`` every message the request carries besides
-        this one (history and incoming). Memory and recall each take at most their budget share, together never
-        more than the request has room for beside a tool result. ``Pipeline.context`` shows exactly this message.
+        this one (history and incoming). Recall and memory each take at most their budget share (memory also the
+        recall share when there is nothing to recall, as in a new thread), together never more than the request
+        has room for beside a tool result. ``Pipeline.context`` shows exactly this message.
         """
         header = self.runtime_context(conversation_id, context, incoming, self.clock())
         runtime = self.make_message(header, role="system", flags=MessageFlags(runtime=True))
@@ -82,15 +83,7 @@ class Incoming:
         # within the window as the provider counts it, and never past the request guard, which counts estimates
         room = min(budget.request_limit_tokens - budget.fixed_prompt_tokens,
                    self.budget.request_limit_tokens - self.budget.fixed_prompt_tokens) - sent - self.tool_limit()
-        text, ids = header, []
-        if self.memory is not None:
-            query = "\n".join(m.text for m in incoming if m.role == "user")
-            block = await self.memory.block(conversation_id, query, asker=asker,
-                                            cap_tokens=min(budget.memory_tokens, room) - 2)
-            if block.records:
-                text += f"\n{block.text}"
-                ids += block.ids
-                room -= block.tokens + 2
+        parts, ids, recall_left = [header], [], 0
         if self.recall is not None:
             cap = min(budget.recall_tokens, room) - 2  # the line break that joins the block to the header
             handoff = next((m for m in shown if m.flags.handoff and len(m.parts) > 1 and m.note_tokens), None)
@@ -98,11 +91,22 @@ class Incoming:
             focus = max(0, handoff.note_tokens[0] - self.tokenizer.count(FOCUS_NOTE) - 2) if handoff else 0
             recalled = await self.recall.recall(conversation_id, history, shown, incoming, cap, focus_tokens=focus)
             if recalled.ids:
-                text += f"\n{recalled.text}"
+                parts.append(recalled.text)
                 ids += recalled.ids
+                room -= recalled.tokens + 2
                 if recalled.focused and handoff is not None:  # see services.context.visible
-                    text += f"\n{FOCUS_NOTE}"
+                    parts.append(FOCUS_NOTE)
                     ids = [*ids, handoff.id]
+            else:
+                recall_left = max(0, cap)  # a thread with nothing to recall (a new one): memory may use the room
+        if self.memory is not None:
+            query = "\n".join(m.text for m in incoming if m.role == "user")
+            block = await self.memory.block(conversation_id, query, asker=asker,
+                                            cap_tokens=min(budget.memory_tokens + recall_left, room) - 2)
+            if block.records:  # after the header, before the recalled messages (the thread's own come last)
+                parts.insert(1, block.text)
+                ids = [*block.ids, *ids]
+        text = "\n".join(parts)
         if not ids:
             return runtime
         return self.with_tokens(runtime.model_copy(update={"parts": [TextPart(text=text)], "source_ids": ids}))
