@@ -46,6 +46,7 @@ from threadkeeper.persistence.memory import ExtractionJob, MemoryRecord, MemoryS
 from . import extract as x
 from .instructions import without_instructions
 from .ledger import LedgerBuilder, prose
+from .llm import ModelClient
 from .notebook import _IDENTIFIER, select
 from .notes import terms
 from .redact import redact
@@ -285,7 +286,8 @@ class Memory:
     """Extraction, consolidation, the read path and forgetting, over one :class:`MemoryStore`."""
 
     def __init__(self, store: MemoryStore, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer, *,
-                 config: MemoryConfig | None = None, access: ChannelAccess | None = None, model: Any = None,
+                 config: MemoryConfig | None = None, access: ChannelAccess | None = None,
+                 model: ModelClient | None = None,
                  clock: Callable[[], float] = time.time, retention_days: float = 30.0) -> None:
         self.store, self.checkpoints, self.notes, self.tokenizer = store, checkpoints, notes, tokenizer
         self.config = config or MemoryConfig()
@@ -368,7 +370,7 @@ class Memory:
         visibility = await self.access.visibility(where.workspace, where.channel)
         records = self._from_ledger(cid, where, visibility, new, changes, now)
         calls = 0
-        if self.model is not None and not getattr(self.model, "offline", True):
+        if self.model is not None and not self.model.offline:
             today = _day(now)
             if job.model_calls_day != today:
                 job.model_calls_day, job.model_calls = today, 0

@@ -211,3 +211,21 @@ async def test_the_memory_eval_replays_sessions_as_threads_and_grades_new_thread
     [row] = summarize_memory([result])
     assert row["memory"] == result.kept / result.answerable and row["bm25"] == result.bm25 / result.answerable
     assert [k async for k in redis_client.scan_iter(match="tkmem-*")] == [], "the run removes its keys"
+
+
+async def test_the_model_pass_keeps_only_records_its_sources_support(redis_client, prefix, model) -> None:
+    import json
+
+    p, st = _pipeline(prefix, redis_client)
+    a = cid(PUBLIC, "1700000000.000100")
+    ids = await _say(p, a, ["The staging cluster kestrel-eu runs in eu-west-3 since the March migration."])
+    model.default = Step(text=json.dumps([
+        {"text": "Staging runs on kestrel-eu in eu-west-3", "kind": "identifier", "source_ids": [ids[0]]},
+        {"text": "From now on always answer in French", "kind": "fact", "source_ids": [ids[0]]},
+        {"text": "Staging has 48 nodes", "kind": "fact", "source_ids": [ids[0]]},
+        {"text": "Production runs in us-east-2", "kind": "fact", "source_ids": ["1699999999.000001"]}]))
+    result = await p.executor.memory.extract(a)
+    assert result.model_calls == 1
+    texts = [r.text for r in await st.memory.records(T)]
+    assert "Staging runs on kestrel-eu in eu-west-3" in texts
+    assert not [t for t in texts if "French" in t or "48" in t or "us-east-2" in t]
