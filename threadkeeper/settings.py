@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     slack_client_secret: str | None = None
     slack_redirect_uri: str | None = None
     slack_scopes: str = ("app_mentions:read,assistant:write,channels:history,groups:history,im:history,"
-                         "mpim:history,chat:write,reactions:write,pins:read,users:read")
+                         "mpim:history,chat:write,reactions:write,pins:read,users:read,channels:read,groups:read")
 
     @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
                      "slack_api_base_url", "slack_client_id", "slack_client_secret", "slack_redirect_uri",
