@@ -343,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_eval)
     c = ev.add_parser("memory", help="what earlier threads of a channel bring to a new thread, against BM25 and "
                                      "no memory at the same spend")
-    c.add_argument("--benchmark", choices=("realtalk", "beam"), required=True)
+    c.add_argument("--benchmark", choices=("realtalk", "beam"), required=True,
+                   help="realtalk (any LoCoMo-format JSON) or beam, read from --path")
     c.add_argument("--path", required=True, help="the benchmark's files (as for eval continuity)")
     c.add_argument("--limit", type=_positive, help="evaluate only the first N chats")
     c.add_argument("--windows", type=windows_list, default=[8192],
