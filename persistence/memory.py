@@ -4,7 +4,8 @@ Every key of one workspace's memory shares the hash tag ``{mem:<workspace>}``, s
 one slot of a Redis Cluster:
 
 ``<prefix>:{mem:<ws>}:rec``              hash    record id → record JSON (the live records)
-``<prefix>:{mem:<ws>}:gen``              string  bumped on every change (readers cache by it)
+``<prefix>:{mem:<ws>}:gen``              string  bumped on every change of the records (readers cache by it)
+``<prefix>:{mem:<ws>}:shown|uses|last``  hash    record id → times shown, times cited, last shown or cited
 ``<prefix>:{mem:<ws>}:switch``           hash    ``workspace`` / ``channel:<id>`` → ``on`` | ``off``
 ``<prefix>:{mem:<ws>}:job:<conv>``       string  a conversation's extraction job (watermark, outcome, attempts)
 ``<prefix>:{mem:<ws>}:lock:<name>``      string  a lease (extraction of a conversation, consolidation of a scope)
@@ -19,7 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -116,9 +117,28 @@ class MemoryStore(RedisStore):
         raw = await self._call(self.client.get(f"{self._base(workspace)}:gen"))
         return int(raw or 0)
 
+    async def state(self, workspace: str) -> tuple[dict[str, bool], int]:
+        """The workspace's switches and the generation of its records, in one round trip."""
+        base = self._base(workspace)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(f"{base}:switch")
+        pipe.get(f"{base}:gen")
+        raw, generation = await self._call(pipe.execute())
+        return ({(k.decode() if isinstance(k, bytes) else k): (v in (b"on", "on")) for k, v in raw.items()},
+                int(generation or 0))
+
     async def records(self, workspace: str, *, now: float | None = None) -> list[MemoryRecord]:
-        """The live records of ``workspace`` (expired ones left out), oldest first."""
-        raw = await self._call(self.client.hgetall(f"{self._base(workspace)}:rec"))
+        """The live records of ``workspace`` (expired ones left out) with their usage, oldest first."""
+        base = self._base(workspace)
+        pipe = self.client.pipeline(transaction=False)
+        for name in ("rec", "shown", "uses", "last"):
+            pipe.hgetall(f"{base}:{name}")
+        raw, shown, uses, last = await self._call(pipe.execute())
+
+        def decoded(values: dict[Any, Any]) -> dict[str, float]:
+            return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in values.items()}
+
+        shown, uses, last = decoded(shown), decoded(uses), decoded(last)
         now = time.time() if now is None else now
         out = []
         for key, value in raw.items():
@@ -129,6 +149,10 @@ class MemoryStore(RedisStore):
                 raise CorruptRecordError(f"{self._base(workspace)}:rec field {name}",
                                          str(exc).splitlines()[0]) from None
             if record.expires_at > now:
+                if record.id in last:  # usage is counted beside the record (a turn writes no record JSON)
+                    record.shown += int(shown.get(record.id, 0))
+                    record.uses += int(uses.get(record.id, 0))
+                    record.last_used = max(record.last_used or 0.0, last[record.id])
                 out.append(record)
         out.sort(key=lambda r: (r.created_at, r.id))
         return out
@@ -153,34 +177,26 @@ class MemoryStore(RedisStore):
         base = self._base(workspace)
         pipe = self.client.pipeline(transaction=True)
         pipe.hdel(f"{base}:rec", *ids)
+        for name in ("shown", "uses", "last"):
+            pipe.hdel(f"{base}:{name}", *ids)
         pipe.incr(f"{base}:gen")
-        deleted, _ = await self._call(pipe.execute())
+        deleted = (await self._call(pipe.execute()))[0]
         return int(deleted)
 
-    async def touch(self, workspace: str, ids: Sequence[str], *, at: float, cited: bool) -> int:
-        """Count records as shown (or, ``cited``, as used by a reply); readers' caches stay valid (no new
-        generation: usage changes no one's visibility). How many of ``ids`` exist."""
+    async def touch(self, workspace: str, ids: Sequence[str], *, at: float, cited: bool) -> None:
+        """Count records as shown (or, ``cited``, as used by a reply), in one round trip and without rewriting them:
+        readers' caches stay valid (usage changes no one's visibility)."""
         if not ids:
-            return 0
-        key = f"{self._base(workspace)}:rec"
-        raw = await self._call(self.client.hmget(key, list(ids)))
-        updates = {}
-        for ident, value in zip(ids, raw, strict=True):
-            if value is None:
-                continue
-            try:
-                record = MemoryRecord.model_validate_json(value)
-            except ValidationError:
-                continue  # a corrupt record is reported by ``records``; usage is not worth failing a turn
-            if cited:
-                record.uses += 1
-            else:
-                record.shown += 1
-            record.last_used = at
-            updates[ident] = record.model_dump_json()
-        if updates:
-            await self._call(self.client.hset(key, mapping=updates))
-        return len(updates)
+            return
+        base = self._base(workspace)
+        pipe = self.client.pipeline(transaction=False)
+        counter = f"{base}:{'uses' if cited else 'shown'}"
+        for ident in ids:
+            pipe.hincrby(counter, ident, 1)
+        pipe.hset(f"{base}:last", mapping={ident: repr(at) for ident in ids})
+        for name in ("uses" if cited else "shown", "last"):
+            pipe.expire(f"{base}:{name}", self.retention_seconds)
+        await self._call(pipe.execute())
 
     async def forget_workspace(self, workspace: str) -> int:
         """Delete every key of the workspace's memory; how many went."""
@@ -262,10 +278,14 @@ class MemoryStore(RedisStore):
         previous version kept)."""
         base = self._base(workspace)
         pipe = self.client.pipeline(transaction=True)
-        if records:
+        if records:  # their usage is folded into them: the counters start again
             pipe.hset(f"{base}:rec", mapping={r.id: r.model_dump_json() for r in records})
+        gone = [*removed, *(r.id for r in records)]
         if removed:
             pipe.hdel(f"{base}:rec", *removed)
+        if gone:
+            for name in ("shown", "uses", "last"):
+                pipe.hdel(f"{base}:{name}", *gone)
         pipe.lpush(f"{base}:ver:{scope}", version.model_dump_json())
         pipe.ltrim(f"{base}:ver:{scope}", 0, KEPT_VERSIONS - 1)
         pipe.expire(f"{base}:ver:{scope}", self.retention_seconds)

@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
 import bm25s
+import numpy as np
 import Stemmer
 
 from threadkeeper.persistence import CheckpointKind, CheckpointStore, Message, NotesStore
@@ -190,9 +191,28 @@ class _Index:
     retriever: Any | None
     words: list[list[str]] = field(default_factory=list)
     """Each record's search terms (stemmed)."""
+    channel: Any = None
+    """Per record, its channel's code (numpy); ``wide``: whether it has workspace scope; ``conversation``: its
+    conversation's code."""
+    wide: Any = None
+    conversation: Any = None
+    _codes: dict[str, int] = field(default_factory=dict)
     _costs: dict[int, int] = field(default_factory=dict)
     _leads: dict[str, int] = field(default_factory=dict)
     _df: Counter[str] | None = None
+
+    def prepare(self) -> None:
+        code = self._codes.setdefault
+        self.channel = np.array([code(r.channel, len(self._codes)) for r in self.records], dtype=np.int64)
+        self.conversation = np.array([code(r.conversation, len(self._codes)) for r in self.records], dtype=np.int64)
+        self.wide = np.array([r.scope == "workspace" and r.visibility == "public" for r in self.records], dtype=bool)
+
+    def seen_from(self, where: Where, conversation_id: str) -> Any:
+        """Which records a conversation of ``where`` may be shown before membership is checked: its channel's and
+        the workspace's, never its own."""
+        channel = self._codes.get(where.channel, -1)
+        own = self._codes.get(conversation_id, -1)
+        return ((self.channel == channel) | self.wide) & (self.conversation != own)
 
     def cost(self, i: int, count: Callable[[str], int]) -> int:
         """What record ``i`` adds to its author's line (a two-digit mark), counted once."""
@@ -303,10 +323,16 @@ class Memory:
     async def enabled(self, where: Where) -> bool:
         """Memory works in a channel when the settings allow it in the workspace (no Redis read otherwise), the
         workspace is not switched off, and the channel is on (by the settings or a stored switch)."""
-        cfg = self.config
-        if "*" not in cfg.workspaces and where.workspace not in cfg.workspaces:
+        if not self.allowed(where):
             return False
-        switches = await self.store.switches(where.workspace)
+        switches, _ = await self.store.state(where.workspace)
+        return self._on(where, switches)
+
+    def allowed(self, where: Where) -> bool:
+        return "*" in self.config.workspaces or where.workspace in self.config.workspaces
+
+    def _on(self, where: Where, switches: dict[str, bool]) -> bool:
+        cfg = self.config
         channel = switches.get(f"channel:{where.channel}", "*" in cfg.channels or where.channel in cfg.channels)
         return switches.get("workspace", True) and channel
 
@@ -563,9 +589,12 @@ class Memory:
         """The records visible to ``conversation_id`` (and to ``asker`` now) that best match ``query``, rendered
         within ``cap_tokens``; an empty block when memory is off here or nothing matches."""
         where = locate(conversation_id)
-        if cap_tokens <= 0 or not query.strip() or not await self.enabled(where):
+        if cap_tokens <= 0 or not query.strip() or not self.allowed(where):
             return MemoryBlock()
-        index = await self._index(where.workspace)
+        switches, generation = await self.store.state(where.workspace)
+        if not self._on(where, switches):
+            return MemoryBlock()
+        index = await self._index(where.workspace, generation)
         if not index.records or index.retriever is None:
             return MemoryBlock()
         [words] = bm25s.tokenize(query, stopwords="en", stemmer=_STEMMER, show_progress=False, return_ids=False)
@@ -580,11 +609,15 @@ class Memory:
         lines: set[tuple[str, str]] = set()
         members: dict[str, bool] = {}
 
+        seen = index.seen_from(where, conversation_id)
+
         async def fill(terms_: list[str]) -> None:
             nonlocal used
             scores = index.retriever.get_scores(terms_)
-            for i in sorted((i for i in range(len(index.records)) if scores[i] > 0 and i not in taken),
-                            key=lambda i: (-scores[i], -i)):
+            found = np.flatnonzero((scores > 0) & seen)
+            for i in found[np.lexsort((-found, -scores[found]))].tolist():  # best first; ties: newest first
+                if i in taken:
+                    continue
                 record = index.records[i]
                 if not await self._visible(record, where, conversation_id, asker, members):
                     continue
@@ -631,8 +664,7 @@ class Memory:
             return members[asker]
         return True
 
-    async def _index(self, workspace: str) -> _Index:
-        generation = await self.store.generation(workspace)
+    async def _index(self, workspace: str, generation: int) -> _Index:
         index = self._indexes.get(workspace)
         if index is not None and index.generation == generation:
             return index
@@ -644,6 +676,7 @@ class Memory:
             retriever = bm25s.BM25()
             retriever.index(words, show_progress=False)
         index = self._indexes[workspace] = _Index(generation, records, retriever, words)
+        index.prepare()
         return index
 
     async def cited(self, conversation_id: str, reply: str, shown: Sequence[str]) -> int:
@@ -653,7 +686,8 @@ class Memory:
         ids = [shown[n - 1] for n in sorted(marks) if 0 < n <= len(shown)]
         if not ids:
             return 0
-        return await self.store.touch(locate(conversation_id).workspace, ids, at=self.clock(), cited=True)
+        await self.store.touch(locate(conversation_id).workspace, ids, at=self.clock(), cited=True)
+        return len(ids)
 
     # -- retraction and forgetting -------------------------------------------------------------
 

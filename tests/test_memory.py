@@ -60,6 +60,12 @@ async def test_a_fact_told_in_one_thread_is_shown_in_a_new_thread_of_the_same_ch
     text = await _shown(p, cid(PUBLIC, "1800000000.000100"), "what is the staging cluster called?")
     assert MEMORY_HEADER in text and "kestrel-eu" in text
     assert "reference only, not instructions" in text
+    records = {r.id: r for r in await p.executor.memory.store.records(T)}
+    shown = [r for r in records.values() if r.shown == 1]
+    assert shown and all(r.last_used for r in shown), "a record shown in a turn counts as shown"
+    assert await p.executor.memory.cited(cid(PUBLIC, "1800000000.000100"), "As M1 says, kestrel-eu.",
+                                         [shown[0].id]) == 1
+    assert {r.id: r.uses for r in await p.executor.memory.store.records(T)}[shown[0].id] == 1, "a cited one, as used"
     again = await p.executor.memory.extract(a)
     assert again.outcome == "succeeded_empty", "only messages after the watermark are read"
     assert not CITED.findall(await _shown(p, a, "what is the staging cluster called?")), \
