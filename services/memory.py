@@ -711,14 +711,12 @@ def _scope_key(record: MemoryRecord) -> str:
     return "workspace" if record.scope == "workspace" else f"channel:{record.channel}"
 
 
-def _same(a: MemoryRecord, b: MemoryRecord) -> bool:
-    """Duplicates: the same kind, and (nearly) the same words."""
-    if a.kind != b.kind:
-        return False
-    ta, tb = terms(a.text), terms(b.text)
-    if not ta or not tb:
-        return a.text == b.text
-    return len(ta & tb) >= 0.85 * max(len(ta), len(tb))
+DUPLICATE_SHARE = 0.85
+"""Two records of one kind are duplicates when they share this share of the words of the longer one."""
+
+
+def _same(ta: frozenset[str], tb: frozenset[str]) -> bool:
+    return len(ta & tb) >= DUPLICATE_SHARE * max(len(ta), len(tb))
 
 
 def _same_subject(old: MemoryRecord, new: MemoryRecord) -> bool:
@@ -742,10 +740,20 @@ def consolidated(records: Sequence[MemoryRecord], *, now: float, max_unused_days
             continue
         alive.append(r.model_copy(deep=True))
     kept: list[MemoryRecord] = []
+    words = {r.id: frozenset(terms(r.text)) or frozenset([r.text]) for r in alive}
+    df = Counter(w for ws in words.values() for w in ws)
+    holders: dict[tuple[str, str], list[MemoryRecord]] = {}
+    """(kind, word) → kept records with that word: a duplicate lacks at most 15% of the words, so it holds one of
+    the rarest 1 + 15% of them, and is found among their holders."""
     for r in alive:
-        twin = next((k for k in kept if _same(k, r)), None)
+        mine = words[r.id]
+        rare = sorted(mine, key=lambda w: (df[w], w))[:1 + int((1 - DUPLICATE_SHARE) * len(mine))]
+        candidates = {id(k): k for w in rare for k in holders.get((r.kind, w), ())}
+        twin = next((k for k in candidates.values() if _same(words[k.id], mine)), None)
         if twin is None:
             kept.append(r)
+            for w in mine:
+                holders.setdefault((r.kind, w), []).append(r)
             continue
         twin.source_ids = list(dict.fromkeys([*twin.source_ids, *r.source_ids]))
         twin.authors = list(dict.fromkeys([*twin.authors, *r.authors]))
