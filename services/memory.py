@@ -178,6 +178,8 @@ class Extraction:
 
 MIN_LINE_TOKENS = 24
 """Below this much room left, no further record is tried."""
+NEIGHBOUR_HITS = 10
+"""The best hits whose neighbours in their conversation come with them."""
 FEEDBACK_HITS = 10
 FEEDBACK_TERMS = 10
 
@@ -197,6 +199,8 @@ class _Index:
     wide: Any = None
     conversation: Any = None
     _codes: dict[str, int] = field(default_factory=dict)
+    _next: dict[int, int] = field(default_factory=dict)
+    _previous: dict[int, int] = field(default_factory=dict)
     _costs: dict[int, int] = field(default_factory=dict)
     _leads: dict[str, int] = field(default_factory=dict)
     _df: Counter[str] | None = None
@@ -206,6 +210,15 @@ class _Index:
         self.channel = np.array([code(r.channel, len(self._codes)) for r in self.records], dtype=np.int64)
         self.conversation = np.array([code(r.conversation, len(self._codes)) for r in self.records], dtype=np.int64)
         self.wide = np.array([r.scope == "workspace" and r.visibility == "public" for r in self.records], dtype=bool)
+        order = sorted(range(len(self.records)), key=lambda i: (self.records[i].conversation, self.records[i].said_at,
+                                                                 self.records[i].id))
+        self._next = {a: b for a, b in zip(order, order[1:], strict=False)
+                      if self.records[a].conversation == self.records[b].conversation}
+        self._previous = {b: a for a, b in self._next.items()}
+
+    def neighbours(self, i: int) -> tuple[int, ...]:
+        """The records said right before and after record ``i`` in its conversation."""
+        return tuple(j for j in (self._previous.get(i), self._next.get(i)) if j is not None)
 
     def seen_from(self, where: Where, conversation_id: str) -> Any:
         """Which records a conversation of ``where`` may be shown before membership is checked: its channel's and
@@ -611,36 +624,48 @@ class Memory:
 
         seen = index.seen_from(where, conversation_id)
 
-        async def fill(terms_: list[str]) -> None:
+        async def place(i: int) -> bool:
+            """Show record ``i`` if it fits; False once no further record can."""
             nonlocal used
+            if i in taken:
+                return True
+            record = index.records[i]
+            if not seen[i] or not await self._visible(record, where, conversation_id, asker, members):
+                return True
+            day, who = _day(record.said_at), _who(record)
+            cost = index.cost(i, count) + (0 if day in days else DAY_TOKENS) + \
+                (0 if (day, who) in lines else index.lead(who, count))
+            if used + cost > cap_tokens:
+                return cap_tokens - used >= MIN_LINE_TOKENS
+            used += cost
+            shown.append(record)
+            taken[i] = None
+            days.add(day)
+            lines.add((day, who))
+            return True
+
+        async def fill(order: list[int]) -> None:
+            for i in order:
+                if not await place(i):
+                    return
+
+        def ranked(terms_: list[str]) -> list[int]:
             scores = index.retriever.get_scores(terms_)
             found = np.flatnonzero((scores > 0) & seen)
-            for i in found[np.lexsort((-found, -scores[found]))].tolist():  # best first; ties: newest first
-                if i in taken:
-                    continue
-                record = index.records[i]
-                if not await self._visible(record, where, conversation_id, asker, members):
-                    continue
-                day, who = _day(record.said_at), _who(record)
-                cost = index.cost(i, count) + (0 if day in days else DAY_TOKENS) + \
-                    (0 if (day, who) in lines else index.lead(who, count))
-                if used + cost > cap_tokens:
-                    if cap_tokens - used < MIN_LINE_TOKENS:
-                        return
-                    continue
-                used += cost
-                shown.append(record)
-                taken[i] = None
-                days.add(day)
-                lines.add((day, who))
+            return found[np.lexsort((-found, -scores[found]))].tolist()  # best first; ties: newest first
 
-        await fill(known)
+        direct = ranked(known)
+        # The best hits bring what was said next to them in their conversation (an answer is often the next
+        # message), ahead of weaker hits.
+        best = direct[:NEIGHBOUR_HITS]
+        await fill([j for i in best for j in (i, *index.neighbours(i))])
+        await fill(direct)
         if shown and cap_tokens - used >= MIN_LINE_TOKENS:
             # Room left once everything that shares a word with the question is in: the words the best records
             # have in common find what the question shares no word with (pseudo-relevance feedback).
             wider = index.feedback(list(taken), set(known))
             if wider:
-                await fill(wider)
+                await fill(ranked(wider))
         if not shown:
             return MemoryBlock()
         text = render_block(shown)
