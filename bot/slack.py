@@ -222,6 +222,9 @@ class SlackBot(SlackIntake):
             return
         cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
         try:
+            memory = self.pipeline.executor.memory
+            if memory is not None:
+                await memory.forget_conversation(cid)  # what was derived from it, while its messages still say what
             deleted = await self.forget.conversation(cid)
             text = (f"Forgotten: {deleted} stored records of this thread were deleted. I will not follow it "
                     "until someone mentions me in it again." if deleted else "I keep nothing about this thread.")

@@ -240,6 +240,9 @@ class MemoryStore(RedisStore):
         await self._call(self.client.set(f"{self._base(workspace)}:job:{conversation_id}", job.model_dump_json(),
                                          ex=self.retention_seconds))
 
+    async def forget_job(self, workspace: str, conversation_id: str) -> None:
+        await self._call(self.client.delete(f"{self._base(workspace)}:job:{conversation_id}"))
+
     async def claim(self, workspace: str, name: str, seconds: float) -> str | None:
         """A lease on ``name`` (one holder at a time): its token, or None when another holds it."""
         token = uuid.uuid4().hex

@@ -724,6 +724,18 @@ class Memory:
                   and (r.conversation == conversation_id or r.channel == where.channel)]
         return await self.store.delete(where.workspace, doomed)
 
+    async def forget_conversation(self, conversation_id: str) -> int:
+        """A conversation is being forgotten: every record derived from it goes too (merged ones included), and its
+        extraction job; how many records went. Call it before the conversation's messages are deleted."""
+        where = locate(conversation_id)
+        messages, _ = await self._messages(conversation_id)
+        said = {m.id for m in messages}
+        records = await self.store.records(where.workspace, now=0.0)
+        doomed = [r.id for r in records if r.conversation == conversation_id
+                  or (r.channel == where.channel and said.intersection(r.source_ids))]
+        await self.store.forget_job(where.workspace, conversation_id)
+        return await self.store.delete(where.workspace, doomed)
+
     async def forget(self, workspace: str, record_id: str) -> bool:
         return await self.store.delete(workspace, [record_id]) > 0
 

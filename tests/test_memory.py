@@ -235,3 +235,16 @@ async def test_the_model_pass_keeps_only_records_its_sources_support(redis_clien
     texts = [r.text for r in await st.memory.records(T)]
     assert "Staging runs on kestrel-eu in eu-west-3" in texts
     assert not [t for t in texts if "French" in t or "48" in t or "us-east-2" in t]
+
+
+async def test_forgetting_a_conversation_forgets_what_was_derived_from_it(redis_client, prefix, model) -> None:
+    p, st = _pipeline(prefix, redis_client)
+    a, b = cid(PUBLIC, "1700000000.000100"), cid(PUBLIC, "1700000050.000100")
+    await _say(p, a, FACTS)
+    await _say(p, b, ["The vendor contract renews on 2025-03-31 for 48,000 euros."], start=50)
+    for c in (a, b):
+        await p.executor.memory.extract(c)
+    kept = {r.id for r in await st.memory.records(T) if r.conversation == b}
+    assert kept and await p.executor.memory.forget_conversation(a) >= 3
+    assert {r.id for r in await st.memory.records(T)} == kept, "only the forgotten conversation's records went"
+    assert (await st.memory.job(T, a)).outcome == "none", "and its extraction job"

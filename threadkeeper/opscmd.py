@@ -52,6 +52,15 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _conversation_memory(stores: Stores, conversation_id: str) -> int:
+    """Delete the memory records derived from a conversation (before its messages go)."""
+    from threadkeeper.services import Tokenizer
+    from threadkeeper.services.memory import Memory
+
+    memory = Memory(stores.memory, stores.checkpoints, stores.notes, Tokenizer("gpt-4o"))
+    return await memory.forget_conversation(conversation_id)
+
+
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     async def work(stores: Stores) -> int:
         if args.team:
@@ -73,7 +82,9 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             print(f"would delete {len(found):,} keys of {args.target} (its whole history, every checkpoint); "
                   "run again with --yes to delete them")
             return 1
-        print(f"deleted {await stores.forget.conversation(args.target):,} keys of {args.target}")
+        memory = await _conversation_memory(stores, args.target)
+        print(f"deleted {await stores.forget.conversation(args.target):,} keys of {args.target}"
+              + (f" and {memory:,} memory records derived from it" if memory else ""))
         return 0
 
     return asyncio.run(with_stores(settings, work))
