@@ -221,8 +221,9 @@ class _Index:
         return tuple(j for j in (self._previous.get(i), self._next.get(i)) if j is not None)
 
     def seen_from(self, where: Where, conversation_id: str) -> Any:
-        """Which records a conversation of ``where`` may be shown before membership is checked: its channel's and
-        the workspace's, never its own."""
+        """The scope rule: which records a conversation of ``where`` may be shown (membership of a private channel
+        is checked after): its channel's (a DM's and a private channel's never leave them) and the public ones
+        of workspace scope, never its own. The index holds one workspace's records only."""
         channel = self._codes.get(where.channel, -1)
         own = self._codes.get(conversation_id, -1)
         return ((self.channel == channel) | self.wide) & (self.conversation != own)
@@ -630,7 +631,7 @@ class Memory:
             if i in taken:
                 return True
             record = index.records[i]
-            if not seen[i] or not await self._visible(record, where, conversation_id, asker, members):
+            if not seen[i] or not await self._member(record, asker, members):
                 return True
             day, who = _day(record.said_at), _who(record)
             cost = index.cost(i, count) + (0 if day in days else DAY_TOKENS) + \
@@ -672,22 +673,16 @@ class Memory:
         await self.store.touch(where.workspace, [r.id for r in shown], at=self.clock(), cited=False)
         return MemoryBlock(text, shown, used)
 
-    async def _visible(self, record: MemoryRecord, where: Where, conversation_id: str, asker: str | None,
-                       members: dict[str, bool]) -> bool:
-        """The one rule for who may see a record (see the module's description)."""
-        if record.workspace != where.workspace or record.conversation == conversation_id:
+    async def _member(self, record: MemoryRecord, asker: str | None, members: dict[str, bool]) -> bool:
+        """Who may see a record, past its scope (:meth:`_Index.seen_from`): a private channel's only a person who is
+        a member of it now."""
+        if record.visibility != "private":
+            return True
+        if not asker:
             return False
-        if record.scope == "workspace":
-            return record.visibility == "public"
-        if record.channel != where.channel:
-            return False
-        if record.visibility == "private":
-            if not asker:
-                return False
-            if asker not in members:
-                members[asker] = await self.access.is_member(record.workspace, record.channel, asker)
-            return members[asker]
-        return True
+        if asker not in members:
+            members[asker] = await self.access.is_member(record.workspace, record.channel, asker)
+        return members[asker]
 
     async def _index(self, workspace: str, generation: int) -> _Index:
         index = self._indexes.get(workspace)
