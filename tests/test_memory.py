@@ -248,3 +248,15 @@ async def test_forgetting_a_conversation_forgets_what_was_derived_from_it(redis_
     assert kept and await p.executor.memory.forget_conversation(a) >= 3
     assert {r.id for r in await st.memory.records(T)} == kept, "only the forgotten conversation's records went"
     assert (await st.memory.job(T, a)).outcome == "none", "and its extraction job"
+
+
+async def test_only_a_stated_rule_lifts_a_public_record_to_the_whole_workspace(redis_client, prefix, model) -> None:
+    p, _ = _pipeline(prefix, redis_client, access=IdAccess(members={(T, PRIVATE): {"U_alice"}}))
+    told = "Remember this for everyone: the on-call rota lives at go/rota-7731."
+    for n, channel in enumerate((PUBLIC, PRIVATE)):
+        c = cid(channel, f"170000000{n}.000100")
+        await _say(p, c, [told.replace("7731", f"773{n}")], start=n)
+        await p.executor.memory.extract(c)
+    elsewhere = await _shown(p, cid(OTHER, "1900000000.000100"), "where does the on-call rota live?", asker="U_alice")
+    assert "go/rota-7730" in elsewhere, "the public channel's record reaches every channel"
+    assert "go/rota-7731" not in elsewhere, "a private channel's never does, whatever it says"
