@@ -260,3 +260,9 @@ async def test_only_a_stated_rule_lifts_a_public_record_to_the_whole_workspace(r
     elsewhere = await _shown(p, cid(OTHER, "1900000000.000100"), "where does the on-call rota live?", asker="U_alice")
     assert "go/rota-7730" in elsewhere, "the public channel's record reaches every channel"
     assert "go/rota-7731" not in elsewhere, "a private channel's never does, whatever it says"
+    scopes = {r.channel: r.scope for r in await p.executor.memory.store.records(T) if "rota" in r.text}
+    assert scopes == {PUBLIC: "workspace", PRIVATE: "channel"}
+    await _say(p, cid(PUBLIC, "1700000005.000100"), ["The coffee machine code is 4411."], start=5)
+    await p.executor.memory.extract(cid(PUBLIC, "1700000005.000100"))
+    assert "4411" not in await _shown(p, cid(OTHER, "1900000001.000100"), "what is the coffee machine code?"), \
+        "without the rule a public record stays in its channel"
