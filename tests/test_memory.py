@@ -266,3 +266,23 @@ async def test_only_a_stated_rule_lifts_a_public_record_to_the_whole_workspace(r
     await p.executor.memory.extract(cid(PUBLIC, "1700000005.000100"))
     assert "4411" not in await _shown(p, cid(OTHER, "1900000001.000100"), "what is the coffee machine code?"), \
         "without the rule a public record stays in its channel"
+
+
+async def test_the_sweep_extracts_conversations_once_idle_a_bounded_number_at_a_time(redis_client, prefix,
+                                                                                     model) -> None:
+    import dataclasses
+    import time
+
+    p, st = _pipeline(prefix, redis_client)
+    memory = p.executor.memory
+    memory.config = dataclasses.replace(memory.config, claims_per_sweep=1)
+    a, b = cid(PUBLIC, "1700000000.000100"), cid(PUBLIC, "1700000050.000100")
+    await _say(p, a, FACTS)
+    await _say(p, b, ["The vendor contract renews on 2025-03-31 for 48,000 euros."], start=50)
+    assert await memory.sweep() == [], "nothing is extracted before the conversations have been idle"
+    memory.clock = lambda: time.time() + 3600
+    first, second, third = await memory.sweep(), await memory.sweep(), await memory.sweep()
+    assert [len(first), len(second), third] == [1, 1, []], "one claim per sweep here; each conversation once"
+    assert {first[0].conversation_id, second[0].conversation_id} == {a, b}
+    assert {r.conversation for r in await st.memory.records(T)} == {a, b}
+    assert await st.memory.versions(T, f"channel:{PUBLIC}"), "a sweep that added records consolidates their scope"
