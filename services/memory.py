@@ -5,7 +5,7 @@ Records are derived in two phases:
 * **Extraction**, per conversation once it has been idle for a while (:meth:`Memory.extract`): one worker holds
   the conversation's extraction lease (renewed while it works); only the messages after the job's watermark are
   read; they are folded into a ledger (:mod:`services.ledger`), whose decisions, closed asks, model-recorded
-  entries and most informative notes become records. With a real model configured, one validated model call may
+  entries and notes (all of them by default, see ``MemoryConfig.notes_share``) become records. With a real model configured, one validated model call may
   add records (each cites real message ids and states no number its sources lack); never more than one per
   extraction and never past a daily cap. Every record is redacted and carries no instruction to the assistant.
 * **Consolidation**, per scope under one lock (:meth:`Memory.consolidate`): duplicates merged, a newer decision on
@@ -454,7 +454,8 @@ class Memory:
     def _from_ledger(self, cid: str, where: Where, visibility: Visibility, new: Sequence[Message],
                      changes: dict[str, str | None], now: float) -> list[MemoryRecord]:
         """Records from the ledger of the new messages: decisions, closed asks, model-recorded entries and the
-        most informative notes. Edited and deleted messages give none (their records were retracted)."""
+        most informative notes (``notes_share``). Edited and deleted messages give none (their records were
+        retracted)."""
         changed = set(changes)
         kept = [m for m in new if m.id not in changed]
         if not kept:
