@@ -297,7 +297,8 @@ class MemoryStore(RedisStore):
 
     # -- idle conversations --------------------------------------------------------------------
 
-    async def idle_conversations(self, *, idle_before: float, active_after: float, limit: int) -> list[tuple[str, float]]:
+    async def idle_conversations(self, *, idle_before: float, active_after: float,
+                                 limit: int) -> list[tuple[str, float]]:
         """Conversations of the sweep's registry whose last inbound event is between ``active_after`` and
         ``idle_before``, oldest first: ``(id, last activity)``."""
         from .keys import registry_key

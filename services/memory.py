@@ -5,9 +5,10 @@ Records are derived in two phases:
 * **Extraction**, per conversation once it has been idle for a while (:meth:`Memory.extract`): one worker holds
   the conversation's extraction lease (renewed while it works); only the messages after the job's watermark are
   read; they are folded into a ledger (:mod:`services.ledger`), whose decisions, closed asks, model-recorded
-  entries and notes (all of them by default, see ``MemoryConfig.notes_share``) become records. With a real model configured, one validated model call may
-  add records (each cites real message ids and states no number its sources lack); never more than one per
-  extraction and never past a daily cap. Every record is redacted and carries no instruction to the assistant.
+  entries and notes (all of them by default, see ``MemoryConfig.notes_share``) become records. With a real
+  model configured, one validated model call may add records (each cites real message ids and states no number
+  its sources lack); never more than one per extraction and never past a daily cap. Every record is redacted
+  and carries no instruction to the assistant.
 * **Consolidation**, per scope under one lock (:meth:`Memory.consolidate`): duplicates merged, a newer decision on
   the same subject supersedes the older one (both kept, the older marked), records unused for
   ``max_unused_days`` dropped; each consolidation is a new version of the scope, the previous one kept.
@@ -542,7 +543,8 @@ class Memory:
                 continue
             out.append(MemoryRecord(id=rid, text=text, kind=kind, workspace=where.workspace,  # type: ignore[arg-type]
                                     channel=where.channel, conversation=cid, visibility=visibility, scope="channel",
-                                    source_ids=sources, authors=[by_id[s].author or "" for s in sources if by_id[s].author],
+                                    source_ids=sources,
+                                    authors=[by_id[s].author or "" for s in sources if by_id[s].author],
                                     said_at=by_id[sources[0]].created_at, created_at=now,
                                     expires_at=now + self.config.ttl_days * DAY))
         return out

@@ -51,7 +51,8 @@ FACTS = ["The staging cluster is called kestrel-eu and lives in eu-west-3.",
          "The billing outage is tracked in ticket OPS-4471."]
 
 
-async def test_a_fact_told_in_one_thread_is_shown_in_a_new_thread_of_the_same_channel(redis_client, prefix, model) -> None:
+async def test_a_fact_told_in_one_thread_is_shown_in_a_new_thread_of_the_same_channel(redis_client, prefix,
+                                                                                      model) -> None:
     p, _ = _pipeline(prefix, redis_client)
     a = cid(PUBLIC, "1700000000.000100")
     await _say(p, a, FACTS)
