@@ -110,6 +110,15 @@ async def sweep_forever(bot: SlackBot, every_seconds: float) -> None:
                 log.info("sweep resumed %d conversations", kicked)
         except Exception:  # noqa: BLE001 - the sweep must keep running
             log.exception("sweep failed")
+        memory = bot.pipeline.executor.memory
+        if memory is not None and memory.config.workspaces:
+            try:
+                extracted = await memory.sweep()
+                if extracted:
+                    log.info("memory: %d idle conversations extracted (%d records)", len(extracted),
+                             sum(e.records for e in extracted))
+            except Exception:  # noqa: BLE001 - the sweep must keep running
+                log.exception("memory sweep failed")
 
 
 async def run_until_stopped(bot: SlackBot, *, sweep_seconds: float, shutdown_seconds: float) -> None:

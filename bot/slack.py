@@ -207,6 +207,9 @@ class SlackBot(SlackIntake):
         if not team or self.forget is None or await self._foreign(body, why):
             return
         deleted, busy = await self.forget.team(team)
+        memory = self.pipeline.executor.memory
+        if memory is not None:
+            deleted += await memory.forget_workspace(team)
         await self.workspaces.remove(team)
         self.metrics.events.labels(why, "forgotten").inc()
         log.warning("%s: deleted %d keys of team %s (%d conversations busy, retried)", why, deleted, team, len(busy))
@@ -225,6 +228,9 @@ class SlackBot(SlackIntake):
             return
         cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
         try:
+            memory = self.pipeline.executor.memory
+            if memory is not None:
+                await memory.forget_conversation(cid)  # what was derived from it, while its messages still say what
             deleted = await self.forget.conversation(cid)
             text = (f"Forgotten: {deleted} stored records of this thread were deleted. I will not follow it "
                     "until someone mentions me in it again." if deleted else "I keep nothing about this thread.")

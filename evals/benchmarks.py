@@ -4,6 +4,9 @@ Two layouts load into the same shape, a :class:`~evals.continuity.Case` whose da
 ``messages`` (Slack-style ids and times, ``reply: false``: people talking among themselves) and a
 ``questions`` list whose evidence names those replay ids:
 
+Each message also names its ``session`` (a LoCoMo-format session's number, a BEAM batch's index): the memory eval
+replays each session as a thread of its own.
+
 * **LoCoMo format** (REALTALK and LoCoMo itself): a file holding one conversation dict, a list of them, or
   dicts with a ``conversation`` sub-dict; sessions ``session_N`` of messages with ``dia_id`` ids
   (``D<session>:<turn>``) and a top-level ``qa`` list whose ``evidence`` names dia ids.
@@ -164,7 +167,8 @@ def _locomo_case(item: Any, name: str, where: str, skipped: Counter[str]) -> Cas
             clock = max(clock, when)
             rid = replay_id(when.timestamp(), len(messages))
             ids[dia.replace(" ", "")] = rid
-            messages.append({"id": rid, "author": author, "text": text, "ts": rid, "reply": False})
+            messages.append({"id": rid, "author": author, "text": text, "ts": rid, "reply": False,
+                             "session": number})
     if not messages:
         raise BenchmarkInputError(f"{where}: the conversation has no messages")
     questions = []
@@ -263,7 +267,8 @@ def _beam_case(folder: Path, skipped: Counter[str]) -> Case:
                 since, last = since + 1, epoch
                 rid = replay_id(epoch, len(messages))
                 ids[str(source)] = rid
-                messages.append({"id": rid, "author": role, "text": content, "ts": rid, "reply": False})
+                messages.append({"id": rid, "author": role, "text": content, "ts": rid, "reply": False,
+                                 "session": b})
     if not messages:
         raise BenchmarkInputError(f"{chat_file}: the chat has no messages")
     questions_file = _beam_questions_file(folder)

@@ -36,12 +36,13 @@ from .models import (
     Usage,
     carried_tokens,
 )
+from .memory import ExtractionJob, MemoryRecord, MemoryStore, MemoryVersion
 from .notes import MessageChange, Notes, NotesStore
 from .base import new_id
 from .store import CheckpointStore, Commit, Opening
 
 __all__ = [
-    "Forgetter", "durability", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
+    "Forgetter", "durability", "ExtractionJob", "MemoryRecord", "MemoryStore", "MemoryVersion", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",

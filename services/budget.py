@@ -55,6 +55,9 @@ class BudgetPolicy:
     recall: float = 0.25
     """Before a turn, earlier messages recalled for the new message get at most this share, and never more than
     the request has room for beside the history and a tool result (``Executor.runtime_message``)."""
+    memory: float = 0.10
+    """Before a turn, records of memory from other conversations found for the new message get at most this
+    share (``services.memory``); what they leave unused stays free."""
     output_reserve: float = 0.10
     min_output_reserve: int = 256
     max_output_reserve: int = 8_192
@@ -72,6 +75,7 @@ class ContextBudget:
     summary_cap_tokens: int
     pin_tokens: int
     recall_tokens: int = 0
+    memory_tokens: int = 0
 
     @classmethod
     def derive(cls, window_tokens: int, *, fixed_prompt_tokens: int, max_output_tokens: int | None = None,
@@ -96,6 +100,7 @@ class ContextBudget:
             summary_cap_tokens=int(usable * policy.summary_cap),
             pin_tokens=int(usable * policy.pins),
             recall_tokens=int(usable * policy.recall),
+            memory_tokens=int(usable * policy.memory),
         )
 
     def in_estimates(self, ratio: float) -> ContextBudget:
@@ -112,6 +117,7 @@ class ContextBudget:
                        retained_user_tokens=int(self.retained_user_tokens / ratio),
                        summary_cap_tokens=int(self.summary_cap_tokens / ratio), pin_tokens=int(self.pin_tokens / ratio),
                        recall_tokens=int(self.recall_tokens / ratio),
+                       memory_tokens=int(self.memory_tokens / ratio),
                        output_reserve_tokens=self.window_tokens - int(self.request_limit_tokens / ratio))
 
     @property

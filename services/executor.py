@@ -35,6 +35,7 @@ from threadkeeper.persistence import (
 from .budget import ContextBudget
 from .incoming import ROUTING_CONCURRENCY
 from .llm import ModelContextError, ModelError, ModelTimeoutError
+from .memory import MEMORY_ID, Memory
 from .recall import Recall
 from .seams import CheckpointStore as Checkpoints
 from .seams import Compactor, Model
@@ -82,7 +83,7 @@ class ReplyExecutor(ToolLoop):
                  budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
                  compactor: Compactor | None = None, effects: InboxEffects | None = None,
                  runtime_context: RuntimeContext = default_runtime_context,
-                 recall: Recall | None = None, intake: Intake | None = None) -> None:
+                 recall: Recall | None = None, intake: Intake | None = None, memory: Memory | None = None) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
         self.leases = leases
@@ -96,6 +97,8 @@ class ReplyExecutor(ToolLoop):
         self.runtime_context = runtime_context
         self.recall = recall
         """Earlier messages recalled for each turn that asks the model (None: no recall)."""
+        self.memory = memory
+        """Memory from other conversations shown to each turn that asks the model (None: no memory)."""
         self.intake = intake
         """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
         self.routing = asyncio.Semaphore(ROUTING_CONCURRENCY)
@@ -342,6 +345,13 @@ class ReplyExecutor(ToolLoop):
             raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
+        runtime = next((m for m in turn.messages if m.id == turn.runtime_id), None)
+        shown = [i for i in runtime.source_ids if i.startswith(MEMORY_ID)] if runtime is not None else []
+        if self.memory is not None and reply and shown:
+            try:
+                await self.memory.cited(conversation_id, reply, shown)
+            except ThreadkeeperError as exc:  # usage is bookkeeping: a turn never fails on it
+                log.warning("%s: memory usage not counted: %s", conversation_id, exc)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
                               turn.usage, turn.compaction, turn.calls, spend=turn.spend)
@@ -375,7 +385,8 @@ class ReplyExecutor(ToolLoop):
         stored = list(incoming)
         runtime_id = ""
         if wants_reply:
-            runtime = await self.runtime_message(conversation_id, history, base + new, new)
+            asker = next((i.author_id for i in reversed(items) if i.reply_expected and i.author_id), None)
+            runtime = await self.runtime_message(conversation_id, history, base + new, new, asker=asker)
             runtime_id = runtime.id
             new.append(runtime)
             stored.append(self.runtime_reference(runtime))

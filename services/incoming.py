@@ -17,6 +17,7 @@ from . import refs
 from .budget import ContextBudget
 from .context import calibration, visible
 from .notes import make_note
+from .memory import Memory
 from .recall import Recall, change_notice_id
 from .refs import next_ref
 from .tokens import Tokenizer
@@ -49,6 +50,7 @@ class Incoming:
     recall: Recall | None
     routing: asyncio.Semaphore
     """Bounds the router calls this worker runs at once (``ROUTING_CONCURRENCY``)."""
+    memory: Memory | None
     runtime_context: RuntimeContext
     tool_limit: Callable[[], int]
 
@@ -113,16 +115,18 @@ class Incoming:
                 t.cancel()
 
     async def runtime_message(self, conversation_id: str, history: History | None, context: Sequence[Message],
-                              incoming: Sequence[Message]) -> Message:
-        """The turn's runtime context: who and when, plus the earlier messages recalled for ``incoming``.
+                              incoming: Sequence[Message], *, asker: str | None = None) -> Message:
+        """The turn's runtime context: who and when, the memory from other conversations found for ``incoming``
+        (visible to this conversation and to ``asker``, a Slack user id), and the earlier messages recalled for it.
 
         ``history`` is the head the turn starts from; ``context`` every message the request carries besides
-        this one (history and incoming). The recall takes at most its budget share and never more than the
-        request has room for beside a tool result. ``Pipeline.context`` shows exactly this message.
+        this one (history and incoming). Recall and memory each take at most their budget share (memory also the
+        recall share when there is nothing to recall, as in a new thread), together never more than the request
+        has room for beside a tool result. ``Pipeline.context`` shows exactly this message.
         """
         header = self.runtime_context(conversation_id, context, incoming, self.clock())
         runtime = self.make_message(header, role="system", flags=MessageFlags(runtime=True))
-        if self.recall is None:
+        if self.recall is None and self.memory is None:
             return runtime
         shown = visible(context)
         sent = sum(m.tokens for m in shown) + runtime.tokens
@@ -130,18 +134,32 @@ class Incoming:
         # within the window as the provider counts it, and never past the request guard, which counts estimates
         room = min(budget.request_limit_tokens - budget.fixed_prompt_tokens,
                    self.budget.request_limit_tokens - self.budget.fixed_prompt_tokens) - sent - self.tool_limit()
-        cap = min(budget.recall_tokens, room) - 2  # the line break that joins the block to the header
-        handoff = next((m for m in shown if m.flags.handoff and len(m.parts) > 1 and m.note_tokens), None)
-        # the notes' room, less the line that says they are left out
-        focus = max(0, handoff.note_tokens[0] - self.tokenizer.count(FOCUS_NOTE) - 2) if handoff else 0
-        recalled = await self.recall.recall(conversation_id, history, shown, incoming, cap, focus_tokens=focus)
-        if not recalled.ids:
+        parts, ids, recall_left = [header], [], 0
+        if self.recall is not None:
+            cap = min(budget.recall_tokens, room) - 2  # the line break that joins the block to the header
+            handoff = next((m for m in shown if m.flags.handoff and len(m.parts) > 1 and m.note_tokens), None)
+            # the notes' room, less the line that says they are left out
+            focus = max(0, handoff.note_tokens[0] - self.tokenizer.count(FOCUS_NOTE) - 2) if handoff else 0
+            recalled = await self.recall.recall(conversation_id, history, shown, incoming, cap, focus_tokens=focus)
+            if recalled.ids:
+                parts.append(recalled.text)
+                ids += recalled.ids
+                room -= recalled.tokens + 2
+                if recalled.focused and handoff is not None:  # see services.context.visible
+                    parts.append(FOCUS_NOTE)
+                    ids = [*ids, handoff.id]
+            else:
+                recall_left = max(0, cap)  # a thread with nothing to recall (a new one): memory may use the room
+        if self.memory is not None:
+            query = "\n".join(m.text for m in incoming if m.role == "user")
+            block = await self.memory.block(conversation_id, query, asker=asker,
+                                            cap_tokens=min(budget.memory_tokens + recall_left, room) - 2)
+            if block.records:  # after the header, before the recalled messages (the thread's own come last)
+                parts.insert(1, block.text)
+                ids = [*block.ids, *ids]
+        text = "\n".join(parts)
+        if not ids:
             return runtime
-        text = f"{header}\n{recalled.text}"
-        ids = recalled.ids
-        if recalled.focused and handoff is not None:  # see services.context.visible
-            text += f"\n{FOCUS_NOTE}"
-            ids = [*ids, handoff.id]
         return self.with_tokens(runtime.model_copy(update={"parts": [TextPart(text=text)], "source_ids": ids}))
 
     @staticmethod

@@ -87,25 +87,28 @@ class Pipeline:
         return await compact(conversation_id, budget=self.budget, dry_run=dry_run, reason=reason,
                              with_model=with_model)
 
-    async def context(self, conversation_id: str, *, arriving: Sequence[Message] = ()) -> ContextReport:
+    async def context(self, conversation_id: str, *, arriving: Sequence[Message] = (),
+                      asker: str | None = None) -> ContextReport:
         """The next turn's context; if that turn would compact first, the context after it (nothing written).
 
         ``arriving`` are messages to preview as if they reached the inbox now, each asking for a reply
         (``context --message``): the report then holds exactly what that turn would send, the runtime
         context with its recalled messages included. No model is called: a previewed compaction carries the
-        narrative as it is.
+        narrative as it is. A conversation that does not exist yet is previewed as a new one when a message
+        arrives; ``asker`` is who sends it (a Slack user id: what memory may show them).
         """
-        state = await self.checkpoints.require_state(conversation_id)
+        state = await self.checkpoints.get_state(conversation_id) if arriving else \
+            await self.checkpoints.require_state(conversation_id)
         executor = self.executor
         system = ContextEntry(role="system", text=executor.config.system_prompt, source_ids=[],
                               tokens=self.budget.fixed_prompt_tokens)
         history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id) \
-            if state.head_checkpoint_id is not None else None
+            if state is not None and state.head_checkpoint_id is not None else None
         tokens = measure(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens)
         # What the next turn takes: the queue, then the arriving messages, as far as one turn's bound goes (a
         # question behind a long backlog waits for a later turn, and the preview says so by leaving it out).
         taken = executor.bounded([*await self.inbox.peek(conversation_id),
-                                  *(InboxItem(message=m, reply_expected=True) for m in arriving)])
+                                  *(InboxItem(message=m, reply_expected=True, author_id=asker) for m in arriving)])
         taken = await executor.settled(conversation_id, taken, history, route=False)  # a preview asks no model
         incoming = sorted([executor.prepare_incoming(i.message, addressed=i.reply_expected)
                            for i in taken if i.kind == "message" and i.message is not None],
@@ -119,7 +122,9 @@ class Pipeline:
             compaction, messages = await executor.compactor.preview(conversation_id, history, incoming, self.budget)
         shown = visible(messages)
         if arriving:
-            runtime = await executor.runtime_message(conversation_id, history, [*messages, *incoming], incoming)
+            asker = next((i.author_id for i in reversed(taken) if i.reply_expected and i.author_id), None)
+            runtime = await executor.runtime_message(conversation_id, history, [*messages, *incoming], incoming,
+                                                     asker=asker)
             shown = visible([*messages, *incoming, runtime], runtime.id)
         return ContextReport(conversation_id, self.budget, [system, *entries(shown)], tokens,
                              would, compaction)

@@ -59,6 +59,10 @@ class FakeSlack:
         """method → how many of its next calls answer HTTP 500 without doing anything."""
         self.dropped: list[str] = []
         """ts of every message whose post was accepted but never answered."""
+        self.private: set[str] = set()
+        """Channels conversations.info calls private."""
+        self.members: dict[str, list[str]] = {}
+        """channel → the user ids conversations.members answers."""
 
     @property
     def base_url(self) -> str:
@@ -188,6 +192,13 @@ class FakeSlack:
             more = start + limit < len(messages)
             return web.json_response({"ok": True, "messages": page, "has_more": more,
                                       "response_metadata": {"next_cursor": str(start + limit) if more else ""}})
+        if method == "conversations.info":
+            channel = params.get("channel", "")
+            return web.json_response({"ok": True, "channel": {"id": channel, "is_im": channel.startswith("D"),
+                                                              "is_private": channel in self.private}})
+        if method == "conversations.members":
+            return web.json_response({"ok": True, "members": self.members.get(params.get("channel", ""), []),
+                                      "response_metadata": {"next_cursor": ""}})
         if method == "apps.connections.open":
             assert self.server is not None
             url = str(self.server.make_url("/socket")).replace("http://", "ws://")

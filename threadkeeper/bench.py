@@ -110,6 +110,52 @@ async def _recall_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
     return out
 
 
+_MEMORY_WORDS = ("staging cluster deploy billing outage ticket rota oncall kestrel falcon friday tuesday vendor "
+                 "contract renewal budget migration database replica region latency alert dashboard runbook release "
+                 "freeze owner review design launch customer escalation incident postmortem capacity quota").split()
+
+
+async def _memory_bench(local: Settings, client: aioredis.Redis, sizes: Sequence[int], repeats: int,
+                        progress: Callable[[str], None]) -> dict[str, float]:
+    """Memory across conversations at ``sizes`` records in one workspace (50 channels): the warm read a turn does
+    (switches, generation, search, render, usage), building the index cold, and consolidating one channel."""
+    from threadkeeper.persistence import MemoryRecord
+    from threadkeeper.services import Tokenizer
+    from threadkeeper.services.memory import Memory, MemoryConfig, consolidated
+
+    stores = build_stores(local, client=client)
+    out: dict[str, float] = {}
+    rnd = random.Random(7)
+    now = time.time()
+    questions = ["who owns the billing outage ticket?", "what is the staging cluster's region and latency?",
+                 "when does the release freeze start?"]
+    for n in sizes:
+        team = f"TBENCH{n}"
+        progress(f"memory: {n:,} records")
+        records = [MemoryRecord(id=f"mem_{i:08x}", text=" ".join(rnd.choice(_MEMORY_WORDS) for _ in range(10))
+                                + f" REF-{i}", kind="fact", workspace=team, channel=f"C{i % 50}",
+                                conversation=f"slack:{team}:C{i % 50}:{i}", visibility="public", scope="channel",
+                                source_ids=[f"{i}.000100"], authors=["alice"], said_at=now - i, created_at=now,
+                                expires_at=now + 86_400 * 90) for i in range(n)]
+        for start in range(0, n, 5_000):
+            await stores.memory.put(team, records[start:start + 5_000])
+        memory = Memory(stores.memory, stores.checkpoints, stores.notes, Tokenizer("gpt-4o"),
+                        config=MemoryConfig(workspaces=frozenset({team}), channels=frozenset({"*"})))
+        where = f"slack:{team}:C7:9999999999.000100"
+        started = time.perf_counter()
+        await memory.block(where, questions[0], asker=None, cap_tokens=680)
+        out[f"memory_index_cold_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)
+        turn = iter(range(10**9))
+        out[f"memory_read_warm_ms_p50_{n}"] = await _median_ms(
+            lambda: memory.block(where, questions[next(turn) % 3], asker=None, cap_tokens=680), repeats)
+        channel = [r for r in records if r.channel == "C7"]
+        started = time.perf_counter()
+        consolidated(channel, now=now, max_unused_days=60)
+        out[f"memory_consolidate_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)
+        await stores.memory.forget_workspace(team)
+    return out
+
+
 async def _epoch_ends(stores: Any, cid: str) -> list[Any]:
     rows = await stores.checkpoints.lineage(cid)
     return [r for r in rows if any(o.forked_from == r.id for o in rows)]
@@ -343,6 +389,8 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         # Last: reading 100,000 messages into this process's caches would inflate the memory figure above.
         out.update(await _recall_bench(local, client, (1_000, 10_000) if quick else (1_000, 10_000, 100_000),
                                        15 if quick else 41, progress))
+        out.update(await _memory_bench(local, client, (10_000,) if quick else (10_000, 100_000),
+                                       15 if quick else 41, progress))
     finally:
         progress("cleaning up")
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
@@ -369,6 +417,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "preturn_ms_p50_100000": ("<=", 2), "compaction_ms_p50_200k": ("<=", 100), "turns_per_second": (">=", 400),
     "concurrent_1000_wall_s": ("<=", 2.5), "concurrent_1000_errors": ("<=", 0), "rss_mb_1000": ("<=", 200),
     "recall_warm_ms_p50_10000": ("<=", 5), "recall_index_share_of_cache": ("<=", 0.30),
+    "memory_read_warm_ms_p50_100000": ("<=", 5),
 }
 """What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what
 it costs at 100 (:func:`targets`)."""

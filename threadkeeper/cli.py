@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import ConversationKeys, ThreadkeeperError, durability
 
-from .evalcmd import cmd_eval, windows_list
+from .evalcmd import cmd_eval, cmd_eval_memory, windows_list
 from .logs import quiet_turn_lines, stderr_console
 from .settings import Settings, SettingsError, load_settings
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
@@ -345,6 +345,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="a real model to run the threads with (enables --judge-model)")
     c.add_argument("--judge-model", help="grade answers to each probe's question with this model")
     c.set_defaults(func=cmd_eval)
+    c = ev.add_parser("memory", help="what earlier threads of a channel bring to a new thread, against BM25 and "
+                                     "no memory at the same spend")
+    c.add_argument("--benchmark", choices=("realtalk", "beam"), required=True,
+                   help="realtalk (any LoCoMo-format JSON) or beam, read from --path")
+    c.add_argument("--path", required=True, help="the benchmark's files (as for eval continuity)")
+    c.add_argument("--limit", type=_positive, help="evaluate only the first N chats")
+    c.add_argument("--windows", type=windows_list, default=[8192],
+                   help="comma-separated context windows (default 8192)")
+    c.add_argument("--json", help="write the results as JSON here")
+    c.set_defaults(func=cmd_eval_memory)
 
     p = sub.add_parser("bench", help="speed, write cost, compaction cost, throughput and memory on real Redis")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under a minute)")
@@ -375,6 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="retry: every conversation's dead letters")
     p.add_argument("--json", action="store_true", help="list: print JSON")
     p.set_defaults(func=cmd_dead_letters)
+
+    from .memorycmd import add_parser as add_memory
+
+    add_memory(sub)
     return parser
 
 

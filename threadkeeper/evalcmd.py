@@ -167,3 +167,45 @@ def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
             table.add_row(r["strategy"], f"{r['window']:,}", _pct(a["retention"]["overall"]),
                           _pct(a["retention"].get("identifier")), f"{a['context_tokens']:,}", f"{a['probes']:,}")
     Console(width=220).print(table)
+
+
+def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
+    """``threadkeeper eval memory``: each session a thread of one channel, each question a new thread."""
+    quiet_turn_lines(settings.threadkeeper_log_level)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from threadkeeper.evals import load_benchmark, skipped_text
+    from threadkeeper.evals.memory import run_memory, summarize_memory
+
+    benchmark = load_benchmark(args.benchmark, args.path, limit=args.limit)
+
+    async def work() -> int:
+        async with open_stores(settings) as stores:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=stderr_console(), transient=True) as bar:
+                task = bar.add_task("memory eval", total=len(benchmark.cases) * len(args.windows))
+                results = await run_memory(settings, benchmark.cases, args.windows, client=stores.client,
+                                           progress=lambda label: bar.update(task, advance=1, description=label))
+        rows = summarize_memory(results)
+        table = Table(title=f"memory across conversations on {args.benchmark}: {len(benchmark.cases)} chats, each "
+                            "session a thread of one channel, each question asked in a new thread; answers kept on "
+                            "content, baselines at the same spend")
+        for col in ("window", "memory", "BM25 pick (other threads)", "no memory", "over BM25", "tokens shown",
+                    "records shown", "records", "extract ms / 1k msgs", "answerable / questions"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(f"{r['window']:,}", _pct(r["memory"]), _pct(r["bm25"]), _pct(r["no_memory"]),
+                          "-" if r["over_bm25"] is None else f"{r['over_bm25']:.2f}", f"{r['mean_spend']:.0f}",
+                          f"{r['mean_shown']:.1f}", f"{r['records']:,}", f"{r['extract_ms_per_1000_messages']:.0f}",
+                          f"{r['answerable']:,} / {r['questions']:,}")
+        Console(width=220).print(table)
+        print(skipped_text(benchmark.skipped))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump({"benchmark": args.benchmark, "path": str(args.path), "windows": args.windows,
+                           "results": rows, "chats": [c.name for c in benchmark.cases]}, fh, indent=2)
+        return 0
+
+    return asyncio.run(work())

@@ -55,15 +55,25 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _conversation_memory(stores: Stores, conversation_id: str) -> int:
+    """Delete the memory records derived from a conversation (before its messages go)."""
+    from threadkeeper.services import Tokenizer
+    from threadkeeper.services.memory import Memory
+
+    memory = Memory(stores.memory, stores.checkpoints, stores.notes, Tokenizer("gpt-4o"))
+    return await memory.forget_conversation(conversation_id)
+
+
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     async def work(stores: Stores) -> int:
         if args.team:
             cids = await stores.forget.conversations_of_team(args.target)
             if not args.yes:
-                print(f"would delete {len(cids):,} conversations of workspace {args.target}; "
+                print(f"would delete {len(cids):,} conversations of workspace {args.target} and its memory; "
                       "run again with --yes to delete them")
                 return 1
             deleted, busy = await stores.forget.team(args.target)
+            deleted += await stores.memory.forget_workspace(args.target)  # and every record derived from them
             print(f"deleted {deleted:,} keys of {len(cids) - len(busy):,} conversations of workspace {args.target}"
                   + (f"; {len(busy)} have a turn running, run again once it has finished" if busy else ""))
             return 0 if not busy else 3
@@ -75,7 +85,9 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             print(f"would delete {len(found):,} keys of {args.target} (its whole history, every checkpoint); "
                   "run again with --yes to delete them")
             return 1
-        print(f"deleted {await stores.forget.conversation(args.target):,} keys of {args.target}")
+        memory = await _conversation_memory(stores, args.target)
+        print(f"deleted {await stores.forget.conversation(args.target):,} keys of {args.target}"
+              + (f" and {memory:,} memory records derived from it" if memory else ""))
         return 0
 
     return asyncio.run(with_stores(settings, work))

@@ -28,6 +28,7 @@ from threadkeeper.services import (
 )
 from threadkeeper.services.compactor import Compactor
 from threadkeeper.services.effects import NoteEffects
+from threadkeeper.services.memory import ChannelAccess, Memory, MemoryConfig
 from threadkeeper.services.narrative import Summarizer
 from threadkeeper.services.offline import OfflineModel
 from threadkeeper.services.recall import Recall
@@ -92,15 +93,28 @@ def _check_reachable(variable: str, name: str) -> None:
         raise SettingsError(f"{variable}={name!r} is served from {where}, which does not answer ({exc})") from None
 
 
+def memory_config(settings: Settings) -> MemoryConfig:
+    def ids(value: str) -> frozenset[str]:
+        return frozenset(v.strip() for v in value.split(",") if v.strip())
+
+    return MemoryConfig(workspaces=ids(settings.threadkeeper_memory_workspaces),
+                        channels=ids(settings.threadkeeper_memory_channels),
+                        idle_seconds=settings.threadkeeper_memory_idle_minutes * 60,
+                        ttl_days=settings.threadkeeper_memory_ttl_days,
+                        max_unused_days=settings.threadkeeper_memory_max_unused_days,
+                        model_calls_per_day=settings.threadkeeper_memory_model_calls_per_day)
+
+
 def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = None,
                    context_window: int | None = None, tools: list[Tool] | None = None,
                    summarizer_model: str | None = None, retry_wait_seconds: float = 1.0,
                    compactor_class: type[Compactor] = Compactor, offline_model: OfflineModel | None = None,
-                   ) -> Pipeline:
+                   access: ChannelAccess | None = None) -> Pipeline:
     """The pipeline for ``model`` (default ``AI_MODEL``) with the window from litellm or the override.
 
     ``compactor_class`` swaps the compaction strategy (the evals compare baselines this way).
     ``offline_model`` replaces the offline model's default instance (the bench gives it a latency).
+    ``access`` tells memory who may see a channel (the Slack bot's: asked of Slack; default: from channel ids).
     The summarizer uses ``summarizer_model`` (default ``AI_FAST_MODEL``, else the main model); with the
     offline model the narrative is extractive and compaction makes no model call.
     """
@@ -133,12 +147,14 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                             timeout_seconds=min(settings.ai_timeout_seconds, 60.0))
     compactor = compactor_class(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
                           summarizer=summarizer, fixed_prompt_tokens=fixed)
+    memory = Memory(stores.memory, stores.checkpoints, stores.notes, tokenizer, config=memory_config(settings),
+                    access=access, model=fast_client, retention_days=settings.threadkeeper_retention_days)
     config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds,
                             turn_model_seconds=settings.ai_turn_seconds)
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
                              budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
-                             effects=NoteEffects(stores.notes),
-                             recall=recall)
+                             effects=NoteEffects(stores.notes, memory),
+                             recall=recall, memory=memory)
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)
 
 
@@ -178,6 +194,12 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     else:
         client = make_client(settings.slack_bot_token, base_url)
         workspaces = Workspaces(lambda token: make_client(token, base_url), token=settings.slack_bot_token)
+    if pipeline.executor.memory is not None:  # who may see a channel's memory: asked of Slack, cached briefly
+        from threadkeeper.bot.memory_access import SlackAccess
+        from threadkeeper.services.memory import CachedAccess
+
+        memory = pipeline.executor.memory
+        memory.access = CachedAccess(SlackAccess(workspaces), memory.config.membership_seconds)
     return SlackBot(pipeline=pipeline, notes=stores.notes, workspaces=workspaces, client=client,
                     signing_secret=settings.slack_signing_secret, fast_model=fast, forget=stores.forget,
                     oauth=oauth)

@@ -45,6 +45,17 @@ class Settings(BaseSettings):
     threadkeeper_log_format: Literal["text", "json"] = "text"
     """``text``: one ``key=value`` line per record; ``json``: one JSON object per line."""
 
+    threadkeeper_memory_workspaces: str = ""
+    """Workspaces (team ids, comma-separated; ``*``: all) where memory across conversations is on; empty: off."""
+    threadkeeper_memory_channels: str = ""
+    """Channels (ids, comma-separated; ``*``: all) of those workspaces where memory is on; empty: none."""
+    threadkeeper_memory_idle_minutes: float = Field(default=30.0, ge=0, le=10_080)
+    """A conversation's memory is extracted once it has been idle this long."""
+    threadkeeper_memory_ttl_days: float = Field(default=90.0, gt=0, le=3650)
+    threadkeeper_memory_max_unused_days: float = Field(default=60.0, gt=0, le=3650)
+    threadkeeper_memory_model_calls_per_day: int = Field(default=200, ge=0, le=1_000_000)
+    """The most extraction model calls per conversation per day (there is at most one per extraction)."""
+
     ai_model: str = Field(default="offline", min_length=1)
     ai_fast_model: str | None = None
     ai_model_context_window_tokens: int | None = Field(default=None, ge=1024, le=100_000_000)
@@ -67,7 +78,7 @@ class Settings(BaseSettings):
     """Fernet key(s) the OAuth installations (bot tokens) are stored encrypted with: needed with
     ``SLACK_CLIENT_ID``; several, separated by commas, to rotate (the first encrypts, all decrypt)."""
     slack_scopes: str = ("app_mentions:read,assistant:write,channels:history,groups:history,im:history,"
-                         "mpim:history,chat:write,reactions:write,pins:read,users:read")
+                         "mpim:history,chat:write,reactions:write,pins:read,users:read,channels:read,groups:read")
 
     @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
                      "slack_api_base_url", "slack_client_id", "slack_client_secret", "slack_redirect_uri",

@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
-from threadkeeper.persistence import CheckpointStore, Forgetter, Inbox, LeaseManager, NotesStore, connect, ping
+from threadkeeper.persistence import (
+    CheckpointStore,
+    Forgetter,
+    Inbox,
+    LeaseManager,
+    MemoryStore,
+    NotesStore,
+    connect,
+    ping,
+)
 
 from .settings import Settings
 
@@ -26,6 +35,7 @@ class Stores:
     leases: LeaseManager
     notes: NotesStore
     forget: Forgetter
+    memory: MemoryStore
     where: str = "Redis at REDIS_URL"
     """What the stores run on, for people: ``Redis at REDIS_URL`` or the embedded Redis and its data directory."""
 
@@ -51,7 +61,7 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
     checkpoints = CheckpointStore(client, cache_bytes=settings.threadkeeper_cache_mb * 1024 * 1024, **common)
     return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
-                  forget=Forgetter(client, **common))
+                  forget=Forgetter(client, **common), memory=MemoryStore(client, **common))
 
 
 @asynccontextmanager
