@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import CorruptRecordError
-from .keys import dead_registry_key, pending_key
+from .keys import activity_key, dead_registry_key, pending_key
 from .models import InboxItem, Lease
 from .base import RedisStore
 
@@ -48,18 +48,23 @@ class Inbox(RedisStore):
         # The registry lives in another hash slot, so it cannot join the script. The conversation is marked
         # as owing work after its item is queued, so a lease holder that drains it (and unmarks it, then looks
         # again: ``unmark_pending``) can never leave a queued item unmarked.
-        await self.mark_pending(conversation_id)
+        await self.mark_pending(conversation_id, active=True)
         return True
 
     @property
     def pending_key(self) -> str:
         return pending_key(self.prefix)
 
-    async def mark_pending(self, conversation_id: str) -> None:
-        """Record that the conversation owes work (queued items, a reply not yet delivered)."""
+    async def mark_pending(self, conversation_id: str, *, active: bool = False) -> None:
+        """Record that the conversation owes work (queued items, a reply not yet delivered); with ``active``, that
+        an item just arrived (the activity registry memory's extraction reads)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.zadd(self.pending_key, {conversation_id: time.time()})
+        now = time.time()
+        pipe.zadd(self.pending_key, {conversation_id: now})
         pipe.expire(self.pending_key, self.retention_seconds)
+        if active:
+            pipe.zadd(activity_key(self.prefix), {conversation_id: now})
+            pipe.expire(activity_key(self.prefix), self.retention_seconds)
         await self._call(pipe.execute())
 
     async def unmark_pending(self, conversation_id: str) -> None:

@@ -13,6 +13,8 @@
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
 ``<prefix>:pending``  sorted set  conversations with work owed (queued items, a reply not yet delivered): the sweep's
     registry; added on every append, removed by the lease holder once the conversation is drained
+``<prefix>:activity``  sorted set  conversations by their last inbound item (what memory's extraction finds
+    idle conversations by; no sweep reads it)
 ``<prefix>:dead``  sorted set  conversations holding dead letters, by when the last one was set aside
 ``<prefix>:{install:<enterprise>-<team>}``  hash  a workspace's Slack installation and bot token (installs mode)
 ``<prefix>:oauth-state:<state>``  string  an OAuth state issued by ``/slack/install`` (expires)
@@ -28,6 +30,11 @@ from .errors import ThreadkeeperError
 def pending_key(prefix: str) -> str:
     """The sweep's registry: conversations with work owed, so a sweep costs what is pending, not what is stored."""
     return f"{prefix}:pending"
+
+
+def activity_key(prefix: str) -> str:
+    """Conversations by the time of their last inbound item: memory's extraction reads the idle ones."""
+    return f"{prefix}:activity"
 
 
 def dead_registry_key(prefix: str) -> str:

@@ -299,11 +299,11 @@ class MemoryStore(RedisStore):
 
     async def idle_conversations(self, *, idle_before: float, active_after: float,
                                  limit: int) -> list[tuple[str, float]]:
-        """Conversations of the sweep's registry whose last inbound event is between ``active_after`` and
+        """Conversations of the activity registry whose last inbound item is between ``active_after`` and
         ``idle_before``, oldest first: ``(id, last activity)``."""
-        from .keys import registry_key
+        from .keys import activity_key
 
-        raw = await self._call(self.client.zrangebyscore(registry_key(self.prefix), active_after, idle_before,
+        raw = await self._call(self.client.zrangebyscore(activity_key(self.prefix), active_after, idle_before,
                                                          start=0, num=limit, withscores=True))
         return [((k.decode() if isinstance(k, bytes) else k), float(s)) for k, s in raw]
 

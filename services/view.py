@@ -18,7 +18,7 @@ from .ledger import Ledger, NarrativeEntry
 from .notebook import NoteEntry
 
 HEADER = "[Threadkeeper handoff"
-SHARES = {"asks": 0.20, "decisions": 0.15, "suspect": 0.10, "narrative": 0.35, "facts": 0.10}
+SHARES = {"asks": 0.20, "decisions": 0.15, "suspect": 0.10, "narrative": 0.35, "facts": 0.10, "standing_notes": 0.10}
 """The most each structured section may take of the cap; what they leave goes to the notes."""
 
 
@@ -191,7 +191,8 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
     evicted += chosen.evicted
     picked = list(chosen.picked)
     while True:
-        standing, notes_text, ids = _assemble(head, sections, title, notes, people, lab)
+        standing, notes_text, ids = _assemble(head, sections, title, notes, people, lab,
+                                              int(cap_tokens * SHARES["standing_notes"]), count)
         excess = count(f"{standing}\n{notes_text}" if notes_text else standing) - cap_tokens
         if excess <= 0 or not picked:
             break
@@ -217,8 +218,10 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
 
 
 def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequence[NoteEntry],
-              people: str, lab: Callable[[str], str]) -> tuple[str, str, list[str]]:
-    """The standing part, the notes part and the ids they cite."""
+              people: str, lab: Callable[[str], str], standing_cap: int,
+              count: Callable[[str], int]) -> tuple[str, str, list[str]]:
+    """The standing part, the notes part and the ids they cite. Of the notes, those every answer may need
+    (:func:`standing_note`) stand with the standing part, newest first within ``standing_cap`` tokens."""
     out = [head]
     ids: list[str] = []
     for section in sections:
@@ -231,11 +234,18 @@ def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequen
         out.append(people)
     # Notes every answer may need (a changed fact, a constraint) stand with the standing part; the rest are what a
     # turn's recall may stand in for (see services.context.visible).
-    standing = [n for n in notes if standing_note(n)]
+    standing_ids: set[str] = set()
+    left = standing_cap
+    for n in sorted((n for n in notes if standing_note(n)), key=lambda n: (-n.at, n.id)):
+        cost = n.tokens or count(n.text)
+        if cost <= left:
+            standing_ids.add(n.id)
+            left -= cost
+    standing = [n for n in notes if n.id in standing_ids]
     if standing:
         out.extend([STANDING_NOTES_TITLE, *_render_notes(standing, lab)])
         ids.extend(n.id for n in standing)
-    rest = [n for n in notes if not standing_note(n)]
+    rest = [n for n in notes if n.id not in standing_ids]
     notes_text = ""
     if rest:
         notes_text = "\n".join([title, *_render_notes(rest, lab)])
