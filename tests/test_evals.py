@@ -128,6 +128,8 @@ def test_eval_cli_writes_json_and_plot_from_a_dataset_file(tmp_path: Path) -> No
         assert isinstance(row["supercheckpoint_errors"], int) and row["context_tokens"] > 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "threadkeeper" in result.stdout
+    assert f"results written to {out}" in " ".join(result.stderr.split())
+    assert f"plot written to {png}" in " ".join(result.stderr.split())
     bad = cli("eval", "continuity", "--strategies", "nope", "--threads", "1", "--messages", "100")
     assert bad.returncode == 2 and "unknown strategies" in bad.stderr
 
@@ -145,3 +147,16 @@ async def test_replayed_context_never_exceeds_the_trigger_and_compactions_meet_t
     assert all(c["tokens_after"] <= budget.target_tokens for c in result["compactions"])
     report = await pipeline.context(f"trigger:{style}")
     assert report.context_tokens - budget.fixed_prompt_tokens <= budget.trigger_tokens
+
+
+def test_a_plot_without_matplotlib_is_refused_before_the_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    import importlib.util
+
+    from threadkeeper.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    png = tmp_path / "plot.png"
+    assert main(["eval", "continuity", "--threads", "1", "--messages", "100", "--plot", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert "--plot needs matplotlib" in err and "threadkeeper-slack[plot]" in err and not png.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 from typing import Any
 
@@ -46,6 +47,9 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.services import ModelClient
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # said before the run, not after it
+        raise SettingsError("--plot needs matplotlib, which is not installed: pip install 'threadkeeper-slack[plot]' "
+                            "(make install includes it), or leave out --plot")
     if args.model:
         settings = settings.model_copy(update={"ai_model": args.model})
     generated = args.benchmark == "generated"
@@ -97,8 +101,10 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump(report, fh, indent=2)
+            stderr_console().print(f"results written to {args.json}")
         if args.plot:
             plot(rows, args.plot)
+            stderr_console().print(f"plot written to {args.plot}")
         return 0
 
     return asyncio.run(work())
