@@ -43,7 +43,7 @@ async def should_reply(text: str, bot_user_id: str | None, fast_model: ModelClie
     try:
         reply = await fast_model.complete([{"role": "system", "content": ROUTER_PROMPT},
                                            {"role": "user", "content": f"Thread so far:\n{context}\n\nLatest: {text}"}],
-                                          max_output_tokens=4, timeout_seconds=10)
+                                          max_output_tokens=4, timeout_seconds=10, kind="routing")
     except ModelError as exc:
         log.warning("router model failed (%s); not replying", exc)
         return False

@@ -151,8 +151,12 @@ class ModelClient:
 
     async def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                        max_output_tokens: int | None = None, timeout_seconds: float | None = None,
-                       draft: Draft | None = None) -> ModelReply:
+                       draft: Draft | None = None, kind: str = "turn", window: str | None = None) -> ModelReply:
         """One chat completion, retried with backoff on transient errors; raises :class:`ModelError`.
+
+        ``kind`` (turn, compaction, memory, routing) and ``window`` (the conversation and the handoff generation
+        its context starts from) travel as the request's litellm metadata, for the deployment's logging and
+        callbacks; providers do not receive them.
 
         With a ``draft``, the reply is streamed and its text written there as it arrives (an attempt that
         fails after writing is discarded before the next). The offline model answers at once and is not
@@ -164,7 +168,9 @@ class ModelClient:
         timeout = timeout_seconds or self.timeout_seconds
         # One retry layer (below): the provider SDK's own retries are off, or each attempt would be several.
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "timeout": timeout,
-                                  "_skip_mcp_handler": True, "max_retries": 0}
+                                  "_skip_mcp_handler": True, "max_retries": 0,
+                                  "metadata": {"threadkeeper_kind": kind,
+                                               **({"threadkeeper_window": window} if window else {})}}
         if tools:
             kwargs["tools"] = tools
         limit = max_output_tokens or self.max_output_tokens

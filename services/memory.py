@@ -522,7 +522,8 @@ class Memory:
                   '{"text": "...", "kind": "fact|decision|constraint|identifier|outcome", "source_ids": ["<id>"]}. '
                   "Cite only ids shown in brackets; state nothing the cited messages do not say.")
         reply = await self.model.complete([{"role": "system", "content": prompt},
-                                           {"role": "user", "content": "\n".join(lines)}], max_output_tokens=1024)
+                                           {"role": "user", "content": "\n".join(lines)}], max_output_tokens=1024,
+                                          kind="memory")
         raw = reply.text.strip()
         start, end = raw.find("["), raw.rfind("]")
         items = json.loads(raw[start:end + 1]) if start >= 0 and end > start else []

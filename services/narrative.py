@@ -198,7 +198,8 @@ class Summarizer:
             body = HANDOFF_UPDATE.format(earlier=earlier or "(none yet)", messages="\n".join(chunk) or "(none)")
             reply = await self.model.complete(  # type: ignore[union-attr]
                 [{"role": "system", "content": HANDOFF_PROMPT}, {"role": "user", "content": body}],
-                max_output_tokens=self._output_limit(cap_tokens), timeout_seconds=self.timeout_seconds)
+                max_output_tokens=self._output_limit(cap_tokens), timeout_seconds=self.timeout_seconds,
+                kind="compaction")
             cut = reply.finish_reason == "length"
             earlier = "\n".join(ln for ln in _trim(reply.text, cut).split("\n") if not _holds_secret(ln, secrets))
         return earlier, cut
@@ -254,7 +255,8 @@ class Summarizer:
         assert self.model is not None
         reply = await self.model.complete([{"role": "system", "content": HANDOFF_PROMPT},
                                            {"role": "user", "content": body}],
-                                          max_output_tokens=max(64, cap_tokens), timeout_seconds=self.timeout_seconds)
+                                          max_output_tokens=max(64, cap_tokens), timeout_seconds=self.timeout_seconds,
+                                          kind="compaction")
         return reply.text
 
     async def _llm(self, messages: Sequence[Message], cap_tokens: int) -> Narrative:

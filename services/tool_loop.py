@@ -36,6 +36,13 @@ def earlier_replies(messages: list[Message]) -> list[str]:
     return out
 
 
+def window_id(conversation_id: str, messages: list[Message]) -> str:
+    """Which context window a request belongs to: the conversation and the handoff its history starts from (the
+    same for every turn between two compactions)."""
+    first = messages[0] if messages else None
+    return f"{conversation_id}#{first.id if first is not None and first.flags.handoff else 'start'}"
+
+
 class ToolLoop(Incoming):
     """The executor's model loop (a mixin over the executor's model, tools, budget and store)."""
 
@@ -63,7 +70,8 @@ class ToolLoop(Incoming):
             try:
                 reply = await asyncio.wait_for(
                     self.model.complete(to_chat(self.config.system_prompt, sent), tools=schemas or None,
-                                        timeout_seconds=min(self.model.timeout_seconds, remaining), draft=draft),
+                                        timeout_seconds=min(self.model.timeout_seconds, remaining), draft=draft,
+                                        kind="turn", window=window_id(conversation_id, turn.messages)),
                     timeout=remaining)
             except asyncio.TimeoutError as exc:
                 raise ModelTimeoutError(f"the turn used its {self.config.turn_model_seconds:g}s of model time "

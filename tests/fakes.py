@@ -71,7 +71,9 @@ class ScriptedModel(CustomLLM):
 
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
         optional = kwargs.get("optional_params") or (args[7] if len(args) > 7 else {})
-        self.requests.append({"messages": messages, "tools": (optional or {}).get("tools")})
+        metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+        self.requests.append({"messages": messages, "tools": (optional or {}).get("tools"),
+                              "kind": metadata.get("threadkeeper_kind"), "window": metadata.get("threadkeeper_window")})
         step = self.script.popleft() if self.script else self.default
         if step.started:
             step.started.set()

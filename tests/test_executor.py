@@ -540,3 +540,27 @@ async def test_messages_arriving_while_each_reply_is_posted_are_answered_by_the_
     results = await p.run(CONV, events)
     assert [r.status for r in results] == ["completed"] * 6 and events.posted == 6
     assert await p.pending(CONV) == 0 and await p.inbox.pending_conversations() == []
+
+
+async def test_every_model_request_says_its_kind_and_window(model, prefix, client) -> None:
+    """A turn's request and a compaction's summarizer call carry their kind and, for turns, the window (the
+    conversation and the handoff it starts from) as litellm metadata."""
+    from fakes import scripted
+
+    summarizer = scripted("scripted-fast")
+    summarizer.default = Step(text="- [w.1] The build queue moved on.")
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096})
+    await p.submit(CONV, "first question", author="alice", id="w.0")
+    await p.run(CONV)
+    assert model.requests[-1]["kind"] == "turn" and model.requests[-1]["window"] == f"{CONV}#start"
+    for i in range(1, 60):
+        await p.submit(CONV, f"status {i}: the build queue moved on and the canary is green again; the team sync "
+                             "moved to the big room and the dashboards look normal, nothing else to report today",
+                       author="bob", id=f"w.{i}")
+        await p.run(CONV)
+    assert {r["kind"] for r in model.requests} == {"turn"}
+    assert summarizer.requests and {r["kind"] for r in summarizer.requests} == {"compaction"}
+    history = await p.checkpoints.load_history(CONV)
+    assert history.messages[0].flags.handoff
+    assert model.requests[-1]["window"] == f"{CONV}#{history.messages[0].id}"
