@@ -1,0 +1,116 @@
+"""One-line breakages of core behaviour, each with the tests that must notice it: ``make mutate``.
+
+Each mutant replaces one exact piece of text in one file (it must occur exactly once), runs the named tests,
+and puts the file back, whatever happens (a failure, Ctrl-C, SIGTERM). A mutant the tests still pass with
+*survived*: the behaviour it breaks is not tested. Add a row for every gap a review finds, with the test
+that closes it.
+
+    .venv/bin/python tests/mutations.py            # every mutant
+    .venv/bin/python tests/mutations.py pin event  # those whose name contains a word given
+    .venv/bin/python tests/mutations.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    original: str
+    broken: str
+    tests: tuple[str, ...]
+    """pytest arguments: files, ``file::test`` or ``-k`` expressions."""
+
+
+MUTANTS: list[Mutant] = [
+    Mutant("pin-too-large-stops-pin-search", "services/compactor.py",
+           "            if used + m.tokens > pin_budget:\n                continue\n",
+           "            if used + m.tokens > pin_budget:\n                break\n",
+           ("tests/test_compaction.py", "-k", "pin_too_large")),
+    Mutant("oldest-kept-never-truncated", "services/compactor.py",
+           "            if left >= 48:\n", "            if False:\n",
+           ("tests/test_compaction.py", "-k", "truncated_to_fill")),
+    Mutant("suspect-fact-still-shown", "services/view.py",
+           "        if f.evidence_id in suspects:\n            continue\n",
+           "        if f.evidence_id in suspects:\n            pass\n",
+           ("tests/test_compaction.py", "-k", "evidence_changed")),
+    Mutant("same-person-same-thing-two-notes", "services/notebook.py",
+           "if current <= 0 or (c.entry.author, c.entry.text) in said:",
+           "if current <= 0:",
+           ("tests/test_notes.py", "-k", "same_thing_twice")),
+    Mutant("never-mind-cancels-someone-elses-ask", "services/ledger.py",
+           "earlier = [a for a in lg.asks if a.author == author and a.status != \"superseded\" and not a.standing]",
+           "earlier = [a for a in lg.asks if a.status != \"superseded\" and not a.standing]",
+           ("tests/test_compaction.py", "-k", "never_mind")),
+    Mutant("retried-effect-applied-twice", "bot/slack.py",
+           "dedup_keys=[k for k in (item.event_id,) if k])",
+           "dedup_keys=[])",
+           ("tests/test_slack_bot.py", "-k", "retried")),
+]
+
+
+def run(mutant: Mutant, python: str) -> tuple[str, float]:
+    """``killed``, ``survived`` or ``error: …`` (the text to break is missing or not unique), and seconds."""
+    path = ROOT / mutant.path
+    source = path.read_text()
+    found = source.count(mutant.original)
+    if found != 1:
+        return f"error: the text to break occurs {found} times in {mutant.path}", 0.0
+    start = time.monotonic()
+    try:
+        path.write_text(source.replace(mutant.original, mutant.broken))
+        done = subprocess.run([python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                               *mutant.tests], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        path.write_text(source)
+    seconds = time.monotonic() - start
+    if done.returncode == 1:
+        return "killed", seconds
+    if done.returncode == 0:
+        return "survived", seconds
+    tail = done.stdout.strip().splitlines()[-1:] or [""]
+    return f"error: pytest exited {done.returncode} ({tail[0]})", seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Apply each one-line breakage, run its tests, and restore.")
+    parser.add_argument("words", nargs="*", help="only mutants whose name contains one of these")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.words or any(w in m.name for w in args.words)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}  {m.path}  {' '.join(m.tests)}")
+        return 0
+    if not chosen:
+        print(f"No mutant's name contains {' or '.join(args.words)}", file=sys.stderr)
+        return 2
+    # SIGTERM ends the run like Ctrl-C does, so the file being mutated is put back by the ``finally`` above.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    survived, errors = [], []
+    for m in chosen:
+        verdict, seconds = run(m, sys.executable)
+        print(f"{verdict:<9} {m.name} ({seconds:.1f} s)", flush=True)
+        if verdict == "survived":
+            survived.append(m.name)
+        elif verdict != "killed":
+            errors.append(m.name)
+    killed = len(chosen) - len(survived) - len(errors)
+    print(f"{killed} of {len(chosen)} mutants killed; survived: {', '.join(survived) or 'none'}"
+          + (f"; errors: {', '.join(errors)}" if errors else ""))
+    return 1 if survived or errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
