@@ -56,7 +56,7 @@ MUTANTS: list[Mutant] = [
     Mutant("retried-effect-applied-twice", "bot/slack.py",
            "dedup_keys=[k for k in (item.event_id,) if k])",
            "dedup_keys=[])",
-           ("tests/test_slack_bot.py", "-k", "retried")),
+           ("tests/test_slack_bot.py", "-k", "retried_pin")),
 ]
 
 

@@ -803,3 +803,26 @@ async def test_dead_letters_are_counted_in_metrics(h: Harness) -> None:
     await h.stores.client.delete(h.pipeline.inbox.keys(cid).dead)  # expired, or cleared by an operator
     text = await (await h.http.get("/metrics")).text()
     assert "threadkeeper_dead_letters 0.0" in text
+
+
+async def test_a_retried_pin_arriving_after_the_unpin_is_not_applied_again(h: Harness) -> None:
+    """Slack retries an event it thinks was lost with the same ``event_id``: each is applied once, so a late
+    retry of a pin does not undo the unpin that followed it."""
+    root = "1700000400.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.post(event_body(mention(root, "Runbook: https://wiki.example.com/rb"), event_id="Ev-r0"))
+    await h.settle()
+
+    def pin(kind: str) -> dict:
+        return {"type": kind, "user": "U1", "channel_id": CHANNEL, "event_ts": "1700000400.000900",
+                "item": {"type": "message", "channel": CHANNEL, "message": {"ts": root, "text": "Runbook"}}}
+
+    await h.post(event_body(pin("pin_added"), event_id="Ev-pin"))
+    await h.settle()
+    assert (await h.stores.notes.get(cid)).pins.get(root) is True
+    await h.post(event_body(pin("pin_removed"), event_id="Ev-unpin"))
+    await h.settle()
+    assert await h.post(event_body(pin("pin_added"), event_id="Ev-pin"),
+                        headers={"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}) == 200
+    await h.settle()
+    assert not (await h.stores.notes.get(cid)).pins.get(root), "the retried pin was applied a second time"
