@@ -57,6 +57,9 @@ MUTANTS: list[Mutant] = [
            "dedup_keys=[k for k in (item.event_id,) if k])",
            "dedup_keys=[])",
            ("tests/test_slack_bot.py", "-k", "retried_pin")),
+    Mutant("inbox-quarantine-off-by-one", "persistence/inbox.py",
+           "[index - moved, value, self.retention_seconds]", "[index, value, self.retention_seconds]",
+           ("tests/test_executor.py", "-k", "six_unreadable")),
 ]
 
 
