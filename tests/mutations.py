@@ -60,6 +60,12 @@ MUTANTS: list[Mutant] = [
     Mutant("inbox-quarantine-off-by-one", "persistence/inbox.py",
            "[index - moved, value, self.retention_seconds]", "[index, value, self.retention_seconds]",
            ("tests/test_executor.py", "-k", "six_unreadable")),
+    Mutant("joined-thread-queued-newest-first", "bot/intake.py",
+           "author_id=m.get(\"user\")), front=True)", "author_id=m.get(\"user\")), front=False)",
+           ("tests/test_slack_bot.py", "-k", "mid_thread_mention_reads")),
+    Mutant("joined-thread-read-in-reverse", "bot/intake.py",
+           "key=lambda m: float(m[\"ts\"]), reverse=True)", "key=lambda m: float(m[\"ts\"]), reverse=False)",
+           ("tests/test_slack_bot.py", "-k", "mid_thread_mention_reads")),
 ]
 
 

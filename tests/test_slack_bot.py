@@ -346,6 +346,9 @@ async def test_a_mid_thread_mention_reads_the_thread_first(h: Harness, model) ->
     references = await h.pipeline.references(cid)
     assert {"1700000100.000200", "1700000102.000100", "1700000200.000100"} <= set(references.values())
     assert "1700000102.000200" not in references.values(), "the bot's own posts are not people's messages"
+    numbered = [references[k] for k in sorted(references, key=lambda k: int(k.lstrip("#")))
+                if re.fullmatch(r"\d+\.\d+", references[k])]  # people's messages (Slack ts), not the bot's
+    assert numbered == sorted(numbered, key=float), "the earlier messages are queued oldest first, then the mention"
     sent = "\n".join(str(m.get("content")) for m in model.requests[-1]["messages"])
     assert "pg-stage-7" in sent and "PAY-5512" in sent, "the first reply reaches the answer (notes or recall)"
     turns = [r for r in model.requests if r["messages"][0]["content"].startswith("You are Threadkeeper")]
