@@ -66,6 +66,9 @@ MUTANTS: list[Mutant] = [
     Mutant("joined-thread-read-in-reverse", "bot/intake.py",
            "key=lambda m: float(m[\"ts\"]), reverse=True)", "key=lambda m: float(m[\"ts\"]), reverse=False)",
            ("tests/test_slack_bot.py", "-k", "mid_thread_mention_reads")),
+    Mutant("another-bots-mention-answered", "bot/slack.py",
+           "addressed = not from_bot and (mention or is_dm", "addressed = (mention or is_dm",
+           ("tests/test_slack_bot.py", "-k", "another_bots_mention")),
 ]
 
 

@@ -829,3 +829,24 @@ async def test_a_retried_pin_arriving_after_the_unpin_is_not_applied_again(h: Ha
                         headers={"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}) == 200
     await h.settle()
     assert not (await h.stores.notes.get(cid)).pins.get(root), "the retried pin was applied a second time"
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "app_mention", "bot_id": "BDEPLOY", "user": "UDEPLOY"},
+    {"type": "message", "subtype": "bot_message", "bot_id": "BDEPLOY", "username": "deploybot",
+     "channel_type": "channel"},
+], ids=["app_mention", "bot_message"])
+async def test_another_bots_mention_never_makes_the_bot_answer(h: Harness, event: dict) -> None:
+    """Two bots that answer each other's mentions would loop: another bot's post is kept, never answered."""
+    root = "1700000500.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.post(event_body(mention(root, "watch the deploy thread"), event_id="Ev-b0"))
+    await h.settle()
+    assert len(h.replies()) == 1
+    post = {**event, "text": f"<@{BOT_USER}> deploy 812 finished, anything else?", "ts": "1700000500.000200",
+            "thread_ts": root, "channel": CHANNEL, "event_ts": "1700000500.000200"}
+    assert await h.post(event_body(post, event_id="Ev-b1")) == 200
+    await h.settle()
+    assert len(h.replies()) == 1, "another bot's mention got an answer"
+    history = await h.pipeline.checkpoints.load_history(cid)
+    assert any("deploy 812 finished" in m.text for m in history.messages), "the bot's post is part of the thread"
