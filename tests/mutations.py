@@ -69,6 +69,13 @@ MUTANTS: list[Mutant] = [
     Mutant("another-bots-mention-answered", "bot/slack.py",
            "addressed = not from_bot and (mention or is_dm", "addressed = (mention or is_dm",
            ("tests/test_slack_bot.py", "-k", "another_bots_mention")),
+    Mutant("recall-never-widened-in-a-turn", "services/recall.py",
+           "return await self.search(conversation_id, history, context, query, cap_tokens, widen=True,",
+           "return await self.search(conversation_id, history, context, query, cap_tokens, widen=False,",
+           ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
+    Mutant("recall-without-neighbours", "services/recall.py",
+           "            for step in range(1, NEIGHBOURS + 1):\n", "            for step in range(1, 1):\n",
+           ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
 ]
 
 
