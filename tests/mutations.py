@@ -76,6 +76,17 @@ MUTANTS: list[Mutant] = [
     Mutant("recall-without-neighbours", "services/recall.py",
            "            for step in range(1, NEIGHBOURS + 1):\n", "            for step in range(1, 1):\n",
            ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
+    Mutant("google-api-keys-not-redacted", "services/redact.py",
+           'compile(r"\\bAIza[0-9A-Za-z_-]{30,}")', 'compile(r"\\bAIzz[0-9A-Za-z_-]{30,}")',
+           ("tests/test_redaction.py",)),
+    Mutant("token-assignments-not-redacted", "services/redact.py",
+           'master|shared[_-]?access)[_-]?key|token|credential|passphrase")',
+           'master|shared[_-]?access)[_-]?key|credential|passphrase")',
+           ("tests/test_redaction.py",)),
+    Mutant("asks-kept-unredacted", "services/ledger.py",
+           "ask = Ask(seq=self._seq(), id=m.id, author=author, text=redact(_short(text)),",
+           "ask = Ask(seq=self._seq(), id=m.id, author=author, text=_short(text),",
+           ("tests/test_redaction.py", "-k", "ledger_or_the_handoff")),
 ]
 
 
