@@ -8,6 +8,9 @@ that closes it.
     .venv/bin/python tests/mutations.py            # every mutant
     .venv/bin/python tests/mutations.py pin event  # those whose name contains a word given
     .venv/bin/python tests/mutations.py --list
+
+The named tests are first run once on the unbroken code (``--no-baseline`` skips it): a test that already fails
+would count every mutant as killed.
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ MUTANTS: list[Mutant] = [
            "ask = Ask(seq=self._seq(), id=m.id, author=author, text=redact(_short(text)),",
            "ask = Ask(seq=self._seq(), id=m.id, author=author, text=_short(text),",
            ("tests/test_redaction.py", "-k", "ledger_or_the_handoff")),
+    Mutant("toujours-not-in-the-instruction-gate", "services/instructions.py",
+           "maintenant aujourd'hui désormais dorénavant avenir toujours jamais",
+           "maintenant aujourd'hui désormais dorénavant avenir jamais",
+           ("tests/test_instructions.py",)),
+    Mutant("split-instructions-skips-the-gate-words-it-needs", "services/instructions.py",
+           "    return not _GATE_WORDS.isdisjoint(_GATE_SPLIT.split(lowered))",
+           "    return not _GATE_WORDS.isdisjoint(lowered.split())",
+           ("tests/test_instructions.py",)),
 ]
 
 
@@ -117,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Apply each one-line breakage, run its tests, and restore.")
     parser.add_argument("words", nargs="*", help="only mutants whose name contains one of these")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip checking first that the named tests pass on the unbroken code")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTANTS if not args.words or any(w in m.name for w in args.words)]
     if args.list:
@@ -128,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # SIGTERM ends the run like Ctrl-C does, so the file being mutated is put back by the ``finally`` above.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if not args.no_baseline:  # a test failing on the unbroken code would count every mutant as killed
+        for tests in dict.fromkeys(m.tests for m in chosen):
+            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if done.returncode != 0:
+                print(f"The tests fail before any breakage ({' '.join(tests)}):\n{done.stdout[-2000:]}",
+                      file=sys.stderr)
+                return 2
     survived, errors = [], []
     for m in chosen:
         verdict, seconds = run(m, sys.executable)
