@@ -98,6 +98,9 @@ MUTANTS: list[Mutant] = [
            "    return not _GATE_WORDS.isdisjoint(_GATE_SPLIT.split(lowered))",
            "    return not _GATE_WORDS.isdisjoint(lowered.split())",
            ("tests/test_instructions.py",)),
+    Mutant("forgotten-conversation-left-in-activity-registry", "persistence/forget.py",
+           "dead_registry_key(self.prefix), activity_key(self.prefix)):", "dead_registry_key(self.prefix)):",
+           ("tests/test_store_contract.py", "-k", "forgetting_deletes")),
 ]
 
 

@@ -332,9 +332,12 @@ async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_
     assert deleted >= 5 and await forget.keys_of(one) == []
     remaining = [k async for k in client.scan_iter(match=f"{prefix}:*")]
     assert remaining and all((k.decode() if isinstance(k, bytes) else k).startswith((f"{prefix}:{{{other}}}",
-                                                                                      f"{prefix}:pending"))
+                                                                                      f"{prefix}:pending",
+                                                                                      f"{prefix}:activity"))
                              for k in remaining)
     assert await inbox.pending_conversations() == [other]
+    assert await client.zrange(f"{prefix}:activity", 0, -1) in ([other], [other.encode()]), \
+        "the activity registry names only the conversation kept"
     assert (await store.load_history(other)).messages[0].text == "the deploy key is in the vault"
 
 
