@@ -167,4 +167,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("Interrupted; the file being broken was put back.", file=sys.stderr)
+        sys.exit(130)
