@@ -10,7 +10,7 @@ export PYTHONWARNINGS := ignore:Editable installation
 # Test processes (pytest-xdist): every test uses its own key prefix, so they share one Redis safely.
 TEST_WORKERS ?= 2
 
-.PHONY: run test install bench eval console clean constraints
+.PHONY: run test install bench eval console clean constraints mutate
 
 RUN_STAMP := $(VENV)/.installed-run
 # Without REDIS_URL, commands share an embedded Redis: the machine's redis-server, or (when there is none) the
@@ -50,6 +50,11 @@ console: $(RUN_STAMP)
 test: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+
+# Each one-line breakage in tests/mutations.py must fail the tests named with it; lists the ones that survive.
+mutate: $(STAMP)
+	$(BIN)/python tests/ensure_redis.py
+	$(BIN)/python tests/mutations.py $(MUTANTS)
 
 bench: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py

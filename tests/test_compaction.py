@@ -794,3 +794,59 @@ async def test_the_summarizer_splits_its_input_and_bounds_its_output_by_its_own_
     await summarizer.narrate(messages, 500)
     assert len(model.calls) > 2, "chunks, then one call merging them"
     assert all(tokenizer.count(body) <= window * 0.6 + 400 for body, _ in model.calls[:-1])
+
+
+def retainer() -> "object":
+    from threadkeeper.services.compactor import Compactor
+    return Compactor(checkpoints=None, notes=None, tokenizer=Tokenizer("gpt-4o-mini"),  # type: ignore[arg-type]
+                     summarizer=None, fixed_prompt_tokens=0)  # type: ignore[arg-type]
+
+
+def test_a_pin_too_large_for_the_pin_budget_does_not_stop_older_pins_being_kept() -> None:
+    compactor = retainer()
+    small = msg("Runbook: https://wiki.example.com/rollback", id="1.0", tokens=20, pinned=True)
+    filler_msg = msg("chatter", id="2.0", tokens=10)
+    big = msg("a long pasted config " * 200, id="3.0", tokens=900, pinned=True)
+    kept = compactor._retain([small, filler_msg, big], {"1.0", "3.0"}, retained_budget=0, pin_budget=100,
+                             room=1000)
+    assert [m.id for m in kept] == ["1.0"], "the older pin that fits is kept though the newer one does not"
+    assert kept[0].flags.pinned
+
+
+def test_the_oldest_kept_message_is_truncated_to_fill_the_retained_budget() -> None:
+    compactor = retainer()
+    old = msg(" ".join(f"word{i}" for i in range(400)), id="1.0")
+    old = compactor._with_tokens(old)
+    new = compactor._with_tokens(msg("the newest question about the deploy", id="2.0"))
+    budget = new.tokens + 120
+    kept = compactor._retain([old, new], set(), retained_budget=budget, pin_budget=0, room=10_000)
+    assert [m.id for m in kept] == ["1.0", "2.0"], "the older message is kept in part, not dropped"
+    assert kept[0].text.startswith("word0") and len(kept[0].text) < len(old.text)
+    assert sum(m.tokens for m in kept) <= budget
+
+
+def test_a_recorded_fact_whose_evidence_changed_is_not_shown_as_a_fact() -> None:
+    from threadkeeper.services.ledger import ModelFact
+    tokenizer = Tokenizer("gpt-4o")
+    ledger = Ledger(model_facts=[
+        ModelFact(seq=1, key="db", evidence_id="1700006400.000100", evidence_hash="h1",
+                  text="The primary database is Postgres 16"),
+        ModelFact(seq=2, key="region", evidence_id="1700006500.000100", evidence_hash="h2",
+                  text="The service runs in eu-west-1")])
+    changed = {"1700006400.000100": "its message was edited"}
+    rendered = render_handoff(ledger, [], changed, cap_tokens=2000, count=tokenizer.count, now=DAY)
+    facts = rendered.text.split("Recorded by the assistant", 1)[1]
+    assert "eu-west-1" in facts
+    assert "Postgres 16" not in rendered.text, "a fact whose evidence was edited is no longer stated as a fact"
+
+
+def test_never_mind_supersedes_only_the_speakers_own_ask() -> None:
+    asks = [msg("@threadkeeper can you draft the Q3 capacity plan?", id="1.0", author="alice", addressed=True),
+            msg("@threadkeeper could you summarise INC-2041 for the postmortem?", id="2.0", author="bob",
+                addressed=True),
+            msg("@threadkeeper never mind, I found the capacity numbers myself", id="3.0", author="alice",
+                addressed=True)]
+    ledger = LedgerBuilder().fold(asks).build()
+    status = {a.id: a.status for a in ledger.asks}
+    assert status["1.0"] == "superseded", "alice's own earlier ask is withdrawn"
+    assert status["2.0"] == "open", "bob's later ask stands: alice cannot withdraw it"

@@ -564,3 +564,20 @@ async def test_every_model_request_says_its_kind_and_window(model, prefix, clien
     history = await p.checkpoints.load_history(CONV)
     assert history.messages[0].flags.handoff
     assert model.requests[-1]["window"] == f"{CONV}#{history.messages[0].id}"
+
+
+async def test_six_unreadable_items_in_a_row_are_set_aside_in_one_turn(model, prefix, client) -> None:
+    """Each unreadable item moved to the dead letters shifts the later ones: all six are set aside by the turn
+    that meets them, the thread is answered, and nothing readable is lost."""
+    p, _ = pipeline(prefix, client)
+    inbox_key = p.inbox.keys(CONV).inbox
+    await p.submit(CONV, "first question", author="alice", id="1.1")
+    corrupt = [f'{{"broken": {i}, not json' for i in range(6)]
+    await client.rpush(inbox_key, *corrupt)
+    await p.submit(CONV, "second question", author="bob", id="1.2")
+    results = await p.run(CONV)
+    assert [r.status for r in results] == ["completed"] and results[0].consumed == 2
+    sent = [m["content"] for m in model.requests[-1]["messages"]]
+    assert "[#1] alice: first question" in sent and "[#2] bob: second question" in sent
+    assert await p.inbox.dead_letters(CONV) == corrupt, "set aside in order, each once"
+    assert await client.llen(inbox_key) == 0

@@ -172,3 +172,19 @@ def test_a_reversal_marks_the_decision_it_reverses_and_only_that_one() -> None:
     status = {d.id: (d.status, d.reversed_by) for d in ledger.decisions}
     assert status["r1"] == ("reversed", "r3"), "the Postgres decision is reversed by the later one"
     assert status["r2"] == ("active", None) and status["r3"][0] == "active"
+
+
+def test_the_same_person_saying_the_same_thing_twice_gets_one_note() -> None:
+    tokenizer = Tokenizer("gpt-4o")
+    texts = [("ann", "Deploy freeze starts Friday 18:00 for the payments cluster"),
+             ("bob", "Marco moving Lisbon March startup fintech payments team hiring engineers"),
+             ("ann", "Deploy freeze starts Friday 18:00 for the payments cluster"),
+             ("bob", "Deploy freeze starts Friday 18:00 for the payments cluster")]
+    stats = TermStats()
+    fresh = stats.add([terms(t) for _, t in texts])
+    pool = [NoteEntry(id=f"m{i}", author=a, at=float(i), text=t, fresh=f)
+            for i, ((a, t), f) in enumerate(zip(texts, fresh))]
+    chosen = select(pool, stats, cap_tokens=400, now=10.0, count=tokenizer.count)
+    said = [(n.author, n.text) for n in chosen.notes]
+    assert said.count(("ann", texts[0][1])) == 1, "a repeat by the same person is not noted again"
+    assert ("bob", texts[0][1]) in said, "someone else saying it is their own note"

@@ -375,3 +375,33 @@ async def test_a_message_a_compaction_kept_only_in_part_is_recalled_whole(model,
     report = await p.context(CONV, arriving=[p.executor.make_message(
         " ".join(original.split()[:12]) + "?", author="carol")])
     assert target.id in report.context[-1].source_ids, "what the context holds of it is not all it said"
+
+
+async def test_a_turn_recalls_a_hits_neighbour_and_what_only_the_widened_query_finds(model, prefix, client) -> None:
+    """Within a turn (not only on the index): the message next to a hit comes with it, and a message that shares
+    no word with the question is found by the words of the question's best hit."""
+    p = _pipeline(prefix, client)
+    gap = _filler(3, 500)
+    await _thread(p, ["The billing outage ticket is OPS-4471.",
+                      "Yes, I will take that one tomorrow morning.",
+                      *gap,
+                      "Which board game should we play on Friday night?",
+                      *gap,
+                      "We play Gloomhaven on Friday night, the campaign is at scenario nine.",
+                      *_filler(120)])
+    history = await p.checkpoints.load_history(CONV)
+    assert not any("Gloomhaven" in m.text or "tomorrow morning" in m.text
+                   for m in history.messages if not m.flags.handoff), "both were folded out of the context"
+
+    async def recalled(question: str, ident: str) -> str:
+        model.requests.clear()
+        await p.submit(CONV, question, author="carol", id=ident)
+        await p.run(CONV)
+        runtime = [m["content"] for m in model.requests[0]["messages"] if RECALL_HEADER in str(m["content"])]
+        assert runtime, "the turn carried recalled messages"
+        return runtime[0]
+
+    billing = await recalled("what was the ticket for the billing outage?", "1700.009998")
+    assert "OPS-4471" in billing and "morning" in billing, "the hit's neighbour came with it"
+    games = await recalled("what game do they like?", "1700.009999")
+    assert "Gloomhaven" in games, "the widened query (play, Friday, night) found the answer"

@@ -44,6 +44,9 @@ SECRETS = [
      "dozjgNryP4J3jVmNHl0w5N"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4Z\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx4Z"),
     ("set DB_PASSWORD=correct-horse-battery in the staging env", "correct-horse-battery"),
+    ("export SESSION_TOKEN=bluebird-apple-42 before the run", "bluebird-apple-42"),
+    ("set refresh_token=plainwordvalue in the env", "plainwordvalue"),
+    ("deploy_token: orange-tiger-sunset", "orange-tiger-sunset"),
     ('config {"api_key": "abcd1234efgh5678"} for the search cluster', "abcd1234efgh5678"),
     ("twilio SK0123456789abcdef0123456789abcdef", "SK0123456789abcdef"),
     ("npm //registry.npmjs.org/:_authToken=npm_AbCdEf0123456789AbCdEf0123456789abcd", "npm_AbCdEf0123456789"),
@@ -78,6 +81,38 @@ ORDINARY = [
     "version v2.14.0-rc.3 ships on 2026-12-01",
     "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 ]
+
+
+# Formats with a rule of their own are named by it, whether or not they also look random.
+NAMED = [
+    ("maps key AIzaSyA1234567890abcdefghijklmnopqrstu", "maps key [REDACTED API KEY]"),
+    ("firebase config AIzaSyBOti4mM-6x9WDnZIjIeyEU21OpBXqWBgw ok", "firebase config [REDACTED API KEY] ok"),
+    ("OPENAI key sk-proj-ABCDEFGHIJKLMNOPQRSTUV1234 for the summarizer", "OPENAI key [REDACTED API KEY] for the summarizer"),
+    ("access key id AKIAIOSFODNN7EXAMPLE for the billing bucket", "access key id [REDACTED AWS ACCESS KEY] for the billing bucket"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NAMED, ids=[t[:24] for t, _ in NAMED])
+def test_a_format_with_its_own_rule_is_named_by_it(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize(("text", "secret"), SECRETS, ids=[s[:24] for _, s in SECRETS])
+def test_no_secret_reaches_the_ledger_or_the_handoff(text: str, secret: str) -> None:
+    """The whole path: a person's message folded into the ledger (as an ask, a note and the term statistics)
+    and rendered as a handoff keeps none of the secret."""
+    from threadkeeper.persistence import Message, MessageFlags, TextPart
+    from threadkeeper.services import Tokenizer
+    from threadkeeper.services.ledger import LedgerBuilder
+    from threadkeeper.services.view import render_handoff
+
+    said = Message(id="1700000000.000100", role="user", author="ann", parts=[TextPart(text=f"{text} please check")],
+                   flags=MessageFlags(addressed=True), tokens=40, created_at=1_700_000_000.0)
+    ledger = LedgerBuilder().fold([said]).build()
+    tokenizer = Tokenizer("gpt-4o")
+    rendered = render_handoff(ledger, [], {}, cap_tokens=2000, count=tokenizer.count, now=1_700_000_100.0)
+    assert secret not in ledger.model_dump_json()
+    assert secret not in rendered.text and "check" in rendered.text, "the words around it are kept"
 
 
 @pytest.mark.parametrize(("text", "secret"), SECRETS, ids=[s[:24] for _, s in SECRETS])

@@ -346,6 +346,9 @@ async def test_a_mid_thread_mention_reads_the_thread_first(h: Harness, model) ->
     references = await h.pipeline.references(cid)
     assert {"1700000100.000200", "1700000102.000100", "1700000200.000100"} <= set(references.values())
     assert "1700000102.000200" not in references.values(), "the bot's own posts are not people's messages"
+    numbered = [references[k] for k in sorted(references, key=lambda k: int(k.lstrip("#")))
+                if re.fullmatch(r"\d+\.\d+", references[k])]  # people's messages (Slack ts), not the bot's
+    assert numbered == sorted(numbered, key=float), "the earlier messages are queued oldest first, then the mention"
     sent = "\n".join(str(m.get("content")) for m in model.requests[-1]["messages"])
     assert "pg-stage-7" in sent and "PAY-5512" in sent, "the first reply reaches the answer (notes or recall)"
     turns = [r for r in model.requests if r["messages"][0]["content"].startswith("You are Threadkeeper")]
@@ -803,3 +806,47 @@ async def test_dead_letters_are_counted_in_metrics(h: Harness) -> None:
     await h.stores.client.delete(h.pipeline.inbox.keys(cid).dead)  # expired, or cleared by an operator
     text = await (await h.http.get("/metrics")).text()
     assert "threadkeeper_dead_letters 0.0" in text
+
+
+async def test_a_retried_pin_arriving_after_the_unpin_is_not_applied_again(h: Harness) -> None:
+    """Slack retries an event it thinks was lost with the same ``event_id``: each is applied once, so a late
+    retry of a pin does not undo the unpin that followed it."""
+    root = "1700000400.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.post(event_body(mention(root, "Runbook: https://wiki.example.com/rb"), event_id="Ev-r0"))
+    await h.settle()
+
+    def pin(kind: str) -> dict:
+        return {"type": kind, "user": "U1", "channel_id": CHANNEL, "event_ts": "1700000400.000900",
+                "item": {"type": "message", "channel": CHANNEL, "message": {"ts": root, "text": "Runbook"}}}
+
+    await h.post(event_body(pin("pin_added"), event_id="Ev-pin"))
+    await h.settle()
+    assert (await h.stores.notes.get(cid)).pins.get(root) is True
+    await h.post(event_body(pin("pin_removed"), event_id="Ev-unpin"))
+    await h.settle()
+    assert await h.post(event_body(pin("pin_added"), event_id="Ev-pin"),
+                        headers={"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}) == 200
+    await h.settle()
+    assert not (await h.stores.notes.get(cid)).pins.get(root), "the retried pin was applied a second time"
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "app_mention", "bot_id": "BDEPLOY", "user": "UDEPLOY"},
+    {"type": "message", "subtype": "bot_message", "bot_id": "BDEPLOY", "username": "deploybot",
+     "channel_type": "channel"},
+], ids=["app_mention", "bot_message"])
+async def test_another_bots_mention_never_makes_the_bot_answer(h: Harness, event: dict) -> None:
+    """Two bots that answer each other's mentions would loop: another bot's post is kept, never answered."""
+    root = "1700000500.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    await h.post(event_body(mention(root, "watch the deploy thread"), event_id="Ev-b0"))
+    await h.settle()
+    assert len(h.replies()) == 1
+    post = {**event, "text": f"<@{BOT_USER}> deploy 812 finished, anything else?", "ts": "1700000500.000200",
+            "thread_ts": root, "channel": CHANNEL, "event_ts": "1700000500.000200"}
+    assert await h.post(event_body(post, event_id="Ev-b1")) == 200
+    await h.settle()
+    assert len(h.replies()) == 1, "another bot's mention got an answer"
+    history = await h.pipeline.checkpoints.load_history(cid)
+    assert any("deploy 812 finished" in m.text for m in history.messages), "the bot's post is part of the thread"

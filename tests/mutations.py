@@ -1,0 +1,174 @@
+"""One-line breakages of core behaviour, each with the tests that must notice it: ``make mutate``.
+
+Each mutant replaces one exact piece of text in one file (it must occur exactly once), runs the named tests,
+and puts the file back, whatever happens (a failure, Ctrl-C, SIGTERM). A mutant the tests still pass with
+*survived*: the behaviour it breaks is not tested. Add a row for every gap a review finds, with the test
+that closes it.
+
+    .venv/bin/python tests/mutations.py            # every mutant
+    .venv/bin/python tests/mutations.py pin event  # those whose name contains a word given
+    .venv/bin/python tests/mutations.py --list
+
+The named tests are first run once on the unbroken code (``--no-baseline`` skips it): a test that already fails
+would count every mutant as killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    original: str
+    broken: str
+    tests: tuple[str, ...]
+    """pytest arguments: files, ``file::test`` or ``-k`` expressions."""
+
+
+MUTANTS: list[Mutant] = [
+    Mutant("pin-too-large-stops-pin-search", "services/compactor.py",
+           "            if used + m.tokens > pin_budget:\n                continue\n",
+           "            if used + m.tokens > pin_budget:\n                break\n",
+           ("tests/test_compaction.py", "-k", "pin_too_large")),
+    Mutant("oldest-kept-never-truncated", "services/compactor.py",
+           "            if left >= 48:\n", "            if False:\n",
+           ("tests/test_compaction.py", "-k", "truncated_to_fill")),
+    Mutant("suspect-fact-still-shown", "services/view.py",
+           "        if f.evidence_id in suspects:\n            continue\n",
+           "        if f.evidence_id in suspects:\n            pass\n",
+           ("tests/test_compaction.py", "-k", "evidence_changed")),
+    Mutant("same-person-same-thing-two-notes", "services/notebook.py",
+           "if current <= 0 or (c.entry.author, c.entry.text) in said:",
+           "if current <= 0:",
+           ("tests/test_notes.py", "-k", "same_thing_twice")),
+    Mutant("never-mind-cancels-someone-elses-ask", "services/ledger.py",
+           "earlier = [a for a in lg.asks if a.author == author and a.status != \"superseded\" and not a.standing]",
+           "earlier = [a for a in lg.asks if a.status != \"superseded\" and not a.standing]",
+           ("tests/test_compaction.py", "-k", "never_mind")),
+    Mutant("retried-effect-applied-twice", "bot/slack.py",
+           "dedup_keys=[k for k in (item.event_id,) if k])",
+           "dedup_keys=[])",
+           ("tests/test_slack_bot.py", "-k", "retried_pin")),
+    Mutant("inbox-quarantine-off-by-one", "persistence/inbox.py",
+           "[index - moved, value, self.retention_seconds]", "[index, value, self.retention_seconds]",
+           ("tests/test_executor.py", "-k", "six_unreadable")),
+    Mutant("joined-thread-queued-newest-first", "bot/intake.py",
+           "author_id=m.get(\"user\")), front=True)", "author_id=m.get(\"user\")), front=False)",
+           ("tests/test_slack_bot.py", "-k", "mid_thread_mention_reads")),
+    Mutant("joined-thread-read-in-reverse", "bot/intake.py",
+           "key=lambda m: float(m[\"ts\"]), reverse=True)", "key=lambda m: float(m[\"ts\"]), reverse=False)",
+           ("tests/test_slack_bot.py", "-k", "mid_thread_mention_reads")),
+    Mutant("another-bots-mention-answered", "bot/slack.py",
+           "addressed = not from_bot and (mention or is_dm", "addressed = (mention or is_dm",
+           ("tests/test_slack_bot.py", "-k", "another_bots_mention")),
+    Mutant("recall-never-widened-in-a-turn", "services/recall.py",
+           "return await self.search(conversation_id, history, context, query, cap_tokens, widen=True,",
+           "return await self.search(conversation_id, history, context, query, cap_tokens, widen=False,",
+           ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
+    Mutant("recall-without-neighbours", "services/recall.py",
+           "            for step in range(1, NEIGHBOURS + 1):\n", "            for step in range(1, 1):\n",
+           ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
+    Mutant("google-api-keys-not-redacted", "services/redact.py",
+           'compile(r"\\bAIza[0-9A-Za-z_-]{30,}")', 'compile(r"\\bAIzz[0-9A-Za-z_-]{30,}")',
+           ("tests/test_redaction.py",)),
+    Mutant("token-assignments-not-redacted", "services/redact.py",
+           'master|shared[_-]?access)[_-]?key|token|credential|passphrase")',
+           'master|shared[_-]?access)[_-]?key|credential|passphrase")',
+           ("tests/test_redaction.py",)),
+    Mutant("asks-kept-unredacted", "services/ledger.py",
+           "ask = Ask(seq=self._seq(), id=m.id, author=author, text=redact(_short(text)),",
+           "ask = Ask(seq=self._seq(), id=m.id, author=author, text=_short(text),",
+           ("tests/test_redaction.py", "-k", "ledger_or_the_handoff")),
+    Mutant("toujours-not-in-the-instruction-gate", "services/instructions.py",
+           "maintenant aujourd'hui désormais dorénavant avenir toujours jamais",
+           "maintenant aujourd'hui désormais dorénavant avenir jamais",
+           ("tests/test_instructions.py",)),
+    Mutant("split-instructions-skips-the-gate-words-it-needs", "services/instructions.py",
+           "    return not _GATE_WORDS.isdisjoint(_GATE_SPLIT.split(lowered))",
+           "    return not _GATE_WORDS.isdisjoint(lowered.split())",
+           ("tests/test_instructions.py",)),
+    Mutant("forgotten-conversation-left-in-activity-registry", "persistence/forget.py",
+           "dead_registry_key(self.prefix), activity_key(self.prefix)):", "dead_registry_key(self.prefix)):",
+           ("tests/test_store_contract.py", "-k", "forgetting_deletes")),
+]
+
+
+def run(mutant: Mutant, python: str) -> tuple[str, float]:
+    """``killed``, ``survived`` or ``error: …`` (the text to break is missing or not unique), and seconds."""
+    path = ROOT / mutant.path
+    source = path.read_text()
+    found = source.count(mutant.original)
+    if found != 1:
+        return f"error: the text to break occurs {found} times in {mutant.path}", 0.0
+    start = time.monotonic()
+    try:
+        path.write_text(source.replace(mutant.original, mutant.broken))
+        done = subprocess.run([python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                               *mutant.tests], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        path.write_text(source)
+    seconds = time.monotonic() - start
+    if done.returncode == 1:
+        return "killed", seconds
+    if done.returncode == 0:
+        return "survived", seconds
+    tail = done.stdout.strip().splitlines()[-1:] or [""]
+    return f"error: pytest exited {done.returncode} ({tail[0]})", seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Apply each one-line breakage, run its tests, and restore.")
+    parser.add_argument("words", nargs="*", help="only mutants whose name contains one of these")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip checking first that the named tests pass on the unbroken code")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.words or any(w in m.name for w in args.words)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}  {m.path}  {' '.join(m.tests)}")
+        return 0
+    if not chosen:
+        print(f"No mutant's name contains {' or '.join(args.words)}", file=sys.stderr)
+        return 2
+    # SIGTERM ends the run like Ctrl-C does, so the file being mutated is put back by the ``finally`` above.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if not args.no_baseline:  # a test failing on the unbroken code would count every mutant as killed
+        for tests in dict.fromkeys(m.tests for m in chosen):
+            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if done.returncode != 0:
+                print(f"The tests fail before any breakage ({' '.join(tests)}):\n{done.stdout[-2000:]}",
+                      file=sys.stderr)
+                return 2
+    survived, errors = [], []
+    for m in chosen:
+        verdict, seconds = run(m, sys.executable)
+        print(f"{verdict:<9} {m.name} ({seconds:.1f} s)", flush=True)
+        if verdict == "survived":
+            survived.append(m.name)
+        elif verdict != "killed":
+            errors.append(m.name)
+    killed = len(chosen) - len(survived) - len(errors)
+    print(f"{killed} of {len(chosen)} mutants killed; survived: {', '.join(survived) or 'none'}"
+          + (f"; errors: {', '.join(errors)}" if errors else ""))
+    return 1 if survived or errors else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("Interrupted; the file being broken was put back.", file=sys.stderr)
+        sys.exit(130)
