@@ -581,3 +581,20 @@ async def test_six_unreadable_items_in_a_row_are_set_aside_in_one_turn(model, pr
     assert "[#1] alice: first question" in sent and "[#2] bob: second question" in sent
     assert await p.inbox.dead_letters(CONV) == corrupt, "set aside in order, each once"
     assert await client.llen(inbox_key) == 0
+
+
+async def test_a_compaction_keeps_the_measure_it_was_planned_in(model, prefix, client) -> None:
+    """A compaction calls no model for the turn, so its checkpoint reports no usage: it keeps the calibration
+    its plan used, and the history it wrote is measured as the provider counts it until the next call reports."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    model.usage_scale = 1.5
+    for i in range(50):
+        await p.submit(CONV, f"status {i}: the queue moved on, build {1000 + i} is green and the dashboards look "
+                             "normal; reviews are pending and nothing blocks the migration", author="alice",
+                       id=f"c.{i}")
+        await p.run(CONV)
+    report = await p.compact(CONV)
+    assert report.new_checkpoint_id is not None
+    head = await p.checkpoints.load_history(CONV, report.new_checkpoint_id)
+    assert head.checkpoint.outcome is None or head.checkpoint.outcome.usage is None
+    assert 1.4 <= calibration(head, fixed_prompt_tokens=p.budget.fixed_prompt_tokens) <= 1.6
