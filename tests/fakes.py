@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,3 +135,20 @@ async def written(p: Any, conversation_id: str, text: str) -> str:
 
     references = await p.references(conversation_id)
     return REF.sub(lambda m: references.get(m.group(0), m.group(0)), text)
+
+
+@contextmanager
+def counted_commands(client: Any) -> Iterator[list[str]]:
+    """The names of the Redis commands ``client`` sends while the block runs, in order."""
+    sent: list[str] = []
+    original = client.execute_command
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        sent.append(str(args[0]))
+        return await original(*args, **kwargs)
+
+    client.execute_command = counted
+    try:
+        yield sent
+    finally:
+        del client.execute_command

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from fakes import Step, scripted
+from fakes import Step, counted_commands, scripted
 from slack_fake import BOT_USER, FakeSlack, event_body
 from test_slack_bot import CHANNEL, make_harness, mention
 
@@ -133,20 +133,10 @@ async def test_an_idle_fleet_sweeps_10000_answered_conversations_with_a_handful_
                                                       "updated_at": now - i})
             pipe.hset(inbox.keys(cid).notes, mapping={"posted": f"cp-{i}", "subscribed": "1"})
         await pipe.execute()
-        sent: list[str] = []
-        original = redis_client.execute_command
-
-        async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-            sent.append(str(args[0]))
-            return await original(*args, **kwargs)
-
-        redis_client.execute_command = counted  # type: ignore[method-assign]
-        try:
+        with counted_commands(redis_client) as sent:
             kicked = [await w.bot.worker.sweep() for w in workers]
             for w in workers:
                 await w.settle()
-        finally:
-            del redis_client.execute_command
         print(f"one sweep of 3 idle workers over 10,003 answered conversations: {len(sent)} Redis commands")
         assert kicked == [0, 0, 0] and len(sent) <= 100, sent[:20]
     finally:

@@ -7,7 +7,7 @@ import json
 
 import litellm
 import pytest
-from fakes import Step, pipeline, scripted
+from fakes import Step, counted_commands, pipeline, scripted
 
 from threadkeeper.persistence import CheckpointStatus, ToolResultPart
 from threadkeeper.services import Tool, measure
@@ -432,18 +432,8 @@ async def test_a_turn_costs_seven_round_trips_to_redis(redis_client, prefix) -> 
         await p.submit(conversation, f"message {i} about the plan", author="U1", id=f"m{i}")
         assert [r.status for r in await p.run(conversation)] == ["completed"]
     await p.submit(conversation, "and the next step?", author="U1", id="m3")
-    sent: list[str] = []
-    original = redis_client.execute_command
-
-    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        sent.append(str(args[0]))
-        return await original(*args, **kwargs)
-
-    redis_client.execute_command = counted  # type: ignore[method-assign]
-    try:
+    with counted_commands(redis_client) as sent:
         results = await p.run(conversation)
-    finally:
-        del redis_client.execute_command
     assert [r.status for r in results] == ["completed"]
     assert len(sent) == 7, sent
     assert sent[-3:-1] == ["ZREM", "LLEN"], sent
