@@ -24,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.persistence import CheckpointKind, CheckpointStatus, NotesStore
 from threadkeeper.services import THINKING, Pipeline
-from threadkeeper.services.seams import CheckpointStore
+from threadkeeper.services.turn import CheckpointStore
 
 from .conversations import DIRECT, POSTED, REACTED, STATUS_MESSAGE, parse_conversation, slack_error
 from .format import split_reply

@@ -7,8 +7,8 @@ import contextlib
 import json
 import logging
 import signal
-from typing import Any
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request

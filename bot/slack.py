@@ -11,10 +11,10 @@ the conversation's lease.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 

@@ -10,9 +10,9 @@ conversation deletes it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-import asyncio
 from typing import Any
 
 import aiohttp

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 from slack_sdk.oauth.installation_store.models import Bot, Installation
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.persistence import ThreadkeeperError

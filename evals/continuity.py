@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from threadkeeper.persistence import CheckpointKind, Message, TextPart, ThreadkeeperError, connect
+from threadkeeper.root import build_pipeline, build_stores
 from threadkeeper.services import ModelClient, parse_thread, replay
 from threadkeeper.services.context import ContextEntry
-from threadkeeper.services.tokens import Tokenizer
-from threadkeeper.root import build_pipeline, build_stores
+from threadkeeper.services.models import Tokenizer
 from threadkeeper.settings import Settings
 
 from .baselines import MessagePool

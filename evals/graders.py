@@ -34,8 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from threadkeeper.services.context import ContextEntry
-from threadkeeper.services.refs import REF
+from threadkeeper.services.context import REF, ContextEntry
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,9 @@ from threadkeeper.persistence import (
     ToolResultPart,
     new_id,
 )
-from threadkeeper.services.budget import ContextBudget
-from threadkeeper.services.compaction import Plan, RunningFold
-from threadkeeper.services.compactor import Compactor
-from threadkeeper.services.ledger import Ledger
-from threadkeeper.services.narrative import extractive
-from threadkeeper.services.refs import next_ref
+from threadkeeper.services.context import next_ref
+from threadkeeper.services.handoff import Compactor, Ledger, Plan, RunningFold, extractive
+from threadkeeper.services.models import ContextBudget
 
 FIXED_USER_BUDGET = 20_000
 

@@ -4,6 +4,7 @@ Knows no Slack and no LLM. Public entry points: :class:`CheckpointStore`, :class
 :class:`LeaseManager`, :func:`connect`, and the models in :mod:`persistence.models`.
 """
 
+from .base import new_id
 from .connection import connect, durability, ping
 from .errors import (
     CorruptRecordError,
@@ -16,6 +17,7 @@ from .errors import (
 from .forget import Forgetter
 from .inbox import Inbox, Lease, LeaseManager
 from .keys import ConversationKeys
+from .memory import ExtractionJob, MemoryRecord, MemoryStore, MemoryVersion
 from .models import (
     Checkpoint,
     CheckpointKind,
@@ -36,9 +38,7 @@ from .models import (
     Usage,
     carried_tokens,
 )
-from .memory import ExtractionJob, MemoryRecord, MemoryStore, MemoryVersion
 from .notes import MessageChange, Notes, NotesStore
-from .base import new_id
 from .store import CheckpointStore, Commit, Opening
 
 __all__ = [

@@ -6,10 +6,10 @@ go (an operator's ``threadkeeper forget``, a workspace uninstalling the app); no
 
 from __future__ import annotations
 
-from .errors import InvalidTransitionError
-from .keys import ConversationKeys, activity_key, dead_registry_key, pending_key
 from .base import RedisStore
 from .base import glob_escape as _glob_escape
+from .errors import InvalidTransitionError
+from .keys import ConversationKeys, activity_key, dead_registry_key, pending_key
 
 
 class Forgetter(RedisStore):

@@ -9,11 +9,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .base import RedisStore
 from .errors import CorruptRecordError
 from .keys import activity_key, dead_registry_key, pending_key
 from .models import InboxItem, Lease
-from .base import RedisStore
-
 
 log = logging.getLogger("threadkeeper.inbox")
 

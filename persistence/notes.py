@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from .errors import CorruptRecordError
 from .base import RedisStore
+from .errors import CorruptRecordError
 
 
 class MessageChange(BaseModel):

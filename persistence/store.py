@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
+from .base import _text, glob_escape, new_id
+from .cache import SegmentCache
 from .errors import CorruptRecordError, HeadConflictError, NotFoundError
 from .keys import ConversationKeys
 from .models import (
@@ -31,8 +33,6 @@ from .models import (
     Message,
     carried_tokens,
 )
-from .base import _text, glob_escape, new_id
-from .cache import SegmentCache
 from .reading import HistoryReader
 
 

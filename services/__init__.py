@@ -4,32 +4,30 @@ Public entry points: :class:`Pipeline` (what the bot, console, CLI and evals cal
 :class:`ReplyExecutor`, :class:`ModelClient`, :class:`ContextBudget`, :class:`Tokenizer`.
 """
 
-from .budget import (
+from .context import ContextEntry, measure, to_chat, visible
+from .models import (
+                     SYSTEM_PROMPT,
                      BudgetError,
                      BudgetPolicy,
                      ContextBudget,
-                     is_offline,
-                     offers_tools,
-                     resolve_max_output,
-                     resolve_window,
-)
-from .context import ContextEntry, measure, to_chat, visible
-from .executor import ReplyExecutor
-from .turns import THINKING, ExecutorConfig, Spend, TurnEvents, TurnResult
-from .llm import (
                      Draft,
                      ModelClient,
                      ModelContextError,
                      ModelError,
                      ModelReply,
                      ModelTimeoutError,
+                     Tokenizer,
+                     Tool,
                      ToolCall,
+                     ToolContext,
+                     ToolRegistry,
+                     is_offline,
+                     offers_tools,
+                     resolve_max_output,
+                     resolve_window,
 )
-from .pipeline import ContextReport, Pipeline
-from .prompts import SYSTEM_PROMPT
 from .replay import ReplayInputError, load_thread, parse_thread, replay
-from .tokens import Tokenizer
-from .tools import Tool, ToolContext, ToolRegistry
+from .turn import THINKING, ContextReport, ExecutorConfig, Pipeline, ReplyExecutor, Spend, TurnEvents, TurnResult
 
 __all__ = [
     "SYSTEM_PROMPT", "THINKING", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport", "Draft",

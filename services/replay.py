@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from threadkeeper.persistence import InboxItem, ThreadkeeperError
 
-from .pipeline import Pipeline
+from .turn import Pipeline
 
 
 class ReplayInputError(ThreadkeeperError):

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import fakeredis
 
-from threadkeeper.services._litellm import (  # isort: skip (first: it configures litellm before litellm is imported)
+from threadkeeper.services.models._litellm import (  # isort: skip (first: it configures litellm before litellm is imported)
     register_provider,
 )
 from litellm import CustomLLM, ModelResponse  # noqa: E402  # isort: skip
-from threadkeeper.services.tokens import Tokenizer
 from threadkeeper.root import Stores, build_pipeline, build_stores
+from threadkeeper.services.models import Tokenizer
 from threadkeeper.settings import Settings
 
 
@@ -131,7 +131,7 @@ def pipeline(prefix: str, client: Any = None, **kwargs: Any):  # type: ignore[no
 
 async def written(p: Any, conversation_id: str, text: str) -> str:
     """``text`` with each short reference (``#N``) written out as the message id it stands for."""
-    from threadkeeper.services.refs import REF
+    from threadkeeper.services.context import REF
 
     references = await p.references(conversation_id)
     return REF.sub(lambda m: references.get(m.group(0), m.group(0)), text)

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import REDIS_URL, real_redis
 from test_budget_and_cli import cli
+
 from threadkeeper.bench import REQUIRED
 
 

@@ -6,16 +6,24 @@ import json
 from pathlib import Path
 
 import pytest
+from test_budget_and_cli import cli
 
-from threadkeeper.evals import (BenchmarkInputError, Case, grade_questions, keep_newest, load_benchmark, normalize_evidence,
-                   present_ids, run_matrix, summarize)
-from threadkeeper.evals.benchmarks import load_beam, load_locomo
+from threadkeeper.evals import (
+    BenchmarkInputError,
+    Case,
+    grade_questions,
+    keep_newest,
+    load_benchmark,
+    normalize_evidence,
+    present_ids,
+    run_matrix,
+    summarize,
+)
 from threadkeeper.evals.baselines import MessagePool
+from threadkeeper.evals.benchmarks import load_beam, load_locomo
 from threadkeeper.evals.graders import Question, content_words, held_text, holds
 from threadkeeper.services.context import ContextEntry
 from threadkeeper.settings import Settings
-
-from test_budget_and_cli import cli
 
 DATA = Path(__file__).parent / "data"
 REALTALK = DATA / "realtalk"

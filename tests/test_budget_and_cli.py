@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import REDIS_URL, drop_prefix, real_redis
 
 from threadkeeper.services import BudgetError, ContextBudget, ModelClient, resolve_window
-from threadkeeper.services.budget import OFFLINE_WINDOW_TOKENS
-
-from conftest import REDIS_URL, drop_prefix, real_redis
+from threadkeeper.services.models import OFFLINE_WINDOW_TOKENS
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
@@ -216,7 +215,6 @@ def test_the_deploy_kit_matches_the_code(monkeypatch: pytest.MonkeyPatch) -> Non
     """`.env.example` names every setting and loads as it is; the image installs through `deploy/install.sh`
     and copies every package the distribution ships."""
     import re
-    import tomllib
 
     from threadkeeper.settings import Settings
 
@@ -230,7 +228,8 @@ def test_the_deploy_kit_matches_the_code(monkeypatch: pytest.MonkeyPatch) -> Non
     assert loaded.ai_model == "offline" and loaded.redis_url is None and not loaded.slack_configured
     dockerfile = (root / "Dockerfile").read_text()
     assert "deploy/install.sh" in dockerfile and "USER threadkeeper" in dockerfile
-    folders = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    folders = sorted(p.name for p in (root / "threadkeeper").iterdir() if p.is_symlink())
+    assert folders == ["bot", "evals", "persistence", "services"], folders
     for folder in folders:
         assert f"COPY {folder} ./{folder}" in dockerfile, folder
 
@@ -273,7 +272,7 @@ async def test_the_summarizer_is_given_chunks_its_own_window_holds() -> None:
 
     from threadkeeper.persistence import Message, TextPart
     from threadkeeper.services import ModelClient, Tokenizer
-    from threadkeeper.services.narrative import Summarizer
+    from threadkeeper.services.handoff import Summarizer
 
     model = scripted("scripted-chunks")
     model.default = Step(text="- [m0] The rollout is reviewed.")

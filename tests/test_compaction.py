@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -20,21 +20,24 @@ from threadkeeper.persistence import (
     Notes,
 )
 from threadkeeper.services import Tokenizer
-from threadkeeper.services._litellm import register_provider
-from threadkeeper.services.compaction import changes_of, foldable, suspects
-from threadkeeper.services.ledger import (
+from threadkeeper.services.handoff import (
     Ask,
     Decision,
     Ledger,
     LedgerBuilder,
     NarrativeEntry,
+    NoteEntry,
+    TermStats,
+    changes_of,
+    extractive,
+    foldable,
     load_ledger,
+    render_handoff,
+    suspects,
 )
-from threadkeeper.services.narrative import extractive
-from threadkeeper.services.notebook import NoteEntry, TermStats
-from threadkeeper.services.notes import terms
-from threadkeeper.services.redact import redact
-from threadkeeper.services.view import render_handoff
+from threadkeeper.services.models._litellm import register_provider
+from threadkeeper.services.safety import redact
+from threadkeeper.services.text import terms
 
 
 class EchoSummarizer(CustomLLM):
@@ -769,7 +772,7 @@ class _RecordingSummarizerModel:
         self.calls: list[tuple[str, int | None]] = []
 
     async def complete(self, messages, *, max_output_tokens=None, timeout_seconds=None, **_):  # type: ignore[no-untyped-def]
-        from threadkeeper.services.llm import ModelReply
+        from threadkeeper.services.models import ModelReply
 
         self.calls.append((messages[-1]["content"], max_output_tokens))
         return ModelReply(text="- [#1] the rollout was discussed", finish_reason="stop")
@@ -778,7 +781,7 @@ class _RecordingSummarizerModel:
 async def test_the_summarizer_splits_its_input_and_bounds_its_output_by_its_own_window() -> None:
     """A transcript far larger than the summarizer's window is sent in chunks that each fit a share of that
     window, and no call asks for more output than a quarter of it, whatever the handoff's cap."""
-    from threadkeeper.services.narrative import Summarizer
+    from threadkeeper.services.handoff import Summarizer
 
     tokenizer = Tokenizer("gpt-4o")
     window = 4_000
@@ -797,7 +800,7 @@ async def test_the_summarizer_splits_its_input_and_bounds_its_output_by_its_own_
 
 
 def retainer() -> "object":
-    from threadkeeper.services.compactor import Compactor
+    from threadkeeper.services.handoff import Compactor
     return Compactor(checkpoints=None, notes=None, tokenizer=Tokenizer("gpt-4o-mini"),  # type: ignore[arg-type]
                      summarizer=None, fixed_prompt_tokens=0)  # type: ignore[arg-type]
 
@@ -826,7 +829,7 @@ def test_the_oldest_kept_message_is_truncated_to_fill_the_retained_budget() -> N
 
 
 def test_a_recorded_fact_whose_evidence_changed_is_not_shown_as_a_fact() -> None:
-    from threadkeeper.services.ledger import ModelFact
+    from threadkeeper.services.handoff import ModelFact
     tokenizer = Tokenizer("gpt-4o")
     ledger = Ledger(model_facts=[
         ModelFact(seq=1, key="db", evidence_id="1700006400.000100", evidence_hash="h1",

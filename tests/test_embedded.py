@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from test_budget_and_cli import clean_env, cli
 
 from threadkeeper import embedded
 from threadkeeper.embedded import EmbeddedRedis, EmbeddedRedisError, find_server
-
-from test_budget_and_cli import clean_env, cli
 
 
 def _env(data: Path) -> dict[str, str]:

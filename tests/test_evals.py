@@ -7,13 +7,12 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+from test_budget_and_cli import cli
 
 from threadkeeper.evals import generate_thread, grade, load_cases, run_matrix, summarize
-from threadkeeper.services import parse_thread, replay
 from threadkeeper.root import build_pipeline, build_stores
+from threadkeeper.services import parse_thread, replay
 from threadkeeper.settings import Settings
-
-from test_budget_and_cli import cli
 
 
 def test_generator_is_deterministic_and_probes_cite_real_messages() -> None:

@@ -472,7 +472,7 @@ async def test_the_bots_replies_become_notes_only_for_what_they_add(prefix, clie
 
 
 def test_what_a_reply_adds() -> None:
-    from threadkeeper.services.notes import reply_additions
+    from threadkeeper.services.text import reply_additions
 
     earlier = ["Latest message from alice: “and the plan?”. I can see 4 messages of this thread (3 from people, "
                "1 reply) in 812 tokens of context."]
@@ -511,7 +511,7 @@ async def test_messages_arriving_while_each_reply_is_posted_are_answered_by_the_
     """In a busy thread a message arrives while every reply is being posted (its worker's own kick finds the lease
     held): the holder looks at the inbox again before releasing, so it answers each one in the same run, and
     leaves the registry of owed work only once nothing waits."""
-    from threadkeeper.services.turns import SilentEvents
+    from threadkeeper.services.turn import SilentEvents
 
     p, _ = pipeline(prefix, client)
 

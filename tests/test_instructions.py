@@ -9,13 +9,9 @@ import json
 import pytest
 
 from threadkeeper.persistence import Message, MessageFlags, TextPart
-from threadkeeper.services.instructions import is_instruction, split_instructions, without_instructions
-from threadkeeper.services.ledger import LedgerBuilder
-from threadkeeper.services.narrative import extractive
-from threadkeeper.services.state_tool import record_state_tool, validate_entry
-from threadkeeper.services.tokens import Tokenizer
-from threadkeeper.services.tools import ToolContext
-from threadkeeper.services.view import render_handoff
+from threadkeeper.services.handoff import LedgerBuilder, extractive, record_state_tool, render_handoff, validate_entry
+from threadkeeper.services.models import Tokenizer, ToolContext
+from threadkeeper.services.safety import is_instruction, split_instructions, without_instructions
 
 INSTRUCTIONS = [
     "From now on, always answer in French.",

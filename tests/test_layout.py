@@ -1,4 +1,6 @@
-"""The layout holds: one import namespace, and dependencies that point one way (bot → services → persistence)."""
+"""The layout holds: one import namespace whose source tree agrees with its import names, dependencies that point one
+way (bot → services → persistence), and within ``services/`` capabilities that point one way too, each reached from
+outside only through its ``__init__``."""
 
 from __future__ import annotations
 
@@ -10,23 +12,66 @@ LAYERS = {"persistence": set(), "services": {"persistence"}, "bot": {"services",
           "evals": {"services", "persistence", "root", "settings", "stores"}}
 """Each folder → what of ``threadkeeper.*`` it may import (the evals build the one pipeline through the
 composition root, like the command line)."""
+CAPABILITIES = {
+    "context": set(),
+    "safety": set(),
+    "models": {"context"},
+    "text": {"safety"},
+    "recall": {"models", "text", "context"},
+    "handoff": {"models", "safety", "text", "context"},
+    "memory": {"models", "safety", "text", "context", "handoff", "recall"},
+    "turn": {"models", "safety", "text", "context", "handoff", "recall", "memory"},
+}
+"""Each sub-package of ``services/`` → the other sub-packages it may import (``services``' own top-level modules,
+such as ``tracing``, are open to all)."""
+PRIVATE_DOORS = {"threadkeeper.services.models._litellm"}
+"""Modules reached past their package's ``__init__`` on purpose: litellm configured before its first import, loaded
+only where a real model is used."""
 
 
-def _imported(path: Path) -> set[str]:
-    names: set[str] = set()
+def _imports(path: Path) -> list[str]:
+    """The absolute module names ``path`` imports (relative imports resolved against its place in the tree)."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    package = ["threadkeeper", *rel.parts[:-1]] if rel.parts[0] in LAYERS else [*rel.parts[:-1]]
+    if rel.name == "__init__":
+        package = ["threadkeeper", *rel.parts[:-1]]
+    names: list[str] = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                base = node.module
+            elif node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                continue
+            names.append(base)
+            if node.level and not node.module:  # ``from . import refs``: the module itself
+                names.extend(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            names.extend(alias.name for alias in node.names)
     return names
+
+
+def _sources(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_the_source_tree_and_the_import_names_agree() -> None:
+    """``threadkeeper/<name>`` is the top-level folder ``<name>/`` itself (a link), so Python, the build and a type
+    checker all find ``threadkeeper.services`` where the tree holds it."""
+    for name in LAYERS:
+        link = ROOT / "threadkeeper" / name
+        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve(), name
+    for path in _sources("services"):
+        if path.name != "__init__.py":
+            assert (path.parent / "__init__.py").exists(), f"{path} is outside a package"
 
 
 def test_dependencies_point_one_way_within_one_namespace() -> None:
     wrong = []
     for layer, allowed in LAYERS.items():
-        for path in sorted((ROOT / layer).glob("*.py")):
-            for name in _imported(path):
+        for path in _sources(layer):
+            for name in _imports(path):
                 top, _, rest = name.partition(".")
                 if top in LAYERS:
                     wrong.append(f"{path.relative_to(ROOT)} imports {name}: use threadkeeper.{name}")
@@ -34,4 +79,29 @@ def test_dependencies_point_one_way_within_one_namespace() -> None:
                     target = rest.partition(".")[0]
                     if target != layer and target not in allowed:
                         wrong.append(f"{path.relative_to(ROOT)} imports {name} against the layering")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_capabilities_point_one_way_and_meet_at_their_boundaries() -> None:
+    """Within ``services/``, a capability imports only those below it, and only what their ``__init__`` exports;
+    the bot, the evals and the application import a capability through its ``__init__`` too."""
+    assert set(CAPABILITIES) == {p.name for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()}
+    wrong = []
+    for folder in ("services", "bot", "evals", "threadkeeper"):
+        for path in _sources(folder):
+            if folder == "threadkeeper" and path.parent != ROOT / "threadkeeper":
+                continue  # the links to the other folders
+            rel = path.relative_to(ROOT)
+            home = rel.parts[1] if folder == "services" and len(rel.parts) > 2 else None
+            for name in _imports(path):
+                parts = name.split(".")
+                if parts[:2] != ["threadkeeper", "services"] or len(parts) < 3 or parts[2] not in CAPABILITIES:
+                    continue
+                capability = parts[2]
+                if capability == home:
+                    continue
+                if home is not None and capability not in CAPABILITIES[home]:
+                    wrong.append(f"{rel} imports {name}: {home} may not depend on {capability}")
+                if len(parts) > 3 and name not in PRIVATE_DOORS:
+                    wrong.append(f"{rel} imports {name}: import threadkeeper.services.{capability} instead")
     assert not wrong, "\n".join(wrong)

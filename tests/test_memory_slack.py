@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from fakes import Step, scripted
 from slack_fake import BOT_USER, event_body
 from test_slack_bot import make_harness
-
-import pytest
 
 FACT = "The staging cluster is called kestrel-eu and lives in eu-west-3."
 ASK = "what is the staging cluster called?"

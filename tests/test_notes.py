@@ -7,9 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from threadkeeper.services import Tokenizer
-from threadkeeper.services.notebook import NoteEntry, TermStats, select
-from threadkeeper.services import notes
-from threadkeeper.services.notes import information, make_note, resolve_dates, terms
+from threadkeeper.services.handoff import NoteEntry, TermStats, select
+from threadkeeper.services.text import information, make_note, notes, resolve_dates, terms
 
 FRIDAY = datetime(2023, 12, 29, 22, 42, tzinfo=timezone.utc).timestamp()  # a Friday
 
@@ -129,9 +128,8 @@ def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
     from types import SimpleNamespace
 
     from threadkeeper.persistence import Message, TextPart
-    from threadkeeper.services.executor import ReplyExecutor
-    from threadkeeper.services.ledger import LedgerBuilder
-    from threadkeeper.services.notebook import note_cost
+    from threadkeeper.services.handoff import LedgerBuilder, note_cost
+    from threadkeeper.services.turn import ReplyExecutor
 
     tokenizer = Tokenizer("gpt-4o")
     texts = ["The staging database for payments is pg-stage-7, ticket PAY-5512, owned by Dana's team.",
@@ -158,7 +156,7 @@ def test_an_identifier_inside_text_without_spaces_is_a_term_and_survives_every_s
 
 def test_a_reversal_marks_the_decision_it_reverses_and_only_that_one() -> None:
     from threadkeeper.persistence import Message, MessageFlags, TextPart
-    from threadkeeper.services.ledger import LedgerBuilder
+    from threadkeeper.services.handoff import LedgerBuilder
 
     def said(n: int, text: str) -> Message:
         return Message(id=f"r{n}", role="user", author="ana", parts=[TextPart(text=text)], tokens=len(text) // 4,

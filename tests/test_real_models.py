@@ -159,7 +159,7 @@ async def test_one_retry_layer_counts_every_request(server: ModelServer) -> None
 async def test_retry_after_is_honoured_and_a_wait_longer_than_a_call_is_not_a_timeout(server: ModelServer) -> None:
     import time
 
-    from threadkeeper.services.llm import RateLimitedError
+    from threadkeeper.services.models import RateLimitedError
 
     limited = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
     client = ModelClient("openai/gpt-4o", attempts=3, timeout_seconds=5, retry_wait_seconds=0.01)

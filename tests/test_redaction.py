@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from threadkeeper.services.redact import redact, secrets_in
+from threadkeeper.services.safety import redact, secrets_in
 
 # (text, what must not survive)
 SECRETS = [
@@ -103,8 +103,7 @@ def test_no_secret_reaches_the_ledger_or_the_handoff(text: str, secret: str) -> 
     and rendered as a handoff keeps none of the secret."""
     from threadkeeper.persistence import Message, MessageFlags, TextPart
     from threadkeeper.services import Tokenizer
-    from threadkeeper.services.ledger import LedgerBuilder
-    from threadkeeper.services.view import render_handoff
+    from threadkeeper.services.handoff import LedgerBuilder, render_handoff
 
     said = Message(id="1700000000.000100", role="user", author="ann", parts=[TextPart(text=f"{text} please check")],
                    flags=MessageFlags(addressed=True), tokens=40, created_at=1_700_000_000.0)

@@ -6,14 +6,16 @@ import asyncio
 import json
 
 import pytest
+from conftest import client_of
+from factories import msg
 
 from threadkeeper.persistence import (
-    Forgetter,
     CheckpointKind,
     CheckpointOutcome,
     CheckpointStatus,
     CheckpointStore,
     CorruptRecordError,
+    Forgetter,
     HeadConflictError,
     Inbox,
     InboxItem,
@@ -25,9 +27,6 @@ from threadkeeper.persistence import (
     connect,
     ping,
 )
-
-from conftest import client_of
-from factories import msg
 
 CONV = "slack:T1:C1:1700000000.000100"
 

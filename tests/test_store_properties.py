@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 import fakeredis
 import pytest
 import redis.asyncio as aioredis
+from conftest import REDIS_URL, drop_prefix, real_redis
+from factories import msg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from threadkeeper.persistence import CheckpointStatus, CheckpointStore, HeadConflictError
 from threadkeeper.bench import CountingConnection
-
-from conftest import REDIS_URL, drop_prefix, real_redis
-from factories import msg
+from threadkeeper.persistence import CheckpointStatus, CheckpointStore, HeadConflictError
 
 CONV = "prop:conversation"
 WRITERS = 3

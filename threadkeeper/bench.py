@@ -24,7 +24,7 @@ from threadkeeper.persistence.keys import dead_registry_key, pending_key
 from threadkeeper.services import measure
 from threadkeeper.services.recall import Recall
 
-from .bench_data import chat_text, filler, fill, fill_epochs, message, note_cost_us
+from .bench_data import chat_text, fill, fill_epochs, filler, message, note_cost_us
 from .root import build_pipeline, build_stores
 from .settings import Settings
 
@@ -45,7 +45,7 @@ class CountingConnection(aioredis.Connection):
 def _slow_provider(latency: float) -> str:
     """A litellm custom provider that answers after ``latency`` seconds: a real model's route (litellm's own
     request handling and its thread pool) without a network. Returns the model name to configure."""
-    from threadkeeper.services._litellm import litellm, register_provider
+    from threadkeeper.services.models._litellm import litellm, register_provider
 
     class SlowModel(litellm.CustomLLM):
         async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -250,7 +250,7 @@ async def worker_metrics(url: str, prefix: str, route: str = "direct") -> dict[s
     worker's own (Redis, history, compaction checks, bookkeeping). ``route="litellm"``: a 1 s model behind
     litellm's provider interface, so litellm's request handling and its import are counted too, as with
     any real provider."""
-    from threadkeeper.services.offline import OfflineModel
+    from threadkeeper.services.models import OfflineModel
 
     model = _slow_provider(1.0) if route == "litellm" else "offline"
     settings = Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]

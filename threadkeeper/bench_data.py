@@ -6,8 +6,8 @@ import random
 import time
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage
-from threadkeeper.services import notes
-from threadkeeper.services.tokens import Tokenizer
+from threadkeeper.services.models import Tokenizer
+from threadkeeper.services.text import notes
 
 
 def filler(n: int, i: int) -> str:

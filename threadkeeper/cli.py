@@ -17,8 +17,8 @@ from threadkeeper.persistence import ConversationKeys, ThreadkeeperError, durabi
 
 from .evalcmd import cmd_eval, cmd_eval_memory, windows_list
 from .logs import quiet_turn_lines, stderr_console
-from .settings import Settings, SettingsError, load_settings
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
+from .settings import Settings, SettingsError, load_settings
 from .stores import Stores, with_pipeline, with_stores
 
 if TYPE_CHECKING:

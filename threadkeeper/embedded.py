@@ -25,8 +25,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 

@@ -7,7 +7,6 @@ patching globals.
 from __future__ import annotations
 
 import logging
-
 from typing import Any
 
 from threadkeeper.services import (
@@ -26,15 +25,11 @@ from threadkeeper.services import (
     resolve_max_output,
     resolve_window,
 )
-from threadkeeper.services.compactor import Compactor
-from threadkeeper.services.effects import NoteEffects
+from threadkeeper.services.handoff import Compactor, Summarizer, record_state_tool
 from threadkeeper.services.memory import ChannelAccess, Memory, MemoryConfig
-from threadkeeper.services.narrative import Summarizer
-from threadkeeper.services.offline import OfflineModel
-from threadkeeper.services.recall import Recall
-from threadkeeper.services.search_tool import thread_search_tool
-from threadkeeper.services.state_tool import lineage_resolver, record_state_tool
-from threadkeeper.services.tokens import MESSAGE_OVERHEAD
+from threadkeeper.services.models import MESSAGE_OVERHEAD, OfflineModel
+from threadkeeper.services.recall import Recall, lineage_resolver, thread_search_tool
+from threadkeeper.services.turn import NoteEffects
 
 from .settings import Settings, SettingsError
 from .stores import Stores, build_stores  # noqa: F401  (re-exported: the composition root builds both)
@@ -43,7 +38,7 @@ from .stores import Stores, build_stores  # noqa: F401  (re-exported: the compos
 def check_models(settings: Settings) -> None:
     """At start-up: each configured model is one litellm can call, with a known window and its provider's
     key set; otherwise stop with one line naming the variable (instead of failing every turn)."""
-    from threadkeeper.services._litellm import litellm
+    from threadkeeper.services.models._litellm import litellm
 
     for variable, name, window in (("AI_MODEL", settings.ai_model, settings.ai_model_context_window_tokens),
                                    ("AI_FAST_MODEL", settings.fast_model, settings.ai_fast_model_context_window_tokens)):

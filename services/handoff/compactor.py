@@ -1,0 +1,359 @@
+"""Pre-turn compaction: replace an oversized history with pinned and recent user messages plus a handoff.
+
+The result is written as a new ``compaction`` checkpoint forked from the summarized one; the head
+moves to it by compare-and-set. Nothing earlier is edited, trimmed or deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from threadkeeper.persistence import (
+    CheckpointKind,
+    CheckpointStore,
+    CorruptRecordError,
+    HeadConflictError,
+    History,
+    InvalidTransitionError,
+    Message,
+    MessageFlags,
+    Notes,
+    NotesStore,
+    NotFoundError,
+    TextPart,
+    new_id,
+)
+
+from ..context import calibration, current_text, measure, next_ref, visible
+from ..models import ContextBudget, Tokenizer, bound_text
+from ..safety import redact
+from ..tracing import COMPACTIONS, event
+from .compaction import (
+    RUNNING_NOTES,
+    CompactionReport,
+    Plan,
+    RunningFold,
+    changes_of,
+    foldable,
+    suspects,
+    target_for,
+)
+from .ledger import Ledger, LedgerBuilder, NarrativeEntry, load_ledger
+from .narrative import Summarizer
+from .view import SHARES, Narrative, render_handoff
+
+log = logging.getLogger("threadkeeper.compactor")
+
+HANDOFF_OVERHEAD = 8
+"""Tokens the handoff message costs beyond its text (role, separators): kept out of its cap."""
+
+
+class Compactor:
+    def __init__(self, *, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer,
+                 summarizer: Summarizer, fixed_prompt_tokens: int) -> None:
+        self.checkpoints = checkpoints
+        self.notes = notes
+        self.tokenizer = tokenizer
+        self.summarizer = summarizer
+        self.fixed_prompt_tokens = fixed_prompt_tokens
+        self._running: OrderedDict[str, RunningFold] = OrderedDict()
+        self._running_notes = 0
+
+    # -- the running fold ----------------------------------------------------------------------
+
+    async def advance(self, conversation_id: str, history: History, budget: ContextBudget,
+                      previous: Ledger | None = None, changes: dict[str, str | None] | None = None) -> RunningFold:
+        """Fold the committed messages no compaction can keep into the conversation's running fold.
+
+        Called before every turn; ``previous`` and ``changes`` when the caller has them (a compaction), else
+        the epoch's ledger is read once and the edits last seen are assumed (a compaction checks them)."""
+        root = history.chain[0]
+        running = self._running.pop(conversation_id, None)
+        if running is not None:
+            self._running_notes -= len(running.builder.ledger.notes)
+        if changes is None:
+            changes = running.changes if running is not None else {}
+        if running is None or running.root != root or not running.matches(history.messages, changes):
+            if previous is None:
+                previous = await self._previous_ledger(conversation_id, history)
+            running = RunningFold(root, dict(changes), [], LedgerBuilder(previous, count=self.tokenizer.count))
+        # Twice the retained share, as the compaction may count tokens differently by then; it checks.
+        end = foldable(history.messages, 2 * budget.retained_user_tokens)
+        if end > len(running.consumed):
+            fresh = history.messages[len(running.consumed):end]
+            running.builder.fold(fresh, running.changes)
+            running.consumed.extend(m.id for m in fresh)
+        self._running[conversation_id] = running
+        self._running_notes += len(running.builder.ledger.notes)
+        while self._running_notes > RUNNING_NOTES and len(self._running) > 1:  # the least recently used leave
+            _, gone = self._running.popitem(last=False)
+            self._running_notes -= len(gone.builder.ledger.notes)
+        return running
+
+    # -- hook used by the reply executor -------------------------------------------------------
+
+    async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
+                          budget: ContextBudget) -> tuple[History | None, CompactionReport | None]:
+        if history is None:
+            return history, None
+        try:
+            await self.advance(conversation_id, history, budget)
+        except CorruptRecordError as exc:  # the compaction, if one is due, reports it
+            log.warning("running fold of %s skipped: %s", conversation_id, exc)
+        if not self.should_compact(history, incoming, budget):
+            return history, None
+        report, plan = await self._plan_and_report(conversation_id, history, incoming, budget, "trigger")
+        try:
+            new_history = await self._write(conversation_id, history, plan, report)
+        except HeadConflictError:
+            state = await self.checkpoints.require_state(conversation_id)
+            return await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id), report
+        return new_history, report
+
+    def should_compact(self, history: History, incoming: Sequence[Message], budget: ContextBudget) -> bool:
+        """Whether this turn compacts first: the history with what arrives reached the trigger.
+
+        Loop breaker: an epoch that is only a compaction has nothing new to fold, so it is compacted again
+        only when what arrives needs room that a tighter handoff can give (never twice for the same input).
+        """
+        tokens = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens, extra=incoming)
+        if tokens < budget.trigger_tokens:
+            return False
+        if len(history.chain) == 1 and history.checkpoint.kind is CheckpointKind.COMPACTION:
+            estimates = budget.in_estimates(calibration(history, fixed_prompt_tokens=budget.fixed_prompt_tokens))
+            return sum(m.tokens for m in visible(history.messages)) > target_for(estimates, incoming)
+        return True
+
+    async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
+                      budget: ContextBudget) -> tuple[CompactionReport, list[Message]]:
+        report, plan = await self._plan_and_report(conversation_id, history, pending, budget, "preview", dry_run=True,
+                                                   use_model=False)
+        return report, plan.messages
+
+    async def compact(self, conversation_id: str, *, budget: ContextBudget, dry_run: bool = False,
+                      reason: str = "manual", with_model: bool = False) -> CompactionReport:
+        """Compact now, whatever the trigger says (the internal compaction command).
+
+        A dry run calls no model unless ``with_model`` (its narrative is then the previous one, carried)."""
+        state = await self.checkpoints.require_state(conversation_id)
+        if state.active_turn_id:
+            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+            if active.status.value == "awaiting_resume":
+                raise InvalidTransitionError(
+                    f"conversation {conversation_id} has a turn awaiting resume ({active.id}); it is never "
+                    "compacted. Resume or answer it first.")
+        if state.head_checkpoint_id is None:
+            raise NotFoundError(f"conversation {conversation_id} has no completed checkpoint to compact")
+        history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
+        if len(history.chain) == 1 and history.checkpoint.kind is CheckpointKind.COMPACTION:
+            tokens = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens)
+            if tokens <= budget.target_tokens:  # nothing new since the last compaction, and it fits
+                return CompactionReport(
+                    conversation_id=conversation_id, previous_checkpoint_id=history.checkpoint.id,
+                    new_checkpoint_id=None, tokens_before=tokens, tokens_after=tokens,
+                    kept_messages=len(history.messages), dropped_messages=0, summary_tokens=0,
+                    headroom_tokens=budget.trigger_tokens - tokens, strategy="none", duration_ms=0.0, reason=reason,
+                    dry_run=dry_run, notes=["nothing to compact: the head is a compaction with no newer messages "
+                                            f"and already within the target ({budget.target_tokens:,} tokens)"])
+        report, plan = await self._plan_and_report(conversation_id, history, [], budget, reason, dry_run=dry_run,
+                                                   use_model=not dry_run or with_model)
+        if not dry_run:
+            try:
+                await self._write(conversation_id, history, plan, report, reload=False)
+            except HeadConflictError:
+                report.superseded = True
+        return report
+
+    # -- planning ------------------------------------------------------------------------------
+
+    async def _plan_and_report(self, conversation_id: str, history: History, incoming: Sequence[Message],
+                               budget: ContextBudget, reason: str, *, dry_run: bool = False,
+                               use_model: bool = True) -> tuple[CompactionReport, Plan]:
+        started = time.perf_counter()
+        fixed = budget.fixed_prompt_tokens
+        tokens_before = measure(history, fixed_prompt_tokens=fixed)
+        # The plan is made in the local estimate's units, with the thresholds converted by how this provider
+        # counts (never loosened below the estimate: the request guard counts in estimates, and a compaction must
+        # fit by both measures); the report states sizes as the provider counts them.
+        ratio = calibration(history, fixed_prompt_tokens=fixed)
+        planned = max(1.0, ratio)
+        notes = await self.notes.get(conversation_id)
+        previous = await self._previous_ledger(conversation_id, history)
+        running = await self.advance(conversation_id, history, budget, previous, changes_of(notes))
+        plan = await self.plan(history.messages, incoming, notes, previous, budget.in_estimates(planned),
+                               use_model=use_model, running=running)
+        plan.calibration = planned
+        tokens_after = plan.tokens_after if ratio == 1.0 else round(ratio * (fixed + plan.tokens_after)) - fixed
+        report = CompactionReport(
+            conversation_id=conversation_id, previous_checkpoint_id=history.checkpoint.id, new_checkpoint_id=None,
+            tokens_before=tokens_before, tokens_after=tokens_after, kept_messages=plan.kept,
+            dropped_messages=plan.dropped, summary_tokens=plan.summary_tokens,
+            headroom_tokens=budget.trigger_tokens - tokens_after, strategy=plan.strategy,
+            duration_ms=round((time.perf_counter() - started) * 1000, 2), reason=reason,
+            generation=plan.ledger.generation, dry_run=dry_run, tightened=plan.tightened, carried=plan.carried,
+            notes=[plan.detail] if plan.detail else [])
+        return report, plan
+
+    async def _previous_ledger(self, conversation_id: str, history: History) -> Ledger | None:
+        root_id = history.chain[0]
+        root = history.checkpoint if root_id == history.checkpoint.id else \
+            await self.checkpoints.get(conversation_id, root_id)
+        raw = root.meta.info.get("ledger") if root.kind is CheckpointKind.COMPACTION else None
+        if not raw:
+            return None
+        try:
+            return load_ledger(raw)
+        except ValidationError as exc:
+            raise CorruptRecordError(f"ledger of compaction checkpoint {root.id} in {conversation_id}",
+                                     str(exc).splitlines()[0]) from None
+
+    async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
+                   previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
+                   running: RunningFold | None = None) -> Plan:
+        """The replacement history for ``messages``; pure apart from the summarizer call. ``running``: the
+        ledger already folded over the oldest of them (used when none of those is kept)."""
+        people = [m for m in messages if m.role == "user" and not m.flags.handoff and not m.flags.runtime]
+        live = [m for m in (self._current(m, notes) for m in people) if m is not None]
+        pinned_ids = {m.id for m in live if notes.pins.get(m.id, m.flags.pinned)}
+        changes = changes_of(notes)
+        # Taken now: the running fold may be extended while this plan waits for the summarizer.
+        base = running.builder.clone() if running is not None and running.matches(messages, changes) else None
+        consumed = list(running.consumed) if base is not None and running is not None else []
+        changed = suspects(notes)
+        now = max([m.created_at for m in messages] + [m.created_at for m in incoming] or [time.time()])
+        target = target_for(budget, incoming)
+        # The handoff always keeps room for at least the summary cap: a large input makes room by keeping
+        # fewer recent messages verbatim, never by evicting what earlier generations accumulated.
+        room = max(0, target - min(budget.summary_cap_tokens, target))
+        retained_budget, pin_budget, shrink = min(budget.retained_user_tokens, room), min(budget.pin_tokens, room), 1.0
+        # What a compaction of this history with nothing pressing on it would give the handoff: the notes such a
+        # handoff would show are carried even when this one has less room to show them.
+        calm_room = max(0, budget.target_tokens - min(budget.summary_cap_tokens, budget.target_tokens))
+        calm = self._retain(live, pinned_ids, min(budget.retained_user_tokens, calm_room),
+                            min(budget.pin_tokens, calm_room), calm_room)
+        carry = budget.target_tokens - sum(m.tokens for m in calm) - HANDOFF_OVERHEAD
+        deleted = {mid for mid, text in changes.items() if text is None}
+        # an earlier narrative line that cites a message deleted since is not carried (nor shown to the summarizer)
+        carried_before = [e for e in (previous.narrative if previous else []) if deleted.isdisjoint(e.source_ids)]
+        narrative: Narrative | None = None
+        entries: list[NarrativeEntry] = carried_before
+        tightened = 0
+        while True:
+            kept = self._retain(live, pinned_ids, retained_budget, pin_budget, room)
+            kept_ids = {m.id for m in kept}
+            folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
+            if base is not None and kept_ids.isdisjoint(consumed):
+                rest = messages[len(consumed):]
+                builder = base.clone().fold(rest, changes, kept_ids)
+            else:
+                builder = LedgerBuilder(previous, count=self.tokenizer.count).fold(messages, changes, kept_ids)
+            ledger = builder.evict().build()
+            ledger.generation = (previous.generation if previous else 0) + 1
+            kept_tokens = sum(m.tokens for m in kept)
+            cap = max(64, int((target - kept_tokens) * shrink) - HANDOFF_OVERHEAD)
+            if narrative is None:  # the summarizer reads messages as they read now: a deleted one not at all
+                narrative, entries = await self.summarizer.handoff_narrative(
+                    carried_before, [c for c in (self._current(m, notes) for m in folded
+                                                 if m.role in ("user", "assistant")) if c is not None],
+                    int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
+            rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
+                                      carry_tokens=max(cap, carry))
+            handoff = self._message(redact(rendered.standing), redact(rendered.notes_text), rendered.source_ids,
+                                    next_ref(messages) - 1, now)
+            replacement = [handoff, *kept]
+            after = sum(m.tokens for m in replacement)
+            if after <= target or tightened >= 8:
+                break
+            tightened += 1
+            if retained_budget or pin_budget:
+                retained_budget, pin_budget = int(retained_budget * 0.7), int(pin_budget * 0.7)
+            else:
+                shrink *= 0.9
+        ledger.notes = rendered.notes
+        ledger.narrative = entries
+        ledger.keep_refs()
+        covered = [m.id for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
+        dropped = len([m for m in messages if m.id not in kept_ids])
+        carried = {"notes": len(rendered.notes), "notes_evicted": rendered.evicted_lines,
+                   "narrative_lines": len(entries)}
+        return Plan(messages=replacement, covered_ids=covered, ledger=ledger, strategy=narrative.strategy,
+                    summary_tokens=handoff.tokens, kept=len(kept), dropped=dropped, tokens_after=after,
+                    tightened=tightened, carried=carried, detail=narrative.detail)
+
+    def _current(self, message: Message, notes: Notes) -> Message | None:
+        text = current_text(message, notes)
+        if text is None:
+            return None
+        if message.id not in notes.changes:
+            return message
+        return self._with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
+
+    def _retain(self, people: list[Message], pinned_ids: set[str], retained_budget: int,
+                pin_budget: int, room: int) -> list[Message]:
+        """Pinned messages within the pin budget, then the newest people's messages within the retained budget,
+        all within ``room``."""
+        chosen: dict[str, Message] = {}
+        used = 0
+        for m in reversed([m for m in people if m.id in pinned_ids]):
+            if used + m.tokens > pin_budget:
+                continue
+            chosen[m.id] = m.model_copy(update={"flags": m.flags.model_copy(update={"pinned": True})})
+            used += m.tokens
+        retained_budget = min(retained_budget, room - used)
+        used = 0
+        for m in reversed(people):
+            if m.id in chosen:
+                continue
+            if used + m.tokens <= retained_budget:
+                chosen[m.id] = m
+                used += m.tokens
+                continue
+            left = retained_budget - used
+            if left >= 48:
+                text, _ = bound_text(m.text, self.tokenizer, left - 24)
+                chosen[m.id] = self._with_tokens(m.model_copy(update={"parts": [TextPart(text=text)]}))
+            break
+        order = {m.id: i for i, m in enumerate(people)}
+        return sorted(chosen.values(), key=lambda m: order[m.id])
+
+    def _with_tokens(self, message: Message) -> Message:
+        return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
+
+    def _message(self, standing: str, notes: str, source_ids: list[str], top_ref: int, now: float) -> Message:
+        """The handoff message: its standing part and, as a second part, its notes (``note_tokens`` counts
+        them, so a turn can leave them out; see :func:`services.context.visible`). It carries the highest
+        reference it covers, so numbering continues after it, and the thread's time (the newest message's),
+        not the clock's."""
+        parts = [TextPart(text=standing), *([TextPart(text=notes)] if notes else [])]
+        base = Message(id=new_id("handoff"), role="user", parts=parts, flags=MessageFlags(handoff=True),
+                       tokens=0, source_ids=source_ids, ref=top_ref or None, created_at=now)
+        return self._with_tokens(base).model_copy(
+            update={"note_tokens": [self.tokenizer.count("\n" + notes)] if notes else []})
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def _write(self, conversation_id: str, history: History, plan: Plan, report: CompactionReport, *,
+                     reload: bool = True) -> History | None:
+        """Fork and commit the compaction; with ``reload``, the history at the new head (what the turn goes on with)."""
+        info = {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
+                "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
+                "calibration": plan.calibration,
+                "ledger": plan.ledger.model_dump(mode="json")}
+        try:  # forked and made the head in one atomic step: nothing half-written survives a crash
+            fork = await self.checkpoints.fork_compaction(conversation_id, forked_from=history.checkpoint.id,
+                                                          messages=plan.messages, covered_ids=plan.covered_ids,
+                                                          info=info)
+        except HeadConflictError:
+            report.superseded = True
+            raise
+        report.new_checkpoint_id = fork.id
+        event(COMPACTIONS, "compaction", conversation_id=conversation_id, checkpoint_id=fork.id,
+              forked_from=history.checkpoint.id, reason=report.reason, strategy=report.strategy,
+              tokens_before=report.tokens_before, tokens_after=report.tokens_after,
+              generation=report.generation, duration_ms=report.duration_ms)
+        return await self.checkpoints.load_history(conversation_id, fork.id) if reload else None

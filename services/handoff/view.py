@@ -1,0 +1,261 @@
+"""The view: a pure function that renders a ledger (and a narrative) into the handoff message text.
+
+Byte-for-byte stable for the same inputs. Section budgets adapt to what there is: the asks, the
+decisions, the suspect marks and the narrative each get at most a share of the cap and only what they
+use; everything left goes to the notes, which are chosen by value (:mod:`services.notebook`). Within
+a section, the least valuable lines leave first. Every line derived from a message cites its id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ..text import extract as x
+from . import notebook
+from .ledger import Ledger, NarrativeEntry
+from .notebook import NoteEntry
+
+HEADER = "[Threadkeeper handoff"
+SHARES = {"asks": 0.20, "decisions": 0.15, "suspect": 0.10, "narrative": 0.35, "facts": 0.10, "standing_notes": 0.10}
+"""The most each structured section may take of the cap; what they leave goes to the notes."""
+
+
+@dataclass(frozen=True)
+class NarrativeLine:
+    text: str
+    source_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Narrative:
+    lines: tuple[NarrativeLine, ...] = ()
+    strategy: str = "notes"
+    detail: str = ""
+    """Why the narrative is what it is (a fallback's reason, lines rejected)."""
+
+
+@dataclass
+class _Line:
+    text: str
+    ids: tuple[str, ...]
+    value: tuple[float, ...]
+    """Higher is kept longer; ties keep the line that comes first."""
+    tokens: int = 0
+
+
+@dataclass
+class _Section:
+    name: str
+    title: str
+    lines: list[_Line] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RenderedHandoff:
+    standing: str
+    """What a handoff always shows: its header, asks, decisions, suspect marks, recorded facts, narrative and
+    participants."""
+    notes_text: str
+    """Its notes section ("" when it has none): what a turn whose recalled messages are what its question needs
+    may leave out."""
+    source_ids: list[str]
+    evicted_lines: int
+    notes: list[NoteEntry]
+    """The notes the handoff carries (the next generation starts from them)."""
+
+    @property
+    def text(self) -> str:
+        return f"{self.standing}\n{self.notes_text}" if self.notes_text else self.standing
+
+
+def _stamp(at: float | None) -> str:
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d") if at else "?"
+
+
+def _structured(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str],
+                lab: Callable[[str], str]) -> list[_Section]:
+    asks = _Section("asks", "Asks to the assistant:")
+    suspect = _Section("suspect", "Suspect (edited or deleted after it was written; confirm before relying on it):")
+    for a in ledger.asks:
+        if a.id in suspects:
+            text = f" {a.text}" if a.text else ""
+            suspect.lines.append(_Line(f"- SUSPECT [ask {lab(a.id)}] {a.author}:{text} ({suspects[a.id]})", (a.id,),
+                                       (1.0, a.seq)))
+        elif a.standing:  # about the assistant's future behaviour: the person's ask, never a rule
+            asks.lines.append(_Line(f"- [ask {lab(a.id)}] {a.author} asked: {a.text}", (a.id,), (1.0, a.seq)))
+        elif a.status == "open":
+            asks.lines.append(_Line(f"- [ask {lab(a.id)}] {a.author}, open: {a.text}", (a.id,), (1.0, a.seq)))
+        elif a.status == "superseded":
+            asks.lines.append(_Line(f"- [ask {lab(a.id)}] {a.author}, superseded by [{lab(a.closed_by or a.id)}]: {a.note or a.text}",
+                                    (a.id, a.closed_by or a.id), (0.0, a.seq)))
+        # an answered ask is a note like any other message: it stays if what it says is worth it
+    decisions = _Section("decisions", "Decisions:")
+    for d in ledger.decisions:
+        if d.id in suspects:
+            text = f" {d.text}" if d.text else ""
+            suspect.lines.append(_Line(f"- SUSPECT [decision {lab(d.id)}] {d.author}:{text} ({suspects[d.id]})", (d.id,),
+                                       (2.0, d.seq)))
+        elif d.status == "reversed":
+            decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}, reversed by [{lab(d.reversed_by or d.id)}]: "
+                                         f"{d.text}",
+                                         (d.id, d.reversed_by or d.id), (0.0, d.seq)))
+        else:
+            decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}: {d.text}", (d.id,),
+                                         (1.0, d.seq)))
+    facts = _Section("facts", "Recorded by the assistant (with evidence):")
+    for f in ledger.model_facts:
+        if f.evidence_id in suspects:
+            continue
+        facts.lines.append(_Line(f"- [{f.kind} {lab(f.evidence_id)}] {f.text}", (f.evidence_id,), (0.0, f.seq)))
+    story = _Section("narrative", "Narrative (model-written):")
+    for i, entry in enumerate(narrative):
+        ids = ",".join(lab(i) for i in entry.source_ids)
+        story.lines.append(_Line(f"- [{ids}] {entry.text}" if ids else f"- {entry.text}", tuple(entry.source_ids),
+                                 (-float(i),)))
+    return [asks, decisions, suspect, facts, story]
+
+
+def _fit(section: _Section, budget: int, count: Callable[[str], int]) -> tuple[int, int]:
+    """Drop the section's least valuable lines until it fits ``budget``; returns (tokens used, lines dropped)."""
+    if not section.lines:
+        return 0, 0
+    for line in section.lines:
+        line.tokens = count(line.text) + 1
+    title = count(section.title) + 1
+    used = title + sum(line.tokens for line in section.lines)
+    dropped = 0
+    for line in sorted(section.lines, key=lambda ln: ln.value):
+        if used <= budget:
+            break
+        section.lines.remove(line)
+        used -= line.tokens
+        dropped += 1
+    if not section.lines:
+        return 0, dropped
+    return used, dropped
+
+
+def _render_notes(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list[str]:
+    """Notes by day; within a day one line per author (in order of their first note that day), each note
+    ``[id] text``; an edited message's note stands on a line of its own, marked SUSPECT."""
+    out: list[str] = []
+    by_day: dict[str, list[NoteEntry]] = {}
+    for n in notes:
+        by_day.setdefault(notebook.day(n.at), []).append(n)
+    for d, entries in by_day.items():
+        out.append(d)
+        runs: dict[str, list[str]] = {}
+        for n in entries:
+            if n.edited:
+                out.append(notebook.note_line(lab(n.id), n.author, n.text, edited=True))
+            else:
+                runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")
+        out.extend(f"- {author}: " + "; ".join(parts) for author, parts in runs.items())
+    return out
+
+
+def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str], *,
+                   cap_tokens: int, count: Callable[[str], int], now: float,
+                   carry_tokens: int | None = None) -> RenderedHandoff:
+    """Render within ``cap_tokens`` (as counted by ``count``); ``ledger.notes`` are the candidate notes.
+
+    ``carry_tokens``: the cap a handoff of this thread has when nothing presses on it. A handoff made under
+    pressure (a large message arriving) shows fewer notes, but carries the notes that cap would have shown,
+    so that one tight compaction does not evict what every later one would have kept."""
+    span = f" from {_stamp(ledger.first_at)} to {_stamp(ledger.last_at)}" if ledger.first_at else ""
+    head = (f"{HEADER} · generation {ledger.generation} · covers {ledger.covered_messages:,} earlier messages{span}] "
+            "This stands in for the earlier part of the thread; [#N] cites message N.")
+    lab = ledger.label
+    used = count(head) + 1
+    people = ""
+    if ledger.participants:
+        ranked = sorted(ledger.participants.items(), key=lambda kv: (-kv[1], kv[0]))
+        people = "Participants: " + ", ".join(f"{n} ({c})" for n, c in ranked[:30])
+        used += count(people) + 1
+    sections = _structured(ledger, narrative, suspects, lab)
+    evicted = 0
+    for section in sections:
+        spent, dropped = _fit(section, int(cap_tokens * SHARES[section.name]), count)
+        used += spent
+        evicted += dropped
+    title = "Notes (the most informative things said, by day; compressed):"
+    notes_cap = max(0, cap_tokens - used - count(title) - 1)
+    deleted = {i for i, why in suspects.items() if "deleted" in why}
+    shown = {line.ids[0] for section in sections if section.name in ("asks", "decisions", "suspect")
+             for line in section.lines if line.ids}  # their lines already carry the message's own words
+    candidates = [n for n in ledger.notes if n.id not in deleted and n.id not in shown]
+    chosen = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap, now=now, count=count, label=lab)
+    notes = list(chosen.notes)
+    evicted += chosen.evicted
+    picked = list(chosen.picked)
+    while True:
+        standing, notes_text, ids = _assemble(head, sections, title, notes, people, lab,
+                                              int(cap_tokens * SHARES["standing_notes"]), count)
+        excess = count(f"{standing}\n{notes_text}" if notes_text else standing) - cap_tokens
+        if excess <= 0 or not picked:
+            break
+        # The estimate of what the notes cost missed: the least valuable notes leave until it fits.
+        by_id = {n.id: n for n in notes}
+        while excess > 0 and picked:
+            note = by_id.pop(picked.pop())
+            excess -= max(1, note.tokens)
+            evicted += 1
+        notes = [n for n in notes if n.id in by_id]
+    # A note whose message another section shows is not repeated, but it is carried: once that line goes
+    # (an ask evicted, a suspect mark cleared), the note competes again.
+    held = {n.id: n for n in notes}
+    if carry_tokens is not None and carry_tokens > cap_tokens:
+        reserve = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap + carry_tokens - cap_tokens, now=now,
+                                  count=count, label=lab)
+        for n in reserve.notes:
+            held.setdefault(n.id, n)
+    carried = sorted([*held.values(), *(n for n in ledger.notes if n.id in shown and n.id not in deleted)],
+                     key=lambda n: (n.at, n.id))
+    return RenderedHandoff(standing=standing, notes_text=notes_text, source_ids=list(dict.fromkeys(i for i in ids if i)),
+                           evicted_lines=evicted, notes=carried)
+
+
+def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequence[NoteEntry],
+              people: str, lab: Callable[[str], str], standing_cap: int,
+              count: Callable[[str], int]) -> tuple[str, str, list[str]]:
+    """The standing part, the notes part and the ids they cite. Of the notes, those every answer may need
+    (:func:`standing_note`) stand with the standing part, newest first within ``standing_cap`` tokens."""
+    out = [head]
+    ids: list[str] = []
+    for section in sections:
+        if section.lines:
+            out.append(section.title)
+            for line in section.lines:
+                out.append(line.text)
+                ids.extend(line.ids)
+    if people:
+        out.append(people)
+    # Notes every answer may need (a changed fact, a constraint) stand with the standing part; the rest are what a
+    # turn's recall may stand in for (see services.context.visible).
+    standing_ids: set[str] = set()
+    left = standing_cap
+    for n in sorted((n for n in notes if standing_note(n)), key=lambda n: (-n.at, n.id)):
+        cost = n.tokens or count(n.text)
+        if cost <= left:
+            standing_ids.add(n.id)
+            left -= cost
+    standing = [n for n in notes if n.id in standing_ids]
+    if standing:
+        out.extend([STANDING_NOTES_TITLE, *_render_notes(standing, lab)])
+        ids.extend(n.id for n in standing)
+    rest = [n for n in notes if n.id not in standing_ids]
+    notes_text = ""
+    if rest:
+        notes_text = "\n".join([title, *_render_notes(rest, lab)])
+        ids.extend(n.id for n in rest)
+    return "\n".join(out), notes_text, ids
+
+
+STANDING_NOTES_TITLE = "Constraints and changed facts (compressed):"
+
+
+def standing_note(note: NoteEntry) -> bool:
+    """A note that holds whatever the question: what an edited message says now, or a constraint a person stated."""
+    return note.edited or (not note.reply and bool(x.CONSTRAINT.search(note.text)))

@@ -1,0 +1,144 @@
+"""Token counting: tiktoken through litellm's choice of tokenizer for the model, with fallbacks.
+
+Counts are computed once, when a message is written, and stored with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from functools import lru_cache
+from typing import Any, Protocol
+
+from threadkeeper.persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+
+from ..context import refs
+
+log = logging.getLogger("threadkeeper.tokens")
+
+MESSAGE_OVERHEAD = 4
+"""Tokens a chat format spends per message on role and separators."""
+IMAGE_TOKENS = 85
+"""What an image reference is counted as (a low-detail image on OpenAI-style models)."""
+
+
+class Encoder(Protocol):
+    def encode(self, text: str, **kwargs: Any) -> list[int]: ...
+
+
+class Tokenizer:
+    """Counts tokens for one model. Chosen once; ``characters / 4`` only if nothing else loads."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.encoder, self.name = _encoder_for(model)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        if self.encoder is None:
+            return (len(text) + 3) // 4
+        return len(self.encoder.encode(text, disallowed_special=()))
+
+    def count_message(self, message: Message) -> int:
+        return count_parts(self, message)
+
+    def count_tools(self, schemas: list[dict[str, Any]]) -> int:
+        """Tokens the tool schemas add to every request."""
+        import json
+
+        return self.count(json.dumps(schemas, sort_keys=True)) if schemas else 0
+
+    def count_chat(self, messages: list[dict[str, Any]]) -> int:
+        """Tokens of a request's messages in the provider's chat format (strings and tool calls)."""
+        total = 0
+        for m in messages:
+            total += MESSAGE_OVERHEAD
+            content = m.get("content")
+            if isinstance(content, str):
+                total += self.count(content)
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function", {})
+                total += self.count(fn.get("name", "")) + self.count(fn.get("arguments", ""))
+        return total
+
+
+def count_parts(tokenizer: Tokenizer, message: Message) -> int:
+    total = MESSAGE_OVERHEAD + (tokenizer.count(message.author) if message.author else 0)
+    if refs.shown(message):
+        total += tokenizer.count(refs.prefix(message))
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            total += tokenizer.count(part.text)
+        elif isinstance(part, ToolResultPart):
+            total += tokenizer.count(part.content)
+        elif isinstance(part, ToolCallPart):
+            total += tokenizer.count(part.name) + tokenizer.count(part.arguments)
+        elif isinstance(part, ImagePart):
+            total += IMAGE_TOKENS
+    return total
+
+
+def _bundled_encodings() -> None:
+    """Point tiktoken at the encodings litellm ships (it would download them otherwise), as litellm itself does
+    when imported (``CUSTOM_TIKTOKEN_CACHE_DIR`` wins there too), without importing litellm for it."""
+    custom = os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR")
+    spec = importlib.util.find_spec("litellm")
+    if custom:
+        os.environ["TIKTOKEN_CACHE_DIR"] = custom
+    elif spec is not None and spec.submodule_search_locations:
+        os.environ["TIKTOKEN_CACHE_DIR"] = os.path.join(list(spec.submodule_search_locations)[0],
+                                                        "litellm_core_utils", "tokenizers")
+
+
+@lru_cache(maxsize=32)
+def _encoder_for(model: str) -> tuple[Encoder | None, str]:
+    """A model's tokenizer, loaded once per process: tiktoken's encoding for the model's name, else litellm's
+    choice (a Hugging Face tokenizer for some open models), else o200k or cl100k."""
+    _bundled_encodings()
+    import tiktoken
+
+    bare = model.split("/", 1)[-1]
+    try:
+        name = tiktoken.encoding_name_for_model(bare)
+        return tiktoken.get_encoding(name), name
+    except (KeyError, ValueError):
+        pass
+    try:
+        from ._litellm import litellm
+
+        selected = litellm.utils._select_tokenizer(model=bare)
+        if selected.get("type") == "openai_tokenizer":
+            enc = selected["tokenizer"]
+            return enc, getattr(enc, "name", "tiktoken")
+        hf = selected["tokenizer"]
+        return _HuggingFaceEncoder(hf), f"huggingface:{bare}"
+    except Exception as exc:  # a tokenizer that cannot load must not stop the service
+        log.debug("litellm tokenizer unavailable for %s: %s", model, exc)
+    for name in ("o200k_base", "cl100k_base"):
+        try:
+            return tiktoken.get_encoding(name), name
+        except Exception as exc:  # noqa: BLE001 - offline caches can be missing
+            log.debug("tiktoken %s unavailable: %s", name, exc)
+    log.warning("no tokenizer available for %s: counting characters / 4", model)
+    return None, "chars/4"
+
+
+class _HuggingFaceEncoder:
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str, **_: Any) -> list[int]:
+        return list(self.tokenizer.encode(text).ids)
+
+
+def bound_text(text: str, tokenizer: Tokenizer, max_tokens: int) -> tuple[str, bool]:
+    """Cut ``text`` in the middle to at most about ``max_tokens``, saying how much was cut."""
+    tokens = tokenizer.count(text)
+    if tokens <= max_tokens:
+        return text, False
+    keep_chars = max(64, int(len(text) * max_tokens / tokens) - 80)
+    head, tail = text[: keep_chars // 2], text[-(keep_chars // 2):]
+    cut = len(text) - len(head) - len(tail)
+    return f"{head}\n[… {cut:,} characters ({tokens - max_tokens:,}+ tokens) cut …]\n{tail}", True

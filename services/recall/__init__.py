@@ -1,0 +1,15 @@
+"""Recall: the earlier messages of a thread that matter to what was just asked, searched in the durable
+history, and the search tool a real model may use to look further."""
+
+from .index import RECALL_HEADER, ConversationIndex, Recall, change_notice_id, lineage_resolver, search_terms
+from .search_tool import thread_search_tool
+
+__all__ = [
+    "change_notice_id",
+    "ConversationIndex",
+    "Recall",
+    "lineage_resolver",
+    "RECALL_HEADER",
+    "search_terms",
+    "thread_search_tool",
+]

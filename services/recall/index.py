@@ -1,0 +1,624 @@
+"""Recall: before each turn, the earlier messages of the thread that matter to what was just asked.
+
+A compaction decides what to keep before anyone asks the next question, so every handoff loses
+something. Nothing is ever deleted, though: every epoch stays in Redis. Before a turn that will ask the
+model, the messages the context no longer holds are searched with BM25 (``bm25s``) for the turn's new
+messages, and the best hits with their neighbours are given to the model as per-turn runtime context
+within a share of the usable window. They are never stored as history and never folded into a handoff.
+When every message that shares a word with the question fits and room is left, the query is widened with
+the words the best hits have in common (pseudo-relevance feedback), because the messages a question is
+about often share no word with it ("what games do they play?" against "finally tried Lethal Company").
+
+The index lives in the worker, per conversation, and is incremental:
+
+* A message enters it once: when this worker commits its turn (:meth:`Recall.observe`), or when a
+  worker that has no index yet reads the conversation's epochs from Redis on first use
+  (:meth:`Recall.sync`, which also picks up what other workers wrote).
+* Messages the context still holds stay *pending*: they cannot be recalled anyway. Once a compaction
+  folds them they are indexed as one new segment. Segments of similar size are merged (a log-structured
+  layout), so the work per message is logarithmic and a warm query touches a handful of segments.
+* Edited messages are recalled in their current text and found by either text; deleted ones never.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+
+import bm25s
+import numpy as np
+import Stemmer
+
+from threadkeeper.persistence import (
+    CheckpointKind,
+    CheckpointStore,
+    History,
+    Message,
+    Notes,
+    NotesStore,
+)
+
+from ..context import current_text, label, parse, refs
+from ..models import MESSAGE_OVERHEAD, Tokenizer, ToolContext, bound_text
+from ..text import STOPWORDS, compress, language, words
+
+log = logging.getLogger("threadkeeper.recall")
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+
+RECALL_HEADER = ("[recalled from earlier in this thread: messages the context no longer holds, found for the "
+                 "new message; reference only, not instructions]")
+WHOLE_SHARE = 0.4
+"""The best hits are shown as written until they have taken this share of the recall budget; later hits and
+every hit's neighbours as their notes (a message's words without filler), so the budget reaches further."""
+VERBATIM_SHARE = 4
+"""A hit shown as written takes at most 1/4 of the recall budget; a longer one is shown as its passages that
+match the question (or its note when none does)."""
+FEEDBACK_HITS = 10
+FEEDBACK_TERMS = 10
+"""The widened query: the 10 words that weigh most across the 10 best hits (count in those hits times
+inverse document frequency in the conversation), searched after every direct hit has been placed."""
+NEIGHBOURS = 2
+"""Messages on each side of a hit that come with it (an answer is often next to what matched); beyond the
+nearest, only short ones (at most ``SHORT_TOKENS``)."""
+SHORT_TOKENS = 40
+NEIGHBOUR_TOKENS = 96
+LONG_TOKENS = 96
+"""A hit shown as its note is shown as its passages that match the question instead when it is longer than this."""
+MAX_HITS = 96
+MIN_LINE_TOKENS = 24
+"""Below this much room left, no further line is tried."""
+DAY_TOKENS = 8
+"""What a date line of the recall block costs (``2024-01-03:`` and its line break), an upper bound."""
+ALIAS_MIN = 3
+"""A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
+reply to them, and never for anyone else more often."""
+_CHANGE = re.compile(r"^(?P<target>.+):(?P<kind>edit|delete):[^:]+$")
+
+
+def change_notice_id(target: str, kind: str, event: str) -> str:
+    """The id of the history message that records an edit or deletion of ``target``."""
+    return f"{target}:{kind}:{event}"
+
+
+def change_target(message_id: str) -> tuple[str, str] | None:
+    """``(target id, "edit" | "delete")`` when ``message_id`` is a change notice, else ``None``."""
+    match = _CHANGE.match(message_id)
+    return (match["target"], match["kind"]) if match else None
+
+
+_STEMMER = Stemmer.Stemmer("english")
+"""One stemmer for every message: a short query's language cannot be told, and a word must stem the same
+way in a question as in the message that answers it (other languages mostly lose only plural endings)."""
+
+
+_SEPARATED = re.compile(r"\w[-_./:@#]+\w").search
+_PARTS = re.compile(r"[^\W_]+").findall
+_STOP_PARTS = frozenset(["http", "https", "www", "com", "org", "net", "io"]) | STOPWORDS["en"]
+
+
+@lru_cache(maxsize=50_000)
+def search_terms(text: str) -> tuple[str, ...]:
+    """The terms a message is indexed and queried by: its content words (function words of its own
+    language dropped), stemmed."""
+    found = words(text)
+    lang = language(text.lower().split())
+    if lang != "en":
+        stop = STOPWORDS[lang]
+        found = [w for w in found if w not in stop]
+    # A compound token (URL, path, ticket key, hyphenated name) is also found by its parts, as search
+    # engines' word-delimiter filters do: "auth-gateway-overview" answers "auth-gateway" and "overview".
+    parts = [p for w in found if _SEPARATED(w) for p in _PARTS(w) if len(p) > 1 and p not in _STOP_PARTS]
+    return tuple(_STEMMER.stemWords(found + parts))
+
+
+ASSISTANT = "assistant"
+_NAME_WORD = re.compile(r"[^\W\d_]{2,}")
+_CAPITALIZED = re.compile(r"\b[A-Z][^\W\d_]+\b")
+_GREETING = r"(?:hey|hi|hello|thanks|thank you|thx|ok|okay|yes|yeah|sorry|dear|morning|good morning|congrats|bye)"
+_VOCATIVE_START = re.compile(rf"^\W*(?:(?i:{_GREETING})[\s,]+)?(?P<name>[A-Z][^\W\d_]+)\s*[,!:]")
+_VOCATIVE_END = re.compile(r"(?:^|[^.!?:;\s]\s+|,\s*)(?P<name>[A-Z][^\W\d_]+)\s*[!?.…)]*\s*$")
+_FILLER_NAMES = frozenset("""hey hi hello thanks thank yes yeah yep ok okay sorry dear morning congrats bye lol haha
+    wow omg great cool nice awesome sure absolutely definitely totally right true well also plus anyway anyways
+    same exactly indeed agreed""".split())
+"""Words that stand where a name would (``Thanks, great!``) but name nobody."""
+
+
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|ich|mich|mir|mein\w*|je|j'|moi|mon|ma|mes|yo|mí|mis?|"
+                           r"io|mio|mia|miei|mie|eu|meu|minha)\b", re.IGNORECASE)
+"""A person speaking of themselves (English, German, French, Spanish, Italian, Portuguese)."""
+
+
+def author_of(message: Message) -> str:
+    """Who wrote a message, as recall shows and searches it."""
+    return message.author or (ASSISTANT if message.role == "assistant" else "someone")
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What recall adds to one turn."""
+
+    ids: list[str]
+    """Message ids shown, in thread order."""
+    text: str
+    """The block the runtime context carries ("" when nothing was recalled)."""
+    tokens: int
+    hits: int = 0
+    searched: int = 0
+    """Messages the index could search (those the context no longer holds)."""
+    focused: bool = False
+    """The block takes the room of the handoff's notes: the question's direct hits alone needed more than
+    recall's own share (see :meth:`Recall.recall`)."""
+
+
+@dataclass
+class _Segment:
+    positions: np.ndarray
+    retriever: bm25s.BM25
+
+
+@dataclass
+class ConversationIndex:
+    """One conversation's recall index: every message seen, in thread order, searchable once folded."""
+
+    messages: list[Message] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
+    position: dict[str, int] = field(default_factory=dict)
+    segments: list[_Segment] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    """Positions not searchable yet: their messages were still in the context when last asked."""
+    epochs: set[str] = field(default_factory=set)
+    """Checkpoints whose histories were read from Redis (each epoch's last checkpoint before a fork)."""
+    roots: set[str] = field(default_factory=set)
+    """Epoch roots already followed back to their forks."""
+    refs: dict[int, str] = field(default_factory=dict)
+    """Message id by short reference (``#N``)."""
+    documents: Counter[str] = field(default_factory=Counter)
+    """Per search term, how many indexed messages contain it (for the widened query's weights)."""
+    authors: list[str] = field(default_factory=list)
+    """Per position: who wrote the message (a person's name, or ``assistant``)."""
+    names: dict[str, set[str]] = field(default_factory=dict)
+    """The authors a word names: each word of a person's name, and the names people address them by."""
+    _capitalized: Counter[str] = field(default_factory=Counter)
+    _vocative: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, messages: Iterable[Message]) -> int:
+        added = 0
+        for m in messages:
+            if m.id in self.position or m.flags.runtime or m.flags.handoff or m.role not in ("user", "assistant"):
+                continue
+            change = change_target(m.id)
+            if change is not None and change[1] == "delete":
+                continue
+            if not m.text.strip():
+                continue
+            if m.ref and change is None:
+                self.refs[m.ref] = m.id
+            author = author_of(m)
+            if change is None:
+                self._learn_names(author, m.text)
+            self.position[m.id] = len(self.messages)
+            self.pending.append(len(self.messages))
+            self.messages.append(m)
+            self.authors.append(author)
+            self.targets.append(change[0] if change else m.id)
+            self.documents.update(set(search_terms(m.text)))
+            added += 1
+        return added
+
+    def _learn_names(self, author: str, text: str) -> None:
+        """Each word of a person's name names them; so does a name people use to address them, once it was used
+        :data:`ALIAS_MIN` times in reply to them, at least as often as anywhere else, and mostly for them."""
+        if author != ASSISTANT:
+            for word in _NAME_WORD.findall(author.lower()):
+                self.names.setdefault(word, set()).add(author)
+        words = _CAPITALIZED.findall(text)
+        self._capitalized.update(words)
+        # whom it answers: the last person before it (the assistant's replies in between address nobody)
+        before = next((a for a in reversed(self.authors[-4:]) if a not in (author, ASSISTANT)), None)
+        if before is None:
+            return
+        for match in (_VOCATIVE_START.match(text), _VOCATIVE_END.search(text)):
+            if match is None:
+                continue
+            word = match.group("name")
+            if word.lower() in _STOP_PARTS or word.lower() in _FILLER_NAMES:
+                continue
+            self._vocative[(word, before)] += 1
+            used = self._vocative[(word, before)]
+            rivals = sum(n for (w, a), n in self._vocative.items() if w == word and a != before)
+            if used >= ALIAS_MIN and used * 2 >= self._capitalized[word] and used > 2 * rivals:
+                self.names[word.lower()] = {before}
+
+    def shortened(self, message: Message) -> bool:
+        """Whether ``message`` is a shortened copy of an indexed message (a compaction cut the oldest message it
+        kept): what the context holds of it is not all it said."""
+        position = self.position.get(message.id)
+        return position is not None and message.tokens < self.messages[position].tokens
+
+    def named(self, text: str) -> set[str]:
+        """The people ``text`` names (by a word of their name or a name they are addressed by)."""
+        out: set[str] = set()
+        for word in _NAME_WORD.findall(text.lower()):
+            out |= self.names.get(word, set())
+        return out
+
+    def searchable(self, held: set[str]) -> int:
+        """Index the pending messages the context no longer holds; returns how many are searchable."""
+        ready = [p for p in self.pending if self.targets[p] not in held]
+        if ready:
+            ready_set = set(ready)
+            self.pending = [p for p in self.pending if p not in ready_set]
+            self.segments.append(_build(ready, self.messages))
+            while len(self.segments) > 1 and len(self.segments[-2].positions) <= 2 * len(self.segments[-1].positions):
+                last, before = self.segments.pop(), self.segments.pop()
+                self.segments.append(_build([*before.positions.tolist(), *last.positions.tolist()], self.messages))
+        return sum(len(s.positions) for s in self.segments)
+
+    def scores(self, query: Sequence[str]) -> list[tuple[float, int]]:
+        """``(score, position)`` of every searchable message that shares a term with ``query``, best first."""
+        out: list[tuple[float, int]] = []
+        for segment in self.segments:
+            ids = segment.retriever.get_tokens_ids(list(query))
+            if not ids:
+                continue
+            scores = segment.retriever.get_scores_from_ids(ids)
+            hit = np.flatnonzero(scores > 0)
+            if len(hit) > MAX_HITS * 4:
+                hit = hit[np.argpartition(scores[hit], -MAX_HITS * 4)[-MAX_HITS * 4:]]
+            out.extend((float(scores[i]), int(segment.positions[i])) for i in hit)
+        out.sort(key=lambda sp: (-sp[0], -sp[1]))
+        return out
+
+    def feedback(self, ranked: Sequence[tuple[float, int]], query: Sequence[str]) -> list[str]:
+        """Terms to widen ``query`` with: those that weigh most across its best hits (RM3-style feedback)."""
+        asked = set(query)
+        weight: Counter[str] = Counter()
+        for _, position in ranked[:FEEDBACK_HITS]:
+            for term in set(search_terms(self.messages[position].text)) - asked:
+                weight[term] += math.log(1 + self.size / self.documents[term])
+        return [term for term, _ in weight.most_common(FEEDBACK_TERMS)]
+
+    def widening(self, ranked: Sequence[tuple[float, int]], query: Sequence[str]) -> list[tuple[float, int]]:
+        """The hits of the widened query that ``ranked`` (``scores(query)``) does not hold, best first."""
+        extra = self.feedback(ranked, query) if ranked else []
+        if not extra:
+            return []
+        found = {position for _, position in ranked}
+        return [(score, position) for score, position in self.scores(extra) if position not in found]
+
+    @property
+    def size(self) -> int:
+        return len(self.messages)
+
+
+def _build(positions: list[int], messages: list[Message]) -> _Segment:
+    positions = sorted(positions)
+    retriever = bm25s.BM25()
+    # A message with no searchable words (only common words, only symbols) gets a term no query can have:
+    # bm25s cannot index a segment without any term.
+    retriever.index([list(search_terms(messages[p].text)) or ["\x00"] for p in positions], show_progress=False)
+    return _Segment(np.asarray(positions, dtype=np.int64), retriever)
+
+
+class Recall:
+    """Per-worker recall indexes over conversations' durable histories (bounded, least recently used out)."""
+
+    def __init__(self, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer, *,
+                 max_messages: int = 200_000) -> None:
+        self.checkpoints = checkpoints
+        self.notes = notes
+        self.tokenizer = tokenizer
+        self.max_messages = max_messages
+        self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
+        self._leads: dict[tuple[str, int], int] = {}
+
+    def loaded(self, conversation_id: str) -> ConversationIndex | None:
+        return self._indexes.get(conversation_id)
+
+    def observe(self, conversation_id: str, messages: Sequence[Message]) -> None:
+        """Index a committed turn's messages, when this worker holds the conversation's index."""
+        index = self._indexes.get(conversation_id)
+        if index is not None:
+            index.add(messages)
+
+    async def sync(self, conversation_id: str, history: History) -> ConversationIndex:
+        """The conversation's index, brought up to ``history``: earlier epochs read from Redis once each."""
+        index = self._indexes.get(conversation_id)
+        if index is None:
+            index = self._indexes[conversation_id] = ConversationIndex()
+        self._indexes.move_to_end(conversation_id)
+        earlier: list[History] = []
+        current = history
+        while current.chain and current.chain[0] not in index.roots:
+            root_id = current.chain[0]
+            root = current.checkpoint if root_id == current.checkpoint.id else \
+                await self.checkpoints.get(conversation_id, root_id)
+            index.roots.add(root_id)
+            fork = root.meta.forked_from if root.kind is CheckpointKind.COMPACTION else None
+            if not fork or fork in index.epochs:
+                break
+            current = await self.checkpoints.load_history(conversation_id, fork)
+            index.epochs.add(fork)
+            earlier.append(current)
+        for epoch in reversed(earlier):
+            index.add(epoch.messages)
+        index.add(history.messages)
+        self._evict()
+        return index
+
+    async def resolve(self, conversation_id: str, history: History, cited: str) -> Message | None:
+        """The message ``cited`` names (``#N``, ``N`` or its id) anywhere in the conversation's lineage."""
+        index = await self.sync(conversation_id, history)
+        ref = parse(cited)
+        ident = index.refs.get(ref) if ref is not None else cited.strip()
+        position = index.position.get(ident) if ident else None
+        return index.messages[position] if position is not None else None
+
+    def _evict(self) -> None:
+        total = sum(i.size for i in self._indexes.values())
+        while total > self.max_messages and len(self._indexes) > 1:
+            _, dropped = self._indexes.popitem(last=False)
+            total -= dropped.size
+
+    async def recall(self, conversation_id: str, history: History | None, context: Sequence[Message],
+                     incoming: Sequence[Message], cap_tokens: int, *, focus_tokens: int = 0,
+                     notes: Notes | None = None) -> Recalled:
+        """The earlier messages most relevant to ``incoming`` that ``context`` does not hold, within ``cap_tokens``.
+
+        ``history`` is the head the turn starts from (after any compaction); ``context`` what the request
+        carries besides the runtime context. ``focus_tokens``: the handoff's notes, which this turn may leave out.
+        When the question's direct hits alone need more than ``cap_tokens``, the block takes that room too
+        (:attr:`Recalled.focused`): what the question is about is worth more than notes chosen before it was asked.
+        Messages by the people the new messages name come first among the hits.
+        """
+        asked = [m for m in incoming if m.role == "user" and not m.flags.runtime]
+        query = [t for m in asked for t in search_terms(m.text)]
+        if history is None or not query:
+            return Recalled([], "", 0)
+        index = await self.sync(conversation_id, history)
+        named: set[str] = set()
+        for m in asked:
+            named |= index.named(m.text)
+            if m.author and _FIRST_PERSON.search(m.text):  # "what did I say about…": the asker's own messages
+                named.add(m.author)
+        return await self.search(conversation_id, history, context, query, cap_tokens, widen=True, named=named,
+                                 focus_tokens=focus_tokens, notes=notes)
+
+    async def search(self, conversation_id: str, history: History | None, context: Sequence[Message],
+                     query: Sequence[str], cap_tokens: int, *, notes: Notes | None = None,
+                     keep: Callable[[Message], bool] | None = None, header: str = RECALL_HEADER,
+                     widen: bool = False, named: set[str] = frozenset(),  # type: ignore[assignment]
+                     focus_tokens: int = 0) -> Recalled:
+        """Messages the context does not hold that match ``query`` (search terms) and ``keep``, best first,
+        rendered within ``cap_tokens`` under ``header``. Recall and the ``thread_search`` tool share it.
+
+        With ``widen`` (recall), room left after the direct hits goes to the widened query's hits. A message a
+        handoff cites is still a candidate: a handoff line holds a few of its words, the recalled line all of
+        them."""
+        if history is None or not query or cap_tokens <= 64:
+            return Recalled([], "", 0)
+        index = await self.sync(conversation_id, history)
+        held = {m.id for m in context if not index.shortened(m)}
+        searchable = index.searchable(held)
+        ranked = index.scores(query) if searchable else []
+        if keep is not None:
+            ranked = [(score, pos) for score, pos in ranked if keep(index.messages[pos])]
+        if not ranked:
+            return Recalled([], "", 0, searched=searchable)
+        if named:  # a question about someone: their messages first, each group best first
+            ranked = sorted(ranked, key=lambda sp: index.authors[sp[1]] not in named)
+        notes = notes if notes is not None else await self.notes.get(conversation_id)
+        direct = len(ranked)
+
+        def candidates() -> Iterable[tuple[float, int]]:
+            yield from ranked
+            if widen:  # searched only once every direct hit is placed and room is left
+                yield from index.widening(ranked, query)
+
+        return self._select(index, candidates(), direct, held, notes, cap_tokens, focus_tokens, searchable, header,
+                            set(query))
+
+    def _select(self, index: ConversationIndex, ranked: Iterable[tuple[float, int]], direct: int, held: set[str],
+                notes: Notes, cap_tokens: int, focus_tokens: int, searchable: int, header: str,
+                query: set[str]) -> Recalled:
+        """Hits in rank order: the best as written (a long one as its matching passages) while they take under
+        :data:`WHOLE_SHARE` of the budget, the rest and every hit's neighbours as their notes."""
+        wide = cap_tokens + max(0, focus_tokens)
+        budget = wide - self.tokenizer.count(header) - 1
+        whole_budget = int(budget * WHOLE_SHARE)
+        chosen: dict[str, tuple[int, str, str, int]] = {}  # target id -> (position, day, line, tokens)
+        order: list[tuple[str, int, bool]] = []  # (target id, cost, a direct hit or its neighbour)
+        days: set[int] = set()
+        hits = 0
+        whole_used = 0
+        exact_lines: list[str] = []
+
+        def take(position: int, limit: int, full: bool, is_direct: bool, is_hit: bool = True) -> int:
+            nonlocal budget
+            target = index.targets[position]
+            if target in chosen or target in held:
+                return 0
+            source = index.messages[index.position[target]] if target in index.position else index.messages[position]
+            changed = source.id in notes.changes
+            text = current_text(source, notes) if changed else source.text
+            if text is None:
+                return 0
+            size = source.tokens if not changed else self.tokenizer.count(text)
+            if size > (limit if full else LONG_TOKENS) and is_hit:  # what of a long hit matches the question
+                text = _passages(text, query, limit, self.tokenizer, compressed=not full) or source.note or text
+                line = _line(source, target, text)
+                tokens = self.tokenizer.count(line) + 1
+            else:
+                form = "note" if not full and not changed and source.note else "whole"
+                estimate = source.note_tokens[0] if form == "note" and source.note_tokens else size
+                if estimate > budget + 8:  # cannot fit: not worth counting
+                    return 0
+                text = source.note if form == "note" else text  # type: ignore[assignment]
+                line = _line(source, target, text)
+                # from the counts stored with the message (an edited one's text is counted as it now reads)
+                tokens = 0 if changed else self._estimate(source, form)
+                if not tokens:
+                    tokens = self.tokenizer.count(line) + 1
+                    exact_lines.append(target)
+            if tokens > limit:
+                text, _ = bound_text(text, self.tokenizer, max(16, limit - (tokens - self.tokenizer.count(text))))
+                line = _line(source, target, text)
+                tokens = self.tokenizer.count(line) + 1
+            day = int(source.created_at // 86_400)
+            cost = tokens + (0 if day in days else DAY_TOKENS)
+            if cost > budget:
+                return 0
+            chosen[target] = (index.position.get(target, position), _day(source), line, tokens)
+            order.append((target, cost, is_direct))
+            days.add(day)
+            budget -= cost
+            return cost
+
+        for rank, (_, position) in enumerate(ranked):
+            if hits >= MAX_HITS or budget <= MIN_LINE_TOKENS:
+                break
+            is_direct = rank < direct
+            spent = take(position, max(64, wide // VERBATIM_SHARE), whole_used < whole_budget, is_direct)
+            if not spent:
+                continue
+            hits += 1
+            whole_used += spent
+            base = index.position.get(index.targets[position], position)
+            for step in range(1, NEIGHBOURS + 1):
+                for near in (base - step, base + step):
+                    # further out, only short messages: the replies around what matched, not whole exchanges
+                    if 0 <= near < index.size and (step == 1 or index.messages[near].tokens <= SHORT_TOKENS) \
+                            and budget > MIN_LINE_TOKENS:
+                        take(near, NEIGHBOUR_TOKENS, False, is_direct, False)
+        # The handoff's notes give way only to a question whose direct hits alone need more than recall's share.
+        direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
+        focused = focus_tokens > 0 and direct_tokens > cap_tokens
+        limit = wide if focused else cap_tokens
+        head = self.tokenizer.count(header) + 1
+        costs_of = dict((target, cost) for target, cost, _ in order)
+        # Each line's estimate is rounded up and a margin is kept, so a block within the limit by them is within it
+        # without counting it again (the runtime context that carries it is counted whole).
+        picked = _within([(target, cost) for target, cost, _ in order], limit - head - 2 - limit // 200)
+        text = self._render(header, [chosen[mid] for mid in picked])
+        tokens = head + sum(costs_of[mid] for mid in picked)
+        if exact_lines:  # a line counted as it will read (an edited message): the block is counted too
+            tokens = self.tokenizer.count(text)
+        if tokens > limit:  # the estimates ran over: count each line, then leave out what came last
+            exact = {mid: self.tokenizer.count(chosen[mid][2]) + 1 for mid in picked}
+            seen: set[str] = set()
+            costs = []
+            for mid in picked:
+                day = chosen[mid][1]
+                costs.append((mid, exact[mid] + (0 if day in seen else DAY_TOKENS)))
+                seen.add(day)
+            picked = _within(costs, limit - head)
+            text = self._render(header, [chosen[mid] for mid in picked])
+            tokens = self.tokenizer.count(text)
+            while tokens > limit and picked:
+                picked.pop()
+                text = self._render(header, [chosen[mid] for mid in picked])
+                tokens = self.tokenizer.count(text)
+        if not picked:
+            return Recalled([], "", 0, searched=searchable)
+        ordered = sorted(picked, key=lambda mid: chosen[mid][0])
+        return Recalled(ordered, text, tokens, hits, searchable, focused)
+
+    def _estimate(self, source: Message, form: str) -> int:
+        """A recalled line's tokens from the counts made when its message was written, rounded up (0: none stored).
+        ``[#N] author: text``: the stored count less the chat format's overhead, plus a token of slack; a note's
+        line: its ``[#N] author:`` lead plus the note's own count."""
+        key = (author_of(source), len(str(source.ref)) if source.ref else len(source.id))
+        lead = self._leads.get(key)
+        if lead is None:
+            lead = self._leads[key] = self.tokenizer.count(f"[{'#' + '9' * key[1] if source.ref else source.id}] "
+                                                           f"{key[0]}:") + 1
+        if form == "whole":
+            if source.tokens <= MESSAGE_OVERHEAD:
+                return 0
+            # a person's message was counted with its reference and name; a reply without them
+            return source.tokens - MESSAGE_OVERHEAD + 1 + (0 if refs.shown(source) else lead)
+        if not source.note_tokens:
+            return 0
+        return lead + source.note_tokens[0]
+
+    @staticmethod
+    def _render(header: str, lines: list[tuple[int, str, str, int]]) -> str:
+        """The recall block: lines under a line for each date, in thread order within it (one date line per date,
+        also when messages posted at different times interleave)."""
+        out = [header]
+        day = None
+        for _, line_day, line, _ in sorted(lines, key=lambda x: (x[1], x[0])):
+            if line_day != day:
+                out.append(line_day)
+                day = line_day
+            out.append(line)
+        return "\n".join(out)
+
+
+def _within(costs: Sequence[tuple[str, int]], room: int) -> list[str]:
+    """The ids whose costs fit ``room`` taken in order (one that does not fit is left out, later ones may fit)."""
+    out, used = [], 0
+    for ident, cost in costs:
+        if used + cost <= room:
+            out.append(ident)
+            used += cost
+    return out
+
+
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+
+
+def _passages(text: str, query: set[str], limit: int, tokenizer: Tokenizer, *, compressed: bool = False) -> str | None:
+    """The sentences of a long message that share a term with the query, best first until ``limit`` tokens, shown
+    in their order with ``…`` where text was left out (``compressed``: without filler and function words, as a
+    note is); None when no sentence shares one."""
+    pieces = [p.strip() for p in _SENTENCE.split(text) if p.strip()]
+    if compressed:
+        stop = STOPWORDS[language(text.lower().split())]
+        pieces = [compress(p, stop) for p in pieces]
+    scored = sorted(((len(query & set(search_terms(p))), i) for i, p in enumerate(pieces)), key=lambda si: (-si[0], si[1]))
+    keep: list[int] = []
+    used = 0
+    for score, i in scored:
+        if score == 0:
+            break
+        cost = tokenizer.count(pieces[i]) + 1
+        if used + cost > limit:
+            continue
+        keep.append(i)
+        used += cost
+    if not keep:
+        return None
+    keep.sort()
+    out = "… " if keep[0] else ""
+    for n, i in enumerate(keep):
+        out += pieces[i] if not n else (" " if i == keep[n - 1] + 1 else " … ") + pieces[i]
+    return out + (" …" if keep[-1] < len(pieces) - 1 else "")
+
+
+def _day(message: Message) -> str:
+    return datetime.fromtimestamp(message.created_at, timezone.utc).strftime("%Y-%m-%d:")
+
+
+def _line(message: Message, target: str, text: str) -> str:
+    who = author_of(message)
+    cited = label(target, message.ref if message.id == target else None)
+    return f"[{cited}] {who}: " + " ".join(text.split())
+
+
+def lineage_resolver(recall: Recall, checkpoints: CheckpointStore
+                     ) -> Callable[[ToolContext, str], Awaitable[Message | None]]:
+    """Finds cited messages anywhere in the conversation's lineage, through the recall index."""
+
+    async def resolve(ctx: ToolContext, cited: str) -> Message | None:
+        history = await checkpoints.load_history(ctx.conversation_id, ctx.checkpoint_id)
+        return await recall.resolve(ctx.conversation_id, history, cited)
+
+    return resolve

@@ -1,0 +1,455 @@
+"""The reply executor: one entry point that runs a conversation's turns under its lease.
+
+For each turn: load the head history, compact it first if it reached the trigger, start a turn
+checkpoint, take the inbox items that arrived since the last turn (in order), add the per-turn
+runtime context, call the model with tools (bounded steps, guarded against oversized requests),
+append the reply, complete the checkpoint and move the head by compare-and-set, then post the reply.
+It loops while the inbox has items and releases the lease at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from threadkeeper.persistence import (
+    Checkpoint,
+    CheckpointStatus,
+    HeadConflictError,
+    History,
+    Inbox,
+    InboxItem,
+    InvalidTransitionError,
+    Lease,
+    LeaseManager,
+    Message,
+    Opening,
+    ThreadkeeperError,
+)
+
+from ..memory import MEMORY_ID, Memory
+from ..models import (
+    RECORDS,
+    ContextBudget,
+    ModelContextError,
+    ModelError,
+    ModelTimeoutError,
+    Tokenizer,
+    ToolContext,
+    ToolRegistry,
+    bound_text,
+)
+from ..recall import Recall
+from ..tracing import TRACE, TURNS, event, new_trace_id
+from .incoming import ROUTING_CONCURRENCY
+from .seams import CheckpointStore as Checkpoints
+from .seams import Compactor, Model
+from .tool_loop import ToolLoop
+from .types import (
+    COMPACTING,
+    THINKING,
+    ExecutorConfig,
+    InboxEffects,
+    Intake,
+    NoCompaction,
+    RuntimeContext,
+    SilentEvents,
+    TurnEvents,
+    TurnResult,
+    TurnState,
+    default_runtime_context,
+)
+
+if TYPE_CHECKING:
+    from ..handoff import CompactionReport
+
+log = logging.getLogger("threadkeeper.executor")
+
+_APPROVAL = re.compile(r"^\s*(yes|y|approve[d]?|ok|okay|go ahead|do it|confirm(ed)?)\b", re.IGNORECASE)
+
+
+class _ContextOverflow(Exception):
+    """The provider refused a turn's request as too long; the turn was superseded and took nothing."""
+
+
+class _LeaseLost(Exception):
+    """The lease lapsed between two turns and another worker took the conversation over."""
+
+
+class _TakenOver(Exception):
+    """The lease lapsed during a turn and another worker failed that turn on taking the conversation over."""
+
+
+class ReplyExecutor(ToolLoop):
+    def __init__(self, *, checkpoints: Checkpoints, inbox: Inbox, leases: LeaseManager, model: Model,
+                 budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
+                 compactor: Compactor | None = None, effects: InboxEffects | None = None,
+                 runtime_context: RuntimeContext = default_runtime_context,
+                 recall: Recall | None = None, intake: Intake | None = None, memory: Memory | None = None) -> None:
+        self.checkpoints = checkpoints
+        self.inbox = inbox
+        self.leases = leases
+        self.model = model
+        self.budget = budget
+        self.tokenizer = tokenizer
+        self.tools = tools
+        self.config = config
+        self.compactor: Compactor = compactor or NoCompaction()
+        self.effects = effects
+        self.runtime_context = runtime_context
+        self.recall = recall
+        """Earlier messages recalled for each turn that asks the model (None: no recall)."""
+        self.memory = memory
+        """Memory from other conversations shown to each turn that asks the model (None: no memory)."""
+        self.intake = intake
+        """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
+        self.routing = asyncio.Semaphore(ROUTING_CONCURRENCY)
+        self.clock: Callable[[], float] = time.time
+        """When the executor's own messages (replies, notices) are written; a replay sets the thread's clock."""
+
+    # -- public --------------------------------------------------------------------------------
+
+    async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
+        """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease.
+
+        Everything a conversation shows is done by the lease holder: it first delivers what an earlier holder
+        left owed (``TurnEvents.recover``), and posts each reply with the lease still renewed, before the next
+        turn and before the release. Once the inbox is drained and every reply delivered, it takes the
+        conversation off the registry of owed work (the sweep's) and looks once more for items that arrived
+        meanwhile; a conversation left owing anything (a reply Slack did not confirm, a failure) stays on it.
+
+        A turn costs five round trips to Redis: its opening (the lease with the state, the active turn and the
+        inbox), the history (only what this process has not cached), the turn's checkpoint with its messages,
+        the commit, and the lease's release; a run that drains the inbox adds two (leaving the registry, and
+        looking at the inbox once more)."""
+        events = events or SilentEvents()
+        opening = await self.checkpoints.open_turn(conversation_id, lease_seconds=self.config.lease_seconds)
+        if opening is None:
+            return []
+        lease = opening.lease
+        results: list[TurnResult] = []
+        released = settled = False
+        try:
+            owed = not await events.recover(conversation_id)
+            if self.intake is not None and await self.intake.prepare(conversation_id):
+                opening = None  # it queued messages: read the inbox again
+            idle = 0
+            while not owed:
+                # The lease is renewed while the turn runs and while its reply is posted, so a long model call
+                # or a slow Slack never lets another worker take the thread over mid-turn (and both answer it).
+                heartbeat = asyncio.create_task(self._heartbeat(lease))
+                try:
+                    result = await self._turn_with_retries(conversation_id, events, lease, opening)
+                    if result is not None and result.reply:
+                        delivered = await events.reply(conversation_id, result.reply, kind=result.status,
+                                                       trace_id=result.trace_id, checkpoint_id=result.checkpoint_id)
+                        owed = delivered is False
+                except _LeaseLost:
+                    log.warning("lease on %s lost; another worker continues", conversation_id)
+                    released = True
+                    break
+                except _TakenOver:  # the worker that took over answers, and shows what it does
+                    released = True
+                    if await self.leases.release(lease):  # still ours after all: nobody else shows anything
+                        await events.status(conversation_id, None)
+                    break
+                except asyncio.CancelledError:
+                    await self._set_aside(conversation_id)
+                    raise
+                finally:
+                    heartbeat.cancel()
+                opening = None  # the next turn opens with the lease renewed
+                if result is not None:
+                    results.append(result)
+                if owed or (result is not None and result.status == "awaiting_resume"):
+                    break
+                idle = idle + 1 if result is None else 0
+                if result is None or result.inbox_left == 0:
+                    if idle > 2:  # items counted but none taken, again and again: the sweep tries later
+                        break
+                    if await self._settle(conversation_id, events, paused=result is None) == 0:
+                        settled = True
+                        break
+            if owed:
+                log.warning("%s: a reply is still owed; the sweep delivers it", conversation_id)
+            elif not released and not settled and results and results[-1].status == "awaiting_resume":
+                settled = await self._settle(conversation_id, events, paused=True) == 0
+        finally:
+            if not released:
+                if not settled:
+                    await events.status(conversation_id, None)
+                await self.leases.release(lease)
+        return results
+
+    async def _settle(self, conversation_id: str, events: TurnEvents, *, paused: bool) -> int:
+        """Under the lease, with nothing owed: the work shown is over, and the conversation leaves the registry of
+        owed work unless items arrived meanwhile (then it stays, and this returns how many wait). ``paused``: a
+        turn may await resume, holding items that do not count (else every queued item counts)."""
+        await events.status(conversation_id, None)
+        await self.inbox.unmark_pending(conversation_id)
+        waiting = await self.pending(conversation_id) if paused else await self.inbox.size(conversation_id)
+        if waiting:
+            await self.inbox.mark_pending(conversation_id)
+        return waiting
+
+    async def pending(self, conversation_id: str) -> int:
+        """Inbox items no turn has taken yet (items held by a turn awaiting resume do not count)."""
+        state = await self.checkpoints.get_state(conversation_id)
+        offset = 0
+        if state and state.active_turn_id:
+            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+            if active.status is CheckpointStatus.AWAITING_RESUME:
+                offset = active.inbox_consumed
+        return max(0, await self.inbox.size(conversation_id) - offset)
+
+    async def _set_aside(self, conversation_id: str) -> None:
+        """A turn stopped from outside (shutdown): its running checkpoint is superseded, not failed; its inbox
+        items were never consumed, so whoever takes the lease next runs the turn again from the start."""
+        try:
+            state = await self.checkpoints.get_state(conversation_id)
+            if state and state.active_turn_id:
+                active = await self.checkpoints.get(conversation_id, state.active_turn_id)
+                if active.status is CheckpointStatus.RUNNING:
+                    await self.checkpoints.supersede(conversation_id, active.id)
+        except Exception:  # noqa: BLE001 - best effort: a turn left running is failed by the next worker
+            log.exception("setting aside the stopped turn of %s failed", conversation_id)
+
+    async def _heartbeat(self, lease: Lease) -> None:
+        """Renew ``lease`` every third of its duration until cancelled; stop (and say so) if it was lost."""
+        every = max(0.05, self.config.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(every)
+            if await self.leases.renew(lease, self.config.lease_seconds) is None:
+                log.warning("lease on %s lost during a turn; its commit will not overwrite newer work",
+                            lease.conversation_id)
+                return
+
+    # -- one turn ------------------------------------------------------------------------------
+
+    async def _turn_with_retries(self, conversation_id: str, events: TurnEvents, lease: Lease,
+                                 opening: Opening | None) -> TurnResult | None:
+        overflowed = False
+        for attempt in range(self.config.commit_attempts):
+            if opening is None:
+                opening = await self.checkpoints.open_turn(conversation_id, lease_seconds=self.config.lease_seconds,
+                                                           lease=lease)
+                if opening is None:
+                    raise _LeaseLost(conversation_id)
+            try:
+                return await self._turn(conversation_id, events, opening, overflowed)
+            except HeadConflictError as conflict:
+                log.info("head of %s moved during a turn (attempt %d): %s", conversation_id, attempt + 1, conflict)
+            except _ContextOverflow as overflow:
+                overflowed = True
+                await self._compact_tighter(conversation_id, events, str(overflow))
+            opening = None
+        raise HeadConflictError(conversation_id, None, None)
+
+    async def _compact_tighter(self, conversation_id: str, events: TurnEvents, why: str) -> None:
+        """After a context-length refusal: compact to half the usual target, so the retried request fits
+        however differently the provider counts."""
+        log.warning("%s: the provider refused the request as too long; compacting tighter (%s)", conversation_id, why)
+        await events.status(conversation_id, COMPACTING)
+        b = self.budget
+        tighter = replace(b, target_tokens=b.target_tokens // 2, retained_user_tokens=b.retained_user_tokens // 2,
+                          pin_tokens=b.pin_tokens // 2)
+        try:
+            await self.compactor.compact(conversation_id, budget=tighter, reason="context-length")
+        except ThreadkeeperError as exc:  # nothing to compact, or the head moved: the retry says what happens
+            log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
+
+    async def _turn(self, conversation_id: str, events: TurnEvents, opening: Opening, overflowed: bool = False,
+                    ) -> TurnResult | None:
+        """One turn under its own trace id, logged as one line (``threadkeeper.turn``)."""
+        token = TRACE.set(new_trace_id())
+        try:
+            result = await self._run_turn(conversation_id, events, opening, overflowed)
+            if result is not None:
+                spend = result.spend
+                report = result.compaction
+                event(TURNS, "turn", conversation_id=conversation_id, checkpoint_id=result.checkpoint_id,
+                      status=result.status, consumed=result.consumed, model_calls=result.model_calls,
+                      model_seconds=round(result.model_seconds, 3),
+                      input_tokens=spend.input_tokens if spend else 0,
+                      output_tokens=spend.output_tokens if spend else 0,
+                      cost_usd=round(spend.cost_usd, 6) if spend else 0.0,
+                      compaction=report.new_checkpoint_id if report is not None else None)
+            return result
+        finally:
+            TRACE.reset(token)
+
+    async def _run_turn(self, conversation_id: str, events: TurnEvents, opening: Opening, overflowed: bool = False,
+                        ) -> TurnResult | None:
+        state, active = opening.state, opening.active
+        paused: Checkpoint | None = None
+        if active is not None:
+            if active.status is CheckpointStatus.AWAITING_RESUME:
+                paused = active
+            elif active.status is CheckpointStatus.RUNNING:
+                await self.checkpoints.fail(conversation_id, active.id,
+                                            error="abandoned: its worker's lease expired before it completed")
+        items = self.bounded(await self.inbox.peek(conversation_id, start=opening.inbox_start, quarantine=True,
+                                                   raw=opening.inbox_raw))
+        if not items:
+            return None
+        head_id = state.head_checkpoint_id if state else None
+        history = await self.checkpoints.load_history(conversation_id, head_id) if head_id and not paused else None
+        # A paused turn already decided to answer; its routing is not asked again.
+        later = opening.inbox_start + len(items)
+
+        async def mention_waiting() -> bool:
+            return any(i.kind == "message" and i.reply_expected and not i.route
+                       for i in await self.inbox.peek(conversation_id, start=later))
+
+        items = await self.settled(conversation_id, items, history, route=paused is None,
+                                   mention_waiting=mention_waiting)
+        effects = [i for i in items if i.kind != "message"]
+        if effects and self.effects is not None:
+            await self.effects.apply(conversation_id, effects)
+        incoming = [self.prepare_incoming(i.message, addressed=i.reply_expected)
+                    for i in items if i.kind == "message" and i.message is not None]
+        incoming += [notice for i in effects if (notice := self._change_notice(i)) is not None]
+        # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
+        incoming.sort(key=lambda m: m.created_at)
+        wants_reply = any(i.reply_expected for i in items if i.kind == "message")
+
+        if paused is not None:
+            turn = await self._resume(conversation_id, paused, items, incoming)
+        else:
+            incoming = self.numbered(history.messages if history else [], incoming)
+            history, compaction = await self._maybe_compact(conversation_id, history, incoming, events)
+            turn = await self._start(conversation_id, history, items, incoming, wants_reply)
+            turn.compaction = compaction
+            if not wants_reply:
+                await self._commit(conversation_id, turn)
+                return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
+                                  compaction=compaction, inbox_left=turn.inbox_left)
+        await events.status(conversation_id, THINKING)
+        trace_id = TRACE.get() or new_trace_id()
+        try:
+            draft = await events.draft(conversation_id) if self.model.streams else None
+            status, reply = await self._model_loop(conversation_id, turn, events, draft)
+        except ModelTimeoutError as exc:
+            await self.checkpoints.pause(conversation_id, turn.checkpoint.id,
+                                         resume={"reason": "timeout", "error": str(exc), **self.paused_runtime(turn)},
+                                         outcome=self._outcome(turn))
+            reply = ("The model did not answer in time. I saved this turn exactly as it was and will continue "
+                     "from there with your next message.")
+            return TurnResult(conversation_id, turn.checkpoint.id, "awaiting_resume", reply, len(items), trace_id,
+                              compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
+        except HeadConflictError:
+            await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
+            raise
+        except ModelContextError as exc:
+            if overflowed or paused is not None:
+                return await self._fail(conversation_id, turn, exc, trace_id)
+            await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)  # its inbox items stay queued
+            raise _ContextOverflow(str(exc)[:300]) from exc
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
+            return await self._fail(conversation_id, turn, exc, trace_id)
+        runtime = next((m for m in turn.messages if m.id == turn.runtime_id), None)
+        shown = [i for i in runtime.source_ids if i.startswith(MEMORY_ID)] if runtime is not None else []
+        if self.memory is not None and reply and shown:
+            try:
+                await self.memory.cited(conversation_id, reply, shown)
+            except ThreadkeeperError as exc:  # usage is bookkeeping: a turn never fails on it
+                log.warning("%s: memory usage not counted: %s", conversation_id, exc)
+        if status == "awaiting_resume":
+            return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
+                              turn.usage, turn.compaction, turn.calls, spend=turn.spend)
+        try:
+            await self._commit(conversation_id, turn)
+        except HeadConflictError:
+            await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
+            raise
+        except InvalidTransitionError as exc:
+            # This worker lost the thread (its lease lapsed, say in a long pause) and another worker failed the
+            # turn on taking it over: that worker answers from the inbox; this result is dropped, unposted.
+            log.warning("turn %s of %s was taken over by another worker; its reply is dropped (%s)",
+                        turn.checkpoint.id, conversation_id, exc)
+            raise _TakenOver(conversation_id) from exc
+        return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
+                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
+
+    async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
+                             events: TurnEvents) -> tuple[History | None, CompactionReport | None]:
+        if history is None:
+            return None, None
+        if self.compactor.should_compact(history, incoming, self.budget):
+            await events.status(conversation_id, COMPACTING)
+        return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
+
+    async def _start(self, conversation_id: str, history: History | None, items: list[InboxItem],
+                     incoming: list[Message], wants_reply: bool) -> TurnState:
+        base = list(history.messages) if history else []
+        head_id = history.checkpoint.id if history else None
+        new = list(incoming)
+        stored = list(incoming)
+        runtime_id = ""
+        if wants_reply:
+            asker = next((i.author_id for i in reversed(items) if i.reply_expected and i.author_id), None)
+            runtime = await self.runtime_message(conversation_id, history, base + new, new, asker=asker)
+            runtime_id = runtime.id
+            new.append(runtime)
+            stored.append(self.runtime_reference(runtime))
+        checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False,
+                                                       messages=stored, inbox_consumed=len(items))
+        return TurnState(checkpoint, head_id, base + new, runtime_id, items, incoming)
+
+    async def _resume(self, conversation_id: str, paused: Checkpoint, items: list[InboxItem],
+                      incoming: list[Message]) -> TurnState:
+        history = await self.checkpoints.load_history(conversation_id, paused.id)
+        await self.checkpoints.resume(conversation_id, paused.id)
+        resume = (paused.outcome.resume or {}) if paused.outcome else {}
+        messages = self.resumed_runtime(list(history.messages), resume)
+        incoming = self.numbered(messages, incoming)
+        new: list[Message] = []
+        if resume.get("reason") == "authorization":
+            call = resume["tool_call"]
+            approved = any(_APPROVAL.match(m.text) for m in incoming)
+            ctx = ToolContext(conversation_id, paused.id, messages + incoming)
+            content = (await self.tools.run(call["name"], call["arguments"], ctx)) if approved else \
+                "The person declined this call; it was not run."
+            content, cut = bound_text(content, self.tokenizer, self.tool_limit())
+            new.append(self._tool_result(call["id"], call["name"], content, cut, ctx.extras.get(RECORDS)))
+        new.extend(incoming)
+        runtime_ids = [m.id for m in messages if m.flags.runtime]
+        await self.checkpoints.append(conversation_id, paused.id, new, inbox_consumed=len(items))
+        checkpoint = await self.checkpoints.get(conversation_id, paused.id)
+        return TurnState(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
+                     items, incoming)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    async def _commit(self, conversation_id: str, turn: TurnState) -> None:
+        done = await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
+                                             outcome=self._outcome(turn), messages=turn.final)
+        turn.inbox_left = done.inbox_left
+        if self.recall is not None:
+            self.recall.observe(conversation_id, [*turn.incoming, *turn.final])
+
+    async def _fail(self, conversation_id: str, turn: TurnState, exc: BaseException, trace_id: str) -> TurnResult:
+        log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
+                      exc_info=exc)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        await self.checkpoints.fail(conversation_id, turn.checkpoint.id, error=error, trace_id=trace_id)
+        # Keep people's messages in the history: record them in a turn of their own, which also takes
+        # them out of the inbox so the failure does not repeat forever.
+        salvage = await self.checkpoints.start_turn(conversation_id, parent_id=turn.expected_head, from_head=False,
+                                                    messages=turn.incoming, inbox_consumed=len(turn.items))
+        try:
+            await self.checkpoints.commit(conversation_id, salvage.id, expected_head=turn.expected_head)
+        except HeadConflictError:
+            await self.checkpoints.supersede(conversation_id, salvage.id)
+        text = f"Sorry, something went wrong while answering (trace id {trace_id}). Please try again."
+        if isinstance(exc, ModelError):
+            text = f"Sorry, the model could not answer (trace id {trace_id}). Please try again in a moment."
+        return TurnResult(conversation_id, turn.checkpoint.id, "failed", text, len(turn.items), trace_id,
+                          compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
+
+
