@@ -80,7 +80,7 @@ class SlackIntake:
             text = message_text(m)
             if not text:
                 continue
-            message = self.pipeline.executor.make_message(text, author=m.get("user") or bot_name(m), id=m["ts"],
+            message = self.pipeline.message(text, author=m.get("user") or bot_name(m), id=m["ts"],
                                                           created_at=float(m["ts"]))
             recorded += await self.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False,
                                                                        author_id=m.get("user")), front=True)

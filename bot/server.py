@@ -110,7 +110,7 @@ async def sweep_forever(bot: SlackBot, every_seconds: float) -> None:
                 log.info("sweep resumed %d conversations", kicked)
         except Exception:  # noqa: BLE001 - the sweep must keep running
             log.exception("sweep failed")
-        memory = bot.pipeline.executor.memory
+        memory = bot.pipeline.memory
         if memory is not None and memory.config.workspaces:
             try:
                 extracted = await memory.sweep()

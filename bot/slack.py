@@ -27,7 +27,6 @@ from threadkeeper.persistence import (
     Forgetter,
     InboxItem,
     InvalidTransitionError,
-    MessageFlags,
     NotesStore,
 )
 from threadkeeper.services import ModelClient, Pipeline
@@ -74,7 +73,7 @@ class SlackBot(SlackIntake):
         self.events = SlackEvents(workspaces, notes, self.trigger_ts, self.metrics, pipeline.checkpoints)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self._names: dict[tuple[str, str], str] = {}
-        pipeline.executor.intake = self
+        pipeline.use_intake(self)
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
                             request_verification_enabled=bool(signing_secret), process_before_response=True,
                             oauth_settings=oauth)
@@ -207,7 +206,7 @@ class SlackBot(SlackIntake):
         if not team or self.forget is None or await self._foreign(body, why):
             return
         deleted, busy = await self.forget.team(team)
-        memory = self.pipeline.executor.memory
+        memory = self.pipeline.memory
         if memory is not None:
             deleted += await memory.forget_workspace(team)
         await self.workspaces.remove(team)
@@ -228,7 +227,7 @@ class SlackBot(SlackIntake):
             return
         cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
         try:
-            memory = self.pipeline.executor.memory
+            memory = self.pipeline.memory
             if memory is not None:
                 await memory.forget_conversation(cid)  # what was derived from it, while its messages still say what
             deleted = await self.forget.conversation(cid)
@@ -294,8 +293,7 @@ class SlackBot(SlackIntake):
             await self.notes.set_flag(cid, "subscribed", "1")
         clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
         person = event.get("user") if not from_bot else None
-        message = self.pipeline.executor.make_message(clean, author=person or bot_name(event), id=ts,
-                                                      created_at=float(ts), flags=MessageFlags())
+        message = self.pipeline.message(clean, author=person or bot_name(event), id=ts, created_at=float(ts))
         # Other bots never make it answer; a person's message not addressed to it is routed by the turn.
         route = not addressed and not from_bot
         appended = await self.pipeline.submit_item(cid, InboxItem(event_id=body.get("event_id"), message=message,
@@ -319,9 +317,11 @@ class SlackBot(SlackIntake):
             return
         team = body.get("team_id") or "T"
         cid = conversation_of(team, event["channel"], new["ts"], new.get("thread_ts"))
-        edited = self.pipeline.executor.make_message(new.get("text") or "", author=new.get("user"), id=new["ts"])
+        edited = self.pipeline.message(new.get("text") or "", author=new.get("user"), id=new["ts"])
+        # What tells this edit from another edit of the message: when Slack says it was edited.
+        change = str((new.get("edited") or {}).get("ts") or event.get("event_ts") or "") or None
         item = InboxItem(kind="edit", event_id=body.get("event_id"), message=edited, reply_expected=False,
-                         author_id=new.get("user"))
+                         author_id=new.get("user"), change=change)
         await self._effect(cid, item)
 
     async def record_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -356,7 +356,7 @@ class SlackBot(SlackIntake):
         if not await self.pipeline.checkpoints.conversation_exists(cid):
             self.metrics.events.labels(item.kind, "ignored").inc()
             return
-        appended = await self.pipeline.inbox.append(cid, item, dedup_keys=[k for k in (item.event_id,) if k])
+        appended = await self.pipeline.submit_item(cid, item)
         self.metrics.events.labels(item.kind, "recorded" if appended else "duplicate").inc()
         if appended:
             self.worker.kick(cid)

@@ -145,7 +145,7 @@ async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str
     for item in case.questions or case.probes:
         if not item.get("question"):
             continue
-        question = pipeline.executor.make_message(str(item["question"]), author=item.get("asker"))
+        question = pipeline.message(str(item["question"]), author=item.get("asker"))
         report = await pipeline.context(cid, arriving=[question])
         entries = expand([e for e in report.context
                           if question.id not in e.source_ids and (e.role != "system" or e.source_ids)], references)
@@ -209,7 +209,7 @@ async def _judge(pipeline: Any, judge: ModelClient, probes: Sequence[dict[str, A
     context = [{"role": e.role if e.role != "tool" else "user", "content": e.text} for e in report.context]
     correct = 0
     for probe in probes:
-        answer = await pipeline.executor.model.complete(context + [{"role": "user", "content": probe["question"]}])
+        answer = await pipeline.model.complete(context + [{"role": "user", "content": probe["question"]}])
         verdict = await judge.complete([{"role": "system", "content": JUDGE_PROMPT},
                                         {"role": "user", "content": f"Question: {probe['question']}\nReference: "
                                                                     f"{probe['answer']}\nAnswer: {answer.text}"}],

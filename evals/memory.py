@@ -68,7 +68,7 @@ async def run_memory_case(settings: Settings, case: Case, window: int, *, client
     result = MemoryResult(case.name, window)
     try:
         pipeline = build_pipeline(configured, stores, context_window=window)
-        memory = pipeline.executor.memory
+        memory = pipeline.memory
         assert memory is not None
         sessions = _sessions(case)
         result.sessions = len(sessions)
@@ -93,7 +93,7 @@ async def run_memory_case(settings: Settings, case: Case, window: int, *, client
             if not question.answerable:
                 continue
             result.answerable += 1
-            q = pipeline.executor.make_message(question.text, author=raw.get("asker") or "asker")
+            q = pipeline.message(question.text, author=raw.get("asker") or "asker")
             cid = f"slack:{WORKSPACE}:{CHANNEL}:9{index:09d}.000000"
             report = await pipeline.context(cid, arriving=[q])
             runtime = next((e for e in report.context if e.role == "system" and e.source_ids), None)

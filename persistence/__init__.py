@@ -39,12 +39,12 @@ from .models import (
     carried_tokens,
 )
 from .notes import MessageChange, Notes, NotesStore
-from .store import CheckpointStore, Commit, Opening
+from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
 
 __all__ = [
     "Forgetter", "durability", "ExtractionJob", "MemoryRecord", "MemoryStore", "MemoryVersion", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "carried_tokens", "connect", "new_id", "ping",
+    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping",
 ]

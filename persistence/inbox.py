@@ -27,17 +27,17 @@ def unreadable_because(exc: ValidationError) -> str:
 class Inbox(RedisStore):
     """Inbound events wait here until a turn takes them; they leave only when that turn completes."""
 
-    async def append(self, conversation_id: str, item: InboxItem, *, dedup_keys: list[str] | tuple[str, ...] = (),
-                     dedup_ttl_seconds: int = 86_400, front: bool = False) -> bool:
-        """Append ``item`` durably unless any of ``dedup_keys`` was seen; returns whether it was appended.
+    async def append(self, conversation_id: str, item: InboxItem, *, dedup_ttl_seconds: int = 86_400,
+                     front: bool = False) -> bool:
+        """Append ``item`` durably unless a copy of it was seen (:meth:`InboxItem.dedup_keys`); returns whether it
+        was appended.
 
-        Dedup keys (Slack ``event_id``, message ``ts``) are set in the same atomic step, so a retried
-        event can never be appended twice. With ``front`` the item goes before every waiting item: only
+        Its dedup keys are set in the same atomic step, so a retried event can never be appended twice. With ``front`` the item goes before every waiting item: only
         for the holder of the conversation's lease while no turn has taken items (a turn counts what it
         takes from the head).
         """
         keys = self.keys(conversation_id)
-        dkeys = [keys.dedup(k) for k in dedup_keys if k]
+        dkeys = [keys.dedup(k) for k in item.dedup_keys()]
         now = time.time()
         appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
                                    [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now,

@@ -191,6 +191,12 @@ class Checkpoint(_Record):
         return self.meta.id
 
     @property
+    def awaiting_resume(self) -> bool:
+        """A turn saved as it was (a timeout, an approval asked for): never compacted, resumed from exactly its
+        history, and the inbox items it took stay with it."""
+        return self.status is CheckpointStatus.AWAITING_RESUME
+
+    @property
     def kind(self) -> CheckpointKind:
         return self.meta.kind
 
@@ -279,6 +285,23 @@ class InboxItem(_Record):
     """The transport's id of the author, whose display name is looked up when a turn takes the message (not
     before the event is acknowledged); ``message.author`` holds the id until then."""
     received_at: float = Field(default_factory=time.time)
+    change: str | None = None
+    """For ``edit``: what tells this edit from another edit of the same message (Slack's ``edited.ts``, a replayed
+    entry's own id). A second edit is a change of its own; a retried event is not."""
+
+    def dedup_keys(self) -> list[str]:
+        """What makes a second copy of this item a duplicate: its event id (Slack retries events), and what it is
+        about: a message by its id, an edit by the message and the edit, a deletion by the message (a message is
+        deleted once). The one rule every transport and replay shares (``Inbox.append`` applies it)."""
+        keys = [self.event_id] if self.event_id else []
+        subject = self.message.id if self.message is not None else self.target_id
+        if subject and self.kind == "message":
+            keys.append(f"message:{subject}")
+        elif subject and self.kind == "edit" and self.change:
+            keys.append(f"edit:{subject}:{self.change}")
+        elif subject and self.kind == "delete":
+            keys.append(f"delete:{subject}")
+        return keys
 
 
 class LineageEntry(_Record):

@@ -29,16 +29,55 @@ class Notes(BaseModel):
     flags: dict[str, str] = Field(default_factory=dict)
     """Conversation facts for transports (subscribed thread, assistant thread, …)."""
 
+    @classmethod
+    def parse(cls, raw: Mapping[bytes | str, bytes | str], where: str) -> Notes:
+        """The notes a stored hash holds (``where`` names it in the error when a field cannot be read)."""
+        return cls()._with(raw, where)
+
+    def after(self, items: Sequence[InboxItem]) -> Notes:
+        """These notes as ``items`` (a turn's edits, deletions and pins) leave them: what
+        :meth:`NotesStore.apply` stores, computed without writing (a preview of the next turn uses it)."""
+        return self.model_copy(deep=True)._with(effect_fields(items), "a turn's effects")
+
+    def _with(self, raw: Mapping[bytes | str, bytes | str], where: str) -> Notes:
+        for f, v in raw.items():
+            field = f.decode() if isinstance(f, bytes) else f
+            try:
+                if field.startswith("change:"):
+                    self.changes[field[7:]] = MessageChange.model_validate_json(v)
+                elif field.startswith("pin:"):
+                    self.pins[field[4:]] = bool(json.loads(v))
+                elif field.startswith("flag:"):
+                    self.flags[field[5:]] = str(json.loads(v))
+            except (ValidationError, ValueError) as exc:
+                raise CorruptRecordError(f"{where} field {field}", str(exc).splitlines()[0]) from None
+        return self
+
+
+def effect_fields(items: Sequence[InboxItem]) -> dict[str, str]:
+    """The notes fields that edits, deletions and pins set (field → stored value; a later item wins): the one
+    rule for what such an item changes, whether it is stored or only previewed."""
+    out: dict[str, str] = {}
+    for item in items:
+        if item.kind == "edit" and item.message is not None:
+            change = MessageChange(kind="edited", text=item.message.text, at=item.received_at)
+            out[f"change:{item.message.id}"] = change.model_dump_json()
+        elif item.kind == "delete" and item.target_id:
+            out[f"change:{item.target_id}"] = MessageChange(kind="deleted", at=item.received_at).model_dump_json()
+        elif item.kind in ("pin", "unpin") and item.target_id:
+            out[f"pin:{item.target_id}"] = json.dumps(item.kind == "pin")
+    return out
+
 
 class NotesStore(RedisStore):
-    async def record_change(self, conversation_id: str, message_id: str, change: MessageChange) -> None:
-        await self._set(conversation_id, f"change:{message_id}", change.model_dump_json())
-
-    async def set_pin(self, conversation_id: str, message_id: str, pinned: bool) -> None:
-        await self._set(conversation_id, f"pin:{message_id}", json.dumps(pinned))
+    async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None:
+        """Store what ``items`` (edits, deletions, pins) change, in one atomic step (see :func:`effect_fields`)."""
+        fields = effect_fields(items)
+        if fields:
+            await self._set(conversation_id, fields)
 
     async def set_flag(self, conversation_id: str, name: str, value: str) -> None:
-        await self._set(conversation_id, f"flag:{name}", json.dumps(value))
+        await self._set(conversation_id, {f"flag:{name}": json.dumps(value)})
 
     async def flag(self, conversation_id: str, name: str) -> str | None:
         raw = await self._call(self.client.hget(self.keys(conversation_id).notes, f"flag:{name}"))
@@ -55,26 +94,13 @@ class NotesStore(RedisStore):
         raw = await self._call(self.client.get(self.keys(message_key).thread))
         return raw.decode() if isinstance(raw, bytes) else raw
 
-    async def _set(self, conversation_id: str, field: str, value: str) -> None:
+    async def _set(self, conversation_id: str, fields: Mapping[str, str]) -> None:
         key = self.keys(conversation_id).notes
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(key, field, value)
+        pipe.hset(key, mapping=dict(fields))
         pipe.expire(key, self.retention_seconds)
         await self._call(pipe.execute())
 
     async def get(self, conversation_id: str) -> Notes:
         key = self.keys(conversation_id).notes
-        raw = await self._call(self.client.hgetall(key))
-        notes = Notes()
-        for f, v in raw.items():
-            field = f.decode() if isinstance(f, bytes) else f
-            try:
-                if field.startswith("change:"):
-                    notes.changes[field[7:]] = MessageChange.model_validate_json(v)
-                elif field.startswith("pin:"):
-                    notes.pins[field[4:]] = bool(json.loads(v))
-                elif field.startswith("flag:"):
-                    notes.flags[field[5:]] = str(json.loads(v))
-            except (ValidationError, ValueError) as exc:
-                raise CorruptRecordError(f"{key} field {field}", str(exc).splitlines()[0]) from None
-        return notes
+        return Notes.parse(await self._call(self.client.hgetall(key)), key)

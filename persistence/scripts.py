@@ -299,7 +299,7 @@ return len
 # Returns {0} when the lease is held by another worker (or was lost), else
 #         {1, state {head, active, version, created_at, updated_at}, active record (6 fields), inbox start, items}.
 BEGIN = """
-local K_STATE, K_CP, K_INBOX, K_LEASE = KEYS[1], KEYS[2], KEYS[5], KEYS[7]
+local K_STATE, K_CP, K_INBOX, K_NOTES, K_LEASE = KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7]
 local token, ms = ARGV[1], ARGV[2]
 if ARGV[3] == 'acquire' then
   if not redis.call('SET', K_LEASE, token, 'NX', 'PX', ms) then return {0} end
@@ -316,7 +316,7 @@ if active then
                    active .. ':out', active .. ':consumed')
   if rec[2] == 'awaiting_resume' then start = tonumber(rec[6] or '0') end
 end
-return {1, state, rec, start, redis.call('LRANGE', K_INBOX, start, -1)}
+return {1, state, rec, start, redis.call('LRANGE', K_INBOX, start, -1), redis.call('HGETALL', K_NOTES)}
 """
 
 RENEW_LEASE = """

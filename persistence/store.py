@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from .base import _text, glob_escape, new_id
 from .cache import SegmentCache
+from .notes import Notes
 from .errors import CorruptRecordError, HeadConflictError, NotFoundError
 from .keys import ConversationKeys
 from .models import (
@@ -47,6 +48,8 @@ class Opening(NamedTuple):
     """Where the waiting items begin: after those a paused turn already took, else 0."""
     inbox_raw: list[Any]
     """The waiting items as stored, from ``inbox_start`` on (``Inbox.peek`` parses them)."""
+    notes: Notes
+    """The conversation's notes (edits, deletions, pins, the transport's flags)."""
 
 
 class Commit(NamedTuple):
@@ -63,6 +66,17 @@ def _message_args(messages: Iterable[Message]) -> list[Any]:
         args.append(message.model_dump_json())
         args.append(carried_tokens(message))
     return args
+
+
+def compaction_checkpoint(conversation_id: str, *, forked_from: str, messages: Sequence[Message],
+                          covered_ids: Sequence[str], info: dict[str, Any] | None = None) -> Checkpoint:
+    """The completed ``compaction`` checkpoint that forks ``forked_from`` with ``messages`` as its history: what
+    :meth:`CheckpointStore.fork_compaction` writes (and a preview shows without writing)."""
+    meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.COMPACTION,
+                          parent_id=forked_from, forked_from=forked_from, covered_ids=list(covered_ids),
+                          info=info or {})
+    return Checkpoint(meta=meta, status=CheckpointStatus.COMPLETED, message_count=len(messages),
+                      token_count=sum(carried_tokens(m) for m in messages))
 
 
 class CheckpointStore(HistoryReader):
@@ -97,17 +111,15 @@ class CheckpointStore(HistoryReader):
         step. ``forked_from`` and its ancestors are not touched. Raises :class:`HeadConflictError`, having
         written nothing, when the head moved.
         """
-        meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.COMPACTION,
-                              parent_id=forked_from, forked_from=forked_from, covered_ids=list(covered_ids),
-                              info=info or {})
+        fork = compaction_checkpoint(conversation_id, forked_from=forked_from, messages=messages,
+                                     covered_ids=covered_ids, info=info)
         outcome = outcome or CheckpointOutcome()
         result = await self._run("FORK_COMMIT", self.keys(conversation_id).durable,
-                                 [meta.id, forked_from, meta.model_dump_json(), time.time(), self.retention_seconds,
+                                 [fork.id, forked_from, fork.meta.model_dump_json(), time.time(), self.retention_seconds,
                                   forked_from, outcome.model_dump_json(), *_message_args(messages)])
         if not int(result[0]):
             raise HeadConflictError(conversation_id, forked_from, _text(result[1]) or None)
-        return Checkpoint(meta=meta, status=CheckpointStatus.COMPLETED, message_count=len(messages),
-                          token_count=sum(carried_tokens(m) for m in messages))
+        return fork
 
     async def _create(self, meta: CheckpointMeta, messages: Sequence[Message], inbox_consumed: int = 0) -> None:
         keys = self.keys(meta.conversation_id)
@@ -193,8 +205,10 @@ class CheckpointStore(HistoryReader):
         state = self._state(keys, dict(zip(("head", "active", "version", "created_at", "updated_at"), out[1])))
         active_id = state.active_turn_id if state else None
         active = self._checkpoint(keys, active_id, out[2]) if active_id else None
+        raw_notes = list(out[5])
+        notes = Notes.parse(dict(zip(raw_notes[::2], raw_notes[1::2], strict=True)), keys.notes)
         return Opening(Lease(conversation_id, token, time.time() + lease_seconds), state, active, int(out[3]),
-                       list(out[4]))
+                       list(out[4]), notes)
 
     async def get_state(self, conversation_id: str) -> ConversationState | None:
         keys = self.keys(conversation_id)
@@ -241,6 +255,14 @@ class CheckpointStore(HistoryReader):
             )
         except (ValidationError, ValueError, TypeError) as exc:
             raise CorruptRecordError(where, str(exc).splitlines()[0]) from None
+
+    async def paused_turn(self, conversation_id: str) -> Checkpoint | None:
+        """The conversation's turn awaiting resume, if it has one (see :attr:`Checkpoint.awaiting_resume`)."""
+        state = await self.get_state(conversation_id)
+        if state is None or not state.active_turn_id:
+            return None
+        active = await self.get(conversation_id, state.active_turn_id)
+        return active if active.awaiting_resume else None
 
     async def get(self, conversation_id: str, checkpoint_id: str) -> Checkpoint:
         keys = self.keys(conversation_id)

@@ -4,6 +4,7 @@ Public entry points: :class:`Pipeline` (what the bot, console, CLI and evals cal
 :class:`ReplyExecutor`, :class:`ModelClient`, :class:`ContextBudget`, :class:`Tokenizer`.
 """
 
+from .app import Pipeline
 from .context import ContextEntry, measure, to_chat, visible
 from .models import (
                      SYSTEM_PROMPT,
@@ -27,7 +28,7 @@ from .models import (
                      resolve_window,
 )
 from .replay import ReplayInputError, load_thread, parse_thread, replay
-from .turn import THINKING, ContextReport, ExecutorConfig, Pipeline, ReplyExecutor, Spend, TurnEvents, TurnResult
+from .turn import THINKING, ContextReport, ExecutorConfig, ReplyExecutor, Spend, TurnEvents, TurnResult
 
 __all__ = [
     "SYSTEM_PROMPT", "THINKING", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport", "Draft",

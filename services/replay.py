@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from threadkeeper.persistence import InboxItem, ThreadkeeperError
 
-from .turn import Pipeline
+from .app import Pipeline
 
 
 class ReplayInputError(ThreadkeeperError):
@@ -166,10 +166,10 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
     compactions: list[dict[str, Any]] = []
     turns = 0
     total = len(thread.messages)
-    executor = pipeline.executor
-    wall_clock, latest = executor.clock, 0.0
+    clock = pipeline.clock
+    wall_clock, latest = clock.source, 0.0
     # The bot's replies and notices happen in the thread's time, right after what they answer.
-    executor.clock = lambda: latest or wall_clock()
+    clock.source = lambda: latest or wall_clock()
     try:
         for index, message in enumerate(thread.messages, start=1):
             latest = max(latest, message.created_at or 0.0)
@@ -178,7 +178,7 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
             if progress:
                 progress(index, total)
     finally:
-        executor.clock = wall_clock
+        clock.source = wall_clock
     report = await pipeline.context(conversation_id)
     out = report.as_dict()
     out.pop("would_compact", None)
@@ -190,11 +190,12 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
 async def _deliver(pipeline: Pipeline, message: ReplayMessage, conversation_id: str,
                    compactions: list[dict[str, Any]], *, run: bool) -> int:
     """Deliver one replayed message (a message, an edit or a deletion); run the turns if ``run``."""
-    at = message.created_at or pipeline.executor.clock()  # an edit or deletion happens in the thread's time
+    at = message.created_at or pipeline.clock()  # an edit or deletion happens in the thread's time
     if message.edits:
-        edited = pipeline.executor.make_message(message.text, author=message.author, id=message.edits)
+        edited = pipeline.message(message.text, author=message.author, id=message.edits)
         await pipeline.submit_item(conversation_id, InboxItem(kind="edit", event_id=message.id, message=edited,
-                                                              reply_expected=False, received_at=at))
+                                                              change=message.id, reply_expected=False,
+                                                              received_at=at))
     elif message.deletes:
         await pipeline.submit_item(conversation_id, InboxItem(kind="delete", event_id=message.id,
                                                               target_id=message.deletes, reply_expected=False,

@@ -64,7 +64,7 @@ async def test_compaction_and_recall_on_the_cluster(prefix, cluster_client) -> N
     report = await p.compact(conv, reason="manual")
     assert report.new_checkpoint_id and (await p.checkpoints.get_state(conv)).head_checkpoint_id == \
         report.new_checkpoint_id
-    preview = await p.context(conv, arriving=[p.executor.make_message("what was the billing outage ticket?")])
+    preview = await p.context(conv, arriving=[p.message("what was the billing outage ticket?")])
     assert any("OPS-4471" in entry.text for entry in preview.context), [e.text[:200] for e in preview.context]
     assert not any(r.status.value == "failed" for r in await p.checkpoints.lineage(conv))
 

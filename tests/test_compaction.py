@@ -188,7 +188,7 @@ async def test_edited_and_deleted_messages_are_marked_and_never_presented_as_cur
     p, _ = pipeline(prefix, client, context_window=4096)
     await chat(p, ["The payments API timeout is 30 s in prod.", "We decided to keep p99 latency under 250 ms.",
                    "The staging database password rotation happens every 90 days at 04:00 UTC."])
-    edited = p.executor.make_message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
+    edited = p.message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del", target_id="1700.000001"))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del2", target_id="1700.000002"))
@@ -201,6 +201,28 @@ async def test_edited_and_deleted_messages_are_marked_and_never_presented_as_cur
     assert "30 s" not in handoff, "the text before the edit is never presented"
     assert "SUSPECT [decision 1700.000001] alice: (its message was deleted)" in handoff
     assert "250 ms" not in handoff and "04:00" not in handoff, "a deleted message's words never reach a handoff"
+
+
+async def test_a_turn_that_compacts_plans_with_its_own_edits_and_deletions(model, prefix, client) -> None:
+    """An edit and a deletion that arrive in the very turn that compacts are in that compaction's notes: the handoff
+    never shows the text before the edit, nor what the deleted message said."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    await chat(p, ["The payments API timeout is 30 s in prod.", "Vendor contract ZEBRA-991 renews at 4,200 EUR.",
+                   "We decided to keep p99 latency under 250 ms."])
+    edited = p.message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited, change="1.5"))
+    await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del", target_id="1700.000001"))
+    for i, text in enumerate(filler(70, 3), start=3):
+        await p.submit(CONV, text, author="bob", id=f"1700.{i:06d}", reply_expected=False)
+    p.executor.input.bounded = lambda items: items  # one turn takes the whole queue, and compacts first
+    results = await p.run(CONV)
+    assert len(results) == 1 and results[0].compaction is not None, "the turn that took the changes compacted"
+    history = await p.checkpoints.load_history(CONV)
+    kept = [m for m in history.messages[1:] if not m.flags.runtime and ":" not in m.id]  # not the change notices
+    carried = "\n".join([history.messages[0].text, *(m.text for m in kept)])
+    assert "30 s" not in carried and "45 s" in carried, "the text before the edit is never presented"
+    assert "ZEBRA-991" not in carried and "4,200" not in carried, "a deleted message's words are never carried"
+    assert "SUSPECT" in history.messages[0].text
 
 
 async def test_record_state_rejects_policy_and_unsupported_entries(model, prefix, client) -> None:
@@ -233,7 +255,7 @@ async def test_a_deleted_message_never_reaches_the_summarizer(model, prefix, cli
     p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
                                                                    "ai_fast_model_context_window_tokens": 4096})
     await chat(p, ["The payments API timeout is 30 s in prod.", "Vendor contract ZEBRA-991 renews at 4,200 EUR."])
-    edited = p.executor.make_message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
+    edited = p.message("The payments API timeout is 45 s in prod.", author="alice", id="1700.000000")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-del", target_id="1700.000001"))
     await chat(p, filler(70, 2))
@@ -315,8 +337,8 @@ async def test_loop_breaker_and_oversized_single_input(model, prefix, client) ->
     again = await p.compact(CONV)
     assert again.new_checkpoint_id is None and again.notes and again.line().startswith("Nothing to compact")
     assert (await p.checkpoints.load_history(CONV)).checkpoint.id == result.new_checkpoint_id
-    compactor = p.executor.compactor
-    small = p.executor.make_message("one more thing", author="alice")
+    compactor = p.compactor
+    small = p.message("one more thing", author="alice")
     assert not compactor.should_compact(history, [small] * 40, p.budget), "nothing new to fold: no loop"
     before = len(await p.checkpoints.lineage(CONV))
     await p.submit(CONV, "word " * 20_000, author="alice", id="huge.1")
@@ -623,7 +645,7 @@ async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_threa
              f"we decided to ship build {4000 + i}." if i % 7 == 0 else f"{t} (note {i})"
              for i, t in enumerate(filler(160))]
     await chat(p, texts[:100], author=["alice", "bob", "carol"])
-    edited = p.executor.make_message("Ticket OPS-185 moved to the platform team.", author="bob", id="1700.000099")
+    edited = p.message("Ticket OPS-185 moved to the platform team.", author="bob", id="1700.000099")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e1", message=edited))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-d1", target_id="1700.000098"))
     for i in range(100, len(texts)):  # until the epoch holds more than a compaction can keep
@@ -633,12 +655,12 @@ async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_threa
             break
     assert history.messages[0].flags.handoff, "an epoch that continues an earlier generation"
 
-    warm = p.executor.compactor
+    warm = p.compactor
     running = await warm.advance(CONV, history, p.budget)
     assert len(running.consumed) > 15, "the turns kept a running fold"
     target = next(m for m in history.messages if m.id in running.consumed and m.role == "user"
                   and not m.flags.handoff)
-    edited = p.executor.make_message(target.text.replace("note", "edited note"), author=target.author, id=target.id)
+    edited = p.message(target.text.replace("note", "edited note"), author=target.author, id=target.id)
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e2", message=edited))
     await p.run(CONV)
     history = await p.checkpoints.load_history(CONV)
@@ -671,9 +693,9 @@ async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_threa
         assert [m.id for m in plan.messages[1:]] == [m.id for m in scratch.messages[1:]]
 
     other, _ = pipeline(prefix, client, context_window=6000)
-    _, fresh = await other.executor.compactor.preview(CONV, history, [], p.budget)
-    _, warm_preview = await warm.preview(CONV, history, [], p.budget)
-    assert warm_preview[0].text == fresh[0].text
+    _, fresh = await other.compactor.preview(CONV, history, [], p.budget, notes)
+    _, warm_preview = await warm.preview(CONV, history, [], p.budget, notes)
+    assert warm_preview.messages[0].text == fresh.messages[0].text
 
 
 async def test_a_replay_happens_in_the_thread_time_edits_and_deletions_included(model, prefix, client) -> None:
@@ -819,8 +841,8 @@ def test_a_pin_too_large_for_the_pin_budget_does_not_stop_older_pins_being_kept(
 def test_the_oldest_kept_message_is_truncated_to_fill_the_retained_budget() -> None:
     compactor = retainer()
     old = msg(" ".join(f"word{i}" for i in range(400)), id="1.0")
-    old = compactor._with_tokens(old)
-    new = compactor._with_tokens(msg("the newest question about the deploy", id="2.0"))
+    old = compactor.tokenizer.counted(old)
+    new = compactor.tokenizer.counted(msg("the newest question about the deploy", id="2.0"))
     budget = new.tokens + 120
     kept = compactor._retain([old, new], set(), retained_budget=budget, pin_budget=0, room=10_000)
     assert [m.id for m in kept] == ["1.0", "2.0"], "the older message is kept in part, not dropped"

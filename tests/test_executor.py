@@ -87,7 +87,7 @@ async def test_a_backlog_is_taken_over_several_turns_each_within_the_window(mode
     await p.run(CONV)
     for i in range(3):
         await p.submit(CONV, chunk, author="alice", id=f"big.{i}", reply_expected=i == 2)
-    question = p.executor.make_message("is it done?", author="bob", id="q")
+    question = p.message("is it done?", author="bob", id="q")
     preview = await p.context(CONV, arriving=[question])
     assert [i for e in preview.context if e.role == "user" for i in e.source_ids] == ["start", "big.0"], \
         "the preview is the next turn: one chunk; the question waits behind the backlog"
@@ -95,7 +95,7 @@ async def test_a_backlog_is_taken_over_several_turns_each_within_the_window(mode
     assert [r.status for r in results] == ["recorded", "recorded", "completed"], "one chunk per turn"
     turns = [r for r in model.requests if r["messages"][0]["content"].startswith("You are Threadkeeper")]
     assert len(turns) == 1 and any(r.compaction for r in results), "the earlier chunks were compacted"
-    sent = sum(p.executor.tokenizer.count(str(m["content"])) for m in turns[0]["messages"])
+    sent = sum(p.tokenizer.count(str(m["content"])) for m in turns[0]["messages"])
     assert sent <= p.budget.request_limit_tokens
 
 
@@ -105,9 +105,9 @@ async def test_guard_keeps_the_output_reserve_free(model, prefix, client) -> Non
     import re
 
     p, _ = pipeline(prefix, client, context_window=2048)
-    p.executor.bounded = lambda items: items
+    p.executor.input.bounded = lambda items: items
     limit, window = p.budget.request_limit_tokens, p.budget.window_tokens
-    per_word = p.executor.make_message("word " * 100).tokens / 100
+    per_word = p.message("word " * 100).tokens / 100
     words = int(((limit + window) / 2 - p.budget.fixed_prompt_tokens - 80) / 3 / per_word)
     for i in range(3):
         await p.submit(CONV, "word " * words, author="alice", id=f"mid.{i}")
@@ -119,7 +119,7 @@ async def test_guard_keeps_the_output_reserve_free(model, prefix, client) -> Non
 
 async def test_guard_refuses_an_oversized_request_without_calling_the_model(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=2048)
-    p.executor.bounded = lambda items: items  # one turn takes the whole backlog: only the guard stands in the way
+    p.executor.input.bounded = lambda items: items  # one turn takes the whole backlog: only the guard stands in the way
     limit = p.budget.request_limit_tokens
     chunk = "word " * int(p.budget.usable_tokens * 0.45)
     for i in range(3):
@@ -252,7 +252,7 @@ async def test_token_counts_are_stored_with_each_message(model, prefix, client) 
     await p.run(CONV)
     history = await p.checkpoints.load_history(CONV)
     first = history.messages[0]
-    assert first.tokens == p.executor.tokenizer.count_message(first) > 9
+    assert first.tokens == p.tokenizer.count_message(first) > 9
 
 
 async def test_edits_and_deletions_reach_the_model_before_any_compaction(model, prefix, client) -> None:
@@ -262,7 +262,7 @@ async def test_edits_and_deletions_reach_the_model_before_any_compaction(model, 
     await p.submit(CONV, "The deploy window is 14:00 UTC.", author="alice", id="5.1")
     await p.submit(CONV, "The freeze starts Monday.", author="bob", id="5.2")
     await p.run(CONV)
-    edited = p.executor.make_message("The deploy window is 16:00 UTC.", author="alice", id="5.1")
+    edited = p.message("The deploy window is 16:00 UTC.", author="alice", id="5.1")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e", message=edited, reply_expected=False))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-d", target_id="5.2", reply_expected=False))
     await p.submit(CONV, "when do we deploy?", author="carol", id="5.3")
@@ -306,7 +306,7 @@ async def test_an_unreadable_inbox_item_is_set_aside_and_never_wedges_its_thread
     p, _ = pipeline(prefix, client)
     inbox_key = p.inbox.keys(CONV).inbox
     await p.submit(CONV, "first question", author="alice", id="1.1")
-    item = json.loads(InboxItem(message=p.executor.make_message("from the newer worker", author="carol", id="1.15"),
+    item = json.loads(InboxItem(message=p.message("from the newer worker", author="carol", id="1.15"),
                                 event_id="Ev9").model_dump_json())
     item["from_a_newer_version"] = {"priority": 2}
     item["message"]["reactions"] = ["eyes"]
@@ -336,7 +336,7 @@ async def test_a_dead_letter_this_version_reads_is_queued_again_and_answered(mod
     from threadkeeper.persistence import InboxItem
 
     p, _ = pipeline(prefix, client)
-    readable = InboxItem(message=p.executor.make_message("is the rollout done?", author="dana", id="2.1"),
+    readable = InboxItem(message=p.message("is the rollout done?", author="dana", id="2.1"),
                          event_id="Ev-dead").model_dump_json()
     await client.rpush(p.inbox.keys(CONV).dead, readable)
     await client.zadd(p.inbox.dead_key, {CONV: 1.0})
@@ -408,7 +408,7 @@ async def test_a_turn_whose_head_moved_is_set_aside_and_run_again_on_the_new_hea
     await started.wait()
     head = (await p.checkpoints.get_state(CONV)).head_checkpoint_id
     other = await p.checkpoints.start_turn(CONV, parent_id=head, from_head=False)  # orchestration, say
-    await p.checkpoints.append(CONV, other.id, [p.executor.make_message("note from elsewhere", author="bob",
+    await p.checkpoints.append(CONV, other.id, [p.message("note from elsewhere", author="bob",
                                                                          id="9.3")])
     await p.checkpoints.commit(CONV, other.id, expected_head=head)
     release.set()
@@ -446,7 +446,7 @@ async def test_a_turn_a_dead_worker_left_running_is_failed_by_the_worker_that_ta
 
     p, _ = pipeline(prefix, client)
     await p.submit(CONV, "who owns the rollout?", author="alice", id="9.1")
-    dead = await p.checkpoints.start_turn(CONV, messages=[p.executor.make_message("half done", role="assistant")])
+    dead = await p.checkpoints.start_turn(CONV, messages=[p.message("half done", role="assistant")])
     model.push(Step(text="bob owns it"))
     [result] = await p.run(CONV)
     assert result.status == "completed" and result.reply == "bob owns it"

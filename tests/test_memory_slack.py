@@ -38,7 +38,7 @@ async def test_a_fact_told_in_one_thread_reaches_a_new_thread_of_its_channel_and
     try:
         h.slack.private.add("C777")
         h.slack.members["C777"] = ["U1"]
-        memory = h.pipeline.executor.memory
+        memory = h.pipeline.memory
         for n, channel in enumerate(("C100", "C777")):
             ts = f"170000000{n}.000100"
             assert await h.post(event_body(mention(channel, ts, FACT), event_id=f"Ev{n}")) == 200

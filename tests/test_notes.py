@@ -125,18 +125,18 @@ def test_a_tight_cap_shows_fewer_notes_each_whole_and_a_roomy_one_all_of_them() 
 
 def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
     """Compaction never recounts a committed note: the counts stored with the message give the same cost."""
-    from types import SimpleNamespace
-
     from threadkeeper.persistence import Message, TextPart
     from threadkeeper.services.handoff import LedgerBuilder, note_cost
-    from threadkeeper.services.turn import ReplyExecutor
+    from threadkeeper.services.models import ContextBudget
+    from threadkeeper.services.turn import TurnInput
 
     tokenizer = Tokenizer("gpt-4o")
     texts = ["The staging database for payments is pg-stage-7, ticket PAY-5512, owned by Dana's team.",
              "明日の会議は午後3時からです。", "We must keep p99 under 250 ms for checkout; see https://wiki.example.com/slo"]
+    turn_input = TurnInput(tokenizer=tokenizer, budget=ContextBudget.derive(8_000, fixed_prompt_tokens=500))
     messages = []
     for i, text in enumerate(texts):
-        noted = ReplyExecutor.noted(SimpleNamespace(tokenizer=tokenizer), text, FRIDAY + i)  # type: ignore[arg-type]
+        noted = turn_input.noted(text, FRIDAY + i)
         messages.append(Message(id=f"m{i}", role="user", author="ann", parts=[TextPart(text=text)], tokens=1,
                                 created_at=FRIDAY + i, ref=40 + i, **noted))
     ledger = LedgerBuilder(count=tokenizer.count).fold(messages).build()

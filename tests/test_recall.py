@@ -10,7 +10,7 @@ import pytest
 from factories import msg
 from fakes import Step, pipeline, scripted, written
 
-from threadkeeper.persistence import InboxItem
+from threadkeeper.persistence import InboxItem, Notes
 from threadkeeper.services.context import calibration, visible
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex, search_terms
 
@@ -40,7 +40,7 @@ def fixed_runtime(conversation_id, history, incoming, now) -> str:
 def _pipeline(prefix, client):  # type: ignore[no-untyped-def]
     """A 4k-window pipeline whose runtime context has no clock in it, so a preview and a turn compare equal."""
     p, _ = pipeline(prefix, client, context_window=4096)
-    p.executor.runtime_context = fixed_runtime
+    p.executor.assembler.header = fixed_runtime
     return p
 
 
@@ -93,17 +93,17 @@ async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_reques
     history = await p.checkpoints.load_history(CONV)
     assert not any("OPS-4471" in m.text for m in history.messages if not m.flags.handoff), "the fact was folded"
     question = "what was the ticket for the billing outage?"
-    preview = await p.context(CONV, arriving=[p.executor.make_message(question, author="carol")])
+    preview = await p.context(CONV, arriving=[p.message(question, author="carol")])
     runtime = preview.context[-1]
     assert runtime.role == "system" and RECALL_HEADER in runtime.text
     assert "[1700.000000] alice: The billing outage ticket is OPS-4471" in await written(p, CONV, runtime.text)
     assert "[#1] alice: The billing" in runtime.text, "recalled lines cite the short reference"
     assert "1700.000000" in runtime.source_ids
     shown = {i for e in preview.context[:-1] if not e.text.startswith("[Threadkeeper handoff") for i in e.source_ids}
-    recent = await p.context(CONV, arriving=[p.executor.make_message("any status update about pastries?")])
+    recent = await p.context(CONV, arriving=[p.message("any status update about pastries?")])
     assert recent.context[-1].source_ids and not set(recent.context[-1].source_ids) & shown, \
         "what the context holds verbatim is never recalled again"
-    assert runtime.tokens - p.executor.make_message(fixed_runtime(CONV, [], [], 0.0), role="system").tokens \
+    assert runtime.tokens - p.message(fixed_runtime(CONV, [], [], 0.0), role="system").tokens \
         <= p.budget.recall_tokens + 2
     model.requests.clear()
     await p.submit(CONV, question, author="carol", id="1700.009999")
@@ -133,12 +133,12 @@ async def test_recall_is_never_stored_as_history_nor_folded(model, prefix, clien
 async def test_edited_messages_are_recalled_as_they_read_now_and_deleted_ones_never(model, prefix, client) -> None:
     p = _pipeline(prefix, client)
     await _thread(p, FACTS)
-    edited = p.executor.make_message("The vendor contract renews on 2025-06-30 and costs 52,000 euros a year.",
+    edited = p.message("The vendor contract renews on 2025-06-30 and costs 52,000 euros a year.",
                                      author="alice", id="1700.000002")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e", message=edited))
     await p.submit_item(CONV, InboxItem(kind="delete", event_id="Ev-d", target_id="1700.000001"))
     await _thread(p, _filler(120, 10), start=10)
-    report = await p.context(CONV, arriving=[p.executor.make_message("when does the vendor contract renew? and "
+    report = await p.context(CONV, arriving=[p.message("when does the vendor contract renew? and "
                                                                      "where is the staging cluster?")])
     text = report.context[-1].text
     assert "2025-06-30" in text and "(edited)" in text and "2025-03-31" not in text
@@ -148,13 +148,13 @@ async def test_edited_messages_are_recalled_as_they_read_now_and_deleted_ones_ne
 async def test_a_worker_without_an_index_builds_it_from_redis(model, prefix, client) -> None:
     p = _pipeline(prefix, client)
     await _thread(p, [*FACTS, *_filler(120)])
-    question = [p.executor.make_message("who prefers the blue guitar?")]
+    question = [p.message("who prefers the blue guitar?")]
     warm = await p.context(CONV, arriving=question)
     cold_pipeline = _pipeline(prefix, client)
-    assert cold_pipeline.executor.recall.loaded(CONV) is None
+    assert cold_pipeline.recall.loaded(CONV) is None
     cold = await cold_pipeline.context(CONV, arriving=question)
     assert cold.context[-1].text == warm.context[-1].text and "blue guitar" in cold.context[-1].text
-    index = cold_pipeline.executor.recall.loaded(CONV)
+    index = cold_pipeline.recall.loaded(CONV)
     assert index is not None and index.size >= len(FACTS) + 60
 
 
@@ -162,25 +162,26 @@ async def test_recall_gives_way_when_the_request_has_no_room(model, prefix, clie
     p = _pipeline(prefix, client)
     await _thread(p, [*FACTS, *_filler(120)])
     history = await p.checkpoints.load_history(CONV)
-    question = p.executor.make_message("who prefers the blue guitar?", author="carol")
-    roomy = await p.executor.runtime_message(CONV, history, [*history.messages, question], [question])
+    question = p.message("who prefers the blue guitar?", author="carol")
+    assemble = p.executor.assembler.assemble
+    roomy = (await assemble(CONV, history, [*history.messages, question], [question], Notes())).message
     assert "blue guitar" in roomy.text
     # A message that leaves less room than the recall share: recall shrinks to what fits beside it (in the
     # provider's count, which the last reported usage calibrates).
     b = p.budget.in_estimates(calibration(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens))
     used = b.fixed_prompt_tokens + sum(m.tokens for m in visible(history.messages))
-    filler = b.request_limit_tokens - used - p.executor.tool_limit() - roomy.tokens // 2
-    big = p.executor.make_message("who prefers the blue guitar? " + "la " * filler, author="carol")
-    tight = await p.executor.runtime_message(CONV, history, [*history.messages, big], [big])
+    filler = b.request_limit_tokens - used - p.executor.loop.tool_tokens - roomy.tokens // 2
+    big = p.message("who prefers the blue guitar? " + "la " * filler, author="carol")
+    tight = (await assemble(CONV, history, [*history.messages, big], [big], Notes())).message
     sent = used + big.tokens + tight.tokens
-    assert sent + p.executor.tool_limit() <= b.request_limit_tokens
+    assert sent + p.executor.loop.tool_tokens <= b.request_limit_tokens
     assert tight.tokens < roomy.tokens
 
 
 async def test_thread_search_finds_earlier_messages_by_words_author_and_date(model, prefix, client) -> None:
     p = _pipeline(prefix, client)
     await _thread(p, [*FACTS, *_filler(120)])
-    assert "thread_search" in {s["function"]["name"] for s in p.executor.tools.schemas()}
+    assert "thread_search" in {s["function"]["name"] for s in p.executor.loop.tools.schemas()}
     calls = [("thread_search", json.dumps({"query": "vendor contract renewal"})),
              ("thread_search", json.dumps({"query": "contract", "author": "bob"})),
              ("thread_search", json.dumps({"query": "contract", "before": "2023-11-14"})),
@@ -196,12 +197,12 @@ async def test_thread_search_finds_earlier_messages_by_words_author_and_date(mod
     assert results[2].startswith("no earlier message matches"), "the thread's messages are from 2023-11-14 on"
     assert results[3] == "rejected: query has no words to search for (only common words)"
     assert results[4] == "rejected: after must be a date as YYYY-MM-DD, not 'last week'"
-    assert all(p.executor.tokenizer.count(r) <= p.executor.tool_limit() for r in results)
+    assert all(p.tokenizer.count(r) <= p.executor.loop.tool_tokens for r in results)
 
 
 def test_the_offline_model_is_not_offered_thread_search(prefix) -> None:
     p, _ = pipeline(prefix, settings={"ai_model": "offline/offline"})
-    assert "thread_search" not in {s["function"]["name"] for s in p.executor.tools.schemas()}
+    assert "thread_search" not in {s["function"]["name"] for s in p.executor.loop.tools.schemas()}
 
 
 def test_the_runtime_context_a_call_carried_does_not_count_toward_the_next_request() -> None:
@@ -232,14 +233,14 @@ async def test_previews_call_no_model_unless_asked(model, prefix, client) -> Non
     summarizer.default = Step(text="- [1700.000000] The billing outage ticket is OPS-4471.")
     p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-preview/test",
                                                                    "ai_fast_model_context_window_tokens": 4096})
-    p.executor.runtime_context = fixed_runtime
+    p.executor.assembler.header = fixed_runtime
     await _thread(p, FACTS)
     for i, text in enumerate(_filler(110, 10), start=10):  # pending in the inbox
         await p.submit(CONV, text, author="bob", id=f"1700.{i:06d}", reply_expected=False)
-    p.executor.bounded = lambda items: items  # one turn takes the whole queue, so it compacts first
+    p.executor.input.bounded = lambda items: items  # one turn takes the whole queue, so it compacts first
     model.requests.clear()
     summarizer.requests.clear()
-    report = await p.context(CONV, arriving=[p.executor.make_message("what was the billing ticket?")])
+    report = await p.context(CONV, arriving=[p.message("what was the billing ticket?")])
     assert report.would_compact and report.compaction.strategy == "notes"
     assert "no summarizer call" in report.compaction.notes[0]
     dry = await p.compact(CONV, dry_run=True)
@@ -259,7 +260,7 @@ async def test_a_message_the_handoff_cites_is_still_recalled_whole_when_the_ques
     cited = [f"1700.{i:06d}" for i in range(40) if f"1700.{i:06d}" in standing.source_ids]
     assert cited, "the handoff cites some of the facts"
     target = int(cited[0].split(".")[1])
-    report = await p.context(CONV, arriving=[p.executor.make_message(
+    report = await p.context(CONV, arriving=[p.message(
         f"which cluster did billing-{target} move to after the quota review?", author="carol")])
     runtime = report.context[-1]
     assert RECALL_HEADER in runtime.text and cited[0] in runtime.source_ids
@@ -281,11 +282,11 @@ async def test_a_long_best_hit_is_shown_as_its_passages_that_match_the_question(
             " ".join(f"Appendix note {i}: the dashboards for region {i} were reviewed by the reliability group and "
                      f"nothing unusual was seen in the hour around the incident." for i in range(30)))
     await _thread(p, [long, *_filler(120)])
-    report = await p.context(CONV, arriving=[p.executor.make_message("what came out of the checkout outage "
+    report = await p.context(CONV, arriving=[p.message("what came out of the checkout outage "
                                                                      "postmortem?", author="carol")])
     runtime = report.context[-1]
     assert "1700.000000" in runtime.source_ids
-    assert p.executor.tokenizer.count(long) > p.budget.recall_tokens // 4, "longer than a best hit may be"
+    assert p.tokenizer.count(long) > p.budget.recall_tokens // 4, "longer than a best hit may be"
     line = next(x for x in runtime.text.splitlines() if "Postmortem for the checkout outage." in x)
     assert "… Customers who retried" not in line and "Support saw the first complaints" not in line, \
         "sentences that do not match the question are left out"
@@ -305,7 +306,7 @@ async def test_a_question_with_more_to_recall_than_its_share_takes_the_room_of_t
     standing = await p.context(CONV)
     handoff = next(e for e in standing.context if e.text.startswith("[Threadkeeper handoff"))
     assert "Notes (the most informative things said" in handoff.text
-    asked = await p.context(CONV, arriving=[p.executor.make_message(
+    asked = await p.context(CONV, arriving=[p.message(
         "which clusters did the billing services move to after the quota review?", author="carol")])
     focused = next(e for e in asked.context if e.text.startswith("[Threadkeeper handoff"))
     runtime = asked.context[-1]
@@ -316,7 +317,7 @@ async def test_a_question_with_more_to_recall_than_its_share_takes_the_room_of_t
     turn_sent = await _sent_by_a_turn(p, model, "which clusters did the billing services move to after the quota "
                                                 "review?")
     assert not any("Notes (the most informative things said" in m for m in turn_sent), "the turn sends what the preview shows"
-    thanks = await p.context(CONV, arriving=[p.executor.make_message("thanks a lot!", author="carol")])
+    thanks = await p.context(CONV, arriving=[p.message("thanks a lot!", author="carol")])
     kept = next(e for e in thanks.context if e.text.startswith("[Threadkeeper handoff"))
     assert "Notes (the most informative things said" in kept.text, "nothing to recall: the notes stay"
 
@@ -339,13 +340,13 @@ async def test_a_question_about_someone_recalls_their_messages_first(model, pref
         author, words = text.split(": ", 1) if ": " in text[:20] else (("alice", "bob")[i % 2], text)
         await p.submit(CONV, words, author=author, id=f"1700.{i:06d}", created_at=1700000000 + i * 60)
         await p.run(CONV)
-    index = p.executor.recall.loaded(CONV)
+    index = p.recall.loaded(CONV)
     assert index is not None and index.named("what did Kate plan?") == {"Katherine Mills"}
     assert index.named("and Katherine?") == {"Katherine Mills"} and index.named("what did Stone plan?") == {"Bob Stone"}
     assert index.named("thanks, great plan") == set(), "greetings and praise name nobody"
 
     async def most_recalled(question: str, asker: str) -> str:
-        report = await p.context(CONV, arriving=[p.executor.make_message(question, author=asker)])
+        report = await p.context(CONV, arriving=[p.message(question, author=asker)])
         # hits first in rank order are shown as written; later ones and every neighbour as their notes
         authors = Counter(m.group(1) for line in report.context[-1].text.splitlines()
                           if (m := re.match(r"^\[#\d+\] ([^:]+): the garden plan for week", line)))
@@ -366,13 +367,13 @@ async def test_a_message_a_compaction_kept_only_in_part_is_recalled_whole(model,
                 "the old volumes stay readable for a month while the archive migration runs " * 6)
     await _thread(p, said)
     history = await p.checkpoints.load_history(CONV)
-    index = p.executor.recall.loaded(CONV)
+    index = p.recall.loaded(CONV)
     assert index is not None
     cut = [m for m in history.messages if index.shortened(m)]
     assert cut, "the compaction kept its oldest message in part"
     target = cut[0]
     original = index.messages[index.position[target.id]].text
-    report = await p.context(CONV, arriving=[p.executor.make_message(
+    report = await p.context(CONV, arriving=[p.message(
         " ".join(original.split()[:12]) + "?", author="carol")])
     assert target.id in report.context[-1].source_ids, "what the context holds of it is not all it said"
 

@@ -618,7 +618,7 @@ async def test_plain_messages_are_routed_concurrently(model, prefix, client) -> 
         from threadkeeper.persistence import InboxItem
 
         for i in range(6):  # queued directly, so that one turn takes all six
-            message = h.pipeline.executor.make_message(f"note {i}", author="U2", id=f"1700000981.{i:06d}")
+            message = h.pipeline.message(f"note {i}", author="U2", id=f"1700000981.{i:06d}")
             await h.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False, route=True))
         started = asyncio.get_running_loop().time()
         results = await h.pipeline.run(cid)

@@ -200,7 +200,7 @@ async def test_corrupt_record_names_its_key_and_is_left_alone(store: CheckpointS
 async def test_retention_ttl_on_every_key_refreshed_on_activity(client, prefix) -> None:
     store = CheckpointStore(client, prefix=prefix, retention_days=1)
     inbox = Inbox(client, prefix=prefix, retention_days=1)
-    await inbox.append(CONV, InboxItem(message=msg("x")), dedup_keys=["ev1"])
+    await inbox.append(CONV, InboxItem(message=msg("x")))
     await turn(store, ["a"])
     keys = [k async for k in client.scan_iter(match=f"{prefix}:*")]
     assert len(keys) >= 5
@@ -216,12 +216,10 @@ async def test_retention_ttl_on_every_key_refreshed_on_activity(client, prefix) 
 async def test_inbox_dedups_and_keeps_items_until_the_turn_completes(client, prefix) -> None:
     store = CheckpointStore(client, prefix=prefix)
     inbox = Inbox(client, prefix=prefix)
-    assert await inbox.append(CONV, InboxItem(event_id="E1", message=msg("one", id="1.1")), dedup_keys=["E1", "1.1"])
-    assert not await inbox.append(CONV, InboxItem(event_id="E1", message=msg("one", id="1.1")),
-                                  dedup_keys=["E1", "1.1"])
-    assert not await inbox.append(CONV, InboxItem(event_id="E9", message=msg("one", id="1.1")),
-                                  dedup_keys=["E9", "1.1"])
-    assert await inbox.append(CONV, InboxItem(event_id="E2", message=msg("two", id="1.2")), dedup_keys=["E2", "1.2"])
+    assert await inbox.append(CONV, InboxItem(event_id="E1", message=msg("one", id="1.1")))
+    assert not await inbox.append(CONV, InboxItem(event_id="E1", message=msg("one", id="1.1")))
+    assert not await inbox.append(CONV, InboxItem(event_id="E9", message=msg("one", id="1.1")))
+    assert await inbox.append(CONV, InboxItem(event_id="E2", message=msg("two", id="1.2")))
     ttl = await client.ttl(inbox.keys(CONV).dedup("E2"))
     assert 86_000 < ttl <= 86_400, f"a dedup key lives a day: not less, not the retention ({ttl} s)"
     items = await inbox.peek(CONV)
@@ -229,10 +227,26 @@ async def test_inbox_dedups_and_keeps_items_until_the_turn_completes(client, pre
     cp = await store.start_turn(CONV)
     await store.append(CONV, cp.id, [i.message for i in items if i.message], inbox_consumed=len(items))
     assert await inbox.size(CONV) == 2, "items stay until the turn completes"
-    await inbox.append(CONV, InboxItem(event_id="E3", message=msg("three", id="1.3")), dedup_keys=["E3"])
+    await inbox.append(CONV, InboxItem(event_id="E3", message=msg("three", id="1.3")))
     await store.commit(CONV, cp.id, expected_head=None)
     left = await inbox.peek(CONV)
     assert [i.message.text for i in left if i.message] == ["three"]
+
+
+async def test_an_edit_is_one_change_and_a_second_edit_another(client, prefix) -> None:
+    """The one dedup rule (``InboxItem.dedup_keys``): an edit is a duplicate when it is the same change of the same
+    message, whatever event carries it again; a second edit of that message is a change of its own; a message is
+    deleted once."""
+    inbox = Inbox(client, prefix=prefix)
+    edit = InboxItem(kind="edit", event_id="E4", message=msg("one, edited", id="1.1"), change="1.5")
+    assert await inbox.append(CONV, edit)
+    assert not await inbox.append(CONV, edit.model_copy(update={"event_id": "E5"}))
+    assert await inbox.append(CONV, InboxItem(kind="edit", event_id="E6", message=msg("one, again", id="1.1"),
+                                              change="1.6"))
+    assert await inbox.append(CONV, InboxItem(kind="delete", event_id="E7", target_id="1.1"))
+    assert not await inbox.append(CONV, InboxItem(kind="delete", event_id="E8", target_id="1.1"))
+    assert [(i.kind, i.message.text if i.message else i.target_id) for i in await inbox.peek(CONV)] == \
+        [("edit", "one, edited"), ("edit", "one, again"), ("delete", "1.1")]
 
 
 async def test_lease_single_holder_renew_release_takeover(client, prefix) -> None:
@@ -316,8 +330,7 @@ async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_
     one, two, other = "slack:T1:C1:1.000100", "slack:T1:C2:2.000100", "slack:T2:C1:1.000100"
     for cid in (one, two, other):
         await turn(store, ["the deploy key is in the vault"], conv=cid)
-        await inbox.append(cid, InboxItem(event_id=f"E-{cid}", message=msg("pending", id=f"{cid}-p")),
-                           dedup_keys=[f"E-{cid}"])
+        await inbox.append(cid, InboxItem(event_id=f"E-{cid}", message=msg("pending", id=f"{cid}-p")))
     assert set(await inbox.pending_conversations()) == {one, two, other}
     held = await leases.acquire(one, 30)
     with pytest.raises(InvalidTransitionError, match="lease is held"):

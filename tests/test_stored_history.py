@@ -52,7 +52,7 @@ async def test_a_turn_stores_what_it_recalled_by_reference_and_counts_like_conte
     history = await p.checkpoints.load_history(CONV)
     runtime = [m for m in history.messages if m.flags.runtime][-1]
     assert runtime.parts == [] and "1700.000000" in runtime.source_ids, "stored as the ids it recalled"
-    assert runtime.tokens == p.executor.make_message(sent, role="system").tokens, "with what it cost in its request"
+    assert runtime.tokens == p.message(sent, role="system").tokens, "with what it cost in its request"
     raw = await client.hvals(f"{prefix}:{{{CONV}}}:msgs")
     assert raw and not any(RECALL_HEADER.encode() in blob or b"[runtime context]" in blob for blob in raw), \
         "no runtime context or recall block is stored as text, in any turn"
@@ -77,7 +77,7 @@ async def test_a_paused_turn_resumes_with_exactly_the_request_it_would_have_sent
     stored = await p.checkpoints.load_history(CONV, paused.checkpoint_id)
     assert all(m.parts == [] for m in stored.messages if m.flags.runtime), "paused, it is still stored by reference"
 
-    p.executor.clock = lambda: 1900000000.0  # later, with other people around: a new runtime context would differ
+    p.clock.source = lambda: 1900000000.0  # later, with other people around: a new runtime context would differ
     model.push(Step(text="staging is in eu-west-3"))
     await p.submit(CONV, "any news? (dave here)", author="dave", id="1700.009001")
     [resumed] = await p.run(CONV)
@@ -102,7 +102,7 @@ async def test_a_replayed_chat_stores_close_to_what_people_and_the_bot_said(pref
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None, threadkeeper_key_prefix=prefix)  # type: ignore[call-arg]
     p = build_pipeline(settings, build_stores(settings, client=client), context_window=4096)
     await replay(p, thread, conversation_id=CONV, turn_every=5)
-    tokenizer = p.executor.tokenizer
+    tokenizer = p.tokenizer
     stored = [Message.model_validate_json(b) for b in await client.hvals(f"{prefix}:{{{CONV}}}:msgs")]
     held = sum(tokenizer.count_message(m) for m in stored if m.parts)
     said = {m.id: tokenizer.count_message(m) for m in stored

@@ -74,11 +74,11 @@ async def _recall_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
         progress(f"recall over {n:,} messages")
         cid = f"bench:recall:{n}"
         await fill_epochs(pipeline.checkpoints, cid, n)
-        queries = [pipeline.executor.make_message(chat_text(rng, 8)) for _ in range(repeats)]
+        queries = [pipeline.message(chat_text(rng, 8)) for _ in range(repeats)]
         colds = []
         for i in range(3 if n >= 100_000 else 5):
             fresh = build_stores(local, client=client)
-            recall = Recall(fresh.checkpoints, fresh.notes, pipeline.executor.tokenizer)
+            recall = Recall(fresh.checkpoints, fresh.notes, pipeline.tokenizer)
             started = time.perf_counter()
             history = await fresh.checkpoints.load_history(cid)
             await recall.recall(cid, history, history.messages, [queries[i]], cap)
@@ -99,7 +99,7 @@ async def _recall_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
             history = await fresh.checkpoints.load_history(cid)
             epochs = [await fresh.checkpoints.load_history(cid, c.id) for c in await _epoch_ends(fresh, cid)]
             cached = tracemalloc.get_traced_memory()[0] - base
-            recall = Recall(fresh.checkpoints, fresh.notes, pipeline.executor.tokenizer)
+            recall = Recall(fresh.checkpoints, fresh.notes, pipeline.tokenizer)
             await recall.recall(cid, history, history.messages, [queries[0]], cap, notes=notes)
             indexed = tracemalloc.get_traced_memory()[0] - base - cached
             tracemalloc.stop()
@@ -357,7 +357,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
                     if not cold:  # as before a turn: the history is loaded and its running fold is current
                         history = await stores.checkpoints.load_history(fork_cid)
                         started = time.perf_counter()
-                        running = await small.executor.compactor.advance(fork_cid, history, small.budget)
+                        running = await small.compactor.advance(fork_cid, history, small.budget)
                         fold_us.append((time.perf_counter() - started) * 1e6 / max(1, len(running.consumed)))
                     started = time.perf_counter()
                     await small.compact(fork_cid, reason="manual")

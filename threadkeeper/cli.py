@@ -95,7 +95,7 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         b = pipeline.budget
-        banner = (f"threadkeeper console: conversation {args.conversation}, model {pipeline.executor.model.model} "
+        banner = (f"threadkeeper console: conversation {args.conversation}, model {pipeline.model.model} "
                   f"(window {b.window_tokens:,} tokens, compacts at {b.trigger_tokens:,}), {stores.where}")
         return await run_console(pipeline, args.conversation, sys.stdin, sys.stdout, banner=banner)
 
@@ -126,7 +126,7 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
                 report = await pipeline.context(args.conversation_id, arriving=arriving)
                 print(json.dumps({"line": number, **report.as_dict()}, ensure_ascii=False), flush=True)
             return 0
-        arriving = [pipeline.executor.make_message(args.message, author=args.author)] if args.message else []
+        arriving = [pipeline.message(args.message, author=args.author)] if args.message else []
         report = await pipeline.context(args.conversation_id, arriving=arriving)
         if args.json:
             out = report.as_dict()
@@ -158,7 +158,7 @@ def _arriving_lines(path: str, pipeline: Pipeline, author: str | None) -> list[l
         who = item.get("author", author)
         if who is not None and not isinstance(who, str):
             raise ThreadkeeperError(f"{path} line {number}: \"author\" must be a string")
-        out.append([pipeline.executor.make_message(item["text"], author=who)])
+        out.append([pipeline.message(item["text"], author=who)])
     return out
 
 

@@ -82,7 +82,7 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
         raise AssertionError(action)
 
     async def pipeline_work(stores: Stores, pipeline) -> int:  # type: ignore[no-untyped-def]
-        memory = pipeline.executor.memory
+        memory = pipeline.memory
         if action == "extract":
             result = await memory.extract(args.conversation_id, force=True)
             print(f"{result.conversation_id}: {result.outcome}, {result.records} records from {result.messages} new "

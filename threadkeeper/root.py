@@ -29,7 +29,7 @@ from threadkeeper.services.handoff import Compactor, Summarizer, record_state_to
 from threadkeeper.services.memory import ChannelAccess, Memory, MemoryConfig
 from threadkeeper.services.models import MESSAGE_OVERHEAD, OfflineModel
 from threadkeeper.services.recall import Recall, lineage_resolver, thread_search_tool
-from threadkeeper.services.turn import NoteEffects
+from threadkeeper.services.turn import Clock, ContextAssembler, ModelLoop, NoteEffects, Preview, TurnInput, tool_tokens
 
 from .settings import Settings, SettingsError
 from .stores import Stores, build_stores  # noqa: F401  (re-exported: the composition root builds both)
@@ -125,7 +125,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
     recall = Recall(stores.checkpoints, stores.notes, tokenizer)
     registry = ToolRegistry([record_state_tool(lineage_resolver(recall, stores.checkpoints)), *(tools or [])])
     if offers_tools(model_name):
-        registry.register(thread_search_tool(recall, stores.checkpoints, lambda: executor.tool_limit()))
+        registry.register(thread_search_tool(recall, stores.checkpoints, lambda: tool_tokens(budget, config)))
     fixed = tokenizer.count(SYSTEM_PROMPT) + MESSAGE_OVERHEAD + tokenizer.count_tools(registry.schemas())
     budget = ContextBudget.derive(window, fixed_prompt_tokens=fixed,
                                   max_output_tokens=max_output)
@@ -141,16 +141,25 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
     summarizer = Summarizer(fast_client, tokenizer, window_tokens=fast_window,
                             timeout_seconds=min(settings.ai_timeout_seconds, 60.0))
     compactor = compactor_class(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
-                          summarizer=summarizer, fixed_prompt_tokens=fixed)
+                                summarizer=summarizer, fixed_prompt_tokens=fixed)
     memory = Memory(stores.memory, stores.checkpoints, stores.notes, tokenizer, config=memory_config(settings),
                     access=access, model=fast_client, retention_days=settings.threadkeeper_retention_days)
     config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds,
                             turn_model_seconds=settings.ai_turn_seconds)
-    executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, model=client,
-                             budget=budget, tokenizer=tokenizer, tools=registry, config=config, compactor=compactor,
-                             effects=NoteEffects(stores.notes, memory),
-                             recall=recall, memory=memory)
-    return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor)
+    clock = Clock()
+    tool_limit = tool_tokens(budget, config)
+    turn_input = TurnInput(tokenizer=tokenizer, budget=budget, clock=clock)
+    assembler = ContextAssembler(tokenizer=tokenizer, budget=budget, tool_tokens=tool_limit, recall=recall,
+                                 memory=memory, clock=clock)
+    loop = ModelLoop(checkpoints=stores.checkpoints, model=client, tools=registry, budget=budget, tokenizer=tokenizer,
+                     config=config, messages=turn_input)
+    executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, budget=budget,
+                             config=config, input=turn_input, assembler=assembler, loop=loop, compactor=compactor,
+                             effects=NoteEffects(stores.notes, memory))
+    preview = Preview(checkpoints=stores.checkpoints, inbox=stores.inbox, notes=stores.notes, budget=budget,
+                      system_prompt=config.system_prompt, input=turn_input, assembler=assembler, compactor=compactor)
+    return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor, preview=preview,
+                    clock=clock, compactor=compactor, recall=recall, memory=memory)
 
 
 def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> Any:
@@ -189,11 +198,11 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     else:
         client = make_client(settings.slack_bot_token, base_url)
         workspaces = Workspaces(lambda token: make_client(token, base_url), token=settings.slack_bot_token)
-    if pipeline.executor.memory is not None:  # who may see a channel's memory: asked of Slack, cached briefly
+    if pipeline.memory is not None:  # who may see a channel's memory: asked of Slack, cached briefly
         from threadkeeper.bot.memory_access import SlackAccess
         from threadkeeper.services.memory import CachedAccess
 
-        memory = pipeline.executor.memory
+        memory = pipeline.memory
         memory.access = CachedAccess(SlackAccess(workspaces), memory.config.membership_seconds)
     return SlackBot(pipeline=pipeline, notes=stores.notes, workspaces=workspaces, client=client,
                     signing_secret=settings.slack_signing_secret, fast_model=fast, forget=stores.forget,

@@ -26,6 +26,7 @@ from threadkeeper.persistence import (
     NotesStore,
     NotFoundError,
     TextPart,
+    compaction_checkpoint,
     new_id,
 )
 
@@ -98,7 +99,9 @@ class Compactor:
     # -- hook used by the reply executor -------------------------------------------------------
 
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget) -> tuple[History | None, CompactionReport | None]:
+                          budget: ContextBudget, notes: Notes) -> tuple[History | None, CompactionReport | None]:
+        """The history the turn goes on with: ``history``, or, when it reached the trigger, its compaction, forked
+        and made the head (``notes``: the conversation's notes as the turn's edits, deletions and pins leave them)."""
         if history is None:
             return history, None
         try:
@@ -107,7 +110,7 @@ class Compactor:
             log.warning("running fold of %s skipped: %s", conversation_id, exc)
         if not self.should_compact(history, incoming, budget):
             return history, None
-        report, plan = await self._plan_and_report(conversation_id, history, incoming, budget, "trigger")
+        report, plan = await self._plan_and_report(conversation_id, history, incoming, budget, "trigger", notes=notes)
         try:
             new_history = await self._write(conversation_id, history, plan, report)
         except HeadConflictError:
@@ -130,10 +133,14 @@ class Compactor:
         return True
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
-                      budget: ContextBudget) -> tuple[CompactionReport, list[Message]]:
+                      budget: ContextBudget, notes: Notes) -> tuple[CompactionReport, History]:
+        """What the compaction a turn would make now gives, written nowhere and with no model call: its report and
+        the history the turn would go on with (the fork it would write, in memory)."""
         report, plan = await self._plan_and_report(conversation_id, history, pending, budget, "preview", dry_run=True,
-                                                   use_model=False)
-        return report, plan.messages
+                                                   use_model=False, notes=notes)
+        fork = compaction_checkpoint(conversation_id, forked_from=history.checkpoint.id, messages=plan.messages,
+                                     covered_ids=plan.covered_ids, info=self._info(plan, report))
+        return report, History.model_construct(checkpoint=fork, messages=plan.messages, chain=[fork.id])
 
     async def compact(self, conversation_id: str, *, budget: ContextBudget, dry_run: bool = False,
                       reason: str = "manual", with_model: bool = False) -> CompactionReport:
@@ -141,12 +148,11 @@ class Compactor:
 
         A dry run calls no model unless ``with_model`` (its narrative is then the previous one, carried)."""
         state = await self.checkpoints.require_state(conversation_id)
-        if state.active_turn_id:
-            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
-            if active.status.value == "awaiting_resume":
-                raise InvalidTransitionError(
-                    f"conversation {conversation_id} has a turn awaiting resume ({active.id}); it is never "
-                    "compacted. Resume or answer it first.")
+        paused = await self.checkpoints.paused_turn(conversation_id)
+        if paused is not None:
+            raise InvalidTransitionError(
+                f"conversation {conversation_id} has a turn awaiting resume ({paused.id}); it is never "
+                "compacted. Resume or answer it first.")
         if state.head_checkpoint_id is None:
             raise NotFoundError(f"conversation {conversation_id} has no completed checkpoint to compact")
         history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
@@ -173,7 +179,7 @@ class Compactor:
 
     async def _plan_and_report(self, conversation_id: str, history: History, incoming: Sequence[Message],
                                budget: ContextBudget, reason: str, *, dry_run: bool = False,
-                               use_model: bool = True) -> tuple[CompactionReport, Plan]:
+                               use_model: bool = True, notes: Notes | None = None) -> tuple[CompactionReport, Plan]:
         started = time.perf_counter()
         fixed = budget.fixed_prompt_tokens
         tokens_before = measure(history, fixed_prompt_tokens=fixed)
@@ -182,7 +188,8 @@ class Compactor:
         # fit by both measures); the report states sizes as the provider counts them.
         ratio = calibration(history, fixed_prompt_tokens=fixed)
         planned = max(1.0, ratio)
-        notes = await self.notes.get(conversation_id)
+        if notes is None:
+            notes = await self.notes.get(conversation_id)
         previous = await self._previous_ledger(conversation_id, history)
         running = await self.advance(conversation_id, history, budget, previous, changes_of(notes))
         plan = await self.plan(history.messages, incoming, notes, previous, budget.in_estimates(planned),
@@ -291,7 +298,7 @@ class Compactor:
             return None
         if message.id not in notes.changes:
             return message
-        return self._with_tokens(message.model_copy(update={"parts": [TextPart(text=text)]}))
+        return self.tokenizer.counted(message.model_copy(update={"parts": [TextPart(text=text)]}))
 
     def _retain(self, people: list[Message], pinned_ids: set[str], retained_budget: int,
                 pin_budget: int, room: int) -> list[Message]:
@@ -316,13 +323,10 @@ class Compactor:
             left = retained_budget - used
             if left >= 48:
                 text, _ = bound_text(m.text, self.tokenizer, left - 24)
-                chosen[m.id] = self._with_tokens(m.model_copy(update={"parts": [TextPart(text=text)]}))
+                chosen[m.id] = self.tokenizer.counted(m.model_copy(update={"parts": [TextPart(text=text)]}))
             break
         order = {m.id: i for i, m in enumerate(people)}
         return sorted(chosen.values(), key=lambda m: order[m.id])
-
-    def _with_tokens(self, message: Message) -> Message:
-        return message.model_copy(update={"tokens": self.tokenizer.count_message(message)})
 
     def _message(self, standing: str, notes: str, source_ids: list[str], top_ref: int, now: float) -> Message:
         """The handoff message: its standing part and, as a second part, its notes (``note_tokens`` counts
@@ -332,22 +336,25 @@ class Compactor:
         parts = [TextPart(text=standing), *([TextPart(text=notes)] if notes else [])]
         base = Message(id=new_id("handoff"), role="user", parts=parts, flags=MessageFlags(handoff=True),
                        tokens=0, source_ids=source_ids, ref=top_ref or None, created_at=now)
-        return self._with_tokens(base).model_copy(
+        return self.tokenizer.counted(base).model_copy(
             update={"note_tokens": [self.tokenizer.count("\n" + notes)] if notes else []})
 
     # -- writing -------------------------------------------------------------------------------
 
+    @staticmethod
+    def _info(plan: Plan, report: CompactionReport) -> dict[str, object]:
+        """What the compaction checkpoint records of its plan (the ledger the next generation continues)."""
+        return {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
+                "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
+                "calibration": plan.calibration, "ledger": plan.ledger.model_dump(mode="json")}
+
     async def _write(self, conversation_id: str, history: History, plan: Plan, report: CompactionReport, *,
                      reload: bool = True) -> History | None:
         """Fork and commit the compaction; with ``reload``, the history at the new head (what the turn goes on with)."""
-        info = {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
-                "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
-                "calibration": plan.calibration,
-                "ledger": plan.ledger.model_dump(mode="json")}
         try:  # forked and made the head in one atomic step: nothing half-written survives a crash
             fork = await self.checkpoints.fork_compaction(conversation_id, forked_from=history.checkpoint.id,
                                                           messages=plan.messages, covered_ids=plan.covered_ids,
-                                                          info=info)
+                                                          info=self._info(plan, report))
         except HeadConflictError:
             report.superseded = True
             raise

@@ -44,6 +44,11 @@ class Tokenizer:
     def count_message(self, message: Message) -> int:
         return count_parts(self, message)
 
+    def counted(self, message: Message) -> Message:
+        """``message`` with its token count computed now: the one way a message is counted, once, before it is
+        stored (its reference and author included, as the model reads them)."""
+        return message.model_copy(update={"tokens": count_parts(self, message)})
+
     def count_tools(self, schemas: list[dict[str, Any]]) -> int:
         """Tokens the tool schemas add to every request."""
         import json

@@ -1,10 +1,11 @@
-"""Non-message inbox items: edits, deletions and pins become conversation notes."""
+"""Non-message inbox items: edits, deletions and pins become conversation notes (one atomic write per turn), and
+what memory derived from an edited or deleted message is retracted with it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from threadkeeper.persistence import InboxItem, MessageChange, NotesStore
+from threadkeeper.persistence import InboxItem, NotesStore
 
 from ..memory import Memory
 
@@ -16,15 +17,11 @@ class NoteEffects:
         """Records of memory derived from an edited or deleted message are retracted with it."""
 
     async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None:
+        await self.notes.apply(conversation_id, items)
+        if self.memory is None:
+            return
         for item in items:
-            if item.kind == "edit" and item.message is not None:
-                await self.notes.record_change(conversation_id, item.message.id,
-                                               MessageChange(kind="edited", text=item.message.text))
-                if self.memory is not None:
-                    await self.memory.retract(conversation_id, item.message.id)
-            elif item.kind == "delete" and item.target_id:
-                await self.notes.record_change(conversation_id, item.target_id, MessageChange(kind="deleted"))
-                if self.memory is not None:
-                    await self.memory.retract(conversation_id, item.target_id)
-            elif item.kind in ("pin", "unpin") and item.target_id:
-                await self.notes.set_pin(conversation_id, item.target_id, item.kind == "pin")
+            source = item.message.id if item.kind == "edit" and item.message is not None else \
+                item.target_id if item.kind == "delete" else None
+            if source:
+                await self.memory.retract(conversation_id, source)

@@ -1,10 +1,11 @@
 """The reply executor: one entry point that runs a conversation's turns under its lease.
 
-For each turn: load the head history, compact it first if it reached the trigger, start a turn
-checkpoint, take the inbox items that arrived since the last turn (in order), add the per-turn
-runtime context, call the model with tools (bounded steps, guarded against oversized requests),
-append the reply, complete the checkpoint and move the head by compare-and-set, then post the reply.
-It loops while the inbox has items and releases the lease at the end.
+For each turn: take the inbox items that arrived since the last turn (:class:`TurnInput`: bounded, settled,
+prepared, with the notes their edits, deletions and pins leave), load the head history, compact it first if it
+reached the trigger, start a turn checkpoint, add the per-turn runtime context (:class:`ContextAssembler`), call the
+model with tools (:class:`ModelLoop`), append the reply, complete the checkpoint and move the head by
+compare-and-set, then post the reply. It loops while the inbox has items and releases the lease at the end. The
+preview of the next turn (``Preview``) calls the same three collaborators, so it shows what a turn sends.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -23,7 +22,6 @@ from threadkeeper.persistence import (
     HeadConflictError,
     History,
     Inbox,
-    InboxItem,
     InvalidTransitionError,
     Lease,
     LeaseManager,
@@ -32,37 +30,23 @@ from threadkeeper.persistence import (
     ThreadkeeperError,
 )
 
-from ..memory import MEMORY_ID, Memory
-from ..models import (
-    RECORDS,
-    ContextBudget,
-    ModelContextError,
-    ModelError,
-    ModelTimeoutError,
-    Tokenizer,
-    ToolContext,
-    ToolRegistry,
-    bound_text,
-)
-from ..recall import Recall
+from ..models import RECORDS, ContextBudget, ModelContextError, ModelError, ModelTimeoutError, ToolContext
 from ..tracing import TRACE, TURNS, event, new_trace_id
-from .incoming import ROUTING_CONCURRENCY
+from .assembler import ContextAssembler
+from .input import PreparedTurn, TurnInput
+from .loop import ModelLoop
 from .seams import CheckpointStore as Checkpoints
-from .seams import Compactor, Model
-from .tool_loop import ToolLoop
+from .seams import Compactor
 from .types import (
     COMPACTING,
     THINKING,
     ExecutorConfig,
     InboxEffects,
-    Intake,
     NoCompaction,
-    RuntimeContext,
     SilentEvents,
     TurnEvents,
     TurnResult,
     TurnState,
-    default_runtime_context,
 )
 
 if TYPE_CHECKING:
@@ -85,32 +69,23 @@ class _TakenOver(Exception):
     """The lease lapsed during a turn and another worker failed that turn on taking the conversation over."""
 
 
-class ReplyExecutor(ToolLoop):
-    def __init__(self, *, checkpoints: Checkpoints, inbox: Inbox, leases: LeaseManager, model: Model,
-                 budget: ContextBudget, tokenizer: Tokenizer, tools: ToolRegistry, config: ExecutorConfig,
-                 compactor: Compactor | None = None, effects: InboxEffects | None = None,
-                 runtime_context: RuntimeContext = default_runtime_context,
-                 recall: Recall | None = None, intake: Intake | None = None, memory: Memory | None = None) -> None:
+class ReplyExecutor:
+    def __init__(self, *, checkpoints: Checkpoints, inbox: Inbox, leases: LeaseManager, budget: ContextBudget,
+                 config: ExecutorConfig, input: TurnInput, assembler: ContextAssembler, loop: ModelLoop,
+                 compactor: Compactor | None = None, effects: InboxEffects | None = None) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
         self.leases = leases
-        self.model = model
         self.budget = budget
-        self.tokenizer = tokenizer
-        self.tools = tools
         self.config = config
+        self.input = input
+        """Inbox items → a prepared turn."""
+        self.assembler = assembler
+        """The turn's runtime context: recall and memory within their shares."""
+        self.loop = loop
+        """The model and its tools."""
         self.compactor: Compactor = compactor or NoCompaction()
         self.effects = effects
-        self.runtime_context = runtime_context
-        self.recall = recall
-        """Earlier messages recalled for each turn that asks the model (None: no recall)."""
-        self.memory = memory
-        """Memory from other conversations shown to each turn that asks the model (None: no memory)."""
-        self.intake = intake
-        """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
-        self.routing = asyncio.Semaphore(ROUTING_CONCURRENCY)
-        self.clock: Callable[[], float] = time.time
-        """When the executor's own messages (replies, notices) are written; a replay sets the thread's clock."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -136,7 +111,7 @@ class ReplyExecutor(ToolLoop):
         released = settled = False
         try:
             owed = not await events.recover(conversation_id)
-            if self.intake is not None and await self.intake.prepare(conversation_id):
+            if self.input.intake is not None and await self.input.intake.prepare(conversation_id):
                 opening = None  # it queued messages: read the inbox again
             idle = 0
             while not owed:
@@ -199,13 +174,8 @@ class ReplyExecutor(ToolLoop):
 
     async def pending(self, conversation_id: str) -> int:
         """Inbox items no turn has taken yet (items held by a turn awaiting resume do not count)."""
-        state = await self.checkpoints.get_state(conversation_id)
-        offset = 0
-        if state and state.active_turn_id:
-            active = await self.checkpoints.get(conversation_id, state.active_turn_id)
-            if active.status is CheckpointStatus.AWAITING_RESUME:
-                offset = active.inbox_consumed
-        return max(0, await self.inbox.size(conversation_id) - offset)
+        paused = await self.checkpoints.paused_turn(conversation_id)
+        return max(0, await self.inbox.size(conversation_id) - (paused.inbox_consumed if paused else 0))
 
     async def _set_aside(self, conversation_id: str) -> None:
         """A turn stopped from outside (shutdown): its running checkpoint is superseded, not failed; its inbox
@@ -288,56 +258,49 @@ class ReplyExecutor(ToolLoop):
         state, active = opening.state, opening.active
         paused: Checkpoint | None = None
         if active is not None:
-            if active.status is CheckpointStatus.AWAITING_RESUME:
+            if active.awaiting_resume:
                 paused = active
             elif active.status is CheckpointStatus.RUNNING:
                 await self.checkpoints.fail(conversation_id, active.id,
                                             error="abandoned: its worker's lease expired before it completed")
-        items = self.bounded(await self.inbox.peek(conversation_id, start=opening.inbox_start, quarantine=True,
-                                                   raw=opening.inbox_raw))
+        items = self.input.bounded(await self.inbox.peek(conversation_id, start=opening.inbox_start,
+                                                         quarantine=True, raw=opening.inbox_raw))
         if not items:
             return None
         head_id = state.head_checkpoint_id if state else None
         history = await self.checkpoints.load_history(conversation_id, head_id) if head_id and not paused else None
-        # A paused turn already decided to answer; its routing is not asked again.
         later = opening.inbox_start + len(items)
 
         async def mention_waiting() -> bool:
             return any(i.kind == "message" and i.reply_expected and not i.route
                        for i in await self.inbox.peek(conversation_id, start=later))
 
-        items = await self.settled(conversation_id, items, history, route=paused is None,
-                                   mention_waiting=mention_waiting)
-        effects = [i for i in items if i.kind != "message"]
-        if effects and self.effects is not None:
-            await self.effects.apply(conversation_id, effects)
-        incoming = [self.prepare_incoming(i.message, addressed=i.reply_expected)
-                    for i in items if i.kind == "message" and i.message is not None]
-        incoming += [notice for i in effects if (notice := self._change_notice(i)) is not None]
-        # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
-        incoming.sort(key=lambda m: m.created_at)
-        wants_reply = any(i.reply_expected for i in items if i.kind == "message")
-
+        # A paused turn already decided to answer; its routing is not asked again.
+        prepared = await self.input.prepare(conversation_id, items, history, opening.notes, route=paused is None,
+                                            mention_waiting=mention_waiting)
+        if prepared.effects and self.effects is not None:
+            await self.effects.apply(conversation_id, prepared.effects)
         if paused is not None:
-            turn = await self._resume(conversation_id, paused, items, incoming)
+            turn = await self._resume(conversation_id, paused, prepared)
         else:
-            incoming = self.numbered(history.messages if history else [], incoming)
-            history, compaction = await self._maybe_compact(conversation_id, history, incoming, events)
-            turn = await self._start(conversation_id, history, items, incoming, wants_reply)
+            incoming = self.input.numbered(history.messages if history else [], prepared.incoming)
+            history, compaction = await self._maybe_compact(conversation_id, history, incoming, prepared, events)
+            turn = await self._start(conversation_id, history, prepared, incoming)
             turn.compaction = compaction
-            if not wants_reply:
+            if not prepared.wants_reply:
                 await self._commit(conversation_id, turn)
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
                                   compaction=compaction, inbox_left=turn.inbox_left)
         await events.status(conversation_id, THINKING)
         trace_id = TRACE.get() or new_trace_id()
         try:
-            draft = await events.draft(conversation_id) if self.model.streams else None
-            status, reply = await self._model_loop(conversation_id, turn, events, draft)
+            draft = await events.draft(conversation_id) if self.loop.model.streams else None
+            status, reply = await self.loop.run(conversation_id, turn, events, draft)
         except ModelTimeoutError as exc:
             await self.checkpoints.pause(conversation_id, turn.checkpoint.id,
-                                         resume={"reason": "timeout", "error": str(exc), **self.paused_runtime(turn)},
-                                         outcome=self._outcome(turn))
+                                         resume={"reason": "timeout", "error": str(exc),
+                                                 **ContextAssembler.paused(turn.runtime)},
+                                         outcome=self.loop.outcome(turn))
             reply = ("The model did not answer in time. I saved this turn exactly as it was and will continue "
                      "from there with your next message.")
             return TurnResult(conversation_id, turn.checkpoint.id, "awaiting_resume", reply, len(items), trace_id,
@@ -352,13 +315,7 @@ class ReplyExecutor(ToolLoop):
             raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
-        runtime = next((m for m in turn.messages if m.id == turn.runtime_id), None)
-        shown = [i for i in runtime.source_ids if i.startswith(MEMORY_ID)] if runtime is not None else []
-        if self.memory is not None and reply and shown:
-            try:
-                await self.memory.cited(conversation_id, reply, shown)
-            except ThreadkeeperError as exc:  # usage is bookkeeping: a turn never fails on it
-                log.warning("%s: memory usage not counted: %s", conversation_id, exc)
+        await self.assembler.answered(conversation_id, reply, turn.runtime)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
                               turn.usage, turn.compaction, turn.calls, spend=turn.spend)
@@ -377,61 +334,59 @@ class ReplyExecutor(ToolLoop):
                           turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
 
     async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
-                             events: TurnEvents) -> tuple[History | None, CompactionReport | None]:
+                             prepared: PreparedTurn, events: TurnEvents,
+                             ) -> tuple[History | None, CompactionReport | None]:
         if history is None:
             return None, None
         if self.compactor.should_compact(history, incoming, self.budget):
             await events.status(conversation_id, COMPACTING)
-        return await self.compactor.before_turn(conversation_id, history, incoming, self.budget)
+        return await self.compactor.before_turn(conversation_id, history, incoming, self.budget, prepared.notes)
 
-    async def _start(self, conversation_id: str, history: History | None, items: list[InboxItem],
-                     incoming: list[Message], wants_reply: bool) -> TurnState:
+    async def _start(self, conversation_id: str, history: History | None, prepared: PreparedTurn,
+                     incoming: list[Message]) -> TurnState:
         base = list(history.messages) if history else []
         head_id = history.checkpoint.id if history else None
         new = list(incoming)
         stored = list(incoming)
         runtime_id = ""
-        if wants_reply:
-            asker = next((i.author_id for i in reversed(items) if i.reply_expected and i.author_id), None)
-            runtime = await self.runtime_message(conversation_id, history, base + new, new, asker=asker)
-            runtime_id = runtime.id
-            new.append(runtime)
-            stored.append(self.runtime_reference(runtime))
+        if prepared.wants_reply:
+            runtime = await self.assembler.assemble(conversation_id, history, base + new, new, prepared.notes,
+                                                    asker=prepared.asker)
+            runtime_id = runtime.message.id
+            new.append(runtime.message)
+            stored.append(runtime.stored)
         checkpoint = await self.checkpoints.start_turn(conversation_id, parent_id=head_id, from_head=False,
-                                                       messages=stored, inbox_consumed=len(items))
-        return TurnState(checkpoint, head_id, base + new, runtime_id, items, incoming)
+                                                       messages=stored, inbox_consumed=len(prepared.items))
+        return TurnState(checkpoint, head_id, base + new, runtime_id, prepared.items, incoming)
 
-    async def _resume(self, conversation_id: str, paused: Checkpoint, items: list[InboxItem],
-                      incoming: list[Message]) -> TurnState:
+    async def _resume(self, conversation_id: str, paused: Checkpoint, prepared: PreparedTurn) -> TurnState:
         history = await self.checkpoints.load_history(conversation_id, paused.id)
         await self.checkpoints.resume(conversation_id, paused.id)
         resume = (paused.outcome.resume or {}) if paused.outcome else {}
-        messages = self.resumed_runtime(list(history.messages), resume)
-        incoming = self.numbered(messages, incoming)
+        messages = ContextAssembler.resumed(list(history.messages), resume)
+        incoming = self.input.numbered(messages, prepared.incoming)
         new: list[Message] = []
         if resume.get("reason") == "authorization":
             call = resume["tool_call"]
             approved = any(_APPROVAL.match(m.text) for m in incoming)
             ctx = ToolContext(conversation_id, paused.id, messages + incoming)
-            content = (await self.tools.run(call["name"], call["arguments"], ctx)) if approved else \
+            content = (await self.loop.tools.run(call["name"], call["arguments"], ctx)) if approved else \
                 "The person declined this call; it was not run."
-            content, cut = bound_text(content, self.tokenizer, self.tool_limit())
-            new.append(self._tool_result(call["id"], call["name"], content, cut, ctx.extras.get(RECORDS)))
+            new.append(self.loop.tool_result(call["id"], call["name"], content, ctx.extras.get(RECORDS)))
         new.extend(incoming)
         runtime_ids = [m.id for m in messages if m.flags.runtime]
-        await self.checkpoints.append(conversation_id, paused.id, new, inbox_consumed=len(items))
+        await self.checkpoints.append(conversation_id, paused.id, new, inbox_consumed=len(prepared.items))
         checkpoint = await self.checkpoints.get(conversation_id, paused.id)
         return TurnState(checkpoint, paused.meta.parent_id, messages + new, runtime_ids[-1] if runtime_ids else "",
-                     items, incoming)
+                         prepared.items, incoming)
 
     # -- helpers -------------------------------------------------------------------------------
 
     async def _commit(self, conversation_id: str, turn: TurnState) -> None:
         done = await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
-                                             outcome=self._outcome(turn), messages=turn.final)
+                                             outcome=self.loop.outcome(turn), messages=turn.final)
         turn.inbox_left = done.inbox_left
-        if self.recall is not None:
-            self.recall.observe(conversation_id, [*turn.incoming, *turn.final])
+        self.assembler.committed(conversation_id, [*turn.incoming, *turn.final])
 
     async def _fail(self, conversation_id: str, turn: TurnState, exc: BaseException, trace_id: str) -> TurnResult:
         log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,

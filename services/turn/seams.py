@@ -14,6 +14,7 @@ from threadkeeper.persistence import (
     History,
     Lease,
     Message,
+    Notes,
     Opening,
 )
 
@@ -33,6 +34,8 @@ class CheckpointStore(Protocol):
     async def require_state(self, conversation_id: str) -> ConversationState: ...
 
     async def get(self, conversation_id: str, checkpoint_id: str) -> Checkpoint: ...
+
+    async def paused_turn(self, conversation_id: str) -> Checkpoint | None: ...
 
     async def load_history(self, conversation_id: str, checkpoint_id: str | None = None) -> History: ...
 
@@ -68,12 +71,14 @@ class Compactor(Protocol):
         """Whether the turn about to run compacts first (the one rule the executor and ``context`` ask)."""
 
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget) -> tuple[History | None, CompactionReport | None]:
-        """The history the turn uses: ``history``, or its compaction when ``should_compact``."""
+                          budget: ContextBudget, notes: Notes) -> tuple[History | None, CompactionReport | None]:
+        """The history the turn uses: ``history``, or its compaction when ``should_compact`` (read with ``notes``,
+        the conversation's notes as the turn's edits, deletions and pins leave them)."""
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
-                      budget: ContextBudget) -> tuple[CompactionReport, list[Message]]:
-        """What compacting now would give, written nowhere (``context``)."""
+                      budget: ContextBudget, notes: Notes) -> tuple[CompactionReport, History]:
+        """What compacting now would give, written nowhere: the report, and the history the turn would go on with
+        (``context``)."""
 
     async def compact(self, conversation_id: str, *, budget: ContextBudget, dry_run: bool = False,
                       reason: str = "manual", with_model: bool = False) -> CompactionReport:

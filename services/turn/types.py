@@ -3,12 +3,13 @@ transport's intake and events), its configuration, the state of a turn in progre
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from threadkeeper.persistence import Checkpoint, History, InboxItem, Message, ThreadkeeperError, Usage
+from threadkeeper.persistence import Checkpoint, History, InboxItem, Message, Notes, ThreadkeeperError, Usage
 
 from ..models import ContextBudget, Draft, ModelReply
 
@@ -29,11 +30,11 @@ class NoCompaction:
         return False
 
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget) -> tuple[History | None, CompactionReport | None]:
+                          budget: ContextBudget, notes: Notes) -> tuple[History | None, CompactionReport | None]:
         return history, None
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
-                      budget: ContextBudget) -> tuple[CompactionReport, list[Message]]:
+                      budget: ContextBudget, notes: Notes) -> tuple[CompactionReport, History]:
         raise ThreadkeeperError("this pipeline has no compactor")
 
     async def compact(self, conversation_id: str, *, budget: ContextBudget, dry_run: bool = False,
@@ -107,6 +108,17 @@ class SilentEvents:
         return None
 
 
+class Clock:
+    """The time a turn's own messages are written at (replies, notices, the runtime context's "now"): the wall
+    clock, or a replayed thread's own time. One per pipeline, shared by what writes messages."""
+
+    def __init__(self, source: Callable[[], float] = time.time) -> None:
+        self.source = source
+
+    def __call__(self) -> float:
+        return self.source()
+
+
 @dataclass
 class Spend:
     """What a turn's model calls consumed, over every call."""
@@ -159,9 +171,9 @@ class ExecutorConfig:
     it is (awaiting resume) like a call that timed out."""
 
 
-RuntimeContext = Callable[[str, Sequence[Message], Sequence[Message], float], str]
-"""``(conversation_id, history, incoming, now)``: the runtime context's text; ``now`` is the executor's clock
-(the thread's time in a replay)."""
+RuntimeHeader = Callable[[str, Sequence[Message], Sequence[Message], float], str]
+"""``(conversation_id, history, incoming, now)``: the first line of a turn's runtime context; ``now`` is the turn's
+clock (the thread's time in a replay)."""
 
 
 def default_runtime_context(conversation_id: str, history: Sequence[Message], incoming: Sequence[Message],
@@ -190,3 +202,8 @@ class TurnState:
     model_seconds: float = 0.0
     """Time spent waiting for the model, over every call and retry of the turn."""
     spend: Spend = field(default_factory=Spend)
+
+    @property
+    def runtime(self) -> Message | None:
+        """The turn's runtime context, as its request carries it."""
+        return next((m for m in reversed(self.messages) if m.id == self.runtime_id), None) if self.runtime_id else None

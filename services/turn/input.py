@@ -1,0 +1,225 @@
+"""What a turn takes in: inbox items become a prepared turn.
+
+The items one turn takes are bounded (half the usable window); their authors are named and, for messages not
+addressed to the bot, whether to answer is decided by the transport's :class:`Intake` (after the event was
+acknowledged, never before); people's messages are counted, noted, marked and bounded; edits and deletions become
+change notices in the history; and the conversation's notes are computed as the turn's edits, deletions and pins
+leave them. The executor and the preview of the next turn (``context``) both call :meth:`TurnInput.prepare`, so
+what the preview shows is what the turn takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, Notes, TextPart, new_id
+
+from ..context import refs
+from ..models import ContextBudget, Tokenizer, bound_text
+from ..recall import change_notice_id
+from ..text import make_note
+from .types import Intake
+
+log = logging.getLogger("threadkeeper.executor")
+
+ROUTING_CONCURRENCY = 8
+"""Router calls one worker runs at once (over all its conversations)."""
+ROUTING_POLL_SECONDS = 0.1
+"""How often a turn waiting on its router calls looks for a message that asks the bot directly."""
+
+MentionWaiting = Callable[[], Awaitable[bool]]
+"""Whether a message that asks the bot directly (a mention, a DM) waits behind the items being routed."""
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A turn's inbox items, ready for its history."""
+
+    items: list[InboxItem]
+    """Every item the turn takes, settled (authors named, routing decided): they leave the inbox when it commits."""
+    incoming: list[Message]
+    """People's messages and change notices, prepared, in the order they were sent (not yet numbered)."""
+    effects: list[InboxItem]
+    """The edits, deletions and pins among the items."""
+    notes: Notes
+    """The conversation's notes as the turn's effects leave them (compaction and recall read these)."""
+
+    @property
+    def wants_reply(self) -> bool:
+        return any(i.reply_expected for i in self.items if i.kind == "message")
+
+    @property
+    def asker(self) -> str | None:
+        """The transport's id of the person whose message the turn answers (the last one that asks)."""
+        return next((i.author_id for i in reversed(self.items) if i.reply_expected and i.author_id), None)
+
+
+class TurnInput:
+    """Turns inbox items into a :class:`PreparedTurn`, and makes the messages a turn writes (counted once)."""
+
+    def __init__(self, *, tokenizer: Tokenizer, budget: ContextBudget, intake: Intake | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.tokenizer = tokenizer
+        self.budget = budget
+        self.intake = intake
+        """Authors' names and routing settled as a turn takes its messages (None: messages arrive settled)."""
+        self.clock = clock
+        """When the turn's own messages (replies, notices) are written; a replay sets the thread's clock."""
+        self.routing = asyncio.Semaphore(ROUTING_CONCURRENCY)
+
+    # -- the items one turn takes --------------------------------------------------------------
+
+    def bounded(self, items: list[InboxItem]) -> list[InboxItem]:
+        """The items one turn takes: the oldest ones whose messages fit half the usable window (at least one).
+
+        A backlog (a thread read when the bot joins it, a burst while a turn ran) is then recorded over
+        several turns, each compacting as it needs to, instead of one request over the window."""
+        limit, used = self.budget.usable_tokens // 2, 0
+        for n, item in enumerate(items):
+            tokens = item.message.tokens if item.message is not None else 0
+            if n and used + tokens > limit:
+                return items[:n]
+            used += tokens
+        return items
+
+    async def prepare(self, conversation_id: str, items: Sequence[InboxItem], history: History | None,
+                      notes: Notes, *, route: bool = True,
+                      mention_waiting: MentionWaiting | None = None) -> PreparedTurn:
+        """``items`` settled and prepared for a turn that starts from ``history`` with ``notes`` stored.
+
+        ``route``: ask the transport whether to answer messages not addressed to the bot (a paused turn, which
+        already decided to answer, and a preview, which asks no model, do not)."""
+        settled = await self.settled(conversation_id, items, history, route=route, mention_waiting=mention_waiting)
+        effects = [i for i in settled if i.kind != "message"]
+        incoming = [self.prepare_incoming(i.message, addressed=i.reply_expected)
+                    for i in settled if i.kind == "message" and i.message is not None]
+        incoming += [notice for i in effects if (notice := self.change_notice(i)) is not None]
+        # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
+        incoming.sort(key=lambda m: m.created_at)
+        return PreparedTurn(settled, incoming, effects, notes.after(effects) if effects else notes)
+
+    async def settled(self, conversation_id: str, items: Sequence[InboxItem], history: History | None, *,
+                      route: bool = True, mention_waiting: MentionWaiting | None = None) -> list[InboxItem]:
+        """``items`` with their authors' names looked up and, with ``route``, whether to answer decided by the
+        transport's :class:`Intake` (reading ``history``'s last lines); as they are without an intake.
+
+        Routing never delays a message that asks the bot directly: a batch that holds one is answered as a
+        whole (its reply sees every message of the batch) without asking the router; otherwise the router is
+        asked about each message at once (at most ``ROUTING_CONCURRENCY`` calls per worker), and when
+        ``mention_waiting`` says such a message arrived meanwhile, the calls are abandoned and the batch only
+        recorded, so the next turn answers that message at once, with these messages in its history."""
+        if self.intake is None or not any(i.author_id or i.route for i in items):
+            return list(items)
+        intake = self.intake
+        ids = sorted({i.author_id for i in items if i.message is not None and i.author_id})
+        names = dict(zip(ids, await asyncio.gather(*(intake.author(conversation_id, a) for a in ids)), strict=True))
+        recent = [f"{m.author or m.role}: {m.text}" for m in (history.messages if history else [])
+                  if m.role in ("user", "assistant") and not m.flags.runtime and not m.flags.handoff][-6:]
+        out: list[InboxItem] = []
+        asks: dict[int, tuple[Message, list[str]]] = {}
+        """position in ``out`` → the message and the thread's last lines before it (for the router)."""
+        for item in items:
+            message = item.message
+            if message is not None and item.author_id:
+                message = self.tokenizer.counted(message.model_copy(update={"author": names[item.author_id]}))
+                item = item.model_copy(update={"message": message})
+            if item.route and route and message is not None:
+                asks[len(out)] = (message, recent)
+            if message is not None and item.kind == "message":
+                recent = [*recent, f"{message.author or message.role}: {message.text}"][-6:]
+            out.append(item)
+        if not asks or any(i.kind == "message" and i.reply_expected and not i.route for i in out):
+            return out  # nothing to route, or the batch is answered anyway
+        decided = await self._routed(conversation_id, intake, asks, mention_waiting)
+        return [i.model_copy(update={"reply_expected": True}) if decided.get(n) else i for n, i in enumerate(out)]
+
+    async def _routed(self, conversation_id: str, intake: Intake, asks: dict[int, tuple[Message, list[str]]],
+                      mention_waiting: MentionWaiting | None) -> dict[int, bool]:
+        async def ask(message: Message, lines: list[str]) -> bool:
+            async with self.routing:
+                return await intake.route(conversation_id, message.text, lines)
+
+        tasks = {asyncio.create_task(ask(m, lines), name=f"route:{conversation_id}"): n
+                 for n, (m, lines) in asks.items()}
+        waiting: set[asyncio.Task[bool]] = set(tasks)
+        try:
+            while waiting:
+                _, waiting = await asyncio.wait(waiting, timeout=ROUTING_POLL_SECONDS if mention_waiting else None)
+                if waiting and mention_waiting is not None and await mention_waiting():
+                    log.info("%s: a message for the bot arrived while %d messages were routed; they are recorded "
+                             "and it is answered first", conversation_id, len(tasks))
+                    return {}
+            return {n: t.result() for t, n in tasks.items()}
+        finally:
+            for t in waiting:
+                t.cancel()
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
+                flags: MessageFlags | None = None, created_at: float | None = None,
+                source_ids: Sequence[str] = ()) -> Message:
+        """A message with its token count computed now, once."""
+        return self.tokenizer.counted(Message(
+            id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,  # type: ignore[arg-type]
+            flags=flags or MessageFlags(), tokens=0, created_at=created_at or self.clock(),
+            source_ids=list(source_ids)))
+
+    def prepare_incoming(self, message: Message, *, addressed: bool) -> Message:
+        """A person's message as a turn takes it from the inbox: counted, its note computed, marked if it asked
+        the bot, and a single input larger than half the usable window cut in the middle with a marker."""
+        update: dict[str, Any] = {}
+        if message.tokens == 0:
+            update["tokens"] = self.tokenizer.count_message(message)
+        if message.note is None:
+            update |= self.noted(message.text, message.created_at)
+        if addressed and not message.flags.addressed:
+            update["flags"] = message.flags.model_copy(update={"addressed": True})
+        message = message.model_copy(update=update) if update else message
+        limit = max(256, self.budget.usable_tokens // 2)
+        if message.tokens <= limit:
+            return message
+        text, _ = bound_text(message.text, self.tokenizer, limit)
+        return self.tokenizer.counted(message.model_copy(update={"parts": [TextPart(text=text)]}))
+
+    def noted(self, text: str, created_at: float) -> dict[str, Any]:
+        """A message's note and its token count, computed once when its turn commits, so a compaction only
+        selects and renders."""
+        note = make_note(text, created_at) or ""
+        return {"note": note, "note_tokens": [self.tokenizer.count(" " + note)] if note else []}
+
+    def numbered(self, history: Sequence[Message], incoming: Sequence[Message]) -> list[Message]:
+        """``incoming`` with references (``#N``) following on from ``history``'s, counted in the tokens of the
+        messages that show theirs."""
+        ref = refs.next_ref(history)
+        out = []
+        for m in incoming:
+            if m.ref is None and refs.numbered(m):
+                m = m.model_copy(update={"ref": ref})
+                ref += 1
+                if refs.shown(m):
+                    m = m.model_copy(update={"tokens": m.tokens + self.tokenizer.count(refs.prefix(m))})
+            out.append(m)
+        return out
+
+    def change_notice(self, item: InboxItem) -> Message | None:
+        """An edit or deletion becomes a notice in the history, so the model never relies on stale text.
+
+        (The earlier message itself is immutable; compaction applies the change to what it keeps.)"""
+        if item.kind == "edit" and item.message is not None:
+            text = f"(edited message {item.message.id}; it now reads:) {item.message.text}"
+            target, author = item.message.id, item.message.author
+        elif item.kind == "delete" and item.target_id:
+            text = f"(message {item.target_id} was deleted; disregard what it said)"
+            target, author = item.target_id, None
+        else:
+            return None
+        event = item.event_id or item.change or f"{item.received_at:.6f}"
+        notice = self.message(text, author=author, id=change_notice_id(target, item.kind, event),
+                              created_at=item.received_at)
+        return notice.model_copy(update={"note": ""})  # the change reaches the handoff through the edit notes
