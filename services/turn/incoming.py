@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, TextPart, new_id
+from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, Role, TextPart, new_id
 
 from ..context import calibration, next_ref, refs, visible
 from ..memory import Memory
@@ -180,11 +180,11 @@ class Incoming:
                 for m in messages]
 
 
-    def make_message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
+    def make_message(self, text: str, *, role: Role = "user", author: str | None = None, id: str | None = None,
                      flags: MessageFlags | None = None, created_at: float | None = None,
                      source_ids: Sequence[str] = ()) -> Message:
         """A message with its token count computed now, once."""
-        base = Message(id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,  # type: ignore[arg-type]
+        base = Message(id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,
                        flags=flags or MessageFlags(), tokens=0, created_at=created_at or self.clock(),
                        source_ids=list(source_ids))
         return base.model_copy(update={"tokens": self.tokenizer.count_message(base)})
