@@ -10,7 +10,7 @@ export PYTHONWARNINGS := ignore:Editable installation
 # Test processes (pytest-xdist): every test uses its own key prefix, so they share one Redis safely.
 TEST_WORKERS ?= 2
 
-.PHONY: run test install bench eval console clean constraints mutate
+.PHONY: run test typecheck install bench eval console clean constraints mutate
 
 RUN_STAMP := $(VENV)/.installed-run
 # Without REDIS_URL, commands share an embedded Redis: the machine's redis-server, or (when there is none) the
@@ -51,6 +51,10 @@ test: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
+# mypy, strict on the package ([tool.mypy] in pyproject.toml).
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
 # Each one-line breakage in tests/mutations.py must fail the tests named with it; lists the ones that survive.
 mutate: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py
@@ -72,4 +76,4 @@ constraints: $(STAMP)
 	   $(BIN)/python -m pip freeze --exclude-editable --disable-pip-version-check | grep -v -i '^pyflakes=='; } > constraints.txt
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache

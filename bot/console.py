@@ -54,7 +54,8 @@ class ConsoleEvents:
         return True  # a console reply is printed at once: nothing is ever left owed
 
     async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> bool | None:
+                    checkpoint_id: str | None = None) -> None:
+        """Printed at once: always delivered (None)."""
         writing, self.writing = self.writing, None
         if writing is not None and writing.shown and text == writing.shown.strip():
             print(file=self.out, flush=True)  # already on screen as it was written

@@ -209,15 +209,15 @@ class SlackEvents:
         streamed part) by its exact text. None when the thread could not be read."""
         _, channel, thread_ts = parse_conversation(conversation_id)
         me = await self.workspaces.identity(parse_conversation(conversation_id)[0])
-        oldest = {"oldest": f"{since:.6f}"} if since else {}
+        oldest = f"{since:.6f}" if since else None  # None: not sent
         found: set[int] = set()
         try:
             if thread_ts == DIRECT:
                 pages = await client.conversations_history(channel=channel, limit=200, include_all_metadata=True,
-                                                           **oldest)
+                                                           oldest=oldest)
             else:
                 pages = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
-                                                           include_all_metadata=True, **oldest)
+                                                           include_all_metadata=True, oldest=oldest)
             async for page in pages:
                 for m in page.get("messages") or []:
                     if not (m.get("bot_id") or (me is not None and m.get("user") == me.user_id)):

@@ -163,11 +163,11 @@ async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, po
                                              slack=socket_state(handler)))
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
-    await handler.connect_async()
+    await handler.connect_async()  # type: ignore[no-untyped-call]  # slack-bolt leaves it unannotated
     log.info("connected to Slack in Socket Mode")
     try:
         await run_until_stopped(bot, sweep_seconds=sweep_seconds, shutdown_seconds=shutdown_seconds)
     finally:
-        await handler.close_async()
+        await handler.close_async()  # type: ignore[no-untyped-call]  # slack-bolt leaves it unannotated
         if runner is not None:
             await runner.cleanup()

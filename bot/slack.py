@@ -344,10 +344,10 @@ class SlackBot(SlackIntake):
             return
         item = event.get("item") or {}
         message = item.get("message") or {}
-        if "ts" not in message:
+        channel = event.get("channel_id") or item.get("channel")
+        if "ts" not in message or not channel:
             return
         team = body.get("team_id") or "T"
-        channel = event.get("channel_id") or item.get("channel")
         cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
         await self._effect(cid, InboxItem(kind="pin" if pinned else "unpin", event_id=body.get("event_id"),
                                           target_id=message["ts"], reply_expected=False))

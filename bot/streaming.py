@@ -104,12 +104,12 @@ class SlackDraft:
             return
         self.shown += text
         try:
-            if self.stream is None and self.ts is None:
-                if len(self.shown) >= STREAM_BUFFER:  # a short reply is simply posted when it is done
-                    await self._start()
-            elif self.stream is not None:
+            if self.stream is not None:
                 await self.stream.append(markdown_text=text)
                 await self._mark(self.stream.ts)
+            elif self.ts is None:
+                if len(self.shown) >= STREAM_BUFFER:  # a short reply is simply posted when it is done
+                    await self._start()
             elif time.monotonic() - self.updated_at >= UPDATE_SECONDS:
                 await self.client.chat_update(channel=self.channel, ts=self.ts, text=self.shown)
                 self.updated_at = time.monotonic()

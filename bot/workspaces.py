@@ -91,15 +91,16 @@ class RedisInstallationStore(_InRedis, AsyncInstallationStore):
             return None
         raw = raw if isinstance(raw, bytes) else raw.encode()
         if raw.lstrip().startswith(b"{"):  # stored in plain text by an earlier version: sealed now
-            value = json.loads(raw)
+            value: dict[str, Any] = json.loads(raw)
             await self.client.hset(key, field, self.encryption.encrypt(raw))
-            return value  # type: ignore[no-any-return]
+            return value
         try:
-            return json.loads(self.encryption.decrypt(raw))  # type: ignore[no-any-return]
+            value = json.loads(self.encryption.decrypt(raw))
         except InvalidToken:
             raise EncryptionKeyError(f"the installation stored at {key} cannot be decrypted: "
                                      "THREADKEEPER_ENCRYPTION_KEY is not the key it was stored with (to change "
                                      "keys, list the new one first and keep the old one after it)") from None
+        return value
 
     async def async_save(self, installation: Installation) -> None:
         key = self._key(installation.enterprise_id, installation.team_id, installation.is_enterprise_install)

@@ -104,10 +104,14 @@ def _read_json(path: Path) -> Any:
         raise BenchmarkInputError(f"{path}: not valid JSON: {exc}") from None
 
 
-def _require(item: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _object(item: Any, where: str) -> dict[str, Any]:
     if not isinstance(item, dict):
         raise BenchmarkInputError(f"{where}: expected a JSON object, got {type(item).__name__}")
-    value = item.get(key)
+    return item
+
+
+def _require(item: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = _object(item, where).get(key)
     if not isinstance(value, kind):
         problem = "is missing" if value is None else f"is a {type(value).__name__}"
         raise BenchmarkInputError(f"{where}: field {key!r} {problem}")
@@ -143,7 +147,8 @@ def _sessions(conversation: dict[str, Any]) -> list[tuple[int, list[Any]]]:
 
 
 def _locomo_case(item: Any, name: str, where: str, skipped: Counter[str]) -> Case:
-    conversation = item.get("conversation") if isinstance(item, dict) and "conversation" in item else item
+    conversation = _object(item.get("conversation") if isinstance(item, dict) and "conversation" in item else item,
+                           where)
     _require(conversation, "session_1", list, where)
     qa = _require(item, "qa", list, where)
     messages: list[dict[str, Any]] = []

@@ -134,7 +134,10 @@ def summarize_memory(results: Sequence[MemoryResult]) -> list[dict[str, Any]]:
         answerable = sum(r.answerable for r in runs)
         spend = [s for r in runs for s in r.spend]
         messages = sum(r.messages for r in runs)
-        share = (lambda n: n / answerable if answerable else None)  # noqa: E731
+
+        def share(n: int) -> float | None:
+            return n / answerable if answerable else None
+
         kept, bm25 = share(sum(r.kept for r in runs)), share(sum(r.bm25 for r in runs))
         rows.append({"window": window, "chats": len(runs), "sessions": sum(r.sessions for r in runs),
                      "questions": sum(r.questions for r in runs), "answerable": answerable,

@@ -15,7 +15,7 @@ from .errors import (
     ThreadkeeperError,
 )
 from .forget import Forgetter
-from .inbox import Inbox, Lease, LeaseManager
+from .inbox import Inbox, LeaseManager
 from .keys import ConversationKeys
 from .memory import ExtractionJob, MemoryRecord, MemoryStore, MemoryVersion
 from .models import (
@@ -29,9 +29,11 @@ from .models import (
     History,
     ImagePart,
     InboxItem,
+    Lease,
     LineageEntry,
     Message,
     MessageFlags,
+    Role,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -45,6 +47,6 @@ __all__ = [
     "Forgetter", "durability", "ExtractionJob", "MemoryRecord", "MemoryStore", "MemoryVersion", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
-    "MessageFlags", "NotFoundError", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
+    "MessageFlags", "NotFoundError", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
     "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping",
 ]

@@ -6,7 +6,7 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,6 +25,12 @@ def new_id(prefix: str = "cp") -> str:
     return f"{prefix}_{int(time.time() * 1000):013x}{uuid.uuid4().hex[:12]}"
 
 
+@overload
+def _text(raw: bytes | str) -> str: ...
+@overload
+def _text(raw: None) -> None: ...
+@overload
+def _text(raw: bytes | str | None) -> str | None: ...
 def _text(raw: bytes | str | None) -> str | None:
     if raw is None:
         return None

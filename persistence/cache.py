@@ -41,7 +41,8 @@ class SegmentCache:
         return list(self._chains.get(conversation_id, {}))[-recent:]
 
     def chain(self, conversation_id: str, checkpoint_id: str) -> list[str] | None:
-        return self._chains.get(conversation_id, {}).get(checkpoint_id)
+        chains = self._chains.get(conversation_id)
+        return chains.get(checkpoint_id) if chains is not None else None
 
     def put_chain(self, conversation_id: str, checkpoint_id: str, chain: list[str]) -> None:
         if self.max_messages <= 0:

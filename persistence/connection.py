@@ -22,8 +22,9 @@ def _retry() -> Retry:
     request. A command Redis ran just before the connection dropped may run twice: the stores' scripts are
     deduplicated (enqueue) or compare-and-set (commit, lease), and a commit that already happened fails
     cleanly, leaving its reply to the sweep's delivery of committed replies."""
-    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3,
-                 supported_errors=(RedisConnectionError, RedisTimeoutError, ConnectionResetError))
+    # redis-py types supported_errors as Redis errors only; it retries on any exception class it is given
+    errors = (RedisConnectionError, RedisTimeoutError, ConnectionResetError)
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3, supported_errors=errors)  # type: ignore[arg-type]
 
 
 def connect(url: str, *, max_connections: int = 128, cluster: bool = False,
@@ -42,6 +43,7 @@ def connect(url: str, *, max_connections: int = 128, cluster: bool = False,
     if cluster:
         from redis.asyncio.cluster import RedisCluster
 
+        # redis-py's cluster client offers Redis's commands but is not typed as a Redis client
         return RedisCluster.from_url(url, max_connections=max_connections, socket_connect_timeout=5,
                                      socket_timeout=timeout_seconds or None,
                                      health_check_interval=30, retry=_retry())  # type: ignore[return-value]

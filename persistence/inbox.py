@@ -19,9 +19,12 @@ log = logging.getLogger("threadkeeper.inbox")
 
 def unreadable_because(exc: ValidationError) -> str:
     """Why a stored item cannot be read, in one line: the first problem, where it is."""
-    first = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(p) for p in first.get("loc", ())) or "item"
-    return f"{where}: {first.get('msg', str(exc).splitlines()[0])}"
+    errors = exc.errors()
+    if not errors:
+        return f"item: {str(exc).splitlines()[0]}"
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"]) or "item"
+    return f"{where}: {first['msg']}"
 
 
 class Inbox(RedisStore):

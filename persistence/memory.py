@@ -259,7 +259,7 @@ class MemoryStore(RedisStore):
         script = self._script_text("_release", _RELEASE)
         return bool(await self._call(script(keys=[f"{self._base(workspace)}:lock:{name}"], args=[token])))
 
-    def _script_text(self, name: str, text: str):  # type: ignore[no-untyped-def]
+    def _script_text(self, name: str, text: str) -> Any:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self.client.register_script(text)

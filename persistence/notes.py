@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
+from redis.typing import EncodableT
 
 from .base import RedisStore
 from .errors import CorruptRecordError
+from .models import InboxItem
 
 
 class MessageChange(BaseModel):
@@ -30,17 +33,17 @@ class Notes(BaseModel):
     """Conversation facts for transports (subscribed thread, assistant thread, …)."""
 
     @classmethod
-    def parse(cls, raw: Mapping[bytes | str, bytes | str], where: str) -> Notes:
+    def parse(cls, raw: Mapping[bytes, bytes] | Mapping[str, str], where: str) -> Notes:
         """The notes a stored hash holds (``where`` names it in the error when a field cannot be read)."""
-        return cls()._with(raw, where)
+        return cls()._with(raw.items(), where)
 
     def after(self, items: Sequence[InboxItem]) -> Notes:
         """These notes as ``items`` (a turn's edits, deletions and pins) leave them: what
         :meth:`NotesStore.apply` stores, computed without writing (a preview of the next turn uses it)."""
-        return self.model_copy(deep=True)._with(effect_fields(items), "a turn's effects")
+        return self.model_copy(deep=True)._with(effect_fields(items).items(), "a turn's effects")
 
-    def _with(self, raw: Mapping[bytes | str, bytes | str], where: str) -> Notes:
-        for f, v in raw.items():
+    def _with(self, fields: Iterable[tuple[bytes | str, bytes | str]], where: str) -> Notes:
+        for f, v in fields:
             field = f.decode() if isinstance(f, bytes) else f
             try:
                 if field.startswith("change:"):
@@ -97,7 +100,8 @@ class NotesStore(RedisStore):
     async def _set(self, conversation_id: str, fields: Mapping[str, str]) -> None:
         key = self.keys(conversation_id).notes
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(key, mapping=dict(fields))
+        values: dict[EncodableT, EncodableT] = {k: v for k, v in fields.items()}
+        pipe.hset(key, mapping=values)
         pipe.expire(key, self.retention_seconds)
         await self._call(pipe.execute())
 

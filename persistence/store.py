@@ -17,7 +17,6 @@ from pydantic import ValidationError
 
 from .base import _text, glob_escape, new_id
 from .cache import SegmentCache
-from .notes import Notes
 from .errors import CorruptRecordError, HeadConflictError, NotFoundError
 from .keys import ConversationKeys
 from .models import (
@@ -34,6 +33,7 @@ from .models import (
     Message,
     carried_tokens,
 )
+from .notes import Notes
 from .reading import HistoryReader
 
 
@@ -226,8 +226,8 @@ class CheckpointStore(HistoryReader):
                 head_checkpoint_id=fields.get("head") or None,
                 active_turn_id=fields.get("active") or None,
                 version=int(fields.get("version") or 0),
-                created_at=float(fields["created_at"]),  # type: ignore[arg-type]
-                updated_at=float(fields.get("updated_at") or fields["created_at"]),  # type: ignore[arg-type]
+                created_at=float(fields["created_at"]),
+                updated_at=float(fields.get("updated_at") or fields["created_at"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptRecordError(keys.state, f"{type(exc).__name__}: {exc}") from None
@@ -320,10 +320,13 @@ class CheckpointStore(HistoryReader):
         """The messages up to ``head`` (whose chain is known) from cached segments, if all are cached (as a
         history to extend into the one at ``checkpoint``)."""
         chain = self._segments.chain(conversation_id, head)
-        segments = [self._segments.get(conversation_id, cid) for cid in chain] if chain else [None]
-        if chain is None or any(seg is None for seg in segments):
+        if not chain:
             return None
-        messages = [m for seg in segments for m in seg]  # type: ignore[union-attr]
+        segments = [self._segments.get(conversation_id, cid) for cid in chain]
+        cached = [seg for seg in segments if seg is not None]
+        if len(cached) < len(segments):
+            return None
+        messages = [m for seg in cached for m in seg]
         return History.model_construct(checkpoint=checkpoint, messages=messages, chain=list(chain))
 
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:
@@ -338,14 +341,14 @@ class CheckpointStore(HistoryReader):
         rows: list[LineageEntry] = []
         totals: dict[str, tuple[int, int]] = {}
         for index, cid in enumerate(ids):
-            cp = self._checkpoint(keys, cid, rec[index * 6:index * 6 + 6])  # type: ignore[arg-type]
+            cp = self._checkpoint(keys, cid, rec[index * 6:index * 6 + 6])
             base = (0, 0)
             if cp.kind is CheckpointKind.TURN and cp.meta.parent_id:
                 base = totals.get(cp.meta.parent_id, (0, 0))
-            totals[cid] = (base[0] + cp.message_count, base[1] + cp.token_count)  # type: ignore[index]
-            rows.append(LineageEntry(id=cid, kind=cp.kind, status=cp.status, parent=cp.meta.parent_id,  # type: ignore[arg-type]
-                                     forked_from=cp.meta.forked_from, message_count=totals[cid][0],  # type: ignore[index]
-                                     token_total=totals[cid][1], created_at=cp.meta.created_at,  # type: ignore[index]
+            totals[cid] = (base[0] + cp.message_count, base[1] + cp.token_count)
+            rows.append(LineageEntry(id=cid, kind=cp.kind, status=cp.status, parent=cp.meta.parent_id,
+                                     forked_from=cp.meta.forked_from, message_count=totals[cid][0],
+                                     token_total=totals[cid][1], created_at=cp.meta.created_at,
                                      is_head=cid == state.head_checkpoint_id))
         return rows
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from threadkeeper.persistence import CheckpointStore, Inbox, InboxItem, Message, MessageFlags
+from threadkeeper.persistence import CheckpointStore, Inbox, InboxItem, Message, MessageFlags, Role
 
 from .handoff import CompactionReport, Compactor
 from .memory import Memory
@@ -52,7 +52,7 @@ class Pipeline:
 
     # -- what comes in ---------------------------------------------------------------------------
 
-    def message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
+    def message(self, text: str, *, role: Role = "user", author: str | None = None, id: str | None = None,
                 created_at: float | None = None, pinned: bool = False) -> Message:
         """A message as the inbox and the history store it, counted once (a person's, unless ``role`` says)."""
         return self.executor.input.message(text, role=role, author=author, id=id, created_at=created_at,

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Usage, ping
 from threadkeeper.persistence.keys import dead_registry_key, pending_key
 from threadkeeper.services import measure
+from threadkeeper.services.handoff import Compactor
 from threadkeeper.services.recall import Recall
 
 from .bench_data import chat_text, fill, fill_epochs, filler, message, note_cost_us
@@ -36,7 +37,7 @@ class CountingConnection(aioredis.Connection):
 
     sent = 0
 
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:  # type: ignore[override]
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         chunks = [command] if isinstance(command, (bytes, bytearray, memoryview, str)) else command
         CountingConnection.sent += sum(len(c) for c in chunks)
         await super().send_packed_command(command, check_health)
@@ -45,10 +46,10 @@ class CountingConnection(aioredis.Connection):
 def _slow_provider(latency: float) -> str:
     """A litellm custom provider that answers after ``latency`` seconds: a real model's route (litellm's own
     request handling and its thread pool) without a network. Returns the model name to configure."""
-    from threadkeeper.services.models._litellm import litellm, register_provider
+    from threadkeeper.services.models._litellm import CustomLLM, litellm, register_provider
 
-    class SlowModel(litellm.CustomLLM):
-        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    class SlowModel(CustomLLM):
+        async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
             await asyncio.sleep(latency)
             return litellm.ModelResponse(model=model, choices=[{"index": 0, "finish_reason": "stop",
                                                                 "message": {"role": "assistant", "content": "done"}}],
@@ -226,10 +227,10 @@ def _langgraph_bytes(history: int) -> int | None:
     saver = InMemorySaver()
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": filler(400, i), "id": str(i)}
                 for i in range(history)]
-    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     base = empty_checkpoint()
     base["channel_values"] = {"messages": messages}
-    config = saver.put(config, base, {"source": "loop", "step": 0}, {"messages": 1})
+    config = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, base, {"source": "loop", "step": 0},
+                       {"messages": 1})
     before_blobs = {k: v for k, v in saver.blobs.items()}
     grown = create_checkpoint(base, None, 1)
     grown["channel_values"] = {"messages": messages + [{"role": "user", "content": filler(400, history), "id": "u"},
@@ -253,6 +254,7 @@ async def worker_metrics(url: str, prefix: str, route: str = "direct") -> dict[s
     from threadkeeper.services.models import OfflineModel
 
     model = _slow_provider(1.0) if route == "litellm" else "offline"
+    # pydantic-settings accepts _env_file, but its typed signature lists the fields only
     settings = Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]
                         ai_model=model, ai_model_context_window_tokens=32_000)
     stores = build_stores(settings)
@@ -285,7 +287,8 @@ def _worker_process_metrics(url: str, prefix: str, route: str) -> dict[str, floa
                           timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the worker-process bench failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    metrics: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return metrics
 
 
 async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str], None] = lambda _: None,
@@ -346,22 +349,27 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
 
         out["note_us_per_message"] = note_cost_us(500 if quick else 2_000)
         small = build_pipeline(local, stores, context_window=32_000)
+        compactor = small.executor.compactor
+        if not isinstance(compactor, Compactor):  # the executor holds it as its seam; the fold is the handoff's
+            raise TypeError(f"the bench measures the handoff compactor's running fold, not {type(compactor)}")
         for label, tokens in (("50k", 50_000), ("200k", 200_000)):
             progress(f"compaction of {label} tokens")
             cid = f"bench:compact:{label}"
-            times, cold_times, fold_us = [], [], []
+            times: list[float] = []
+            cold_times: list[float] = []
+            fold_us: list[float] = []
             for i in range(3 if quick else 7):
-                for cold in (False, True):
-                    fork_cid = f"{cid}:{i}:{cold}"
+                for is_cold in (False, True):
+                    fork_cid = f"{cid}:{i}:{is_cold}"
                     await fill(stores.checkpoints, fork_cid, tokens // 100, per_turn=10)
-                    if not cold:  # as before a turn: the history is loaded and its running fold is current
+                    if not is_cold:  # as before a turn: the history is loaded and its running fold is current
                         history = await stores.checkpoints.load_history(fork_cid)
                         started = time.perf_counter()
-                        running = await small.compactor.advance(fork_cid, history, small.budget)
+                        running = await compactor.advance(fork_cid, history, small.budget)
                         fold_us.append((time.perf_counter() - started) * 1e6 / max(1, len(running.consumed)))
                     started = time.perf_counter()
                     await small.compact(fork_cid, reason="manual")
-                    (cold_times if cold else times).append((time.perf_counter() - started) * 1000)
+                    (cold_times if is_cold else times).append((time.perf_counter() - started) * 1000)
             out[f"compaction_ms_p50_{label}"] = round(statistics.median(times), 2)
             out[f"compaction_cold_ms_p50_{label}"] = round(statistics.median(cold_times), 2)
             out[f"fold_us_per_message_{label}"] = round(statistics.median(fold_us), 1)

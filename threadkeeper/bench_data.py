@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 
-from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, TextPart, Usage
+from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, MessageFlags, Role, TextPart, Usage
 from threadkeeper.services.models import Tokenizer
 from threadkeeper.services.text import notes
 
@@ -27,9 +27,9 @@ def committed(message: Message) -> Message:
     return message.model_copy(update={"tokens": TOKENIZER.count_message(message)})
 
 
-def message(i: int, role: str = "user", chars: int = 400) -> Message:
+def message(i: int, role: Role = "user", chars: int = 400) -> Message:
     """A stored message as a committed turn writes it: token count and note computed once."""
-    return committed(Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,  # type: ignore[arg-type]
+    return committed(Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,
                              parts=[TextPart(text=filler(chars, i))], author="U1" if role == "user" else None,
                              tokens=0, created_at=1_700_000_000.0 + i, ref=i + 1))
 
@@ -72,14 +72,14 @@ async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_ep
     for start in range(0, messages, per_turn):
         if head is not None and start % per_epoch == 0:
             handoff = Message(id=f"h{start}", role="user", parts=[TextPart(text="[handoff]")], tokens=3,
-                              flags={"handoff": True})  # type: ignore[arg-type]
+                              flags=MessageFlags(handoff=True))
             fork = await store.fork_compaction(cid, forked_from=head, messages=[handoff], covered_ids=[])
             head = fork.id
         cp = await store.start_turn(cid, parent_id=head, from_head=False)
         batch = []
         for i in range(start, min(start + per_turn, messages)):
             text = chat_text(rng, rng.randint(8, 40))
-            batch.append(committed(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],  # type: ignore[arg-type]
+            batch.append(committed(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],
                                            author=f"U{i % 5}", tokens=0, created_at=1_700_000_000.0 + i, ref=i + 1)))
         await store.append(cid, cp.id, batch)
         await store.commit(cid, cp.id, expected_head=head)

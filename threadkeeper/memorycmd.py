@@ -7,11 +7,15 @@ import argparse
 import asyncio
 import json
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from threadkeeper.persistence import MemoryRecord, ThreadkeeperError
 
 from .settings import Settings
 from .stores import Stores, with_pipeline, with_stores
+
+if TYPE_CHECKING:
+    from threadkeeper.services import Pipeline
 
 
 def _when(at: float | None) -> str:
@@ -81,8 +85,10 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         raise AssertionError(action)
 
-    async def pipeline_work(stores: Stores, pipeline) -> int:  # type: ignore[no-untyped-def]
+    async def pipeline_work(stores: Stores, pipeline: Pipeline) -> int:
         memory = pipeline.memory
+        if memory is None:
+            raise ThreadkeeperError("memory is not configured for this pipeline")
         if action == "extract":
             result = await memory.extract(args.conversation_id, force=True)
             print(f"{result.conversation_id}: {result.outcome}, {result.records} records from {result.messages} new "
@@ -104,7 +110,7 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(with_stores(settings, work))
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("memory", help="memory across conversations: list, show, forget, switch, extract, consolidate")
     mem = p.add_subparsers(dest="memory_action", required=True)
     c = mem.add_parser("list", help="the live records (of one workspace or channel)")

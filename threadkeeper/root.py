@@ -32,7 +32,10 @@ from threadkeeper.services.recall import Recall, lineage_resolver, thread_search
 from threadkeeper.services.turn import Clock, ContextAssembler, ModelLoop, NoteEffects, Preview, TurnInput, tool_tokens
 
 from .settings import Settings, SettingsError
-from .stores import Stores, build_stores  # noqa: F401  (re-exported: the composition root builds both)
+from .stores import Stores, build_stores
+
+# Stores and build_stores are re-exported: the composition root builds both.
+__all__ = ["Stores", "build_pipeline", "build_slack_bot", "build_stores", "check_models", "memory_config"]
 
 
 def check_models(settings: Settings) -> None:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import redis.asyncio as aioredis
 
@@ -25,6 +25,14 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from threadkeeper.services import Pipeline
+
+
+class _StoreOptions(TypedDict):
+    """What every store is built with (:class:`threadkeeper.persistence.base.RedisStore`'s options)."""
+
+    prefix: str
+    retention_days: float
+    url: str
 
 
 @dataclass
@@ -56,8 +64,8 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
         client = connect(url, cluster=settings.redis_cluster,
                          max_connections=settings.threadkeeper_redis_max_connections,
                          timeout_seconds=settings.threadkeeper_redis_timeout_seconds)
-    common = dict(prefix=settings.threadkeeper_key_prefix, retention_days=settings.threadkeeper_retention_days,
-                  url=url or "")
+    common = _StoreOptions(prefix=settings.threadkeeper_key_prefix,
+                           retention_days=settings.threadkeeper_retention_days, url=url or "")
     checkpoints = CheckpointStore(client, cache_bytes=settings.threadkeeper_cache_mb * 1024 * 1024, **common)
     return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),

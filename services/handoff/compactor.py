@@ -333,8 +333,9 @@ class Compactor:
         them, so a turn can leave them out; see :func:`services.context.visible`). It carries the highest
         reference it covers, so numbering continues after it, and the thread's time (the newest message's),
         not the clock's."""
-        parts = [TextPart(text=standing), *([TextPart(text=notes)] if notes else [])]
-        base = Message(id=new_id("handoff"), role="user", parts=parts, flags=MessageFlags(handoff=True),
+        base = Message(id=new_id("handoff"), role="user",
+                       parts=[TextPart(text=standing), *([TextPart(text=notes)] if notes else [])],
+                       flags=MessageFlags(handoff=True),
                        tokens=0, source_ids=source_ids, ref=top_ref or None, created_at=now)
         return self.tokenizer.counted(base).model_copy(
             update={"note_tokens": [self.tokenizer.count("\n" + notes)] if notes else []})

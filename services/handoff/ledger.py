@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -281,7 +281,8 @@ class LedgerBuilder:
             return
         self._applied.update(changes)
         lg = self.ledger
-        for entry in [*lg.asks, *lg.decisions]:
+        entries: list[Ask | Decision] = [*lg.asks, *lg.decisions]
+        for entry in entries:
             if entry.id in changes:
                 now = changes[entry.id] or ""
                 entry.text = redact(_short(split_instructions(now)[1] if isinstance(entry, Ask) and entry.standing
@@ -399,7 +400,10 @@ def _best_match(entries: list[Decision], words: set[str]) -> Decision | None:
     return best
 
 
-def _keep(entries: list, cap: int, value) -> list:  # type: ignore[no-untyped-def]
+_E = TypeVar("_E", bound=_Entry)
+
+
+def _keep(entries: list[_E], cap: int, value: Callable[[_E], tuple[int, ...]]) -> list[_E]:
     """At most ``cap`` entries, the most valuable kept, in their original order."""
     if len(entries) <= cap:
         return entries
@@ -407,15 +411,16 @@ def _keep(entries: list, cap: int, value) -> list:  # type: ignore[no-untyped-de
     return [e for e in entries if id(e) in kept]
 
 
-def load_ledger(raw: Mapping[str, object]) -> Ledger:
-    """A stored ledger; one written by an earlier version (v1) is carried over, its facts becoming notes."""
-    if int(raw.get("v", 1) or 1) >= LEDGER_VERSION:  # type: ignore[call-overload]
+def load_ledger(raw: Mapping[str, Any]) -> Ledger:
+    """A stored ledger (its JSON); one written by an earlier version (v1) is carried over, its facts becoming
+    notes."""
+    if int(raw.get("v", 1) or 1) >= LEDGER_VERSION:
         return Ledger.model_validate(raw)
     old = dict(raw)
     asks = [{**a, "status": "answered" if a.get("status") == "resolved" else a.get("status", "open")}
-            for a in old.get("asks", []) or []]  # type: ignore[union-attr]
+            for a in old.get("asks", []) or []]
     notes = [NoteEntry(id=f["evidence_id"], at=float(old.get("watermark", 0.0) or 0.0), text=f["text"]).model_dump()
-             for f in old.get("facts", []) or [] if f.get("origin", "thread") == "thread"]  # type: ignore[union-attr]
+             for f in old.get("facts", []) or [] if f.get("origin", "thread") == "thread"]
     return Ledger.model_validate({"generation": old.get("generation", 0), "covered_messages":
                                   old.get("covered_messages", 0), "next_seq": old.get("next_seq", 0), "asks": asks,
                                   "decisions": old.get("decisions", []), "notes": notes,

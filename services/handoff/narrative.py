@@ -161,7 +161,7 @@ class Summarizer:
         secrets = self._secrets(messages)
         source_text = refs.REF.sub(" ", earlier + "\n" + "\n".join(lines))  # numbers must come from the words
         try:
-            text, cut = await self._update(earlier, lines, cap_tokens, secrets)
+            text, cut = await self._update(self.model, earlier, lines, cap_tokens, secrets)
         except (ModelError, ValueError) as exc:
             log.warning("summarizer failed; the previous narrative is carried unchanged: %s", exc)
             return Narrative((), "notes-fallback", f"summarizer failed: {exc}"[:300]), kept
@@ -177,7 +177,8 @@ class Summarizer:
         strategy = "llm-partial" if rejected or cut else "llm"
         return Narrative(tuple(narrative), strategy, detail), entries
 
-    async def _update(self, earlier: str, lines: list[str], cap_tokens: int, secrets: set[str]) -> tuple[str, bool]:
+    async def _update(self, model: ModelClient, earlier: str, lines: list[str], cap_tokens: int,
+                      secrets: set[str]) -> tuple[str, bool]:
         """One call when the input fits the summarizer's window, else one per chunk, each carrying the result
         (without its lines that hold a secret)."""
         chunk_budget = max(512, int(self.window_tokens * 0.5) - cap_tokens)
@@ -193,7 +194,7 @@ class Summarizer:
         cut = False
         for chunk in chunks:
             body = HANDOFF_UPDATE.format(earlier=earlier or "(none yet)", messages="\n".join(chunk) or "(none)")
-            reply = await self.model.complete(  # type: ignore[union-attr]
+            reply = await model.complete(
                 [{"role": "system", "content": HANDOFF_PROMPT}, {"role": "user", "content": body}],
                 max_output_tokens=self._output_limit(cap_tokens), timeout_seconds=self.timeout_seconds,
                 kind="compaction")

@@ -27,23 +27,32 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
 import json
 import logging
 import math
 import re
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeGuard, get_args
 
 import bm25s
 import numpy as np
 import Stemmer
 
 from threadkeeper.persistence import CheckpointKind, CheckpointStore, Message, NotesStore
-from threadkeeper.persistence.memory import ExtractionJob, MemoryRecord, MemoryStore, MemoryVersion, Visibility
+from threadkeeper.persistence.memory import (
+    ExtractionJob,
+    Kind,
+    MemoryRecord,
+    MemoryStore,
+    MemoryVersion,
+    Scope,
+    Visibility,
+)
 
 from ..handoff import LedgerBuilder, is_identifier, prose, select
 from ..models import ModelClient, Tokenizer
@@ -242,12 +251,12 @@ class _Index:
         if self._df is None:
             self._df = Counter(w for ws in self.words for w in set(ws))
         n = len(self.records)
-        weight: Counter[str] = Counter()
+        weight: defaultdict[str, float] = defaultdict(float)
         for i in best[:FEEDBACK_HITS]:
             for w in self.words[i]:
                 if w not in asked:
                     weight[w] += math.log(1 + n / self._df[w])
-        return [w for w, _ in weight.most_common(FEEDBACK_TERMS)]
+        return heapq.nlargest(FEEDBACK_TERMS, weight, key=weight.__getitem__)
 
 
 MEMORY_ID = "mem_"
@@ -260,6 +269,10 @@ def record_id(conversation_id: str, source: str, kind: str) -> str:
 
 def _day(at: float) -> str:
     return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+def _is_kind(value: str) -> TypeGuard[Kind]:
+    return value in get_args(Kind)
 
 
 def _kind_of_note(text: str) -> Literal["fact", "constraint", "identifier"]:
@@ -416,13 +429,14 @@ class Memory:
                 job.model_calls += 1
                 calls = 1
                 try:
-                    records += await self._from_model(cid, where, visibility, new, now, {r.id for r in records})
+                    records += await self._from_model(self.model, cid, where, visibility, new, now,
+                                                      {r.id for r in records})
                 except Exception as exc:  # noqa: BLE001 - the deterministic records stand without the model's
                     log.warning("memory model pass for %s failed: %s", cid, exc)
         await self.store.put(where.workspace, records)
         job.outcome = "succeeded" if records else "succeeded_empty"
         job.records = len(records)
-        return Extraction(cid, job.outcome, len(records), len(new), calls), job  # type: ignore[arg-type]
+        return Extraction(cid, job.outcome, len(records), len(new), calls), job
 
     async def _messages(self, cid: str) -> tuple[list[Message], dict[str, str | None]]:
         """Every message of the conversation's lineage, earliest epoch first, and the edits and deletions of them."""
@@ -463,19 +477,19 @@ class Memory:
         expires = now + self.config.ttl_days * DAY
         out: dict[str, MemoryRecord] = {}
 
-        def add(kind: str, text: str, sources: list[str], authors: list[str], subject: str = "",
+        def add(kind: Kind, text: str, sources: list[str], authors: list[str], subject: str = "",
                 supersedes: list[str] | None = None) -> MemoryRecord | None:
             text = clean(text)
             sources = [s for s in sources if s in by_id]
             if not text or not sources:
                 return None
-            scope = "channel"
+            scope: Scope = "channel"
             if visibility == "public" and any(EVERYONE.search(prose(by_id[s])) for s in sources):
                 scope = "workspace"
             rid = record_id(cid, sources[0], kind)
-            record = MemoryRecord(id=rid, text=text, kind=kind, workspace=where.workspace,  # type: ignore[arg-type]
+            record = MemoryRecord(id=rid, text=text, kind=kind, workspace=where.workspace,
                                   channel=where.channel, conversation=cid, visibility=visibility,
-                                  scope=scope, source_ids=sources,  # type: ignore[arg-type]
+                                  scope=scope, source_ids=sources,
                                   authors=list(dict.fromkeys(a for a in authors if a)),
                                   said_at=by_id[sources[0]].created_at, created_at=now, expires_at=expires,
                                   subject=subject, supersedes=supersedes or [])
@@ -509,8 +523,8 @@ class Memory:
             add(_kind_of_note(n.text), n.text, [n.id], [n.author])
         return list(out.values())
 
-    async def _from_model(self, cid: str, where: Where, visibility: Visibility, new: Sequence[Message], now: float,
-                          taken: set[str]) -> list[MemoryRecord]:
+    async def _from_model(self, model: ModelClient, cid: str, where: Where, visibility: Visibility,
+                          new: Sequence[Message], now: float, taken: set[str]) -> list[MemoryRecord]:
         """One model call proposing records as JSON; each kept only when valid: it cites ids of the new messages,
         every number or identifier it states is in its sources, and it is no instruction."""
         lines = [f"[{m.id}] {m.author or m.role}: {redact(prose(m))[:1500]}" for m in new[-200:]]
@@ -518,9 +532,9 @@ class Memory:
                   "decisions, constraints, identifiers, outcomes of requests. Answer with JSON only: a list of objects "
                   '{"text": "...", "kind": "fact|decision|constraint|identifier|outcome", "source_ids": ["<id>"]}. '
                   "Cite only ids shown in brackets; state nothing the cited messages do not say.")
-        reply = await self.model.complete([{"role": "system", "content": prompt},
-                                           {"role": "user", "content": "\n".join(lines)}], max_output_tokens=1024,
-                                          kind="memory")
+        reply = await model.complete([{"role": "system", "content": prompt},
+                                      {"role": "user", "content": "\n".join(lines)}], max_output_tokens=1024,
+                                     kind="memory")
         raw = reply.text.strip()
         start, end = raw.find("["), raw.rfind("]")
         items = json.loads(raw[start:end + 1]) if start >= 0 and end > start else []
@@ -531,7 +545,7 @@ class Memory:
                 continue
             text, kind = clean(str(item.get("text") or "")), str(item.get("kind") or "fact")
             sources = [s for s in item.get("source_ids") or [] if isinstance(s, str) and s in by_id]
-            if not text or not sources or kind not in ("fact", "decision", "constraint", "identifier", "outcome"):
+            if not text or not sources or not _is_kind(kind):
                 continue
             said = " ".join(prose(by_id[s]) for s in sources).lower()
             if any(t not in said for t in re.findall(r"[\w./:#-]*\d[\w./:#-]*", text.lower())):
@@ -539,7 +553,7 @@ class Memory:
             rid = "mem_" + hashlib.sha1(f"{cid}|model|{text}".encode()).hexdigest()[:8]
             if rid in taken:
                 continue
-            out.append(MemoryRecord(id=rid, text=text, kind=kind, workspace=where.workspace,  # type: ignore[arg-type]
+            out.append(MemoryRecord(id=rid, text=text, kind=kind, workspace=where.workspace,
                                     channel=where.channel, conversation=cid, visibility=visibility, scope="channel",
                                     source_ids=sources,
                                     authors=[by_id[s].author or "" for s in sources if by_id[s].author],
@@ -610,10 +624,11 @@ class Memory:
         if not self._on(where, switches):
             return MemoryBlock()
         index = await self._index(where.workspace, generation)
-        if not index.records or index.retriever is None:
+        retriever = index.retriever
+        if not index.records or retriever is None:
             return MemoryBlock()
         [words] = bm25s.tokenize(query, stopwords="en", stemmer=_STEMMER, show_progress=False, return_ids=False)
-        known = list(dict.fromkeys(w for w in words if w in index.retriever.vocab_dict))
+        known = list(dict.fromkeys(w for w in words if w in retriever.vocab_dict))
         if not known:
             return MemoryBlock()
         count = self.tokenizer.count
@@ -652,9 +667,10 @@ class Memory:
                     return
 
         def ranked(terms_: list[str]) -> list[int]:
-            scores = index.retriever.get_scores(terms_)
+            scores = retriever.get_scores(terms_)
             found = np.flatnonzero((scores > 0) & seen)
-            return found[np.lexsort((-found, -scores[found]))].tolist()  # best first; ties: newest first
+            best: list[int] = found[np.lexsort((-found, -scores[found]))].tolist()  # best first; ties: newest first
+            return best
 
         direct = ranked(known)
         # The best hits bring what was said next to them in their conversation (an answer is often the next

@@ -16,6 +16,7 @@ import logging  # noqa: E402
 
 import litellm  # noqa: E402
 import litellm.litellm_core_utils.default_encoding  # noqa: E402,F401  (points tiktoken at litellm's bundled cache)
+from litellm.llms.custom_llm import CustomLLM  # noqa: E402  (litellm does not export it to type checkers)
 
 litellm.suppress_debug_info = True
 litellm.disable_hf_tokenizer_download = True
@@ -24,12 +25,12 @@ for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 
-def register_provider(name: str, handler: object) -> None:
+def register_provider(name: str, handler: CustomLLM) -> None:
     """Register (or replace) a custom litellm provider, so ``name/<model>`` routes to ``handler``."""
     entries = [e for e in litellm.custom_provider_map if e["provider"] != name]
     entries.append({"provider": name, "custom_handler": handler})
     litellm.custom_provider_map = entries
-    litellm.utils.custom_llm_setup()
+    litellm.utils.custom_llm_setup()  # type: ignore[no-untyped-call]  # litellm leaves it unannotated
 
 
-__all__ = ["litellm", "register_provider"]
+__all__ = ["CustomLLM", "litellm", "register_provider"]

@@ -235,7 +235,7 @@ class ModelClient:
     def _reply(self, response: Any, cost: Any = None) -> ModelReply:
         choice = response.choices[0]
         message = choice.message
-        calls = []
+        calls: list[ToolCall] = []
         for raw in getattr(message, "tool_calls", None) or []:
             fn = raw.function
             arguments = fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments)

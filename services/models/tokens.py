@@ -8,8 +8,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections.abc import Collection
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from threadkeeper.persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 
@@ -24,7 +25,7 @@ IMAGE_TOKENS = 85
 
 
 class Encoder(Protocol):
-    def encode(self, text: str, **kwargs: Any) -> list[int]: ...
+    def encode(self, text: str, *, disallowed_special: Collection[str] = ...) -> list[int]: ...
 
 
 class Tokenizer:
@@ -115,7 +116,8 @@ def _encoder_for(model: str) -> tuple[Encoder | None, str]:
 
         selected = litellm.utils._select_tokenizer(model=bare)
         if selected.get("type") == "openai_tokenizer":
-            enc = selected["tokenizer"]
+            # litellm types the tokenizer as any of its kinds; an "openai_tokenizer" is a tiktoken-style encoding
+            enc = cast(Encoder, selected["tokenizer"])
             return enc, getattr(enc, "name", "tiktoken")
         hf = selected["tokenizer"]
         return _HuggingFaceEncoder(hf), f"huggingface:{bare}"

@@ -22,11 +22,13 @@ The index lives in the worker, per conversation, and is incremental:
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import re
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -279,11 +281,11 @@ class ConversationIndex:
     def feedback(self, ranked: Sequence[tuple[float, int]], query: Sequence[str]) -> list[str]:
         """Terms to widen ``query`` with: those that weigh most across its best hits (RM3-style feedback)."""
         asked = set(query)
-        weight: Counter[str] = Counter()
+        weight: defaultdict[str, float] = defaultdict(float)
         for _, position in ranked[:FEEDBACK_HITS]:
             for term in set(search_terms(self.messages[position].text)) - asked:
                 weight[term] += math.log(1 + self.size / self.documents[term])
-        return [term for term, _ in weight.most_common(FEEDBACK_TERMS)]
+        return heapq.nlargest(FEEDBACK_TERMS, weight, key=weight.__getitem__)
 
     def widening(self, ranked: Sequence[tuple[float, int]], query: Sequence[str]) -> list[tuple[float, int]]:
         """The hits of the widened query that ``ranked`` (``scores(query)``) does not hold, best first."""
@@ -394,7 +396,7 @@ class Recall:
     async def search(self, conversation_id: str, history: History | None, context: Sequence[Message],
                      query: Sequence[str], cap_tokens: int, *, notes: Notes | None = None,
                      keep: Callable[[Message], bool] | None = None, header: str = RECALL_HEADER,
-                     widen: bool = False, named: set[str] = frozenset(),  # type: ignore[assignment]
+                     widen: bool = False, named: AbstractSet[str] = frozenset(),
                      focus_tokens: int = 0) -> Recalled:
         """Messages the context does not hold that match ``query`` (search terms) and ``keep``, best first,
         rendered within ``cap_tokens`` under ``header``. Recall and the ``thread_search`` tool share it.
@@ -456,11 +458,12 @@ class Recall:
                 line = _line(source, target, text)
                 tokens = self.tokenizer.count(line) + 1
             else:
-                form = "note" if not full and not changed and source.note else "whole"
-                estimate = source.note_tokens[0] if form == "note" and source.note_tokens else size
+                note = source.note if not full and not changed else None
+                form = "note" if note else "whole"
+                estimate = source.note_tokens[0] if note and source.note_tokens else size
                 if estimate > budget + 8:  # cannot fit: not worth counting
                     return 0
-                text = source.note if form == "note" else text  # type: ignore[assignment]
+                text = note or text
                 line = _line(source, target, text)
                 # from the counts stored with the message (an edited one's text is counted as it now reads)
                 tokens = 0 if changed else self._estimate(source, form)

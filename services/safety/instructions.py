@@ -196,7 +196,10 @@ def _instruction(sentence: str) -> bool:
     rest = [(t, c) for t, c in zip(tokens[1:], cased[1:] + [""] * len(tokens)) if t not in _TRANSPARENT]
     if rest and SCOPE.search(clause):  # a scope adverbial after the verb is not its object: "sag ab jetzt bei …"
         spans = [m.span() for m in SCOPE.finditer(clause)]
-        scrub = lambda text: "".join(" " if any(a <= i < b for a, b in spans) else ch for i, ch in enumerate(text))
+
+        def scrub(text: str) -> str:
+            return "".join(" " if any(a <= i < b for a, b in spans) else ch for i, ch in enumerate(text))
+
         words, words_cased = _TOKEN.findall(scrub(clause)), _TOKEN.findall(scrub(original))
         at = words.index(first) + 1 if first in words else 1
         rest = [(t, c) for t, c in zip(words[at:], words_cased[at:] + [""] * len(words)) if t not in _TRANSPARENT]

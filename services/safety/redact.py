@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from functools import lru_cache
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.plugins.base import RegexBasedDetector
+from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
 from wordfreq import zipf_frequency
 
 _SKIPPED_DETECTORS = frozenset({"Public IP (ipv4)", "Basic Auth Credentials", "Private Key"})
@@ -41,8 +42,10 @@ rules below that cover more (a URL with no user name; the key's body, not only i
 
 def _maintained_rules() -> list[tuple[str, re.Pattern[str], bool]]:
     """(marker, pattern, whether the pattern needs a word that names a secret: "key", "pwd", "token", …)."""
-    rules = []
-    for secret_type, plugin in sorted(get_mapping_from_secret_type_to_class().items()):
+    rules: list[tuple[str, re.Pattern[str], bool]] = []
+    # detect-secrets annotates the mapping with a type variable only its return mentions: its classes are plugins
+    detectors: Mapping[str, type[BasePlugin]] = get_mapping_from_secret_type_to_class()
+    for secret_type, plugin in sorted(detectors.items()):
         if secret_type in _SKIPPED_DETECTORS or not issubclass(plugin, RegexBasedDetector):
             continue
         label = f"[REDACTED {secret_type.upper()}]"

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, Notes, TextPart, new_id
+from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, Notes, Role, TextPart, new_id
 
 from ..context import refs
 from ..models import ContextBudget, Tokenizer, bound_text
@@ -161,12 +161,12 @@ class TurnInput:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def message(self, text: str, *, role: str = "user", author: str | None = None, id: str | None = None,
+    def message(self, text: str, *, role: Role = "user", author: str | None = None, id: str | None = None,
                 flags: MessageFlags | None = None, created_at: float | None = None,
                 source_ids: Sequence[str] = ()) -> Message:
         """A message with its token count computed now, once."""
         return self.tokenizer.counted(Message(
-            id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,  # type: ignore[arg-type]
+            id=id or new_id("m"), role=role, parts=[TextPart(text=text)], author=author,
             flags=flags or MessageFlags(), tokens=0, created_at=created_at or self.clock(),
             source_ids=list(source_ids)))
 
