@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from threadkeeper.services import Pipeline
+from threadkeeper.services import Conversation, Pipeline
 
 from .render import context_text, lineage_text
 
@@ -42,18 +42,18 @@ class ConsoleEvents:
         self.out = out
         self.writing: ConsoleDraft | None = None
 
-    async def draft(self, conversation_id: str) -> ConsoleDraft | None:
+    async def draft(self, conversation: Conversation) -> ConsoleDraft | None:
         self.writing = ConsoleDraft(self.out) if self.out.isatty() else None
         return self.writing
 
-    async def status(self, conversation_id: str, text: str | None) -> None:
+    async def status(self, conversation: Conversation, text: str | None) -> None:
         if text and self.out.isatty():
             print(f"  … {text}", file=self.out, flush=True)
 
-    async def recover(self, conversation_id: str) -> bool:
+    async def recover(self, conversation: Conversation) -> bool:
         return True  # a console reply is printed at once: nothing is ever left owed
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+    async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> None:
         """Printed at once: always delivered (None)."""
         writing, self.writing = self.writing, None
@@ -154,13 +154,13 @@ async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out
         if command == "/help":
             print(HELP, file=out, flush=True)
         elif command == "/history":
-            if not await pipeline.checkpoints.conversation_exists(conversation_id):
+            if not await pipeline.exists(conversation_id):
                 print("(no history yet: say something first)", file=out, flush=True)
             else:
-                print(lineage_text(conversation_id, await pipeline.checkpoints.lineage(conversation_id)), file=out,
+                print(lineage_text(conversation_id, await pipeline.lineage(conversation_id)), file=out,
                       flush=True)
         elif command == "/context":
-            if not await pipeline.checkpoints.conversation_exists(conversation_id):
+            if not await pipeline.exists(conversation_id):
                 print("(no history yet: say something first)", file=out, flush=True)
             else:
                 print(context_text(await pipeline.context(conversation_id)), file=out, flush=True)

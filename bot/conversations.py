@@ -17,6 +17,8 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
+from threadkeeper.services import Conversation, Privacy
+
 
 def message_text(message: dict[str, Any]) -> str:
     """What a Slack message says: its text, plus the names, titles and snippets of the files it shares."""
@@ -46,27 +48,37 @@ STATUS_MESSAGE = "status_ts"
 BACKFILL = "backfill"
 """Conversation flag: ``<channel> <thread ts> <mention ts>`` of a thread whose earlier messages are still to be
 read (the bot was mentioned mid-way); cleared once they are queued."""
-POSTED = "posted"
-"""Conversation flag: the checkpoint whose reply was last posted to Slack."""
 DIRECT = "dm"
 """The thread part of a direct message conversation's id: its top-level messages are one conversation."""
 
 
-def conversation_id(team: str, channel: str, thread_ts: str) -> str:
-    return f"slack:{team}:{channel}:{thread_ts}"
+CHANNEL_TYPES: dict[str, Privacy] = {"channel": "public", "group": "private", "mpim": "private", "im": "dm"}
+"""What Slack's ``channel_type`` of a message event says about the channel's privacy."""
 
 
-def conversation_of(team: str, channel: str, ts: str, thread_ts: str | None) -> str:
-    """The conversation a message belongs to: its thread; in a direct message (a ``D…`` channel), every
-    top-level message continues one conversation, and a thread in it starts its own."""
-    if thread_ts is None and channel.startswith("D"):
-        return conversation_id(team, channel, DIRECT)
-    return conversation_id(team, channel, thread_ts or ts)
+def privacy_of(event: dict[str, Any]) -> Privacy:
+    """What Slack said about the channel of ``event``: its ``channel_type``; a direct message's channel (Slack's
+    ids for them start with ``D``) when the event does not say (``app_mention`` events do not); else unknown, and
+    asked of Slack later, by the worker (``conversations.info``), never guessed."""
+    kind = event.get("channel_type")
+    if isinstance(kind, str) and kind in CHANNEL_TYPES:
+        return CHANNEL_TYPES[kind]
+    channel = event.get("channel")
+    return "dm" if isinstance(channel, str) and channel.startswith("D") else "unknown"
 
 
-def parse_conversation(cid: str) -> tuple[str, str, str]:
-    _, team, channel, thread_ts = cid.split(":", 3)
-    return team, channel, thread_ts
+def conversation_of(team: str, channel: str, ts: str, thread_ts: str | None,
+                    privacy: Privacy = "unknown") -> Conversation:
+    """The conversation a message belongs to: its thread; in a direct message, every top-level message continues
+    one conversation, and a thread in it starts its own."""
+    if thread_ts is None and (privacy == "dm" or channel.startswith("D")):
+        return Conversation.slack(team, channel, DIRECT, "dm")
+    return Conversation.slack(team, channel, thread_ts or ts, privacy)
+
+
+def thread_ts(conversation: Conversation) -> str | None:
+    """Where a reply in ``conversation`` goes: its thread, or nothing (a direct message's top level)."""
+    return None if conversation.thread == DIRECT else conversation.thread
 
 
 NOT_REPEATABLE = ("chat.postMessage", "chat.startStream", "chat.appendStream", "chat.postEphemeral")

@@ -22,11 +22,9 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from threadkeeper.persistence import CheckpointKind, CheckpointStatus, NotesStore
-from threadkeeper.services import THINKING, Pipeline
-from threadkeeper.services.turn import CheckpointStore
+from threadkeeper.services import THINKING, Conversation, Pipeline, as_conversation
 
-from .conversations import DIRECT, POSTED, REACTED, STATUS_MESSAGE, parse_conversation, slack_error
+from .conversations import REACTED, STATUS_MESSAGE, slack_error, thread_ts
 from .format import split_reply
 from .metrics import Metrics
 from .streaming import DRAFT, SlackDraft, delete_stranded, feedback_blocks
@@ -38,9 +36,6 @@ REPLY_EVENT = "threadkeeper_reply"
 """The metadata event type of every reply part: ``{"checkpoint": <turn>, "part": <n>}``."""
 POST_ATTEMPTS = 3
 """Posts of one part whose answer was lost, each after reading back that Slack does not show it."""
-RECOVER_WITHIN_SECONDS = 3_600.0
-"""A committed turn whose reply was never confirmed is delivered by the next holder of the lease if it is at
-most this old; an older one is left (the thread has moved on)."""
 LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 """What a call raises when Slack's answer never arrived (it may have done what was asked)."""
 
@@ -52,107 +47,106 @@ def _marker(checkpoint_id: str, part: int) -> dict[str, Any]:
 class SlackEvents:
     """Status and replies for one conversation, posted in its thread with its workspace's client."""
 
-    def __init__(self, workspaces: Workspaces, notes: NotesStore, trigger_ts: dict[str, str],
-                 metrics: Metrics, checkpoints: CheckpointStore) -> None:
+    def __init__(self, workspaces: Workspaces, pipeline: Pipeline, trigger_ts: dict[str, str],
+                 metrics: Metrics) -> None:
         self.workspaces = workspaces
-        self.notes = notes
+        self.pipeline = pipeline
+        """The application: the conversation's flags and the reply it owes."""
         self.trigger_ts = trigger_ts
         self.metrics = metrics
-        self.checkpoints = checkpoints
         self.askers: dict[str, tuple[str, str]] = {}
         """conversation → (team, user) of the person whose message the running turn answers."""
         self.drafts: dict[str, SlackDraft] = {}
         """conversation → the reply its running turn is writing."""
 
-    async def _client(self, conversation_id: str) -> AsyncWebClient | None:
-        client = await self.workspaces.client(parse_conversation(conversation_id)[0])
+    async def _client(self, conversation: Conversation) -> AsyncWebClient | None:
+        client = await self.workspaces.client(conversation.workspace)
         if client is None:
-            log.warning("%s: the bot no longer serves this workspace; nothing posted", conversation_id)
+            log.warning("%s: the bot no longer serves this workspace; nothing posted", conversation)
         return client
 
-    async def status(self, conversation_id: str, text: str | None) -> None:
+    async def status(self, conversation: Conversation, text: str | None) -> None:
         """Show what the turn is doing: in an assistant thread with the assistant status; elsewhere with an
         :eyes: reaction on the message being answered, plus a short status message in the thread while it
         does something slower than thinking (compacting, searching). Which message carries the reaction and
         which is the status message are kept in Redis, so whichever worker ends the conversation's work next
         (after a restart too) removes them. ``None``: the work is over."""
-        if text is None and conversation_id in self.drafts:  # the turns ended without finishing it
-            await self.drafts.pop(conversation_id).discard()
-        _, channel, thread_ts = parse_conversation(conversation_id)
-        client = await self._client(conversation_id)
+        if text is None and conversation.id in self.drafts:  # the turns ended without finishing it
+            await self.drafts.pop(conversation.id).discard()
+        channel = conversation.channel
+        client = await self._client(conversation)
         if client is None:
             return
         try:
-            if await self.notes.flag(conversation_id, "assistant") == "1":
-                await client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts,
+            if await self.pipeline.flag(conversation, "assistant") == "1":
+                await client.assistant_threads_setStatus(channel_id=channel, thread_ts=conversation.thread,
                                                          status=text or "")
                 return
-            reacted = await self.notes.flag(conversation_id, REACTED)
-            if text and not reacted and conversation_id in self.trigger_ts:
-                ts = self.trigger_ts[conversation_id]
-                await self.notes.set_flag(conversation_id, REACTED, ts)
+            reacted = await self.pipeline.flag(conversation, REACTED)
+            if text and not reacted and conversation.id in self.trigger_ts:
+                ts = self.trigger_ts[conversation.id]
+                await self.pipeline.set_flag(conversation, REACTED, ts)
                 await client.reactions_add(channel=channel, timestamp=ts, name="eyes")
             elif text is None and reacted:
-                await self.notes.set_flag(conversation_id, REACTED, "")
+                await self.pipeline.set_flag(conversation, REACTED, "")
                 await client.reactions_remove(channel=channel, timestamp=reacted, name="eyes")
-            await self._status_message(client, conversation_id, channel, thread_ts, text)
+            await self._status_message(client, conversation, text)
         except SlackApiError as exc:  # status is best effort; a missing scope must not stop the turn
-            log.info("status update in %s failed: %s", conversation_id, slack_error(exc))
+            log.info("status update in %s failed: %s", conversation, slack_error(exc))
         except LOST as exc:
-            log.info("status update in %s got no answer: %s: %s", conversation_id, type(exc).__name__, exc)
+            log.info("status update in %s got no answer: %s: %s", conversation, type(exc).__name__, exc)
 
-    async def _status_message(self, client: AsyncWebClient, conversation_id: str, channel: str, thread_ts: str,
-                              text: str | None) -> None:
-        shown = await self.notes.flag(conversation_id, STATUS_MESSAGE)
+    async def _status_message(self, client: AsyncWebClient, conversation: Conversation, text: str | None) -> None:
+        channel, thread = conversation.channel, thread_ts(conversation)
+        shown = await self.pipeline.flag(conversation, STATUS_MESSAGE)
         if text is None:
             if shown:
-                await self.notes.set_flag(conversation_id, STATUS_MESSAGE, "")
+                await self.pipeline.set_flag(conversation, STATUS_MESSAGE, "")
                 await client.chat_delete(channel=channel, ts=shown)
         elif shown:
             await client.chat_update(channel=channel, ts=shown, text=f"_{text}_")
         elif text != THINKING:  # the reaction already says it is thinking
             posted = await client.chat_postMessage(channel=channel, text=f"_{text}_",
-                                                   thread_ts=None if thread_ts == DIRECT else thread_ts)
-            await self.notes.set_flag(conversation_id, STATUS_MESSAGE, str(posted["ts"]))
+                                                   thread_ts=thread)
+            await self.pipeline.set_flag(conversation, STATUS_MESSAGE, str(posted["ts"]))
 
-    async def draft(self, conversation_id: str) -> SlackDraft | None:
+    async def draft(self, conversation: Conversation) -> SlackDraft | None:
         """A draft for the reply the turn is about to write (shown only if the model streams)."""
-        stale = self.drafts.pop(conversation_id, None)
+        stale = self.drafts.pop(conversation.id, None)
         if stale is not None:  # an earlier attempt of this turn that ended without a reply
             await stale.discard()
-        _, channel, thread_ts = parse_conversation(conversation_id)
-        client = await self._client(conversation_id)
+        channel, thread = conversation.channel, thread_ts(conversation)
+        client = await self._client(conversation)
         if client is None:
             return None
-        draft = SlackDraft(client, self.notes, conversation_id, channel=channel,
-                           thread_ts=None if thread_ts == DIRECT else thread_ts,
-                           recipient=self.askers.get(conversation_id))
-        self.drafts[conversation_id] = draft
+        draft = SlackDraft(client, self.pipeline, conversation.id, channel=channel,
+                           thread_ts=thread,
+                           recipient=self.askers.get(conversation.id))
+        self.drafts[conversation.id] = draft
         return draft
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+    async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> bool:
         """Post a turn's reply (finishing the draft it was written into, if any), each part at most once (see the
         module's description); once every part is in Slack, the turn is marked delivered (``posted``: its
         checkpoint). Returns False when a part could not be confirmed (the reply stays owed). A finished answer
         carries feedback buttons."""
-        if checkpoint_id and await self.notes.flag(conversation_id, POSTED) == checkpoint_id:
+        if checkpoint_id and await self.pipeline.was_delivered(conversation, checkpoint_id):
             return True
-        _, channel, thread_ts = parse_conversation(conversation_id)
-        client = await self._client(conversation_id)
+        client = await self._client(conversation)
         if client is None:
             return True  # the workspace is gone: nothing can ever be posted there
         parts = split_reply(text)
         feedback = feedback_blocks(parts[-1], checkpoint_id) if kind == "completed" and parts else None
-        draft = self.drafts.pop(conversation_id, None)
+        draft = self.drafts.pop(conversation.id, None)
         done = 0
         if draft is not None and parts and await draft.finish(parts[0], feedback if len(parts) == 1 else None):
             done = 1
             self.metrics.streamed.labels("stream" if draft.streaming else "update").inc()
         elif draft is None:
-            await delete_stranded(client, self.notes, conversation_id)  # left by a worker that stopped mid-reply
+            await delete_stranded(client, self.pipeline, conversation.id)  # left by a worker that stopped mid-reply
         for n, part in enumerate(parts[done:], start=done):
-            outcome = await self._post(client, conversation_id, part, blocks=feedback if n == len(parts) - 1 else None,
+            outcome = await self._post(client, conversation, part, blocks=feedback if n == len(parts) - 1 else None,
                                        checkpoint_id=checkpoint_id, part=n, parts=parts)
             if outcome == "owed":
                 return False
@@ -161,24 +155,24 @@ class SlackEvents:
         if not done:
             self.metrics.streamed.labels("post").inc()
         if checkpoint_id:
-            await self.notes.set_flag(conversation_id, POSTED, checkpoint_id)
+            await self.pipeline.delivered(conversation, checkpoint_id)
         return True
 
-    async def _post(self, client: AsyncWebClient, conversation_id: str, text: str, *, blocks: list[Any] | None,
+    async def _post(self, client: AsyncWebClient, conversation: Conversation, text: str, *, blocks: list[Any] | None,
                     checkpoint_id: str | None, part: int, parts: list[str]) -> str:
         """Post one part: ``posted`` (Slack confirmed it, or shows it), ``refused`` (an error that posting again
         cannot fix) or ``owed`` (not confirmed, and not shown or the thread could not be read)."""
-        _, channel, thread_ts = parse_conversation(conversation_id)
+        channel, thread = conversation.channel, thread_ts(conversation)
         for attempt in range(POST_ATTEMPTS):
             if attempt:
-                shown = await self._shown(client, conversation_id, checkpoint_id, parts)
+                shown = await self._shown(client, conversation, checkpoint_id, parts)
                 if shown is None:
                     return "owed"  # the thread cannot be read: whoever holds the lease next reads it again
                 if part in shown:
                     return "posted"
                 await asyncio.sleep(0.5 * attempt)
             try:  # a direct message conversation is answered in the conversation itself, not in a thread
-                await client.chat_postMessage(channel=channel, thread_ts=None if thread_ts == DIRECT else thread_ts,
+                await client.chat_postMessage(channel=channel, thread_ts=thread,
                                               text=text, unfurl_links=False, blocks=blocks,
                                               metadata=_marker(checkpoint_id, part) if checkpoint_id else None)
                 return "posted"
@@ -186,37 +180,37 @@ class SlackEvents:
                 self.metrics.errors.labels("post").inc()
                 if exc.response.status_code == 429:
                     log.warning("posting a reply in %s: still rate limited after the client's retries; it stays "
-                                "owed", conversation_id)
+                                "owed", conversation)
                     return "owed"  # refused by the rate limit: nothing was posted
                 if exc.response.status_code < 500:
-                    log.error("posting a reply in %s failed: %s", conversation_id, slack_error(exc))
+                    log.error("posting a reply in %s failed: %s", conversation, slack_error(exc))
                     return "refused"
                 log.warning("posting a reply in %s: Slack answered %s; reading the thread back before any retry",
-                            conversation_id, slack_error(exc))
+                            conversation, slack_error(exc))
             except LOST as exc:
                 self.metrics.errors.labels("post").inc()
                 log.warning("posting a reply in %s: the answer was lost (%s: %s); reading the thread back before "
-                            "any retry", conversation_id, type(exc).__name__, exc)
+                            "any retry", conversation, type(exc).__name__, exc)
             if checkpoint_id is None:
                 return "owed"  # nothing to recognize it by: never posted twice on a guess
-        shown = await self._shown(client, conversation_id, checkpoint_id, parts)
+        shown = await self._shown(client, conversation, checkpoint_id, parts)
         return "posted" if shown is not None and part in shown else "owed"
 
-    async def _shown(self, client: AsyncWebClient, conversation_id: str, checkpoint_id: str | None,
+    async def _shown(self, client: AsyncWebClient, conversation: Conversation, checkpoint_id: str | None,
                      parts: list[str], *, since: float | None = None) -> set[int] | None:
         """Which parts of the reply of ``checkpoint_id`` the thread shows: by their metadata marker, and with
         ``since`` (a turn's start: only what was posted after it) also a bot message without a marker (a
         streamed part) by its exact text. None when the thread could not be read."""
-        _, channel, thread_ts = parse_conversation(conversation_id)
-        me = await self.workspaces.identity(parse_conversation(conversation_id)[0])
+        channel, thread = conversation.channel, thread_ts(conversation)
+        me = await self.workspaces.identity(conversation.workspace)
         oldest = f"{since:.6f}" if since else None  # None: not sent
         found: set[int] = set()
         try:
-            if thread_ts == DIRECT:
+            if thread is None:
                 pages = await client.conversations_history(channel=channel, limit=200, include_all_metadata=True,
                                                            oldest=oldest)
             else:
-                pages = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
+                pages = await client.conversations_replies(channel=channel, ts=thread, limit=200,
                                                            include_all_metadata=True, oldest=oldest)
             async for page in pages:
                 for m in page.get("messages") or []:
@@ -232,58 +226,48 @@ class SlackEvents:
         except SlackApiError as exc:
             if slack_error(exc) == "thread_not_found":
                 return found  # nothing in the thread yet (or the thread is gone): none of it is shown
-            log.warning("reading back the replies in %s failed: %s", conversation_id, slack_error(exc))
+            log.warning("reading back the replies in %s failed: %s", conversation, slack_error(exc))
             return None
         except LOST as exc:
-            log.warning("reading back the replies in %s failed: %s: %s", conversation_id, type(exc).__name__, exc)
+            log.warning("reading back the replies in %s failed: %s: %s", conversation, type(exc).__name__, exc)
             return None
         return found
 
-    async def recover(self, conversation_id: str) -> bool:
+    async def recover(self, conversation: Conversation) -> bool:
         """Run by the new holder of the lease before its turns: delete a reply a stopped worker left half-written,
         and deliver the reply of the conversation's last turn if it committed but was never confirmed, posting
         only the parts Slack does not show (by their markers). Returns False when that reply is still owed."""
-        if await self.notes.flag(conversation_id, DRAFT):
-            client = await self._client(conversation_id)
+        if await self.pipeline.flag(conversation, DRAFT):
+            client = await self._client(conversation)
             if client is not None:
-                await delete_stranded(client, self.notes, conversation_id)
-        state = await self.checkpoints.get_state(conversation_id)
-        if state is None or state.head_checkpoint_id is None:
+                await delete_stranded(client, self.pipeline, conversation.id)
+        owed = await self.pipeline.reply_owed(conversation)
+        if owed is None:
             return True
-        head = await self.checkpoints.get(conversation_id, state.head_checkpoint_id)
-        done_at = head.outcome.at if head.outcome else head.meta.created_at
-        if head.kind is not CheckpointKind.TURN or head.status is not CheckpointStatus.COMPLETED or \
-                time.time() - done_at > RECOVER_WITHIN_SECONDS or \
-                await self.notes.flag(conversation_id, POSTED) == head.id:
-            return True
-        last = (await self.checkpoints.load_history(conversation_id, head.id)).messages[-1]
-        if last.role != "assistant" or not last.text.strip() or \
-                any(p.type in ("tool_call", "tool_result") for p in last.parts):
-            return True  # a turn that only recorded messages
-        client = await self._client(conversation_id)
+        client = await self._client(conversation)
         if client is None:
             return True
-        parts = split_reply(last.text)
-        shown = await self._shown(client, conversation_id, head.id, parts, since=head.meta.created_at - 1)
+        parts = split_reply(owed.text)
+        shown = await self._shown(client, conversation, owed.checkpoint_id, parts, since=owed.committed_at - 1)
         if shown is None:
             return False
         if len(shown) >= len(parts):
-            await self.notes.set_flag(conversation_id, POSTED, head.id)
+            await self.pipeline.delivered(conversation, owed.checkpoint_id)
             return True
         log.warning("delivering the reply of %s that an earlier worker committed but never confirmed "
-                    "(%d of %d parts shown)", head.id, len(shown), len(parts))
+                    "(%d of %d parts shown)", owed.checkpoint_id, len(shown), len(parts))
         self.metrics.recovered.inc()
-        feedback = feedback_blocks(parts[-1], head.id)
+        feedback = feedback_blocks(parts[-1], owed.checkpoint_id)
         for n, part in enumerate(parts):
             if n in shown:
                 continue
-            outcome = await self._post(client, conversation_id, part, blocks=feedback if n == len(parts) - 1 else None,
-                                       checkpoint_id=head.id, part=n, parts=parts)
+            outcome = await self._post(client, conversation, part, blocks=feedback if n == len(parts) - 1 else None,
+                                       checkpoint_id=owed.checkpoint_id, part=n, parts=parts)
             if outcome == "owed":
                 return False
             if outcome == "refused":
                 break
-        await self.notes.set_flag(conversation_id, POSTED, head.id)
+        await self.pipeline.delivered(conversation, owed.checkpoint_id)
         return True
 
 
@@ -298,25 +282,29 @@ class TurnWorker:
         self.again: set[str] = set()
         self.closing = False
 
-    def kick(self, cid: str) -> None:
+    def kick(self, conversation: Conversation | str) -> None:
+        """Run the conversation's turns in the background (again, when they are running: they look once more)."""
         if self.closing:
             return  # shutting down: the work stays in the inbox for another worker's sweep
+        conversation = as_conversation(conversation)
+        cid = conversation.id
         task = self.tasks.get(cid)
         if task is not None and not task.done():
             self.again.add(cid)
             return
-        self.tasks[cid] = asyncio.create_task(self._drive(cid), name=f"turns:{cid}")
+        self.tasks[cid] = asyncio.create_task(self._drive(conversation), name=f"turns:{cid}")
 
     def background(self, work: Any) -> None:
         """Run ``work`` (a coroutine) beside the turns; shutdown and ``idle`` wait for it like a turn."""
         self.tasks[f"background:{id(work)}"] = asyncio.create_task(work, name="background")
 
-    async def _drive(self, cid: str) -> None:
+    async def _drive(self, conversation: Conversation) -> None:
+        cid = conversation.id
         try:
             while True:
                 self.again.discard(cid)
                 started = time.perf_counter()
-                results = await self.pipeline.run(cid, self.events)
+                results = await self.pipeline.run(conversation, self.events)
                 self.metrics.observe(results, time.perf_counter() - started)
                 if cid not in self.again:
                     break  # drained (the executor looked again before releasing), owed, or another worker's
@@ -354,7 +342,7 @@ class TurnWorker:
         attempt for each, which does nothing while another worker holds the lease. An idle fleet costs one
         command per sweep, however many conversations it stores."""
         kicked = 0
-        for cid in await self.pipeline.inbox.pending_conversations():
+        for cid in await self.pipeline.owing():
             if cid in self.tasks and not self.tasks[cid].done():
                 continue
             self.kick(cid)

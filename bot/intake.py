@@ -12,10 +12,10 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from threadkeeper.persistence import InboxItem, NotesStore
-from threadkeeper.services import ModelClient, Pipeline
+from threadkeeper.persistence import InboxItem
+from threadkeeper.services import Conversation, ModelClient, Pipeline
 
-from .conversations import BACKFILL, bot_name, message_text, parse_conversation, slack_error
+from .conversations import BACKFILL, bot_name, message_text, slack_error
 from .metrics import Metrics
 from .routing import should_reply
 from .workspaces import Identity, Workspaces
@@ -27,10 +27,9 @@ BACKFILL_LIMIT = 2_000
 
 
 class SlackIntake:
-    """The bot's :class:`services.turns.Intake` (a mixin: it uses the bot's notes, workspaces, pipeline,
-    metrics, fast model and name cache)."""
+    """The bot's :class:`services.turn.Intake` (a mixin: it uses the bot's workspaces, pipeline, metrics, fast
+    model and name cache)."""
 
-    notes: NotesStore
     workspaces: Workspaces
     pipeline: Pipeline
     metrics: Metrics
@@ -40,18 +39,18 @@ class SlackIntake:
     async def _me(self, team: str) -> Identity | None:
         return await self.workspaces.identity(team)
 
-    async def prepare(self, conversation_id: str) -> bool:
+    async def prepare(self, conversation: Conversation) -> bool:
         """Before the first turn of a thread the bot was brought into mid-way (the ``backfill`` flag, set
         when the mention was recorded), read the thread's earlier messages; run under the lease."""
-        flag = await self.notes.flag(conversation_id, BACKFILL)
+        flag = await self.pipeline.flag(conversation, BACKFILL)
         if not flag:
             return False
         channel, thread_ts, before = flag.split(" ")
-        queued = await self.backfill(conversation_id, channel, thread_ts, before=before)
-        await self.notes.set_flag(conversation_id, BACKFILL, "")
+        queued = await self.backfill(conversation, channel, thread_ts, before=before)
+        await self.pipeline.set_flag(conversation, BACKFILL, "")
         return queued > 0
 
-    async def backfill(self, cid: str, channel: str, thread_ts: str, *, before: str) -> int:
+    async def backfill(self, conversation: Conversation, channel: str, thread_ts: str, *, before: str) -> int:
         """Record the thread's earlier messages when the bot is brought into it mid-way, so its first answer
         knows what was said. They are read with ``conversations.replies`` (paged; rate limits are waited out
         by the client's retry handler), deduplicated by ``ts``, and queued before the mention without
@@ -60,7 +59,7 @@ class SlackIntake:
         the newest."""
         earlier: list[dict[str, Any]] = []
         started = time.perf_counter()
-        team = parse_conversation(cid)[0]
+        team = conversation.workspace
         client, me = await self.workspaces.client(team), await self._me(team)
         if client is None or me is None:
             return 0
@@ -69,7 +68,7 @@ class SlackIntake:
             async for page in await client.conversations_replies(channel=channel, ts=thread_ts, limit=200):
                 earlier.extend(m for m in page.get("messages") or [] if m.get("ts") and float(m["ts"]) < float(before))
         except SlackApiError as exc:  # no history scope, or the thread is gone: answer with what arrives
-            log.warning("reading the earlier messages of %s failed: %s", cid, slack_error(exc))
+            log.warning("reading the earlier messages of %s failed: %s", conversation, slack_error(exc))
             self.metrics.errors.labels("backfill").inc()
         bot = me.user_id
         recorded = 0
@@ -82,18 +81,18 @@ class SlackIntake:
                 continue
             message = self.pipeline.message(text, author=m.get("user") or bot_name(m), id=m["ts"],
                                                           created_at=float(m["ts"]))
-            recorded += await self.pipeline.submit_item(cid, InboxItem(message=message, reply_expected=False,
+            recorded += await self.pipeline.submit_item(conversation, InboxItem(message=message, reply_expected=False,
                                                                        author_id=m.get("user")), front=True)
         self.metrics.backfill.observe(time.perf_counter() - started)
-        log.info("read %d earlier messages of %s (%d new)", len(earlier), cid, recorded)
+        log.info("read %d earlier messages of %s (%d new)", len(earlier), conversation, recorded)
         return recorded
 
     # -- settled when a turn takes the message (services.turns.Intake) ---------------------------
 
-    async def author(self, conversation_id: str, author_id: str) -> str:
+    async def author(self, conversation: Conversation, author_id: str) -> str:
         """A person's display name in the conversation's workspace (cached), so the model and the ledger read
         names, not ids; the id when the lookup fails."""
-        team = parse_conversation(conversation_id)[0]
+        team = conversation.workspace
         name = self._names.get((team, author_id))
         if name is None:
             name = author_id
@@ -110,6 +109,6 @@ class SlackIntake:
                 self._names.clear()
         return name
 
-    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
-        me = await self._me(parse_conversation(conversation_id)[0])
+    async def route(self, conversation: Conversation, text: str, recent: Sequence[str]) -> bool:
+        me = await self._me(conversation.workspace)
         return await should_reply(text, me.user_id if me else None, self.fast_model, list(recent))

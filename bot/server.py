@@ -110,10 +110,9 @@ async def sweep_forever(bot: SlackBot, every_seconds: float) -> None:
                 log.info("sweep resumed %d conversations", kicked)
         except Exception:  # noqa: BLE001 - the sweep must keep running
             log.exception("sweep failed")
-        memory = bot.pipeline.memory
-        if memory is not None and memory.config.workspaces:
+        if bot.pipeline.memory_on:
             try:
-                extracted = await memory.sweep()
+                extracted = await bot.pipeline.sweep_memory()
                 if extracted:
                     log.info("memory: %d idle conversations extracted (%d records)", len(extracted),
                              sum(e.records for e in extracted))

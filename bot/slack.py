@@ -4,8 +4,10 @@ worker (``delivery``).
 Every event is appended durably to its conversation's inbox (deduplicated by ``event_id`` and message
 ``ts``) before Bolt acknowledges it (``process_before_response``), and nothing slower happens before the
 acknowledgement: authors' names and whether to answer a message not addressed to the bot are settled when
-the turn takes the message (:class:`services.turns.Intake`). The turn then runs in the background under
-the conversation's lease.
+the turn takes the message (:class:`services.turn.Intake`). The turn then runs in the background under
+the conversation's lease. A conversation is built once, from the event, as a typed value (its workspace, channel,
+thread and what Slack said about the channel's privacy); a request from a workspace the bot does not serve is
+turned away by one middleware in front of every listener.
 """
 
 from __future__ import annotations
@@ -20,26 +22,14 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from threadkeeper.persistence import (
-    Forgetter,
-    InboxItem,
-    InvalidTransitionError,
-    NotesStore,
-)
-from threadkeeper.services import ModelClient, Pipeline
+from threadkeeper.persistence import InboxItem, InvalidTransitionError
+from threadkeeper.services import Conversation, ConversationIdError, ModelClient, Pipeline
 
-from .conversations import (
-    BACKFILL,
-    bot_name,
-    conversation_id,
-    conversation_of,
-    message_text,
-    parse_conversation,
-    slack_error,
-)
+from .conversations import BACKFILL, bot_name, conversation_of, message_text, privacy_of, slack_error
 from .delivery import SlackEvents, TurnWorker
 from .intake import SlackIntake
 from .metrics import Metrics
@@ -58,42 +48,44 @@ SUGGESTED_PROMPTS = [
 
 
 class SlackBot(SlackIntake):
-    def __init__(self, *, pipeline: Pipeline, notes: NotesStore, workspaces: Workspaces, client: AsyncWebClient,
+    def __init__(self, *, pipeline: Pipeline, workspaces: Workspaces, client: AsyncWebClient,
                  signing_secret: str | None, fast_model: ModelClient | None, metrics: Metrics | None = None,
-                 forget: Forgetter | None = None, oauth: AsyncOAuthSettings | None = None) -> None:
+                 oauth: AsyncOAuthSettings | None = None) -> None:
         """``client`` is Bolt's: the one-token client, or in installs mode (``oauth``) a client without a token
         that the OAuth flow uses to exchange codes; replies use ``workspaces``' client of their team."""
         self.pipeline = pipeline
-        self.forget = forget
-        self.notes = notes
         self.workspaces = workspaces
         self.fast_model = fast_model
         self.metrics = metrics or Metrics()
         self.trigger_ts: dict[str, str] = {}
-        self.events = SlackEvents(workspaces, notes, self.trigger_ts, self.metrics, pipeline.checkpoints)
+        self.events = SlackEvents(workspaces, pipeline, self.trigger_ts, self.metrics)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self._names: dict[tuple[str, str], str] = {}
         pipeline.use_intake(self)
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
                             request_verification_enabled=bool(signing_secret), process_before_response=True,
                             oauth_settings=oauth)
+        self.app.use(self._ours)
         self._register()
 
     async def measure(self) -> None:
         """Bring the metrics read from Redis up to date (``/metrics`` calls it before rendering)."""
-        counts = await self.pipeline.inbox.dead_letter_counts()
+        counts = await self.pipeline.dead_letter_counts()
         self.metrics.dead_letters.set(sum(counts.values()))
         self.metrics.dead_letter_conversations.set(len(counts))
 
-    async def _foreign(self, body: dict[str, Any], kind: str) -> bool:
-        """An event from a workspace the bot does not serve (not its token's, or not installed): ignored and
-        counted."""
-        team = body.get("team_id")
+    async def _ours(self, body: dict[str, Any], next: Callable[[], Awaitable[None]]) -> BoltResponse | None:
+        """Middleware in front of every listener: a request from a workspace the bot does not serve (not its
+        token's, or not installed) is acknowledged and ignored, and counted."""
+        team = _team_of(body)
         if team and await self.workspaces.identity(team) is None:
+            event = str((body.get("event") or {}).get("type") or "")
+            kind = "message" if event in ("message", "app_mention") else event or str(body.get("type") or "request")
             self.metrics.events.labels(kind, "foreign").inc()
-            log.info("ignored a %s event from team %s, which this bot does not serve", kind, team)
-            return True
-        return False
+            log.info("ignored a %s from team %s, which this bot does not serve", kind, team)
+            return BoltResponse(status=200, body="")
+        await next()
+        return None
 
     def _register(self) -> None:
         app = self.app
@@ -107,7 +99,7 @@ class SlackBot(SlackIntake):
                 async def run(body: dict[str, Any], event: dict[str, Any]) -> None:
                     try:
                         await listener(body, event)
-                    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    except (KeyError, TypeError, ValueError, AttributeError, ConversationIdError) as exc:
                         self.metrics.events.labels(kind, "malformed").inc()
                         log.warning("ignored a malformed %s event (%s: %s)", kind, type(exc).__name__, exc)
                 return run
@@ -175,13 +167,12 @@ class SlackBot(SlackIntake):
         @app.event("assistant_thread_started")
         @guarded("assistant_thread_started")
         async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
-            if await self._foreign(body, "assistant"):
-                return
             thread = event.get("assistant_thread", {})
-            cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
-            await self.notes.set_flag(cid, "assistant", "1")
-            await self.notes.set_flag(cid, "subscribed", "1")
-            client = await self.workspaces.client(parse_conversation(cid)[0])
+            conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"],
+                                              "dm")
+            await self.pipeline.set_flag(conversation, "assistant", "1")
+            await self.pipeline.set_flag(conversation, "subscribed", "1")
+            client = await self.workspaces.client(conversation.workspace)
             try:
                 if client is not None:
                     await client.assistant_threads_setSuggestedPrompts(
@@ -192,23 +183,20 @@ class SlackBot(SlackIntake):
         @app.event("assistant_thread_context_changed")
         @guarded("assistant_thread_context_changed")
         async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
-            if await self._foreign(body, "assistant"):
-                return
             thread = event.get("assistant_thread", {})
-            cid = conversation_id(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"])
+            conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"],
+                                              "dm")
             context = thread.get("context") or {}
-            await self.notes.set_flag(cid, "assistant_context", str(context.get("channel_id") or ""))
+            await self.pipeline.set_flag(conversation, "assistant_context", str(context.get("channel_id") or ""))
 
     async def forget_workspace(self, body: dict[str, Any], why: str) -> None:
-        """The workspace removed the app (or revoked its token): every conversation of that team is deleted.
-        Conversations whose turn is running are deleted once it has finished (retried in the background)."""
+        """The workspace removed the app (or revoked its token): every conversation of that team is deleted, and
+        its memory. Conversations whose turn is running are deleted once it has finished (retried in the
+        background)."""
         team = body.get("team_id")
-        if not team or self.forget is None or await self._foreign(body, why):
+        if not team:
             return
-        deleted, busy = await self.forget.team(team)
-        memory = self.pipeline.memory
-        if memory is not None:
-            deleted += await memory.forget_workspace(team)
+        deleted, busy = await self.pipeline.forget_workspace(team)
         await self.workspaces.remove(team)
         self.metrics.events.labels(why, "forgotten").inc()
         log.warning("%s: deleted %d keys of team %s (%d conversations busy, retried)", why, deleted, team, len(busy))
@@ -222,38 +210,33 @@ class SlackBot(SlackIntake):
         channel = (body.get("channel") or {}).get("id")
         message = body.get("message") or {}
         user = (body.get("user") or {}).get("id")
-        if not channel or "ts" not in message or self.forget is None or await self._foreign({"team_id": team},
-                                                                                           "forget"):
+        if not channel or "ts" not in message:
             return
-        cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
+        conversation = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
         try:
-            memory = self.pipeline.memory
-            if memory is not None:
-                await memory.forget_conversation(cid)  # what was derived from it, while its messages still say what
-            deleted = await self.forget.conversation(cid)
-            text = (f"Forgotten: {deleted} stored records of this thread were deleted. I will not follow it "
-                    "until someone mentions me in it again." if deleted else "I keep nothing about this thread.")
+            forgotten = await self.pipeline.forget(conversation)
+            text = (f"Forgotten: {forgotten.keys} stored records of this thread were deleted. I will not follow it "
+                    "until someone mentions me in it again." if forgotten.keys else "I keep nothing about this thread.")
         except InvalidTransitionError:
-            self.worker.background(self._forget_later(team, [cid]))
+            self.worker.background(self._forget_later(team, [conversation.id]))
             text = "I am answering in this thread right now; I will forget it as soon as that answer is done."
         self.metrics.events.labels("forget_thread", "forgotten").inc()
-        log.warning("forget_thread: %s asked to forget %s", user, cid)
+        log.warning("forget_thread: %s asked to forget %s", user, conversation)
         client = await self.workspaces.client(team)
         if client is not None and user:
             try:
                 await client.chat_postEphemeral(channel=channel, user=user, text=text,
                                                 thread_ts=message.get("thread_ts") or message["ts"])
             except SlackApiError as exc:
-                log.info("telling %s that %s was forgotten failed: %s", user, cid, slack_error(exc))
+                log.info("telling %s that %s was forgotten failed: %s", user, conversation, slack_error(exc))
 
     async def _forget_later(self, team: str, busy: list[str]) -> None:
-        assert self.forget is not None
         for _ in range(120):
             await asyncio.sleep(5)
             left = []
             for cid in busy:
                 try:
-                    await self.forget.conversation(cid)
+                    await self.pipeline.forget(cid)
                 except InvalidTransitionError:
                     left.append(cid)
             if not left:
@@ -264,7 +247,7 @@ class SlackBot(SlackIntake):
     # -- recording -----------------------------------------------------------------------------
 
     async def record_message(self, body: dict[str, Any], event: dict[str, Any], *, mention: bool) -> None:
-        if "ts" not in event or not (event.get("user") or event.get("bot_id")) or await self._foreign(body, "message"):
+        if "ts" not in event or not (event.get("user") or event.get("bot_id")):
             return
         team = body.get("team_id") or event.get("team") or "T"
         me = await self._me(team)
@@ -276,57 +259,51 @@ class SlackBot(SlackIntake):
             return  # the bot's own posts
         channel, ts = event["channel"], event["ts"]
         thread_ts = event.get("thread_ts") or ts
-        cid = conversation_of(team, channel, ts, event.get("thread_ts"))
+        conversation = conversation_of(team, channel, ts, event.get("thread_ts"), privacy_of(event))
         text = message_text(event)
         is_dm = event.get("channel_type") == "im"
         # Other bots' posts (alerts, CI, deploys) are part of the thread, but never make the bot answer.
         addressed = not from_bot and (mention or is_dm or bool(bot and f"<@{bot}" in text))
-        subscribed = await self.notes.flag(cid, "subscribed") == "1"
+        subscribed = await self.pipeline.flag(conversation, "subscribed") == "1"
         if not (addressed or subscribed):
             self.metrics.events.labels("message", "ignored").inc()
             return
-        if addressed and not subscribed and thread_ts != ts \
-                and not await self.pipeline.checkpoints.conversation_exists(cid):
+        flags: dict[str, str] = {"subscribed": "1"} if addressed else {}
+        if addressed and not subscribed and thread_ts != ts and not await self.pipeline.exists(conversation):
             # Read after the acknowledgement, by the worker that takes the conversation (``prepare``).
-            await self.notes.set_flag(cid, BACKFILL, f"{channel} {thread_ts} {ts}")
-        if addressed:
-            await self.notes.set_flag(cid, "subscribed", "1")
+            flags[BACKFILL] = f"{channel} {thread_ts} {ts}"
         clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
         person = event.get("user") if not from_bot else None
         message = self.pipeline.message(clean, author=person or bot_name(event), id=ts, created_at=float(ts))
         # Other bots never make it answer; a person's message not addressed to it is routed by the turn.
         route = not addressed and not from_bot
-        appended = await self.pipeline.submit_item(cid, InboxItem(event_id=body.get("event_id"), message=message,
-                                                                  reply_expected=addressed, route=route,
-                                                                  author_id=person))
+        appended = await self.pipeline.submit_item(conversation, InboxItem(
+            event_id=body.get("event_id"), message=message, reply_expected=addressed, route=route, author_id=person),
+            flags=flags)
         self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
         if appended and thread_ts != ts and isinstance(thread_ts, str):  # a reply: a deletion may name only its ts
-            await self.notes.remember_thread(conversation_id(team, channel, ts), thread_ts)
+            await self.pipeline.remember_thread(Conversation.slack(team, channel, ts), thread_ts)
         if appended:
             if addressed or route:
-                self.trigger_ts[cid] = ts
+                self.trigger_ts[conversation.id] = ts
                 if person:
-                    self.events.askers[cid] = (team, person)
-            self.worker.kick(cid)
+                    self.events.askers[conversation.id] = (team, person)
+            self.worker.kick(conversation)
 
     async def record_edit(self, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if await self._foreign(body, "edit"):
-            return
         new = event.get("message") or {}
         if "ts" not in new:
             return
         team = body.get("team_id") or "T"
-        cid = conversation_of(team, event["channel"], new["ts"], new.get("thread_ts"))
+        conversation = conversation_of(team, event["channel"], new["ts"], new.get("thread_ts"), privacy_of(event))
         edited = self.pipeline.message(new.get("text") or "", author=new.get("user"), id=new["ts"])
         # What tells this edit from another edit of the message: when Slack says it was edited.
         change = str((new.get("edited") or {}).get("ts") or event.get("event_ts") or "") or None
         item = InboxItem(kind="edit", event_id=body.get("event_id"), message=edited, reply_expected=False,
                          author_id=new.get("user"), change=change)
-        await self._effect(cid, item)
+        await self._effect(conversation, item)
 
     async def record_delete(self, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if await self._foreign(body, "delete"):
-            return
         previous = event.get("previous_message") or {}
         deleted = event.get("deleted_ts") or previous.get("ts")
         if not deleted:
@@ -334,29 +311,33 @@ class SlackBot(SlackIntake):
         team = body.get("team_id") or "T"
         thread_ts = previous.get("thread_ts")
         if not previous:  # Slack left out the deleted message: the thread it was a reply in, if it was one
-            thread_ts = await self.notes.thread_of(conversation_id(team, event["channel"], deleted))
-        cid = conversation_of(team, event["channel"], deleted, thread_ts)
-        await self._effect(cid, InboxItem(kind="delete", event_id=body.get("event_id"), target_id=deleted,
-                                          reply_expected=False))
+            thread_ts = await self.pipeline.thread_of(Conversation.slack(team, event["channel"], deleted))
+        conversation = conversation_of(team, event["channel"], deleted, thread_ts, privacy_of(event))
+        await self._effect(conversation, InboxItem(kind="delete", event_id=body.get("event_id"), target_id=deleted,
+                                                   reply_expected=False))
 
     async def record_pin(self, body: dict[str, Any], event: dict[str, Any], *, pinned: bool) -> None:
-        if await self._foreign(body, "pin"):
-            return
         item = event.get("item") or {}
         message = item.get("message") or {}
         channel = event.get("channel_id") or item.get("channel")
-        if "ts" not in message or not channel:
-            return
+        if "ts" not in message or not isinstance(channel, str):
+            return  # a pin of something else than a message, or an event without its channel
         team = body.get("team_id") or "T"
-        cid = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
-        await self._effect(cid, InboxItem(kind="pin" if pinned else "unpin", event_id=body.get("event_id"),
-                                          target_id=message["ts"], reply_expected=False))
+        conversation = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
+        await self._effect(conversation, InboxItem(kind="pin" if pinned else "unpin", event_id=body.get("event_id"),
+                                                   target_id=message["ts"], reply_expected=False))
 
-    async def _effect(self, cid: str, item: InboxItem) -> None:
-        if not await self.pipeline.checkpoints.conversation_exists(cid):
+    async def _effect(self, conversation: Conversation, item: InboxItem) -> None:
+        if not await self.pipeline.exists(conversation):
             self.metrics.events.labels(item.kind, "ignored").inc()
             return
-        appended = await self.pipeline.submit_item(cid, item)
+        appended = await self.pipeline.submit_item(conversation, item)
         self.metrics.events.labels(item.kind, "recorded" if appended else "duplicate").inc()
         if appended:
-            self.worker.kick(cid)
+            self.worker.kick(conversation)
+
+
+def _team_of(body: dict[str, Any]) -> str | None:
+    """The workspace a request comes from: an event's ``team_id``, an interaction's ``team.id``."""
+    team = body.get("team_id") or (body.get("team") or {}).get("id") if isinstance(body, dict) else None
+    return team if isinstance(team, str) and team else None

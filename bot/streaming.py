@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -21,11 +21,19 @@ from slack_sdk.models.blocks import ContextActionsBlock, FeedbackButtonObject, F
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
-from threadkeeper.persistence import NotesStore
+from threadkeeper.services import Conversation
 
 from .format import TEXT_LIMIT
 
 log = logging.getLogger("threadkeeper.slack")
+
+class Flags(Protocol):
+    """A conversation's flags, where a draft's message is kept (the application's)."""
+
+    async def flag(self, conversation: Conversation | str, name: str) -> str | None: ...
+
+    async def set_flag(self, conversation: Conversation | str, name: str, value: str) -> None: ...
+
 
 DRAFT = "draft"
 """Conversation flag: ``<channel> <ts>`` of the reply being written, until it is finished or deleted."""
@@ -49,7 +57,7 @@ def feedback_blocks(text: str, checkpoint_id: str | None) -> list[Any]:
     return [MarkdownBlock(text=text), ContextActionsBlock(elements=[buttons])]
 
 
-async def delete_stranded(client: AsyncWebClient, notes: NotesStore, conversation_id: str) -> bool:
+async def delete_stranded(client: AsyncWebClient, notes: Flags, conversation_id: str) -> bool:
     """Delete a reply left half-written by a worker that stopped mid-reply. Returns whether there was one."""
     flag = await notes.flag(conversation_id, DRAFT)
     if not flag:
@@ -67,7 +75,7 @@ async def delete_stranded(client: AsyncWebClient, notes: NotesStore, conversatio
 class SlackDraft:
     """One reply being written into one Slack message (see the module's description)."""
 
-    def __init__(self, client: AsyncWebClient, notes: NotesStore, conversation_id: str, *, channel: str,
+    def __init__(self, client: AsyncWebClient, notes: Flags, conversation_id: str, *, channel: str,
                  thread_ts: str | None, recipient: tuple[str, str] | None) -> None:
         self.client = client
         self.notes = notes

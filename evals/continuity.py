@@ -171,7 +171,7 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
         pipeline = build_pipeline(settings, stores, context_window=window, compactor_class=STRATEGIES[strategy])
         thread = parse_thread(json.dumps(case.data), case.name)
         cid = f"eval:{case.name}:{strategy}:{window}"
-        result = await replay(pipeline, thread, conversation_id=cid, turn_every=turn_every)
+        result = await replay(pipeline, thread, conversation=cid, turn_every=turn_every)
         references = await pipeline.references(cid)
         context = expand([ContextEntry(**entry) for entry in result["context"]], references)
         texts = [entry.text for entry in context]

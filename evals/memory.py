@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from threadkeeper.persistence import connect
-from threadkeeper.services import parse_thread, replay
+from threadkeeper.services import Conversation, parse_thread, replay
 from threadkeeper.services.memory import MEMORY_HEADER
 from threadkeeper.settings import Settings
 from threadkeeper.stores import build_stores
@@ -73,12 +73,13 @@ async def run_memory_case(settings: Settings, case: Case, window: int, *, client
         sessions = _sessions(case)
         result.sessions = len(sessions)
         for number, messages in enumerate(sessions):
-            cid = f"slack:{WORKSPACE}:{CHANNEL}:{messages[0]['ts']}"
-            thread = parse_thread(json.dumps({"conversation_id": cid, "messages": messages}),
+            # each session a thread of one public channel: what Slack would say of it when its messages arrive
+            conversation = Conversation.slack(WORKSPACE, CHANNEL, messages[0]["ts"], "public")
+            thread = parse_thread(json.dumps({"conversation_id": conversation.id, "messages": messages}),
                                   f"{case.name} session {number}")
-            await replay(pipeline, thread, conversation_id=cid, turn_every=max(1, len(messages)))
+            await replay(pipeline, thread, conversation=conversation, turn_every=max(1, len(messages)))
             started = time.perf_counter()
-            await memory.extract(cid, force=True)
+            await memory.extract(conversation, force=True)
             result.extract_seconds += time.perf_counter() - started
             result.messages += len(messages)
         await memory.consolidate(WORKSPACE, f"channel:{CHANNEL}")

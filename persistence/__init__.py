@@ -15,7 +15,7 @@ from .errors import (
     ThreadkeeperError,
 )
 from .forget import Forgetter
-from .inbox import Inbox, LeaseManager
+from .inbox import Inbox, LeaseManager, why_unreadable
 from .keys import ConversationKeys
 from .memory import ExtractionJob, MemoryRecord, MemoryStore, MemoryVersion
 from .models import (
@@ -48,5 +48,5 @@ __all__ = [
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping",
+    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping", "why_unreadable",
 ]

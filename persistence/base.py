@@ -86,6 +86,16 @@ class RedisStore:
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise StoreUnavailableError(self.url, exc) from exc
 
+    async def reachable(self) -> bool:
+        """Whether Redis answers now (a health check)."""
+        return bool(await self._call(self.client.ping()))
+
+    async def durability(self) -> str:
+        """How Redis keeps what it acknowledged across its own restart (see :func:`persistence.durability`)."""
+        from .connection import durability
+
+        return await durability(self.client)
+
     async def _call(self, coro: Any) -> Any:
         try:
             return await coro

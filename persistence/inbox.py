@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,24 +29,35 @@ def unreadable_because(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
+def why_unreadable(raw: str) -> str | None:
+    """Why this version cannot read a stored inbox item (a dead letter), in one line; None when it can now (a dead
+    letter that ``retry_dead_letters`` would queue again)."""
+    try:
+        InboxItem.model_validate_json(raw)
+    except ValidationError as exc:
+        return unreadable_because(exc)
+    return None
+
+
 class Inbox(RedisStore):
     """Inbound events wait here until a turn takes them; they leave only when that turn completes."""
 
     async def append(self, conversation_id: str, item: InboxItem, *, dedup_ttl_seconds: int = 86_400,
-                     front: bool = False) -> bool:
+                     front: bool = False, flags: Mapping[str, str] | None = None) -> bool:
         """Append ``item`` durably unless a copy of it was seen (:meth:`InboxItem.dedup_keys`); returns whether it
         was appended.
 
         Its dedup keys are set in the same atomic step, so a retried event can never be appended twice. With ``front`` the item goes before every waiting item: only
         for the holder of the conversation's lease while no turn has taken items (a turn counts what it
-        takes from the head).
+        takes from the head). ``flags`` are set on the conversation's notes in the same step (what the transport
+        knows of it, such as the channel's privacy), only when the item is appended.
         """
         keys = self.keys(conversation_id)
         dkeys = [keys.dedup(k) for k in item.dedup_keys()]
         now = time.time()
         appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
                                    [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now,
-                                    "front" if front else "back"])
+                                    "front" if front else "back", json.dumps(dict(flags)) if flags else ""])
         if not int(appended):
             return False
         # The registry lives in another hash slot, so it cannot join the script. The conversation is marked

@@ -289,6 +289,10 @@ if redis.call('HSETNX', K_STATE, 'created_at', now) == 1 then
   redis.call('HSET', K_STATE, 'version', 0)
 end
 redis.call('HSET', K_STATE, 'updated_at', now)
+if ARGV[6] and ARGV[6] ~= '' then  -- the transport's flags for the conversation, set with its item
+  local flags = cjson.decode(ARGV[6])
+  for name, value in pairs(flags) do redis.call('HSET', K_NOTES, 'flag:' .. name, cjson.encode(value)) end
+end
 touch(ttl, 6)  -- not the dedup keys: they live dedup_ttl, not the retention
 return len
 """

@@ -4,8 +4,9 @@ Public entry points: :class:`Pipeline` (what the bot, console, CLI and evals cal
 :class:`ReplyExecutor`, :class:`ModelClient`, :class:`ContextBudget`, :class:`Tokenizer`.
 """
 
-from .app import Pipeline
+from .app import Forgotten, OwedReply, Pipeline, Turns, as_conversation
 from .context import ContextEntry, measure, to_chat, visible
+from .conversation import LOCAL, PRIVACY, Conversation, ConversationIdError, Privacy
 from .models import (
                      SYSTEM_PROMPT,
                      BudgetError,
@@ -31,6 +32,8 @@ from .replay import ReplayInputError, load_thread, parse_thread, replay
 from .turn import THINKING, ContextReport, ExecutorConfig, ReplyExecutor, Spend, TurnEvents, TurnResult
 
 __all__ = [
+    "LOCAL", "PRIVACY", "Conversation", "ConversationIdError", "Forgotten", "OwedReply", "Privacy", "Turns",
+    "as_conversation",
     "SYSTEM_PROMPT", "THINKING", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport", "Draft",
     "ExecutorConfig", "ModelClient", "ModelContextError", "ModelError", "ModelReply", "ModelTimeoutError", "Pipeline",
     "ReplayInputError", "ReplyExecutor", "Spend", "Tokenizer", "Tool", "ToolCall", "ToolContext", "ToolRegistry",

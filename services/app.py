@@ -1,36 +1,123 @@
 """The application: the one object the Slack bot, the console, the command line and the evals talk to.
 
-Messages and effects go in through :meth:`Pipeline.submit` (one dedup rule: ``InboxItem.dedup_keys``); turns run
-through :meth:`Pipeline.run`; what the next turn would send comes from :meth:`Pipeline.context`, built by the turn's
-own collaborators; compaction on demand, forgetting and memory administration are here too. Transports never reach
-past it into the executor or the stores."""
+Messages and effects go in through :meth:`Pipeline.submit_item` (one dedup rule: ``InboxItem.dedup_keys``); turns
+run through :meth:`Pipeline.run`; what the next turn would send comes from :meth:`Pipeline.context`, built by the
+turn's own collaborators; the reply a conversation still owes, compaction on demand, forgetting, dead letters and
+memory administration are here too. Transports never reach past it into the executor or the stores.
+
+What runs turns (the model, its window and budget, the compactor, recall, memory) is built when first needed, so a
+command that only reads what is stored never loads a model's stack."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from threadkeeper.persistence import CheckpointStore, Inbox, InboxItem, Message, MessageFlags, Role
+from threadkeeper.persistence import (
+    CheckpointKind,
+    CheckpointStatus,
+    CheckpointStore,
+    ConversationSummary,
+    Forgetter,
+    Inbox,
+    InboxItem,
+    LineageEntry,
+    MemoryRecord,
+    MemoryStore,
+    MemoryVersion,
+    Message,
+    MessageFlags,
+    NotesStore,
+    Role,
+    ThreadkeeperError,
+)
 
+from .conversation import PRIVACY, Conversation
 from .handoff import CompactionReport, Compactor
-from .memory import Memory
+from .memory import Extraction, Memory
 from .models import ContextBudget, Tokenizer
 from .recall import Recall
 from .turn import Clock, ContextReport, Intake, Model, Preview, ReplyExecutor, TurnEvents, TurnResult
 
+POSTED = "posted"
+"""Conversation flag: the checkpoint whose reply the transport last confirmed delivered."""
+RECOVER_WITHIN_SECONDS = 3_600.0
+"""A committed turn whose reply was never confirmed is still owed if it is at most this old; an older one is left
+(the thread has moved on)."""
+
+
+@dataclass(frozen=True)
+class Turns:
+    """What runs and previews turns, built from the model's settings (see :func:`threadkeeper.root.build_pipeline`)."""
+
+    executor: ReplyExecutor
+    preview: Preview
+    clock: Clock
+    compactor: Compactor | None = None
+    recall: Recall | None = None
+    memory: Memory | None = None
+
+
+@dataclass(frozen=True)
+class OwedReply:
+    """The reply of a committed turn that its transport never confirmed delivered."""
+
+    checkpoint_id: str
+    text: str
+    committed_at: float
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    keys: int
+    """Stored keys of the conversation's history that went."""
+    records: int
+    """Memory records derived from it that went."""
+
 
 class Pipeline:
-    def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, executor: ReplyExecutor, preview: Preview,
-                 clock: Clock, compactor: Compactor | None = None, recall: Recall | None = None,
-                 memory: Memory | None = None) -> None:
-        self.clock = clock
-        """When the pipeline's own messages are written (a replay sets the thread's time)."""
+    def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, notes: NotesStore, forgetter: Forgetter,
+                 memory_store: MemoryStore, turns: Turns | Callable[[], Turns]) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
-        self.executor = executor
-        self.preview = preview
-        self.compactor = compactor
-        self.recall = recall
-        self.memory = memory
+        self.notes = notes
+        self.forgetter = forgetter
+        self.memory_store = memory_store
+        self._turns = turns
+
+    # -- what runs turns (built on first use) ----------------------------------------------------
+
+    @property
+    def turns(self) -> Turns:
+        if not isinstance(self._turns, Turns):
+            self._turns = self._turns()
+        return self._turns
+
+    @property
+    def executor(self) -> ReplyExecutor:
+        return self.turns.executor
+
+    @property
+    def preview(self) -> Preview:
+        return self.turns.preview
+
+    @property
+    def clock(self) -> Clock:
+        """When the pipeline's own messages are written (a replay sets the thread's time)."""
+        return self.turns.clock
+
+    @property
+    def compactor(self) -> Compactor | None:
+        return self.turns.compactor
+
+    @property
+    def recall(self) -> Recall | None:
+        return self.turns.recall
+
+    @property
+    def memory(self) -> Memory | None:
+        return self.turns.memory
 
     @property
     def budget(self) -> ContextBudget:
@@ -58,29 +145,68 @@ class Pipeline:
         return self.executor.input.message(text, role=role, author=author, id=id, created_at=created_at,
                                            flags=MessageFlags(pinned=pinned))
 
-    async def submit(self, conversation_id: str, text: str, *, author: str | None = None, id: str | None = None,
-                     created_at: float | None = None, reply_expected: bool = True, pinned: bool = False,
-                     event_id: str | None = None) -> bool:
+    async def submit(self, conversation: Conversation | str, text: str, *, author: str | None = None,
+                     id: str | None = None, created_at: float | None = None, reply_expected: bool = True,
+                     pinned: bool = False, event_id: str | None = None) -> bool:
         """Append a person's message to the conversation's inbox (deduplicated by id and event id)."""
         message = self.message(text, author=author, id=id, created_at=created_at, pinned=pinned)
-        return await self.submit_item(conversation_id, InboxItem(event_id=event_id, message=message,
-                                                                 reply_expected=reply_expected))
+        return await self.submit_item(conversation, InboxItem(event_id=event_id, message=message,
+                                                              reply_expected=reply_expected))
 
-    async def submit_item(self, conversation_id: str, item: InboxItem, *, front: bool = False) -> bool:
+    async def submit_item(self, conversation: Conversation | str, item: InboxItem, *, front: bool = False,
+                          flags: Mapping[str, str] | None = None) -> bool:
         """Queue ``item`` (a message or an effect) once: a copy of it is a duplicate by ``InboxItem.dedup_keys``,
-        whichever transport or replay sent it. ``front``: before every waiting item (see :meth:`Inbox.append`)."""
-        return await self.inbox.append(conversation_id, item, front=front)
+        whichever transport or replay sent it. ``front``: before every waiting item (see :meth:`Inbox.append`).
+        What the transport said about the channel's privacy, and its own ``flags``, are kept with the item (in the
+        same step): the worker that takes the turn, and memory later, know them without asking again."""
+        conversation = as_conversation(conversation)
+        known = {PRIVACY: conversation.privacy} if conversation.privacy != "unknown" else {}
+        return await self.inbox.append(conversation.id, item, front=front, flags={**known, **(flags or {})})
 
     # -- turns -----------------------------------------------------------------------------------
 
-    async def pending(self, conversation_id: str) -> int:
+    async def pending(self, conversation: Conversation | str) -> int:
         """Inbox items no turn has taken yet (items held by a turn awaiting resume do not count)."""
-        return await self.executor.pending(conversation_id)
+        return await self.executor.pending(as_conversation(conversation).id)
 
-    async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
-        return await self.executor.run(conversation_id, events)
+    async def run(self, conversation: Conversation | str, events: TurnEvents | None = None) -> list[TurnResult]:
+        """Run the conversation's turns while its inbox has items, under its lease (none when another worker holds
+        it)."""
+        return await self.executor.run(as_conversation(conversation), events)
 
-    async def compact(self, conversation_id: str, *, dry_run: bool = False, reason: str = "manual",
+    async def owing(self) -> list[str]:
+        """Conversations that owe work (queued items, a reply not confirmed): what a sweep resumes."""
+        return await self.inbox.pending_conversations()
+
+    async def reply_owed(self, conversation: Conversation | str) -> OwedReply | None:
+        """The reply of the conversation's last turn, when that turn committed but its delivery was never confirmed
+        (:meth:`delivered`) and it is recent enough to matter; None otherwise."""
+        conversation_id = as_conversation(conversation).id
+        state = await self.checkpoints.get_state(conversation_id)
+        if state is None or state.head_checkpoint_id is None:
+            return None
+        head = await self.checkpoints.get(conversation_id, state.head_checkpoint_id)
+        done_at = head.outcome.at if head.outcome else head.meta.created_at
+        if head.kind is not CheckpointKind.TURN or head.status is not CheckpointStatus.COMPLETED or \
+                time.time() - done_at > RECOVER_WITHIN_SECONDS or \
+                await self.notes.flag(conversation_id, POSTED) == head.id:
+            return None
+        last = (await self.checkpoints.load_history(conversation_id, head.id)).messages[-1]
+        if last.role != "assistant" or not last.text.strip() or \
+                any(p.type in ("tool_call", "tool_result") for p in last.parts):
+            return None  # a turn that only recorded messages
+        return OwedReply(head.id, last.text, head.meta.created_at)
+
+    async def delivered(self, conversation: Conversation | str, checkpoint_id: str) -> None:
+        """The transport confirmed the reply of ``checkpoint_id`` delivered whole."""
+        await self.notes.set_flag(as_conversation(conversation).id, POSTED, checkpoint_id)
+
+    async def was_delivered(self, conversation: Conversation | str, checkpoint_id: str) -> bool:
+        return await self.notes.flag(as_conversation(conversation).id, POSTED) == checkpoint_id
+
+    # -- on demand -------------------------------------------------------------------------------
+
+    async def compact(self, conversation: Conversation | str, *, dry_run: bool = False, reason: str = "manual",
                       with_model: bool = False) -> CompactionReport:
         """Compact now with this pipeline's budget (the internal compaction command); returns the report.
 
@@ -88,22 +214,154 @@ class Pipeline:
         narrative is then carried as it is). A conversation whose turn awaits resume is refused. The summarized
         checkpoint stays untouched; the new one forks from it."""
         if self.compactor is None:
-            from threadkeeper.persistence import ThreadkeeperError
-
             raise ThreadkeeperError("this pipeline has no compactor")
-        return await self.compactor.compact(conversation_id, budget=self.budget, dry_run=dry_run, reason=reason,
-                                            with_model=with_model)
+        return await self.compactor.compact(as_conversation(conversation).id, budget=self.budget, dry_run=dry_run,
+                                            reason=reason, with_model=with_model)
 
-    async def context(self, conversation_id: str, *, arriving: Sequence[Message] = (),
+    async def context(self, conversation: Conversation | str, *, arriving: Sequence[Message] = (),
                       asker: str | None = None) -> ContextReport:
         """What the next turn would send to the model, written nowhere (see :class:`services.turn.Preview`)."""
-        return await self.preview(conversation_id, arriving=arriving, asker=asker)
+        return await self.preview(as_conversation(conversation), arriving=arriving, asker=asker)
 
-    async def references(self, conversation_id: str) -> dict[str, str]:
+    async def references(self, conversation: Conversation | str) -> dict[str, str]:
         """Message id by short reference (``#N``), over the conversation's whole lineage."""
+        conversation_id = as_conversation(conversation).id
         state = await self.checkpoints.require_state(conversation_id)
         if state.head_checkpoint_id is None or self.recall is None:
             return {}
         history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
         index = await self.recall.sync(conversation_id, history)
         return {f"#{ref}": ident for ref, ident in index.refs.items()}
+
+    # -- what is stored --------------------------------------------------------------------------
+
+    async def healthy(self) -> bool:
+        """Whether the store answers now."""
+        return await self.checkpoints.reachable()
+
+    async def durability(self) -> str:
+        """How the store keeps acknowledged messages across its own restart: ``aof``, ``rdb`` or ``none``."""
+        return await self.checkpoints.durability()
+
+    async def exists(self, conversation: Conversation | str) -> bool:
+        return await self.checkpoints.conversation_exists(as_conversation(conversation).id)
+
+    async def lineage(self, conversation: Conversation | str) -> list[LineageEntry]:
+        """Every checkpoint of the conversation, oldest first."""
+        return await self.checkpoints.lineage(as_conversation(conversation).id)
+
+    async def conversations(self, limit: int) -> tuple[list[ConversationSummary], int]:
+        """The ``limit`` conversations active most recently, newest first, and how many are stored."""
+        ids = await self.checkpoints.conversation_ids()
+        states = [state for cid in ids if (state := await self.checkpoints.get_state(cid)) is not None]
+        recent = sorted(states, key=lambda state: state.updated_at, reverse=True)[:limit]
+        return [await self.checkpoints.summary(state.conversation_id) for state in recent], len(ids)
+
+    async def flag(self, conversation: Conversation | str, name: str) -> str | None:
+        """A transport's fact about a conversation (a subscribed thread, the message showing a status, …)."""
+        return await self.notes.flag(as_conversation(conversation).id, name)
+
+    async def set_flag(self, conversation: Conversation | str, name: str, value: str) -> None:
+        await self.notes.set_flag(as_conversation(conversation).id, name, value)
+
+    async def remember_thread(self, reply: Conversation, thread_ts: str) -> None:
+        """Remember which thread a reply was posted in; ``reply`` is the conversation its own ts would be as a thread
+        (a deletion that names only the reply finds its thread)."""
+        await self.notes.remember_thread(reply.id, thread_ts)
+
+    async def thread_of(self, reply: Conversation) -> str | None:
+        return await self.notes.thread_of(reply.id)
+
+    # -- forgetting ------------------------------------------------------------------------------
+
+    async def forget(self, conversation: Conversation | str) -> Forgotten:
+        """Delete a conversation: what memory derived from it first (while its messages still say what they were),
+        then its whole history. Refused (``InvalidTransitionError``) while a turn holds it."""
+        conversation = as_conversation(conversation)
+        records = await self.memory.forget_conversation(conversation) if self.memory is not None else 0
+        return Forgotten(await self.forgetter.conversation(conversation.id), records)
+
+    async def forgettable(self, conversation: Conversation | str) -> list[str]:
+        """The stored keys :meth:`forget` would delete (none: nothing is stored)."""
+        return await self.forgetter.keys_of(as_conversation(conversation).id)
+
+    async def conversations_of_workspace(self, workspace: str) -> list[str]:
+        return await self.forgetter.conversations_of_team(workspace)
+
+    async def forget_workspace(self, workspace: str) -> tuple[int, list[str]]:
+        """Delete every conversation of a workspace and its memory: how many keys went, and the conversations left
+        because a turn held them (forget those again once it has finished)."""
+        deleted, busy = await self.forgetter.team(workspace)
+        if self.memory is not None:
+            deleted += await self.memory.forget_workspace(workspace)
+        else:
+            deleted += await self.memory_store.forget_workspace(workspace)
+        return deleted, busy
+
+    # -- dead letters ----------------------------------------------------------------------------
+
+    async def dead_letter_counts(self) -> dict[str, int]:
+        return await self.inbox.dead_letter_counts()
+
+    async def dead_letters(self, conversation: Conversation | str) -> list[str]:
+        return await self.inbox.dead_letters(as_conversation(conversation).id)
+
+    async def retry_dead_letters(self, conversation: Conversation | str) -> tuple[int, list[str]]:
+        return await self.inbox.retry_dead_letters(as_conversation(conversation).id)
+
+    # -- memory administration -------------------------------------------------------------------
+
+    async def memory_records(self, workspace: str | None = None, channel: str | None = None) -> list[MemoryRecord]:
+        """The live records of one workspace (or every workspace), of one channel if given."""
+        spaces = [workspace] if workspace else await self.memory_store.workspaces()
+        return [r for w in spaces for r in await self.memory_store.records(w)
+                if not channel or r.channel == channel]
+
+    async def memory_record(self, record_id: str, workspace: str | None = None) -> MemoryRecord:
+        for record in await self.memory_records(workspace):
+            if record.id == record_id:
+                return record
+        raise ThreadkeeperError(f"no memory record {record_id!r}" + (f" in workspace {workspace}" if workspace
+                                                                     else "") + "; `threadkeeper memory list` "
+                                "shows the ids")
+
+    async def forget_memory_record(self, record_id: str, workspace: str | None = None) -> MemoryRecord:
+        record = await self.memory_record(record_id, workspace)
+        await self.memory_store.delete(record.workspace, [record.id])
+        return record
+
+    async def forget_memory(self, workspace: str) -> int:
+        """Every memory key of a workspace (records, versions, switches, jobs)."""
+        return await self.memory_store.forget_workspace(workspace)
+
+    async def switch_memory(self, workspace: str, channel: str | None, on: bool) -> None:
+        await self.memory_store.set_switch(workspace, f"channel:{channel}" if channel else "workspace", on)
+
+    async def extract_memory(self, conversation: Conversation | str) -> Extraction:
+        """Extract the conversation's new messages into memory now (idle or not)."""
+        conversation = as_conversation(conversation)
+        flags = (await self.notes.get(conversation.id)).flags
+        return await self._memory().extract(conversation.said(flags.get(PRIVACY)), force=True)
+
+    async def consolidate_memory(self, workspace: str, channel: str | None) -> MemoryVersion | None:
+        return await self._memory().consolidate(workspace, f"channel:{channel}" if channel else "workspace")
+
+    @property
+    def memory_on(self) -> bool:
+        """Whether the settings allow memory in any workspace (the memory sweep has work to look for)."""
+        return self.memory is not None and bool(self.memory.config.workspaces)
+
+    async def sweep_memory(self) -> list[Extraction]:
+        """Extract from conversations that have gone idle (a bounded number), then consolidate what changed."""
+        return await self._memory().sweep()
+
+    def _memory(self) -> Memory:
+        if self.memory is None:
+            raise ThreadkeeperError("memory is not configured for this pipeline")
+        return self.memory
+
+
+def as_conversation(value: Conversation | str) -> Conversation:
+    """A conversation as the face takes it: the typed value a transport built, or a stored id (a command's argument,
+    the sweep's registry), parsed once here."""
+    return value if isinstance(value, Conversation) else Conversation.of(value)

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from threadkeeper.persistence import InboxItem, ThreadkeeperError
 
-from .app import Pipeline
+from .app import Pipeline, as_conversation
+from .conversation import Conversation
 
 
 class ReplayInputError(ThreadkeeperError):
@@ -158,9 +159,12 @@ def default_conversation_id(thread: ReplayThread, source: str) -> str:
     return f"replay:{Path(source).stem}:{digest}"
 
 
-async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: str, turn_every: int = 1,
+async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation: Conversation | str, turn_every: int = 1,
                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Deliver the thread's messages in order, running a turn every ``turn_every`` messages and after the last."""
+    """Deliver the thread's messages in order, running a turn every ``turn_every`` messages and after the last.
+    ``conversation``: where (with what is known of its channel's privacy), or its id."""
+    conversation = as_conversation(conversation)
+    conversation_id = conversation.id
     if turn_every < 1:
         raise ReplayInputError("--turn-every must be at least 1")
     compactions: list[dict[str, Any]] = []
@@ -173,7 +177,7 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
     try:
         for index, message in enumerate(thread.messages, start=1):
             latest = max(latest, message.created_at or 0.0)
-            turns += await _deliver(pipeline, message, conversation_id, compactions,
+            turns += await _deliver(pipeline, message, conversation, compactions,
                                     run=index % turn_every == 0 or index == total)
             if progress:
                 progress(index, total)
@@ -187,24 +191,24 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation_id: s
             "context": out["context"], "context_tokens": out["context_tokens"]}
 
 
-async def _deliver(pipeline: Pipeline, message: ReplayMessage, conversation_id: str,
+async def _deliver(pipeline: Pipeline, message: ReplayMessage, conversation: Conversation,
                    compactions: list[dict[str, Any]], *, run: bool) -> int:
     """Deliver one replayed message (a message, an edit or a deletion); run the turns if ``run``."""
     at = message.created_at or pipeline.clock()  # an edit or deletion happens in the thread's time
     if message.edits:
         edited = pipeline.message(message.text, author=message.author, id=message.edits)
-        await pipeline.submit_item(conversation_id, InboxItem(kind="edit", event_id=message.id, message=edited,
+        await pipeline.submit_item(conversation, InboxItem(kind="edit", event_id=message.id, message=edited,
                                                               change=message.id, reply_expected=False,
                                                               received_at=at))
     elif message.deletes:
-        await pipeline.submit_item(conversation_id, InboxItem(kind="delete", event_id=message.id,
+        await pipeline.submit_item(conversation, InboxItem(kind="delete", event_id=message.id,
                                                               target_id=message.deletes, reply_expected=False,
                                                               received_at=at))
     else:
-        await pipeline.submit(conversation_id, message.text, author=message.author, id=message.id,
+        await pipeline.submit(conversation, message.text, author=message.author, id=message.id,
                               pinned=message.pinned, reply_expected=message.reply, created_at=message.created_at)
     if not run:
         return 0
-    results = await pipeline.run(conversation_id)
+    results = await pipeline.run(conversation)
     compactions.extend(r.compaction.summary() for r in results if r.compaction is not None)
     return len(results)

@@ -713,7 +713,7 @@ async def test_a_replay_happens_in_the_thread_time_edits_and_deletions_included(
     rows.append({"id": f"{start + 3_800:.6f}", "ts": f"{start + 3_800:.6f}", "author": "alice", "text": "",
                  "deletes": rows[4]["id"]})
     thread = parse_thread(json.dumps({"messages": rows}))
-    await replay(p, thread, conversation_id=CONV, turn_every=5)
+    await replay(p, thread, conversation=CONV, turn_every=5)
     latest = start + 3_800
     history = await p.checkpoints.load_history(CONV)
     lineage = await p.checkpoints.lineage(CONV)

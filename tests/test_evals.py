@@ -139,7 +139,7 @@ async def test_replayed_context_never_exceeds_the_trigger_and_compactions_meet_t
     stores = build_stores(settings, client=fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
     pipeline = build_pipeline(settings, stores, context_window=8000)
     thread = parse_thread(json.dumps(generate_thread(11, messages=500, style=style).as_dict()), style)
-    result = await replay(pipeline, thread, conversation_id=f"trigger:{style}", turn_every=5)
+    result = await replay(pipeline, thread, conversation=f"trigger:{style}", turn_every=5)
     budget = pipeline.budget
     history = sum(e["tokens"] for e in result["context"] if e["role"] != "system")
     assert result["compactions"] and history <= budget.trigger_tokens

@@ -284,7 +284,7 @@ async def test_a_provider_that_counts_more_compacts_about_as_often(model, prefix
     for s in (1.0, scale):
         p, _ = pipeline(prefix, client, context_window=6_000)
         model.usage_scale = s
-        cid = f"{CONV}:{s}"
+        cid = f"slack:T1:C{int(s * 10)}:1700000000.000200"
         at = []
         for i in range(200):
             await p.submit(cid, f"status {i}: the {('api', 'db', 'queue')[i % 3]} work moved on, build {1000 + i} "

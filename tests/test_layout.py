@@ -105,3 +105,38 @@ def test_capabilities_point_one_way_and_meet_at_their_boundaries() -> None:
                 if len(parts) > 3 and name not in PRIVATE_DOORS:
                     wrong.append(f"{rel} imports {name}: import threadkeeper.services.{capability} instead")
     assert not wrong, "\n".join(wrong)
+
+
+TRANSPORTS = [*(ROOT / "bot").glob("*.py"),
+              *(ROOT / "threadkeeper" / name for name in ("cli.py", "opscmd.py", "memorycmd.py", "evalcmd.py"))]
+"""What talks to the application: the Slack bot, the console, the command line."""
+INTERNALS = {"executor", "checkpoints", "inbox", "notes", "forgetter", "memory_store", "turns", "preview",
+             "compactor", "recall", "memory"}
+"""The application's insides: a transport reaches none of them."""
+STORE_DOORS = {"where"}
+"""What a transport may read of the stores it opened: where they are (to say so). The eval command also hands the
+connection to the evals, which build their own stores under their own prefixes (``client``)."""
+STORES = {"CheckpointStore", "Inbox", "NotesStore", "MemoryStore", "Forgetter", "LeaseManager", "ReplyExecutor",
+          "Memory", "Recall", "Compactor"}
+
+
+def _named(node: ast.expr) -> str:
+    """The last name of an attribute chain's base (``h.pipeline`` → ``pipeline``)."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def test_the_bot_the_console_and_the_command_line_talk_to_the_application_only() -> None:
+    """One face: a transport submits, runs, previews, forgets and administers memory through ``Pipeline``'s methods,
+    never through the executor or a store (the composition root, which builds them, is the one exception)."""
+    wrong = []
+    for path in TRANSPORTS:
+        doors = STORE_DOORS | ({"client"} if path.name == "evalcmd.py" else set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                base = _named(node.value)
+                if (base == "pipeline" and node.attr in INTERNALS) or (base == "stores" and node.attr not in doors):
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} reaches {base}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("threadkeeper."):
+                wrong.extend(f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name}"
+                             for alias in node.names if alias.name in STORES)
+    assert not wrong, "\n".join(wrong)

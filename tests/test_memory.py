@@ -7,15 +7,33 @@ import pytest
 from fakes import Step, pipeline, scripted
 
 from threadkeeper.persistence import InboxItem
-from threadkeeper.services.memory import CITED, MEMORY_HEADER, IdAccess, consolidated, locate
+from threadkeeper.services import Conversation
+from threadkeeper.services.memory import CITED, MEMORY_HEADER, consolidated
 
 T = "T1"
-PUBLIC, OTHER, PRIVATE, DM = "C100", "C200", "G300", "D400"
+PUBLIC, OTHER, PRIVATE, DM = "C100", "C200", "C300", "D400"
+"""A private channel whose id starts with C, as Slack gives private channels today: its privacy comes from what
+Slack says (the event's channel type), never from the id."""
+SAID = {PUBLIC: "public", OTHER: "public", PRIVATE: "private", DM: "dm", "D999": "dm"}
 ON = {"threadkeeper_memory_workspaces": T, "threadkeeper_memory_channels": "*"}
 
 
-def cid(channel: str, thread: str) -> str:
-    return f"slack:{T}:{channel}:{thread}"
+def cid(channel: str, thread: str) -> Conversation:
+    """A conversation as the bot builds it from Slack's event: with what Slack said of its channel."""
+    return Conversation.slack(T, channel, thread, SAID[channel])  # type: ignore[arg-type]
+
+
+class Members:
+    """Slack's answer to who is a member of a channel (what the bot asks of ``conversations.members``)."""
+
+    def __init__(self, members: dict[tuple[str, str], set[str]]) -> None:
+        self.members = members
+
+    async def visibility(self, workspace: str, channel: str) -> str:
+        raise AssertionError("the conversation said its privacy: Slack is not asked again")
+
+    async def is_member(self, workspace: str, channel: str, user: str) -> bool:
+        return user in self.members.get((workspace, channel), set())
 
 
 @pytest.fixture
@@ -89,7 +107,7 @@ async def test_memory_is_off_unless_switched_on_for_workspace_and_channel(redis_
 
 
 async def test_private_and_dm_facts_never_reach_another_channel_dm_or_non_member(redis_client, prefix, model) -> None:
-    access = IdAccess(members={(T, PRIVATE): {"U_alice"}})
+    access = Members({(T, PRIVATE): {"U_alice"}})
     p, _ = _pipeline(prefix, redis_client, access=access)
     secret_private = "The acquisition codename is bluefinch and the price is 42 million."
     secret_dm = "My salary review meeting is on 2024-05-02 with the director hollis."
@@ -174,9 +192,13 @@ async def test_consolidation_writes_a_new_version_and_keeps_the_previous(redis_c
     await st.memory.release(T, f"consolidate:channel:{PUBLIC}", token)
 
 
-def test_conversations_are_located_in_their_workspace_and_channel() -> None:
-    assert locate("slack:T1:C2:1700.1") == (locate("slack:T1:C2:1800.1"))
-    assert locate("slack:T1:C2:1700.1").workspace == "T1" and locate("console:x").workspace == "local"
+def test_a_conversation_is_parsed_from_its_id_once_and_never_guesses_privacy() -> None:
+    assert Conversation.of("slack:T1:C2:1700.1").channel == Conversation.of("slack:T1:C2:1800.1").channel == "C2"
+    assert Conversation.of("slack:T1:C2:1700.1").workspace == "T1" and Conversation.of("console:x").workspace == "local"
+    assert Conversation.of("slack:T1:C2:1700.1").privacy == "unknown", "an id says nothing of privacy"
+    assert Conversation.of("slack:T1:C2:1700.1").said("private").privacy == "private"
+    assert Conversation.slack("T1", "C2", "1700.1", "public").said("private").privacy == "public", \
+        "what the event said stands"
 
 
 
@@ -245,14 +267,14 @@ async def test_forgetting_a_conversation_forgets_what_was_derived_from_it(redis_
     await _say(p, b, ["The vendor contract renews on 2025-03-31 for 48,000 euros."], start=50)
     for c in (a, b):
         await p.memory.extract(c)
-    kept = {r.id for r in await st.memory.records(T) if r.conversation == b}
+    kept = {r.id for r in await st.memory.records(T) if r.conversation == b.id}
     assert kept and await p.memory.forget_conversation(a) >= 3
     assert {r.id for r in await st.memory.records(T)} == kept, "only the forgotten conversation's records went"
-    assert (await st.memory.job(T, a)).outcome == "none", "and its extraction job"
+    assert (await st.memory.job(T, a.id)).outcome == "none", "and its extraction job"
 
 
 async def test_only_a_stated_rule_lifts_a_public_record_to_the_whole_workspace(redis_client, prefix, model) -> None:
-    p, _ = _pipeline(prefix, redis_client, access=IdAccess(members={(T, PRIVATE): {"U_alice"}}))
+    p, _ = _pipeline(prefix, redis_client, access=Members({(T, PRIVATE): {"U_alice"}}))
     told = "Remember this for everyone: the on-call rota lives at go/rota-7731."
     for n, channel in enumerate((PUBLIC, PRIVATE)):
         c = cid(channel, f"170000000{n}.000100")
@@ -284,6 +306,6 @@ async def test_the_sweep_extracts_conversations_once_idle_a_bounded_number_at_a_
     memory.clock = lambda: time.time() + 3600
     first, second, third = await memory.sweep(), await memory.sweep(), await memory.sweep()
     assert [len(first), len(second), third] == [1, 1, []], "one claim per sweep here; each conversation once"
-    assert {first[0].conversation_id, second[0].conversation_id} == {a, b}
-    assert {r.conversation for r in await st.memory.records(T)} == {a, b}
+    assert {first[0].conversation_id, second[0].conversation_id} == {a.id, b.id}
+    assert {r.conversation for r in await st.memory.records(T)} == {a.id, b.id}
     assert await st.memory.versions(T, f"channel:{PUBLIC}"), "a sweep that added records consolidates their scope"

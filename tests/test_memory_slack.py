@@ -38,12 +38,11 @@ async def test_a_fact_told_in_one_thread_reaches_a_new_thread_of_its_channel_and
     try:
         h.slack.private.add("C777")
         h.slack.members["C777"] = ["U1"]
-        memory = h.pipeline.memory
         for n, channel in enumerate(("C100", "C777")):
             ts = f"170000000{n}.000100"
             assert await h.post(event_body(mention(channel, ts, FACT), event_id=f"Ev{n}")) == 200
             await h.settle()
-            assert (await memory.extract(f"slack:T1:{channel}:{ts}")).records >= 1
+            assert (await h.pipeline.extract_memory(f"slack:T1:{channel}:{ts}")).records >= 1
         assert await h.post(event_body(mention("C100", "1700000100.000100", ASK), event_id="EvB")) == 200
         await h.settle()
         assert "kestrel-eu" in sent(model), "thread B of the public channel is shown thread A's fact"

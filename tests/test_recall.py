@@ -11,6 +11,7 @@ from factories import msg
 from fakes import Step, pipeline, scripted, written
 
 from threadkeeper.persistence import InboxItem, Notes
+from threadkeeper.services import Conversation
 from threadkeeper.services.context import calibration, visible
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex, search_terms
 
@@ -164,7 +165,7 @@ async def test_recall_gives_way_when_the_request_has_no_room(model, prefix, clie
     history = await p.checkpoints.load_history(CONV)
     question = p.message("who prefers the blue guitar?", author="carol")
     assemble = p.executor.assembler.assemble
-    roomy = (await assemble(CONV, history, [*history.messages, question], [question], Notes())).message
+    roomy = (await assemble(Conversation.of(CONV), history, [*history.messages, question], [question], Notes())).message
     assert "blue guitar" in roomy.text
     # A message that leaves less room than the recall share: recall shrinks to what fits beside it (in the
     # provider's count, which the last reported usage calibrates).
@@ -172,7 +173,7 @@ async def test_recall_gives_way_when_the_request_has_no_room(model, prefix, clie
     used = b.fixed_prompt_tokens + sum(m.tokens for m in visible(history.messages))
     filler = b.request_limit_tokens - used - p.executor.loop.tool_tokens - roomy.tokens // 2
     big = p.message("who prefers the blue guitar? " + "la " * filler, author="carol")
-    tight = (await assemble(CONV, history, [*history.messages, big], [big], Notes())).message
+    tight = (await assemble(Conversation.of(CONV), history, [*history.messages, big], [big], Notes())).message
     sent = used + big.tokens + tight.tokens
     assert sent + p.executor.loop.tool_tokens <= b.request_limit_tokens
     assert tight.tokens < roomy.tokens

@@ -17,6 +17,7 @@ from slack_fake import BOT_USER, FakeSlack, event_body, sign
 from threadkeeper.bot.server import build_web_app, socket_state
 from threadkeeper.persistence import CheckpointKind
 from threadkeeper.root import build_pipeline, build_slack_bot, build_stores
+from threadkeeper.services import Conversation
 
 SECRET = "test-signing-secret"
 ENCRYPTION_KEY = "pGZ0d9KbqWfLx3cYkY1h2m3n4o5p6q7r8s9t0u1v2w0="
@@ -430,7 +431,7 @@ async def test_a_turns_reply_delivered_twice_is_posted_once(h: Harness) -> None:
     cid = f"slack:T1:{CHANNEL}:1700003000.000100"
     head = (await h.pipeline.checkpoints.require_state(cid)).head_checkpoint_id
     assert len(h.replies()) == 1
-    await h.bot.events.reply(cid, "Here is what I found.", kind="completed", trace_id=None, checkpoint_id=head)
+    await h.bot.events.reply(Conversation.of(cid), "Here is what I found.", kind="completed", trace_id=None, checkpoint_id=head)
     assert len(h.replies()) == 1
 
 
@@ -458,7 +459,7 @@ async def test_a_reply_committed_but_never_posted_is_posted_exactly_once(model, 
         assert texts == ["Here is what I found.", "Here is what I found."], "the lost reply once, then the new one"
         # Posted, then killed before it was marked: Slack shows it, so the recovery does not post it again.
         await second.stores.notes.set_flag(cid, "posted", "")
-        assert await second.bot.events.recover(cid) is True
+        assert await second.bot.events.recover(Conversation.of(cid)) is True
         assert len(second.replies()) == 2
         assert await second.stores.notes.flag(cid, "posted") == (await second.pipeline.checkpoints.require_state(
             cid)).head_checkpoint_id, "marked delivered from what Slack shows"

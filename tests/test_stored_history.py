@@ -101,7 +101,7 @@ async def test_a_replayed_chat_stores_close_to_what_people_and_the_bot_said(pref
     thread = parse_thread(json.dumps({"messages": [{**m, "reply": True} for m in case.data["messages"]]}), "chat")
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None, threadkeeper_key_prefix=prefix)  # type: ignore[call-arg]
     p = build_pipeline(settings, build_stores(settings, client=client), context_window=4096)
-    await replay(p, thread, conversation_id=CONV, turn_every=5)
+    await replay(p, thread, conversation=CONV, turn_every=5)
     tokenizer = p.tokenizer
     stored = [Message.model_validate_json(b) for b in await client.hvals(f"{prefix}:{{{CONV}}}:msgs")]
     held = sum(tokenizer.count_message(m) for m in stored if m.parts)

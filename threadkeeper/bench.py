@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Usage, ping
 from threadkeeper.persistence.keys import dead_registry_key, pending_key
-from threadkeeper.services import measure
+from threadkeeper.services import Conversation, measure
 from threadkeeper.services.handoff import Compactor
 from threadkeeper.services.recall import Recall
 
@@ -142,7 +142,7 @@ async def _memory_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
             await stores.memory.put(team, records[start:start + 5_000])
         memory = Memory(stores.memory, stores.checkpoints, stores.notes, Tokenizer("gpt-4o"),
                         config=MemoryConfig(workspaces=frozenset({team}), channels=frozenset({"*"})))
-        where = f"slack:{team}:C7:9999999999.000100"
+        where = Conversation.slack(team, "C7", "9999999999.000100", "public")
         started = time.perf_counter()
         await memory.block(where, questions[0], asker=None, cap_tokens=680)
         out[f"memory_index_cold_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)

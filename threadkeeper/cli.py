@@ -13,13 +13,13 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from threadkeeper.persistence import ConversationKeys, ThreadkeeperError, durability
+from threadkeeper.persistence import ThreadkeeperError
 
 from .evalcmd import cmd_eval, cmd_eval_memory, windows_list
 from .logs import quiet_turn_lines, stderr_console
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
 from .settings import Settings, SettingsError, load_settings
-from .stores import Stores, with_pipeline, with_stores
+from .stores import Stores, with_pipeline
 
 if TYPE_CHECKING:
     from threadkeeper.services import Pipeline
@@ -35,8 +35,8 @@ def _stamp(ts: float) -> str:
 
 
 def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
-    async def work(stores: Stores) -> int:
-        rows = await stores.checkpoints.lineage(args.conversation_id)
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
+        rows = await pipeline.lineage(args.conversation_id)
         if args.json:
             print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
             return 0
@@ -53,15 +53,12 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
         Console(width=200).print(table)
         return 0
 
-    return asyncio.run(with_stores(settings, work))
+    return asyncio.run(with_pipeline(settings, work))
 
 
 def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
-    async def work(stores: Stores) -> int:
-        ids = await stores.checkpoints.conversation_ids()
-        states = [state for cid in ids if (state := await stores.checkpoints.get_state(cid)) is not None]
-        recent = sorted(states, key=lambda state: state.updated_at, reverse=True)[:args.limit]
-        rows = [await stores.checkpoints.summary(state.conversation_id) for state in recent]
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
+        rows, total = await pipeline.conversations(args.limit)
         if args.json:
             print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
             return 0
@@ -78,11 +75,11 @@ def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
             table.add_row(row.id, _stamp(row.last_activity), f"{row.messages:,}", str(row.generation),
                           "running or paused" if row.active else "")
         Console(width=200).print(table)
-        if len(ids) > len(rows):
-            print(f"(the {len(rows)} most recent of {len(ids):,}; --limit shows more)")
+        if total > len(rows):
+            print(f"(the {len(rows)} most recent of {total:,}; --limit shows more)")
         return 0
 
-    return asyncio.run(with_stores(settings, work))
+    return asyncio.run(with_pipeline(settings, work))
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
@@ -163,12 +160,13 @@ def _arriving_lines(path: str, pipeline: Pipeline, author: str | None) -> list[l
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from threadkeeper.services import load_thread, replay
+    from threadkeeper.services import Conversation, load_thread, replay
     from threadkeeper.services.replay import default_conversation_id
 
     thread = load_thread(args.thread_file)  # the whole file is checked before anything is written
     conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
-    ConversationKeys("check", conversation_id)  # a clear error now, not after part of the thread is written
+    # a clear error now, not after part of the thread is written
+    conversation = Conversation.of(conversation_id, args.privacy or "unknown")
     if args.out and not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK):
         raise ThreadkeeperError(f"cannot write the report to {args.out}: its folder does not exist or is not writable")
     quiet_turn_lines(settings.threadkeeper_log_level)  # the replay reports its turns itself
@@ -186,7 +184,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
                       console=stderr_console(), transient=True,
                       disable=len(thread.messages) < 50) as bar:
             task = bar.add_task("replay", total=len(thread.messages))
-            result = await replay(pipeline, thread, conversation_id=conversation_id, turn_every=args.turn_every,
+            result = await replay(pipeline, thread, conversation=conversation, turn_every=args.turn_every,
                                   progress=lambda done, total: bar.update(task, completed=done))
         text = json.dumps(result, indent=2, ensure_ascii=False)
         if args.out:
@@ -205,7 +203,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.bot.server import serve_http, serve_socket
 
-    from .root import build_pipeline, build_slack_bot, check_models
+    from .root import build_slack_bot, check_models
 
     check_models(settings)
     if args.socket and not settings.slack_app_token:
@@ -213,17 +211,16 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.http and not settings.slack_signing_secret:
         raise SettingsError("--http needs SLACK_SIGNING_SECRET to verify Slack's requests")
 
-    async def work(stores: Stores) -> int:
-        pipeline = build_pipeline(settings, stores)
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
         bot = build_slack_bot(settings, stores, pipeline)
 
         async def health() -> bool:
-            return bool(await stores.client.ping())
+            return await pipeline.healthy()
 
         if not settings.redis_url:
             log.info("REDIS_URL is not set: the bot keeps its state in the %s (one machine only; a fleet of "
                      "workers needs a Redis they share)", stores.where)
-        kept = await durability(stores.client)
+        kept = await pipeline.durability()
         if kept == "none":
             log.warning("Redis at REDIS_URL keeps nothing across a restart (appendonly no, no snapshots): every "
                         "acknowledged message not yet answered would be lost. Production needs appendonly yes "
@@ -242,7 +239,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                              ack_seconds=settings.threadkeeper_ack_seconds)
         return 0
 
-    return asyncio.run(with_stores(settings, work))
+    return asyncio.run(with_pipeline(settings, work))
 
 
 def _positive(value: str) -> int:
@@ -306,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turn-every", type=_positive, default=1, help="run a turn every K messages (default 1)")
     p.add_argument("--conversation", help="conversation id (default: from the file, or derived from it)")
     p.add_argument("--out", help="write the JSON report here instead of stdout")
+    p.add_argument("--privacy", choices=("public", "private", "dm"),
+                   help="who may see the thread's channel, as Slack would say (memory keeps a private or direct "
+                        "channel's records there); default: public for a local id, unknown for a Slack id")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("serve", help="run the Slack bot (Socket Mode or the HTTP events endpoint)")

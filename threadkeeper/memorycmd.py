@@ -9,10 +9,10 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from threadkeeper.persistence import MemoryRecord, ThreadkeeperError
+from threadkeeper.persistence import ThreadkeeperError
 
 from .settings import Settings
-from .stores import Stores, with_pipeline, with_stores
+from .stores import Stores, with_pipeline
 
 if TYPE_CHECKING:
     from threadkeeper.services import Pipeline
@@ -22,26 +22,12 @@ def _when(at: float | None) -> str:
     return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M") if at else "-"
 
 
-async def _workspaces(stores: Stores, team: str | None) -> list[str]:
-    return [team] if team else await stores.memory.workspaces()
-
-
-async def _find(stores: Stores, record_id: str, team: str | None) -> MemoryRecord:
-    for workspace in await _workspaces(stores, team):
-        for record in await stores.memory.records(workspace):
-            if record.id == record_id:
-                return record
-    raise ThreadkeeperError(f"no memory record {record_id!r}" + (f" in workspace {team}" if team else "") +
-                            "; `threadkeeper memory list` shows the ids")
-
-
 def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
     action = args.memory_action
 
-    async def work(stores: Stores) -> int:
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
         if action == "list":
-            rows = [r for w in await _workspaces(stores, args.team) for r in await stores.memory.records(w)
-                    if not args.channel or r.channel == args.channel]
+            rows = await pipeline.memory_records(args.team, args.channel)
             if args.json:
                 print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False, indent=2))
                 return 0
@@ -58,45 +44,36 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             Console(width=200).print(table)
             return 0
         if action == "show":
-            record = await _find(stores, args.record_id, args.team)
+            record = await pipeline.memory_record(args.record_id, args.team)
             print(json.dumps(record.model_dump(), ensure_ascii=False, indent=2))
             return 0
         if action == "forget":
             if args.all:
                 if not args.team:
                     raise ThreadkeeperError("forget --all needs --team (the workspace whose memory goes)")
-                print(f"deleted {await stores.memory.forget_workspace(args.team):,} memory keys of workspace "
-                      f"{args.team}")
+                print(f"deleted {await pipeline.forget_memory(args.team):,} memory keys of workspace {args.team}")
                 return 0
             if not args.record_id:
                 raise ThreadkeeperError("name a record id to forget (or --all --team T for a workspace's memory)")
-            record = await _find(stores, args.record_id, args.team)
-            await stores.memory.delete(record.workspace, [record.id])
+            record = await pipeline.forget_memory_record(args.record_id, args.team)
             print(f"forgot {record.id} ({record.kind} from {record.conversation})")
             return 0
         if action in ("enable", "disable"):
-            name = f"channel:{args.channel}" if args.channel else "workspace"
-            await stores.memory.set_switch(args.team, name, action == "enable")
+            await pipeline.switch_memory(args.team, args.channel, action == "enable")
             where = f"channel {args.channel} of workspace {args.team}" if args.channel else f"workspace {args.team}"
             print(f"memory {action}d for {where}" + ("" if "*" in settings.threadkeeper_memory_workspaces or
                                                     args.team in settings.threadkeeper_memory_workspaces.split(",")
                                                     else "; THREADKEEPER_MEMORY_WORKSPACES does not allow this "
                                                          "workspace yet, so it stays off until it does"))
             return 0
-        raise AssertionError(action)
-
-    async def pipeline_work(stores: Stores, pipeline: Pipeline) -> int:
-        memory = pipeline.memory
-        if memory is None:
-            raise ThreadkeeperError("memory is not configured for this pipeline")
         if action == "extract":
-            result = await memory.extract(args.conversation_id, force=True)
+            result = await pipeline.extract_memory(args.conversation_id)
             print(f"{result.conversation_id}: {result.outcome}, {result.records} records from {result.messages} new "
                   f"messages, {result.model_calls} model calls" + (f" ({result.error})" if result.error else ""))
             return 0 if result.outcome in ("succeeded", "succeeded_empty") else 1
         if action == "consolidate":
+            version = await pipeline.consolidate_memory(args.team, args.channel)
             scope = f"channel:{args.channel}" if args.channel else "workspace"
-            version = await memory.consolidate(args.team, scope)
             if version is None:
                 print(f"{scope} of {args.team} is being consolidated by another worker")
                 return 1
@@ -105,9 +82,7 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         raise AssertionError(action)
 
-    if action in ("extract", "consolidate"):
-        return asyncio.run(with_pipeline(settings, pipeline_work))
-    return asyncio.run(with_stores(settings, work))
+    return asyncio.run(with_pipeline(settings, work))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

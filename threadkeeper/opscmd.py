@@ -7,14 +7,11 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from threadkeeper.persistence import InboxItem, ThreadkeeperError
-from threadkeeper.persistence.inbox import unreadable_because
+from threadkeeper.persistence import ThreadkeeperError, why_unreadable
 
 from .logs import quiet_turn_lines, stderr_console
 from .settings import Settings
-from .stores import Stores, with_pipeline, with_stores
+from .stores import Stores, with_pipeline
 
 if TYPE_CHECKING:
     from threadkeeper.services import Pipeline
@@ -55,29 +52,19 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _conversation_memory(stores: Stores, conversation_id: str) -> int:
-    """Delete the memory records derived from a conversation (before its messages go)."""
-    from threadkeeper.services import Tokenizer
-    from threadkeeper.services.memory import Memory
-
-    memory = Memory(stores.memory, stores.checkpoints, stores.notes, Tokenizer("gpt-4o"))
-    return await memory.forget_conversation(conversation_id)
-
-
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
-    async def work(stores: Stores) -> int:
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
         if args.team:
-            cids = await stores.forget.conversations_of_team(args.target)
+            cids = await pipeline.conversations_of_workspace(args.target)
             if not args.yes:
                 print(f"would delete {len(cids):,} conversations of workspace {args.target} and its memory; "
                       "run again with --yes to delete them")
                 return 1
-            deleted, busy = await stores.forget.team(args.target)
-            deleted += await stores.memory.forget_workspace(args.target)  # and every record derived from them
+            deleted, busy = await pipeline.forget_workspace(args.target)
             print(f"deleted {deleted:,} keys of {len(cids) - len(busy):,} conversations of workspace {args.target}"
                   + (f"; {len(busy)} have a turn running, run again once it has finished" if busy else ""))
             return 0 if not busy else 3
-        found = await stores.forget.keys_of(args.target)
+        found = await pipeline.forgettable(args.target)
         if not found:
             raise ThreadkeeperError(f"no conversation {args.target!r} in this store (prefix "
                                     f"{settings.threadkeeper_key_prefix!r}); check the id and THREADKEEPER_KEY_PREFIX")
@@ -85,12 +72,12 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             print(f"would delete {len(found):,} keys of {args.target} (its whole history, every checkpoint); "
                   "run again with --yes to delete them")
             return 1
-        memory = await _conversation_memory(stores, args.target)
-        print(f"deleted {await stores.forget.conversation(args.target):,} keys of {args.target}"
-              + (f" and {memory:,} memory records derived from it" if memory else ""))
+        forgotten = await pipeline.forget(args.target)
+        print(f"deleted {forgotten.keys:,} keys of {args.target}"
+              + (f" and {forgotten.records:,} memory records derived from it" if forgotten.records else ""))
         return 0
 
-    return asyncio.run(with_stores(settings, work))
+    return asyncio.run(with_pipeline(settings, work))
 
 
 REASONS = ("manual", "handoff", "model-upgrade")
@@ -121,22 +108,16 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
 def _dead_letter(raw: str) -> dict[str, object]:
     """One dead letter as ``dead-letters list`` shows it: why this version cannot read it (None: it can now, and
     ``retry`` queues it), and the start of what was stored."""
-    try:
-        InboxItem.model_validate_json(raw)
-        why = None
-    except ValidationError as exc:
-        why = unreadable_because(exc)
-    return {"unreadable": why, "stored": raw if len(raw) <= 160 else raw[:157] + "..."}
+    return {"unreadable": why_unreadable(raw), "stored": raw if len(raw) <= 160 else raw[:157] + "..."}
 
 
 def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
-    async def work(stores: Stores) -> int:
-        inbox = stores.inbox
+    async def work(stores: Stores, pipeline: Pipeline) -> int:
         if args.action == "list":
-            counts = await inbox.dead_letter_counts()
+            counts = await pipeline.dead_letter_counts()
             if args.conversation_id:
                 counts = {c: n for c, n in counts.items() if c == args.conversation_id}
-            listed = {cid: [_dead_letter(raw) for raw in await inbox.dead_letters(cid)] for cid in counts}
+            listed = {cid: [_dead_letter(raw) for raw in await pipeline.dead_letters(cid)] for cid in counts}
             if args.json:
                 print(json.dumps([{"conversation_id": cid, "items": items} for cid, items in listed.items()],
                                  indent=2))
@@ -153,10 +134,10 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
         if not args.conversation_id and not args.all:
             raise ThreadkeeperError("name a conversation to retry (threadkeeper dead-letters list shows them), "
                                     "or pass --all")
-        targets = list(await inbox.dead_letter_counts()) if args.all else [args.conversation_id]
+        targets = list(await pipeline.dead_letter_counts()) if args.all else [args.conversation_id]
         queued_total, kept_total = 0, 0
         for cid in targets:
-            queued, kept = await inbox.retry_dead_letters(cid)
+            queued, kept = await pipeline.retry_dead_letters(cid)
             queued_total += queued
             kept_total += len(kept)
             print(f"{cid}: {queued} queued again" + (f", {len(kept)} still unreadable" if kept else ""))
@@ -166,4 +147,4 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
               + (f"; {kept_total} this version cannot read are kept" if kept_total else ""))
         return 0 if not kept_total else 3
 
-    return asyncio.run(with_stores(settings, work))
+    return asyncio.run(with_pipeline(settings, work))

@@ -20,6 +20,7 @@ from threadkeeper.services import (
     Tokenizer,
     Tool,
     ToolRegistry,
+    Turns,
     is_offline,
     offers_tools,
     resolve_max_output,
@@ -112,10 +113,26 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
 
     ``compactor_class`` swaps the compaction strategy (the evals compare baselines this way).
     ``offline_model`` replaces the offline model's default instance (the bench gives it a latency).
-    ``access`` tells memory who may see a channel (the Slack bot's: asked of Slack; default: from channel ids).
+    ``access`` tells memory who may see a channel (the Slack bot's: asked of Slack; default: nobody can be asked,
+    so only what the bot recorded when messages arrived counts).
     The summarizer uses ``summarizer_model`` (default ``AI_FAST_MODEL``, else the main model); with the
-    offline model the narrative is extractive and compaction makes no model call.
+    offline model the narrative is extractive and compaction makes no model call. What runs turns is built when
+    first used (a command that only reads what is stored never loads the model's stack).
     """
+
+    def turns() -> Turns:
+        return _build_turns(settings, stores, model=model, context_window=context_window, tools=tools,
+                            summarizer_model=summarizer_model, retry_wait_seconds=retry_wait_seconds,
+                            compactor_class=compactor_class, offline_model=offline_model, access=access)
+
+    return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, notes=stores.notes, forgetter=stores.forget,
+                    memory_store=stores.memory, turns=turns)
+
+
+def _build_turns(settings: Settings, stores: Stores, *, model: str | None, context_window: int | None,
+                 tools: list[Tool] | None, summarizer_model: str | None, retry_wait_seconds: float,
+                 compactor_class: type[Compactor], offline_model: OfflineModel | None,
+                 access: ChannelAccess | None) -> Turns:
     model_name = model or settings.ai_model
     override = context_window or (settings.ai_model_context_window_tokens if model is None or
                                   model == settings.ai_model else None)
@@ -161,8 +178,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                              effects=NoteEffects(stores.notes, memory))
     preview = Preview(checkpoints=stores.checkpoints, inbox=stores.inbox, notes=stores.notes, budget=budget,
                       system_prompt=config.system_prompt, input=turn_input, assembler=assembler, compactor=compactor)
-    return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, executor=executor, preview=preview,
-                    clock=clock, compactor=compactor, recall=recall, memory=memory)
+    return Turns(executor=executor, preview=preview, clock=clock, compactor=compactor, recall=recall, memory=memory)
 
 
 def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> Any:
@@ -207,6 +223,5 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
 
         memory = pipeline.memory
         memory.access = CachedAccess(SlackAccess(workspaces), memory.config.membership_seconds)
-    return SlackBot(pipeline=pipeline, notes=stores.notes, workspaces=workspaces, client=client,
-                    signing_secret=settings.slack_signing_secret, fast_model=fast, forget=stores.forget,
-                    oauth=oauth)
+    return SlackBot(pipeline=pipeline, workspaces=workspaces, client=client,
+                    signing_secret=settings.slack_signing_secret, fast_model=fast, oauth=oauth)

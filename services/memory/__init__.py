@@ -7,22 +7,15 @@ from .memory import (
     MEMORY_ID,
     CachedAccess,
     ChannelAccess,
-    IdAccess,
+    Extraction,
     Memory,
     MemoryConfig,
+    NoAccess,
+    PrivacyUnknownError,
     consolidated,
-    locate,
 )
 
 __all__ = [
-    "CachedAccess",
-    "ChannelAccess",
-    "CITED",
-    "consolidated",
-    "IdAccess",
-    "locate",
-    "Memory",
-    "MEMORY_HEADER",
-    "MEMORY_ID",
-    "MemoryConfig",
+    "CITED", "MEMORY_HEADER", "MEMORY_ID", "CachedAccess", "ChannelAccess", "Extraction", "Memory", "MemoryConfig", "NoAccess",
+    "PrivacyUnknownError", "consolidated",
 ]

@@ -43,7 +43,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from threadkeeper.persistence import CheckpointKind, CheckpointStore, Message, NotesStore
+from threadkeeper.persistence import CheckpointKind, CheckpointStore, Message, NotesStore, ThreadkeeperError
 from threadkeeper.persistence.memory import (
     ExtractionJob,
     Kind,
@@ -54,6 +54,7 @@ from threadkeeper.persistence.memory import (
     Visibility,
 )
 
+from ..conversation import PRIVACY, Conversation
 from ..handoff import LedgerBuilder, is_identifier, prose, select
 from ..models import ModelClient, Tokenizer
 from ..safety import redact, without_instructions
@@ -94,47 +95,31 @@ class MemoryConfig:
     membership_seconds: float = 60.0
 
 
-@dataclass(frozen=True)
-class Where:
-    workspace: str
-    channel: str
-
-
-def locate(conversation_id: str) -> Where:
-    """The workspace and channel of a conversation (``<transport>:<team>:<channel>:<thread>``); other ids are a
-    local workspace's channel of their own."""
-    parts = conversation_id.split(":")
-    if len(parts) == 4 and all(parts[1:3]):
-        return Where(parts[1], parts[2])
-    return Where("local", conversation_id.replace(":", "_"))
-
-
 class ChannelAccess(Protocol):
-    """Who may see a channel's memory: what kind of channel it is, and whether a person is a member now."""
+    """Who may see a channel's memory, as the transport knows it (the Slack bot asks Slack): what kind of channel
+    it is, and whether a person is a member now. Any doubt answers private and not a member."""
 
     async def visibility(self, workspace: str, channel: str) -> Visibility: ...
 
     async def is_member(self, workspace: str, channel: str, user: str) -> bool: ...
 
 
-class IdAccess:
-    """Channel kinds from Slack's id prefixes (``D``: a DM, ``G``: a private channel, else public) and members from
-    a map (none known: nobody is a member). Used where no Slack client is at hand."""
+class PrivacyUnknownError(ThreadkeeperError):
+    """Whether a channel is private cannot be told: no transport said so and none can be asked."""
 
-    def __init__(self, members: dict[tuple[str, str], set[str]] | None = None,
-                 private: set[tuple[str, str]] | None = None) -> None:
-        self.members = members or {}
-        self.private = private or set()
+
+class NoAccess:
+    """Where no transport can be asked (a command run without Slack tokens): a channel's kind is unknown, and nobody
+    is a member of a private channel."""
 
     async def visibility(self, workspace: str, channel: str) -> Visibility:
-        if channel.startswith("D"):
-            return "dm"
-        if channel.startswith("G") or (workspace, channel) in self.private:
-            return "private"
-        return "public"
+        raise PrivacyUnknownError(
+            f"cannot tell whether channel {channel} of workspace {workspace} is private: the bot has not recorded "
+            "what Slack said about it, and Slack cannot be asked here (set SLACK_BOT_TOKEN, or let the bot's own "
+            "sweep extract it)")
 
     async def is_member(self, workspace: str, channel: str, user: str) -> bool:
-        return user in self.members.get((workspace, channel), set())
+        return False
 
 
 class CachedAccess:
@@ -227,7 +212,7 @@ class _Index:
         """The records said right before and after record ``i`` in its conversation."""
         return tuple(j for j in (self._previous.get(i), self._next.get(i)) if j is not None)
 
-    def seen_from(self, where: Where, conversation_id: str) -> Any:
+    def seen_from(self, where: Conversation, conversation_id: str) -> Any:
         """The scope rule: which records a conversation of ``where`` may be shown (membership of a private channel
         is checked after): its channel's (a DM's and a private channel's never leave them) and the public ones
         of workspace scope, never its own. The index holds one workspace's records only."""
@@ -336,16 +321,25 @@ class Memory:
                  clock: Callable[[], float] = time.time, retention_days: float = 30.0) -> None:
         self.store, self.checkpoints, self.notes, self.tokenizer = store, checkpoints, notes, tokenizer
         self.config = config or MemoryConfig()
-        self.access: ChannelAccess = CachedAccess(access or IdAccess(), self.config.membership_seconds)
+        self.access: ChannelAccess = CachedAccess(access or NoAccess(), self.config.membership_seconds)
         self.model = model
         """A real model for the validated extraction pass (None or the offline model: deterministic only)."""
         self.clock = clock
         self.retention_days = retention_days
         self._indexes: dict[str, _Index] = {}
 
+    async def visibility(self, conversation: Conversation) -> Visibility:
+        """Who may see what a conversation's channel says: the one rule every path uses (extraction from the bot's
+        sweep or the command line, the read path). What the transport said when the messages arrived, else what
+        the transport answers now (Slack: ``conversations.info``, cached; an error answers private); where nobody
+        can be asked, :class:`PrivacyUnknownError`. Never guessed from an id."""
+        if conversation.privacy != "unknown":
+            return conversation.privacy
+        return await self.access.visibility(conversation.workspace, conversation.channel)
+
     # -- switches ------------------------------------------------------------------------------
 
-    async def enabled(self, where: Where) -> bool:
+    async def enabled(self, where: Conversation) -> bool:
         """Memory works in a channel when the settings allow it in the workspace (no Redis read otherwise), the
         workspace is not switched off, and the channel is on (by the settings or a stored switch)."""
         if not self.allowed(where):
@@ -353,19 +347,19 @@ class Memory:
         switches, _ = await self.store.state(where.workspace)
         return self._on(where, switches)
 
-    def allowed(self, where: Where) -> bool:
+    def allowed(self, where: Conversation) -> bool:
         return "*" in self.config.workspaces or where.workspace in self.config.workspaces
 
-    def _on(self, where: Where, switches: dict[str, bool]) -> bool:
+    def _on(self, where: Conversation, switches: dict[str, bool]) -> bool:
         cfg = self.config
         channel = switches.get(f"channel:{where.channel}", "*" in cfg.channels or where.channel in cfg.channels)
         return switches.get("workspace", True) and channel
 
     # -- phase 1: extraction -------------------------------------------------------------------
 
-    async def extract(self, conversation_id: str, *, force: bool = False) -> Extraction:
+    async def extract(self, conversation: Conversation, *, force: bool = False) -> Extraction:
         """Extract records from the conversation's messages after its watermark, under its extraction lease."""
-        where = locate(conversation_id)
+        where, conversation_id = conversation, conversation.id
         if not await self.enabled(where):
             return Extraction(conversation_id, "disabled")
         name = f"extract:{conversation_id}"
@@ -401,7 +395,7 @@ class Memory:
                 log.warning("memory lease %s of %s lost", name, workspace)
                 return
 
-    async def _extract(self, cid: str, where: Where, job: ExtractionJob, now: float
+    async def _extract(self, cid: str, where: Conversation, job: ExtractionJob, now: float
                        ) -> tuple[Extraction, ExtractionJob]:
         messages, changes = await self._messages(cid)
         seen = set(job.watermark_ids)
@@ -418,7 +412,7 @@ class Memory:
         if not new:
             job.outcome, job.records = "succeeded_empty", 0
             return Extraction(cid, "succeeded_empty"), job
-        visibility = await self.access.visibility(where.workspace, where.channel)
+        visibility = await self.visibility(where)
         records = self._from_ledger(cid, where, visibility, new, changes, now)
         calls = 0
         if self.model is not None and not self.model.offline:
@@ -463,7 +457,7 @@ class Memory:
         changes = {i: (c.text if c.kind == "edited" else None) for i, c in notes.changes.items()}
         return sorted(out.values(), key=lambda m: (m.created_at, m.id)), changes
 
-    def _from_ledger(self, cid: str, where: Where, visibility: Visibility, new: Sequence[Message],
+    def _from_ledger(self, cid: str, where: Conversation, visibility: Visibility, new: Sequence[Message],
                      changes: dict[str, str | None], now: float) -> list[MemoryRecord]:
         """Records from the ledger of the new messages: decisions, closed asks, model-recorded entries and the
         most informative notes (``notes_share``). Edited and deleted messages give none (their records were
@@ -523,7 +517,7 @@ class Memory:
             add(_kind_of_note(n.text), n.text, [n.id], [n.author])
         return list(out.values())
 
-    async def _from_model(self, model: ModelClient, cid: str, where: Where, visibility: Visibility,
+    async def _from_model(self, model: ModelClient, cid: str, where: Conversation, visibility: Visibility,
                           new: Sequence[Message], now: float, taken: set[str]) -> list[MemoryRecord]:
         """One model call proposing records as JSON; each kept only when valid: it cites ids of the new messages,
         every number or identifier it states is in its sources, and it is no instruction."""
@@ -573,12 +567,14 @@ class Memory:
         for cid, activity in found:
             if len(done) >= self.config.claims_per_sweep:
                 break
-            where = locate(cid)
+            where = Conversation.of(cid)
             job = await self.store.job(where.workspace, cid)
             if job.activity >= activity or (job.outcome == "failed" and (job.retry_at > now or
                                                                          job.attempts >= self.config.max_attempts)):
                 continue
-            result = await self.extract(cid)
+            # what the transport said about the channel when the conversation's messages arrived
+            where = where.said((await self.notes.get(cid)).flags.get(PRIVACY))
+            result = await self.extract(where)
             if result.outcome in ("disabled", "busy"):
                 continue
             done.append(result)
@@ -614,10 +610,11 @@ class Memory:
 
     # -- read path -----------------------------------------------------------------------------
 
-    async def block(self, conversation_id: str, query: str, *, asker: str | None, cap_tokens: int) -> MemoryBlock:
-        """The records visible to ``conversation_id`` (and to ``asker`` now) that best match ``query``, rendered
+    async def block(self, conversation: Conversation, query: str, *, asker: str | None,
+                    cap_tokens: int) -> MemoryBlock:
+        """The records visible to ``conversation`` (and to ``asker`` now) that best match ``query``, rendered
         within ``cap_tokens``; an empty block when memory is off here or nothing matches."""
-        where = locate(conversation_id)
+        where, conversation_id = conversation, conversation.id
         if cap_tokens <= 0 or not query.strip() or not self.allowed(where):
             return MemoryBlock()
         switches, generation = await self.store.state(where.workspace)
@@ -716,30 +713,30 @@ class Memory:
         index.prepare()
         return index
 
-    async def cited(self, conversation_id: str, reply: str, shown: Sequence[str]) -> int:
+    async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> int:
         """A reply that cites records its turn was shown (``shown``: their ids, in the block's order) raises their
         usage; how many it cited."""
         marks = {int(n) for n in CITED.findall(reply or "")}
         ids = [shown[n - 1] for n in sorted(marks) if 0 < n <= len(shown)]
         if not ids:
             return 0
-        await self.store.touch(locate(conversation_id).workspace, ids, at=self.clock(), cited=True)
+        await self.store.touch(conversation.workspace, ids, at=self.clock(), cited=True)
         return len(ids)
 
     # -- retraction and forgetting -------------------------------------------------------------
 
-    async def retract(self, conversation_id: str, message_id: str) -> int:
+    async def retract(self, conversation: Conversation, message_id: str) -> int:
         """A source message was deleted or edited: every record derived from it goes; how many went."""
-        where = locate(conversation_id)
+        where, conversation_id = conversation, conversation.id
         records = await self.store.records(where.workspace, now=0.0)
         doomed = [r.id for r in records if message_id in r.source_ids
                   and (r.conversation == conversation_id or r.channel == where.channel)]
         return await self.store.delete(where.workspace, doomed)
 
-    async def forget_conversation(self, conversation_id: str) -> int:
+    async def forget_conversation(self, conversation: Conversation) -> int:
         """A conversation is being forgotten: every record derived from it goes too (merged ones included), and its
         extraction job; how many records went. Call it before the conversation's messages are deleted."""
-        where = locate(conversation_id)
+        where, conversation_id = conversation, conversation.id
         messages, _ = await self._messages(conversation_id)
         said = {m.id for m in messages}
         records = await self.store.records(where.workspace, now=0.0)

@@ -17,6 +17,7 @@ from typing import Any
 from threadkeeper.persistence import History, Message, MessageFlags, Notes, TextPart, ThreadkeeperError, new_id
 
 from ..context import calibration, visible
+from ..conversation import Conversation
 from ..memory import MEMORY_ID, Memory
 from ..models import ContextBudget, Tokenizer
 from ..recall import Recall
@@ -63,7 +64,7 @@ class ContextAssembler:
         self.header = header
         self.clock = clock
 
-    async def assemble(self, conversation_id: str, history: History | None, context: Sequence[Message],
+    async def assemble(self, conversation: Conversation, history: History | None, context: Sequence[Message],
                        incoming: Sequence[Message], notes: Notes, *, asker: str | None = None) -> RuntimeContext:
         """The turn's runtime context: who and when, the memory from other conversations found for ``incoming``
         (visible to this conversation and to ``asker``, a transport's user id), and the earlier messages recalled
@@ -73,6 +74,7 @@ class ContextAssembler:
         carries besides this one (history and incoming). Recall and memory each take at most their budget share
         (memory also the recall share when there is nothing to recall, as in a new thread), together never more
         than the request has room for beside a tool result."""
+        conversation_id = conversation.id
         header = self.header(conversation_id, context, incoming, self.clock())
         runtime = self.tokenizer.counted(Message(
             id=new_id("m"), role="system", parts=[TextPart(text=header)], flags=MessageFlags(runtime=True), tokens=0,
@@ -107,7 +109,7 @@ class ContextAssembler:
                 recall_left = max(0, cap)  # a thread with nothing to recall (a new one): memory may use the room
         if self.memory is not None:
             query = "\n".join(m.text for m in incoming if m.role == "user")
-            block = await self.memory.block(conversation_id, query, asker=asker,
+            block = await self.memory.block(conversation, query, asker=asker,
                                             cap_tokens=min(budget.memory_tokens + recall_left, room) - 2)
             if block.records:  # after the header, before the recalled messages (the thread's own come last)
                 parts.insert(1, block.text)
@@ -121,16 +123,16 @@ class ContextAssembler:
 
     # -- after the model answered, and when a turn commits ---------------------------------------
 
-    async def answered(self, conversation_id: str, reply: str, runtime: Message | None) -> None:
+    async def answered(self, conversation: Conversation, reply: str, runtime: Message | None) -> None:
         """A reply that cites memory records its turn was shown raises their usage (bookkeeping: a turn never
         fails on it)."""
         shown = [i for i in runtime.source_ids if i.startswith(MEMORY_ID)] if runtime is not None else []
         if self.memory is None or not reply or not shown:
             return
         try:
-            await self.memory.cited(conversation_id, reply, shown)
+            await self.memory.cited(conversation, reply, shown)
         except ThreadkeeperError as exc:
-            log.warning("%s: memory usage not counted: %s", conversation_id, exc)
+            log.warning("%s: memory usage not counted: %s", conversation, exc)
 
     def committed(self, conversation_id: str, messages: Sequence[Message]) -> None:
         """A turn's messages are in the durable history: the recall index this worker holds takes them."""

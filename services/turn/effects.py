@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from threadkeeper.persistence import InboxItem, NotesStore
 
+from ..conversation import Conversation
 from ..memory import Memory
 
 
@@ -16,12 +17,12 @@ class NoteEffects:
         self.memory = memory
         """Records of memory derived from an edited or deleted message are retracted with it."""
 
-    async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None:
-        await self.notes.apply(conversation_id, items)
+    async def apply(self, conversation: Conversation, items: Sequence[InboxItem]) -> None:
+        await self.notes.apply(conversation.id, items)
         if self.memory is None:
             return
         for item in items:
             source = item.message.id if item.kind == "edit" and item.message is not None else \
                 item.target_id if item.kind == "delete" else None
             if source:
-                await self.memory.retract(conversation_id, source)
+                await self.memory.retract(conversation, source)

@@ -30,6 +30,7 @@ from threadkeeper.persistence import (
     ThreadkeeperError,
 )
 
+from ..conversation import PRIVACY, Conversation
 from ..models import RECORDS, ContextBudget, ModelContextError, ModelError, ModelTimeoutError, ToolContext
 from ..tracing import TRACE, TURNS, event, new_trace_id
 from .assembler import ContextAssembler
@@ -89,7 +90,7 @@ class ReplyExecutor:
 
     # -- public --------------------------------------------------------------------------------
 
-    async def run(self, conversation_id: str, events: TurnEvents | None = None) -> list[TurnResult]:
+    async def run(self, conversation: Conversation, events: TurnEvents | None = None) -> list[TurnResult]:
         """Run turns while the inbox has items. Returns at once (no turns) if another worker holds the lease.
 
         Everything a conversation shows is done by the lease holder: it first delivers what an earlier holder
@@ -103,15 +104,18 @@ class ReplyExecutor:
         the commit, and the lease's release; a run that drains the inbox adds two (leaving the registry, and
         looking at the inbox once more)."""
         events = events or SilentEvents()
+        conversation_id = conversation.id
         opening = await self.checkpoints.open_turn(conversation_id, lease_seconds=self.config.lease_seconds)
         if opening is None:
             return []
+        # what the transport said about the channel when its messages arrived, if this value does not say
+        conversation = conversation.said(opening.notes.flags.get(PRIVACY))
         lease = opening.lease
         results: list[TurnResult] = []
         released = settled = False
         try:
-            owed = not await events.recover(conversation_id)
-            if self.input.intake is not None and await self.input.intake.prepare(conversation_id):
+            owed = not await events.recover(conversation)
+            if self.input.intake is not None and await self.input.intake.prepare(conversation):
                 opening = None  # it queued messages: read the inbox again
             idle = 0
             while not owed:
@@ -119,9 +123,9 @@ class ReplyExecutor:
                 # or a slow Slack never lets another worker take the thread over mid-turn (and both answer it).
                 heartbeat = asyncio.create_task(self._heartbeat(lease))
                 try:
-                    result = await self._turn_with_retries(conversation_id, events, lease, opening)
+                    result = await self._turn_with_retries(conversation, events, lease, opening)
                     if result is not None and result.reply:
-                        delivered = await events.reply(conversation_id, result.reply, kind=result.status,
+                        delivered = await events.reply(conversation, result.reply, kind=result.status,
                                                        trace_id=result.trace_id, checkpoint_id=result.checkpoint_id)
                         owed = delivered is False
                 except _LeaseLost:
@@ -131,7 +135,7 @@ class ReplyExecutor:
                 except _TakenOver:  # the worker that took over answers, and shows what it does
                     released = True
                     if await self.leases.release(lease):  # still ours after all: nobody else shows anything
-                        await events.status(conversation_id, None)
+                        await events.status(conversation, None)
                     break
                 except asyncio.CancelledError:
                     await self._set_aside(conversation_id)
@@ -147,25 +151,26 @@ class ReplyExecutor:
                 if result is None or result.inbox_left == 0:
                     if idle > 2:  # items counted but none taken, again and again: the sweep tries later
                         break
-                    if await self._settle(conversation_id, events, paused=result is None) == 0:
+                    if await self._settle(conversation, events, paused=result is None) == 0:
                         settled = True
                         break
             if owed:
                 log.warning("%s: a reply is still owed; the sweep delivers it", conversation_id)
             elif not released and not settled and results and results[-1].status == "awaiting_resume":
-                settled = await self._settle(conversation_id, events, paused=True) == 0
+                settled = await self._settle(conversation, events, paused=True) == 0
         finally:
             if not released:
                 if not settled:
-                    await events.status(conversation_id, None)
+                    await events.status(conversation, None)
                 await self.leases.release(lease)
         return results
 
-    async def _settle(self, conversation_id: str, events: TurnEvents, *, paused: bool) -> int:
+    async def _settle(self, conversation: Conversation, events: TurnEvents, *, paused: bool) -> int:
         """Under the lease, with nothing owed: the work shown is over, and the conversation leaves the registry of
         owed work unless items arrived meanwhile (then it stays, and this returns how many wait). ``paused``: a
         turn may await resume, holding items that do not count (else every queued item counts)."""
-        await events.status(conversation_id, None)
+        conversation_id = conversation.id
+        await events.status(conversation, None)
         await self.inbox.unmark_pending(conversation_id)
         waiting = await self.pending(conversation_id) if paused else await self.inbox.size(conversation_id)
         if waiting:
@@ -201,8 +206,9 @@ class ReplyExecutor:
 
     # -- one turn ------------------------------------------------------------------------------
 
-    async def _turn_with_retries(self, conversation_id: str, events: TurnEvents, lease: Lease,
+    async def _turn_with_retries(self, conversation: Conversation, events: TurnEvents, lease: Lease,
                                  opening: Opening | None) -> TurnResult | None:
+        conversation_id = conversation.id
         overflowed = False
         for attempt in range(self.config.commit_attempts):
             if opening is None:
@@ -211,20 +217,21 @@ class ReplyExecutor:
                 if opening is None:
                     raise _LeaseLost(conversation_id)
             try:
-                return await self._turn(conversation_id, events, opening, overflowed)
+                return await self._turn(conversation, events, opening, overflowed)
             except HeadConflictError as conflict:
                 log.info("head of %s moved during a turn (attempt %d): %s", conversation_id, attempt + 1, conflict)
             except _ContextOverflow as overflow:
                 overflowed = True
-                await self._compact_tighter(conversation_id, events, str(overflow))
+                await self._compact_tighter(conversation, events, str(overflow))
             opening = None
         raise HeadConflictError(conversation_id, None, None)
 
-    async def _compact_tighter(self, conversation_id: str, events: TurnEvents, why: str) -> None:
+    async def _compact_tighter(self, conversation: Conversation, events: TurnEvents, why: str) -> None:
         """After a context-length refusal: compact to half the usual target, so the retried request fits
         however differently the provider counts."""
+        conversation_id = conversation.id
         log.warning("%s: the provider refused the request as too long; compacting tighter (%s)", conversation_id, why)
-        await events.status(conversation_id, COMPACTING)
+        await events.status(conversation, COMPACTING)
         b = self.budget
         tighter = replace(b, target_tokens=b.target_tokens // 2, retained_user_tokens=b.retained_user_tokens // 2,
                           pin_tokens=b.pin_tokens // 2)
@@ -233,12 +240,13 @@ class ReplyExecutor:
         except ThreadkeeperError as exc:  # nothing to compact, or the head moved: the retry says what happens
             log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
 
-    async def _turn(self, conversation_id: str, events: TurnEvents, opening: Opening, overflowed: bool = False,
+    async def _turn(self, conversation: Conversation, events: TurnEvents, opening: Opening, overflowed: bool = False,
                     ) -> TurnResult | None:
         """One turn under its own trace id, logged as one line (``threadkeeper.turn``)."""
+        conversation_id = conversation.id
         token = TRACE.set(new_trace_id())
         try:
-            result = await self._run_turn(conversation_id, events, opening, overflowed)
+            result = await self._run_turn(conversation, events, opening, overflowed)
             if result is not None:
                 spend = result.spend
                 report = result.compaction
@@ -253,8 +261,9 @@ class ReplyExecutor:
         finally:
             TRACE.reset(token)
 
-    async def _run_turn(self, conversation_id: str, events: TurnEvents, opening: Opening, overflowed: bool = False,
-                        ) -> TurnResult | None:
+    async def _run_turn(self, conversation: Conversation, events: TurnEvents, opening: Opening,
+                        overflowed: bool = False) -> TurnResult | None:
+        conversation_id = conversation.id
         state, active = opening.state, opening.active
         paused: Checkpoint | None = None
         if active is not None:
@@ -276,26 +285,26 @@ class ReplyExecutor:
                        for i in await self.inbox.peek(conversation_id, start=later))
 
         # A paused turn already decided to answer; its routing is not asked again.
-        prepared = await self.input.prepare(conversation_id, items, history, opening.notes, route=paused is None,
+        prepared = await self.input.prepare(conversation, items, history, opening.notes, route=paused is None,
                                             mention_waiting=mention_waiting)
         if prepared.effects and self.effects is not None:
-            await self.effects.apply(conversation_id, prepared.effects)
+            await self.effects.apply(conversation, prepared.effects)
         if paused is not None:
             turn = await self._resume(conversation_id, paused, prepared)
         else:
             incoming = self.input.numbered(history.messages if history else [], prepared.incoming)
-            history, compaction = await self._maybe_compact(conversation_id, history, incoming, prepared, events)
-            turn = await self._start(conversation_id, history, prepared, incoming)
+            history, compaction = await self._maybe_compact(conversation, history, incoming, prepared, events)
+            turn = await self._start(conversation, history, prepared, incoming)
             turn.compaction = compaction
             if not prepared.wants_reply:
                 await self._commit(conversation_id, turn)
                 return TurnResult(conversation_id, turn.checkpoint.id, "recorded", consumed=len(items),
                                   compaction=compaction, inbox_left=turn.inbox_left)
-        await events.status(conversation_id, THINKING)
+        await events.status(conversation, THINKING)
         trace_id = TRACE.get() or new_trace_id()
         try:
-            draft = await events.draft(conversation_id) if self.loop.model.streams else None
-            status, reply = await self.loop.run(conversation_id, turn, events, draft)
+            draft = await events.draft(conversation) if self.loop.model.streams else None
+            status, reply = await self.loop.run(conversation, turn, events, draft)
         except ModelTimeoutError as exc:
             await self.checkpoints.pause(conversation_id, turn.checkpoint.id,
                                          resume={"reason": "timeout", "error": str(exc),
@@ -315,7 +324,7 @@ class ReplyExecutor:
             raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
-        await self.assembler.answered(conversation_id, reply, turn.runtime)
+        await self.assembler.answered(conversation, reply, turn.runtime)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
                               turn.usage, turn.compaction, turn.calls, spend=turn.spend)
@@ -333,24 +342,25 @@ class ReplyExecutor:
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
                           turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
 
-    async def _maybe_compact(self, conversation_id: str, history: History | None, incoming: list[Message],
+    async def _maybe_compact(self, conversation: Conversation, history: History | None, incoming: list[Message],
                              prepared: PreparedTurn, events: TurnEvents,
                              ) -> tuple[History | None, CompactionReport | None]:
         if history is None:
             return None, None
         if self.compactor.should_compact(history, incoming, self.budget):
-            await events.status(conversation_id, COMPACTING)
-        return await self.compactor.before_turn(conversation_id, history, incoming, self.budget, prepared.notes)
+            await events.status(conversation, COMPACTING)
+        return await self.compactor.before_turn(conversation.id, history, incoming, self.budget, prepared.notes)
 
-    async def _start(self, conversation_id: str, history: History | None, prepared: PreparedTurn,
+    async def _start(self, conversation: Conversation, history: History | None, prepared: PreparedTurn,
                      incoming: list[Message]) -> TurnState:
+        conversation_id = conversation.id
         base = list(history.messages) if history else []
         head_id = history.checkpoint.id if history else None
         new = list(incoming)
         stored = list(incoming)
         runtime_id = ""
         if prepared.wants_reply:
-            runtime = await self.assembler.assemble(conversation_id, history, base + new, new, prepared.notes,
+            runtime = await self.assembler.assemble(conversation, history, base + new, new, prepared.notes,
                                                     asker=prepared.asker)
             runtime_id = runtime.message.id
             new.append(runtime.message)

@@ -20,6 +20,7 @@ from typing import Any
 from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, Notes, Role, TextPart, new_id
 
 from ..context import refs
+from ..conversation import Conversation
 from ..models import ContextBudget, Tokenizer, bound_text
 from ..recall import change_notice_id
 from ..text import make_note
@@ -87,14 +88,14 @@ class TurnInput:
             used += tokens
         return items
 
-    async def prepare(self, conversation_id: str, items: Sequence[InboxItem], history: History | None,
+    async def prepare(self, conversation: Conversation, items: Sequence[InboxItem], history: History | None,
                       notes: Notes, *, route: bool = True,
                       mention_waiting: MentionWaiting | None = None) -> PreparedTurn:
         """``items`` settled and prepared for a turn that starts from ``history`` with ``notes`` stored.
 
         ``route``: ask the transport whether to answer messages not addressed to the bot (a paused turn, which
         already decided to answer, and a preview, which asks no model, do not)."""
-        settled = await self.settled(conversation_id, items, history, route=route, mention_waiting=mention_waiting)
+        settled = await self.settled(conversation, items, history, route=route, mention_waiting=mention_waiting)
         effects = [i for i in settled if i.kind != "message"]
         incoming = [self.prepare_incoming(i.message, addressed=i.reply_expected)
                     for i in settled if i.kind == "message" and i.message is not None]
@@ -103,7 +104,7 @@ class TurnInput:
         incoming.sort(key=lambda m: m.created_at)
         return PreparedTurn(settled, incoming, effects, notes.after(effects) if effects else notes)
 
-    async def settled(self, conversation_id: str, items: Sequence[InboxItem], history: History | None, *,
+    async def settled(self, conversation: Conversation, items: Sequence[InboxItem], history: History | None, *,
                       route: bool = True, mention_waiting: MentionWaiting | None = None) -> list[InboxItem]:
         """``items`` with their authors' names looked up and, with ``route``, whether to answer decided by the
         transport's :class:`Intake` (reading ``history``'s last lines); as they are without an intake.
@@ -117,7 +118,7 @@ class TurnInput:
             return list(items)
         intake = self.intake
         ids = sorted({i.author_id for i in items if i.message is not None and i.author_id})
-        names = dict(zip(ids, await asyncio.gather(*(intake.author(conversation_id, a) for a in ids)), strict=True))
+        names = dict(zip(ids, await asyncio.gather(*(intake.author(conversation, a) for a in ids)), strict=True))
         recent = [f"{m.author or m.role}: {m.text}" for m in (history.messages if history else [])
                   if m.role in ("user", "assistant") and not m.flags.runtime and not m.flags.handoff][-6:]
         out: list[InboxItem] = []
@@ -135,14 +136,16 @@ class TurnInput:
             out.append(item)
         if not asks or any(i.kind == "message" and i.reply_expected and not i.route for i in out):
             return out  # nothing to route, or the batch is answered anyway
-        decided = await self._routed(conversation_id, intake, asks, mention_waiting)
+        decided = await self._routed(conversation, intake, asks, mention_waiting)
         return [i.model_copy(update={"reply_expected": True}) if decided.get(n) else i for n, i in enumerate(out)]
 
-    async def _routed(self, conversation_id: str, intake: Intake, asks: dict[int, tuple[Message, list[str]]],
+    async def _routed(self, conversation: Conversation, intake: Intake, asks: dict[int, tuple[Message, list[str]]],
                       mention_waiting: MentionWaiting | None) -> dict[int, bool]:
+        conversation_id = conversation.id
+
         async def ask(message: Message, lines: list[str]) -> bool:
             async with self.routing:
-                return await intake.route(conversation_id, message.text, lines)
+                return await intake.route(conversation, message.text, lines)
 
         tasks = {asyncio.create_task(ask(m, lines), name=f"route:{conversation_id}"): n
                  for n, (m, lines) in asks.items()}

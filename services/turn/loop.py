@@ -10,6 +10,7 @@ from typing import Any
 from threadkeeper.persistence import CheckpointOutcome, Message, TextPart, ToolCallPart, ToolResultPart, new_id
 
 from ..context import next_ref, to_chat, visible
+from ..conversation import Conversation
 from ..models import RECORDS, ContextBudget, Draft, ModelTimeoutError, Tokenizer, ToolContext, ToolRegistry, bound_text
 from ..text import reply_additions
 from .assembler import ContextAssembler
@@ -62,8 +63,9 @@ class ModelLoop:
         """Makes the turn's own messages (counted once) and their notes."""
         self.tool_tokens = tool_tokens(budget, config)
 
-    async def run(self, conversation_id: str, turn: TurnState, events: TurnEvents,
+    async def run(self, conversation: Conversation, turn: TurnState, events: TurnEvents,
                   draft: Draft | None = None) -> tuple[TurnStatus, str]:
+        conversation_id = conversation.id
         schemas = self.tools.schemas()
         for _ in range(self.config.max_tool_steps + 1):
             sent = visible(turn.messages, turn.runtime_id)
@@ -115,12 +117,12 @@ class ModelLoop:
                     return "awaiting_resume", (f"I need your approval to run `{call.name}` with {call.arguments}. "
                                                "Reply *yes* to approve or *no* to decline.")
                 if tool is not None and tool.status:
-                    await events.status(conversation_id, tool.status)
+                    await events.status(conversation, tool.status)
                 ctx = ToolContext(conversation_id, turn.checkpoint.id, turn.messages)
                 content = await self.tools.run(call.name, call.arguments, ctx)
                 results.append(self.tool_result(call.id, call.name, content, ctx.extras.get(RECORDS)))
             await self._append(conversation_id, turn, [assistant, *results])
-            await events.status(conversation_id, THINKING)
+            await events.status(conversation, THINKING)
         text = (f"I stopped after {self.config.max_tool_steps} tool steps without a final answer; "
                 "ask again or narrow the request.")
         self._finish(turn, self.messages.message(text, role="assistant"), answered=False)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from threadkeeper.persistence import Inbox, InboxItem, Message, NotesStore
 
 from ..context import ContextEntry, entries, measure, to_chat, visible
+from ..conversation import PRIVACY, Conversation
 from ..models import ContextBudget
 from .assembler import ContextAssembler
 from .input import TurnInput
@@ -59,7 +60,7 @@ class Preview:
         self.assembler = assembler
         self.compactor = compactor
 
-    async def __call__(self, conversation_id: str, *, arriving: Sequence[Message] = (),
+    async def __call__(self, conversation: Conversation, *, arriving: Sequence[Message] = (),
                        asker: str | None = None) -> ContextReport:
         """The next turn's context; if that turn would compact first, the context after it (nothing written).
 
@@ -68,6 +69,7 @@ class Preview:
         conversation that does not exist yet is previewed as a new one when a message arrives. What a turn would
         take is bounded as a turn bounds it: a question behind a long backlog waits for a later turn, and the
         preview says so by leaving it out."""
+        conversation_id = conversation.id
         state = await self.checkpoints.get_state(conversation_id) if arriving else \
             await self.checkpoints.require_state(conversation_id)
         system = ContextEntry(role="system", text=self.system_prompt, source_ids=[],
@@ -79,8 +81,9 @@ class Preview:
         queued = await self.inbox.peek(conversation_id, start=paused.inbox_consumed if paused else 0)
         items = self.input.bounded([*queued, *(InboxItem(message=m, reply_expected=True, author_id=asker)
                                                for m in arriving)])
-        prepared = await self.input.prepare(conversation_id, items, history, await self.notes.get(conversation_id),
-                                            route=False)  # a preview asks no model
+        notes = await self.notes.get(conversation_id)
+        conversation = conversation.said(notes.flags.get(PRIVACY))
+        prepared = await self.input.prepare(conversation, items, history, notes, route=False)  # asks no model
         incoming = self.input.numbered(history.messages if history else [], prepared.incoming)
         compaction = None
         # The turn's own rule, loop breaker included, so the preview never disagrees with the turn.
@@ -98,7 +101,7 @@ class Preview:
             messages = [*earlier, *self.input.numbered(earlier, prepared.incoming)]
             runtime_id = next((m.id for m in reversed(earlier) if m.flags.runtime), None)
         elif prepared.wants_reply:
-            runtime = await self.assembler.assemble(conversation_id, history, messages, incoming, prepared.notes,
+            runtime = await self.assembler.assemble(conversation, history, messages, incoming, prepared.notes,
                                                     asker=prepared.asker)
             messages.append(runtime.message)
             runtime_id = runtime.message.id

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from threadkeeper.persistence import Checkpoint, History, InboxItem, Message, Notes, ThreadkeeperError, Usage
 
+from ..conversation import Conversation
 from ..models import ContextBudget, Draft, ModelReply
 
 if TYPE_CHECKING:
@@ -45,23 +46,23 @@ class NoCompaction:
 class InboxEffects(Protocol):
     """Applies non-message inbox items (edits, deletes, pins) to conversation notes."""
 
-    async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None: ...
+    async def apply(self, conversation: Conversation, items: Sequence[InboxItem]) -> None: ...
 
 
 class Intake(Protocol):
     """What a transport settles when a turn takes a message instead of before acknowledging its event, so an
     acknowledgement never waits on a lookup or a model call."""
 
-    async def author(self, conversation_id: str, author_id: str) -> str:
+    async def author(self, conversation: Conversation, author_id: str) -> str:
         """The display name of the author the transport knows as ``author_id`` in that conversation."""
         ...
 
-    async def route(self, conversation_id: str, text: str, recent: Sequence[str]) -> bool:
+    async def route(self, conversation: Conversation, text: str, recent: Sequence[str]) -> bool:
         """Whether the bot should answer ``text``, a message not addressed to it; ``recent`` are the thread's
         last lines (``author: text``)."""
         ...
 
-    async def prepare(self, conversation_id: str) -> bool:
+    async def prepare(self, conversation: Conversation) -> bool:
         """Work owed to the conversation before its next turn, done by whichever worker holds its lease (the
         Slack bot reads the earlier messages of a thread it was brought into, and queues them first). Returns
         whether it queued anything (the turn then reads the inbox again)."""
@@ -72,38 +73,38 @@ class TurnEvents(Protocol):
     """What a transport (Slack, console) hears from a turn. The executor calls it only while it holds the
     conversation's lease, so one worker at a time shows, posts, updates or deletes anything of a conversation."""
 
-    async def status(self, conversation_id: str, text: str | None) -> None: ...
+    async def status(self, conversation: Conversation, text: str | None) -> None: ...
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+    async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> bool | None:
         """Deliver a turn's reply. False: it could not be delivered now (nor shown to be delivered already);
         the conversation then stays owed and ``recover`` delivers it later. None or True: delivered (or given
         up for good, say the channel is gone)."""
         ...
 
-    async def recover(self, conversation_id: str) -> bool:
+    async def recover(self, conversation: Conversation) -> bool:
         """Deliver what an earlier holder of the lease left owed (the committed turn whose reply it never
         confirmed, a reply it left half-written), reading back what the transport already shows before posting
         anything again. Returns False when something is still owed."""
         ...
 
-    async def draft(self, conversation_id: str) -> Draft | None:
+    async def draft(self, conversation: Conversation) -> Draft | None:
         """Where the reply of the turn about to call the model is shown as it is written (None: only whole
         replies). ``reply`` then finishes it, or replaces it when the reply turned out different."""
         ...
 
 
 class SilentEvents:
-    async def status(self, conversation_id: str, text: str | None) -> None:
+    async def status(self, conversation: Conversation, text: str | None) -> None:
         return None
 
-    async def recover(self, conversation_id: str) -> bool:
+    async def recover(self, conversation: Conversation) -> bool:
         return True
 
-    async def draft(self, conversation_id: str) -> Draft | None:
+    async def draft(self, conversation: Conversation) -> Draft | None:
         return None
 
-    async def reply(self, conversation_id: str, text: str, *, kind: str, trace_id: str | None,
+    async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
                     checkpoint_id: str | None = None) -> bool | None:
         return None
 
