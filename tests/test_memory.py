@@ -309,3 +309,29 @@ async def test_the_sweep_extracts_conversations_once_idle_a_bounded_number_at_a_
     assert {first[0].conversation_id, second[0].conversation_id} == {a.id, b.id}
     assert {r.conversation for r in await st.memory.records(T)} == {a.id, b.id}
     assert await st.memory.versions(T, f"channel:{PUBLIC}"), "a sweep that added records consolidates their scope"
+
+
+@pytest.mark.parametrize("kind", ["private", "dm"])
+async def test_the_command_line_decides_privacy_as_the_bot_did_and_never_from_the_id(redis_client, prefix, model,
+                                                                                    kind) -> None:
+    """A private channel with a C id (and a group DM, a DM): what Slack said when the bot recorded the thread is what
+    the command line's extraction uses, so a "remember this for everyone" said there stays in its channel and is
+    shown to nobody outside it, through the preview with or without an asker. Where nobody said and nobody can be
+    asked, the command refuses instead of guessing."""
+    bot, _ = _pipeline(prefix, redis_client)
+    channel = "C300" if kind == "private" else "D400"
+    said = Conversation.slack(T, channel, "1700000000.000100", kind)  # type: ignore[arg-type]
+    await _say(bot, said, ["Remember this for everyone: the deploy freeze code is ZEBRA-5512."])
+    cli, _ = _pipeline(prefix, redis_client)  # no Slack access: as `threadkeeper memory extract` runs
+    result = await cli.extract_memory(said.id)  # an id from the command line, parsed there
+    assert result.outcome == "succeeded" and result.records >= 1
+    records = await cli.memory_records(T)
+    assert records and {(r.visibility, r.scope) for r in records} == {("private" if kind == "private" else "dm",
+                                                                        "channel")}
+    for where, asker in ((cid(PUBLIC, "1900000000.000100"), "U_alice"), (cid(PUBLIC, "1900000000.000200"), None),
+                         (cid("D999", "1900000001.000100"), "U_alice"), (cid(OTHER, "1900000002.000100"), None)):
+        assert "ZEBRA" not in await _shown(cli, where, "what is the deploy freeze code?", asker=asker), where
+    unknown = Conversation.slack(T, "C301", "1700000005.000100")  # nobody said what this channel is
+    await _say(bot, unknown, ["The canary build is 812."], start=5)
+    refused = await cli.extract_memory(unknown.id)
+    assert refused.outcome == "failed" and "cannot tell whether channel C301" in (refused.error or "")
