@@ -329,6 +329,28 @@ class CheckpointStore(HistoryReader):
         messages = [m for seg in cached for m in seg]
         return History.model_construct(checkpoint=checkpoint, messages=messages, chain=list(chain))
 
+    async def earlier_epochs(self, conversation_id: str, history: History, *, roots: set[str] | None = None,
+                             forks: set[str] | None = None) -> list[History]:
+        """The histories of the epochs before ``history``'s, newest first: each one is the history at the
+        checkpoint a compaction forked from, read once each (a bounded number of round trips per epoch, never per
+        checkpoint). The walk stops at an epoch whose first checkpoint is in ``roots`` or whose fork is in
+        ``forks`` (what a caller already holds); both sets are updated with what it walked."""
+        roots = set() if roots is None else roots
+        forks = set() if forks is None else forks
+        earlier: list[History] = []
+        current = history
+        while current.chain and current.chain[0] not in roots:
+            root_id = current.chain[0]
+            root = current.checkpoint if root_id == current.checkpoint.id else await self.get(conversation_id, root_id)
+            roots.add(root_id)
+            fork = root.meta.forked_from if root.kind is CheckpointKind.COMPACTION else None
+            if not fork or fork in forks:
+                break
+            current = await self.load_history(conversation_id, fork)
+            forks.add(fork)
+            earlier.append(current)
+        return earlier
+
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:
         """Every checkpoint of the conversation, oldest first, with history sizes and the head."""
         state = await self.require_state(conversation_id)

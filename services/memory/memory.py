@@ -43,7 +43,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from threadkeeper.persistence import CheckpointKind, CheckpointStore, Message, NotesStore, ThreadkeeperError
+from threadkeeper.persistence import CheckpointStore, Message, NotesStore, ThreadkeeperError
 from threadkeeper.persistence.memory import (
     ExtractionJob,
     Kind,
@@ -438,16 +438,7 @@ class Memory:
         if state is None or state.head_checkpoint_id is None:
             return [], {}
         history = await self.checkpoints.load_history(cid, state.head_checkpoint_id)
-        epochs = [history.messages]
-        current = history
-        while current.chain:
-            root = current.checkpoint if current.chain[0] == current.checkpoint.id else \
-                await self.checkpoints.get(cid, current.chain[0])
-            fork = root.meta.forked_from if root.kind is CheckpointKind.COMPACTION else None
-            if not fork:
-                break
-            current = await self.checkpoints.load_history(cid, fork)
-            epochs.append(current.messages)
+        epochs = [history.messages, *(e.messages for e in await self.checkpoints.earlier_epochs(cid, history))]
         out: dict[str, Message] = {}
         for epoch in reversed(epochs):
             for m in epoch:

@@ -38,7 +38,6 @@ import numpy as np
 import Stemmer
 
 from threadkeeper.persistence import (
-    CheckpointKind,
     CheckpointStore,
     History,
     Message,
@@ -336,19 +335,8 @@ class Recall:
         if index is None:
             index = self._indexes[conversation_id] = ConversationIndex()
         self._indexes.move_to_end(conversation_id)
-        earlier: list[History] = []
-        current = history
-        while current.chain and current.chain[0] not in index.roots:
-            root_id = current.chain[0]
-            root = current.checkpoint if root_id == current.checkpoint.id else \
-                await self.checkpoints.get(conversation_id, root_id)
-            index.roots.add(root_id)
-            fork = root.meta.forked_from if root.kind is CheckpointKind.COMPACTION else None
-            if not fork or fork in index.epochs:
-                break
-            current = await self.checkpoints.load_history(conversation_id, fork)
-            index.epochs.add(fork)
-            earlier.append(current)
+        earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=index.roots,
+                                                        forks=index.epochs)
         for epoch in reversed(earlier):
             index.add(epoch.messages)
         index.add(history.messages)
