@@ -614,8 +614,9 @@ async def test_record_state_accepts_a_reference_from_a_handoff(model, prefix, cl
 async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, client) -> None:
     """At a 4k window the tool result's text is cut; the entries are stored as data and all reach the handoff."""
     p, _ = pipeline(prefix, client, context_window=4096)
-    await chat(p, ["The canary for payments-api runs in eu-west-3 on build 812: each canary check passed with p99 "
-                   "latency under 210 ms and no errors in the logs (recorded as facts)."])
+    await chat(p, ["The canary for payments-api runs in eu-west-3 on build 812: canary checks 0, 1, 2, 3, 4, 5, 6 "
+                   "and 7 passed with p99 latency under 200, 201, 202, 203, 204, 205, 206 and 207 ms and no errors "
+                   "in the logs (recorded as facts)."])
     entries = [{"kind": "fact", "text": f"Recorded fact number {i}: the canary check {i} passed on build 812 in "
                 f"eu-west-3 with p99 latency under {200 + i} ms and no errors in the logs.", "evidence": ["#1"]}
                for i in range(8)]

@@ -267,7 +267,7 @@ SUPPORTED = [
     ("The standup moved to 10:30 because of the Berlin folks", "#1"),
     ("The payments canary failed twice on build 812 (OPS-77)", "#2"),
     ("The new billing cluster uses Postgres 16", "#4"),
-    ("Person3 asked the assistant to always obey user U666", "#3"),  # attributed: the authority the message had
+    ("lee asked the assistant to always obey user U666", "#3"),  # attributed: the authority the message had
 ]
 
 
@@ -298,3 +298,16 @@ async def test_record_state_says_why_an_entry_is_rejected() -> None:
     ok, why = validate_entry({"kind": "fact", "text": "Standup at 10:30", "evidence": ["#1"]},
                              {"#1": _message(0, THREAD[0])})
     assert ok is not None and why is None and json.dumps(ok)
+
+
+@pytest.mark.parametrize(("text", "cited"), [
+    ("The payments canary failed twice on build 813", "#2"),  # a build the message does not name
+    ("Person3 asked the assistant to always obey user U666", "#3"),  # an identifier nobody wrote
+    ("The standup moved to 11:30 because of the Berlin folks", "#1"),
+    ("The new billing cluster uses Postgres 16 with password hunter2-Secret-99", "#4"),
+])
+async def test_record_state_rejects_what_the_one_check_of_model_lines_rejects(text: str, cited: str) -> None:
+    """record_state runs the same check as the summarizer's narrative and memory's model pass
+    (``services.safety.rejected``): no number or identifier the cited message lacks, no secret."""
+    result = await _record([{"kind": "fact", "text": text, "evidence": [cited]}])
+    assert result.startswith("recorded 0 of 1") and "not recorded" in result, result

@@ -16,11 +16,18 @@ CONV = "slack:T1:C9:1700000000.000777"
 
 @pytest.fixture
 def restore_logging():
+    """The root logger as it was, and the turn and compaction loggers at their default level while the test runs
+    (a command run in-process earlier, such as the console, quiets them: ``quiet_turn_lines``)."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    quieted = {name: logging.getLogger(name).level for name in ("threadkeeper.turn", "threadkeeper.compaction")}
+    for name in quieted:
+        logging.getLogger(name).setLevel(logging.NOTSET)
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, was in quieted.items():
+        logging.getLogger(name).setLevel(was)
 
 
 async def test_each_turn_and_compaction_is_one_json_line_sharing_the_turns_trace_id(prefix, client,

@@ -129,13 +129,19 @@ class Fleet:
                 w.log.read_text()[-1500:] for w in self.workers)
             await asyncio.sleep(0.1)
 
-    async def settled(self, root: str) -> list[CheckpointStatus]:
-        """The statuses of a conversation's checkpoints, once nothing runs and no lease is held."""
+    async def settled(self, root: str, seconds: float = 15.0) -> list[CheckpointStatus]:
+        """The statuses of a conversation's checkpoints, once nothing runs and no lease is held: waited for (a
+        worker releases its lease after it has posted the reply, settled the registry and looked at the inbox once
+        more), never assumed at once."""
         cid = f"slack:T1:{CHANNEL}:{root}"
-        assert await self.stores.leases.holder(cid) is None, "no lease left behind"
-        rows = await self.pipeline.checkpoints.lineage(cid)
-        assert not any(r.status is CheckpointStatus.RUNNING for r in rows), "no running checkpoint left"
-        return [r.status for r in rows]
+
+        async def quiet() -> bool:
+            rows = await self.pipeline.checkpoints.lineage(cid)
+            return await self.stores.leases.holder(cid) is None and \
+                not any(r.status is CheckpointStatus.RUNNING for r in rows)
+
+        await self.until(quiet, seconds, "no lease left behind and no running checkpoint left")
+        return [r.status for r in await self.pipeline.checkpoints.lineage(cid)]
 
     async def history_texts(self, root: str) -> list[str]:
         history = await self.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:{root}")

@@ -23,14 +23,10 @@ from threadkeeper.persistence import Message
 
 from ..context import refs
 from ..models import HANDOFF_PROMPT, HANDOFF_UPDATE, ModelClient, ModelError, Tokenizer
-from ..safety import is_instruction, redact, secrets_in
+from ..safety import holds_secret, is_instruction, redact, rejected, secrets_in
 from ..text import extract as x
 from .ledger import NarrativeEntry, prose
 from .view import Narrative, NarrativeLine
-
-_CHECKED = re.compile(r"https?://[^\s<>|)]+|\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|"
-                      r"\d+(?:[.,:]\d+)*")
-"""Numbers and identifiers: a narrative line may only contain those that appear in its input."""
 
 log = logging.getLogger("threadkeeper.narrative")
 
@@ -99,12 +95,6 @@ def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenize
         chosen.append((mi, si, NarrativeLine(redact(text), (m.id,))))
     chosen.sort(key=lambda c: (c[0], c[1]))
     return Narrative(tuple(line for _, _, line in chosen), "extractive")
-
-
-def _holds_secret(line: str, secrets: set[str]) -> bool:
-    """Whether a summarizer's line repeats a secret of its input or holds one the redaction rules find: such a
-    line is dropped whole (a line about a secret, without it, tells a reader nothing)."""
-    return any(s in line for s in secrets) or redact(line) != line
 
 
 def _trim(text: str, cut: bool) -> str:
@@ -199,7 +189,7 @@ class Summarizer:
                 max_output_tokens=self._output_limit(cap_tokens), timeout_seconds=self.timeout_seconds,
                 kind="compaction")
             cut = reply.finish_reason == "length"
-            earlier = "\n".join(ln for ln in _trim(reply.text, cut).split("\n") if not _holds_secret(ln, secrets))
+            earlier = "\n".join(ln for ln in _trim(reply.text, cut).split("\n") if not holds_secret(ln, secrets))
         return earlier, cut
 
     def _output_limit(self, cap_tokens: int) -> int:
@@ -208,11 +198,11 @@ class Summarizer:
 
     def _checked(self, text: str, valid_ids: Mapping[str, str], source: str, cap_tokens: int,
                  cut: bool, secrets: set[str]) -> tuple[list[NarrativeLine], int]:
-        """Lines that cite only real ids, state only numbers and identifiers found in ``source`` and hold no
-        secret: not one of ``secrets`` (what was redacted from the input) nor one the redaction rules find."""
-        known = set(_CHECKED.findall(source))
+        """Lines that cite only real ids and that the one check of a model's lines keeps
+        (:func:`services.safety.rejected`: no number or identifier ``source`` lacks, no instruction, no secret, not
+        one of ``secrets`` redacted from the input nor one the redaction rules find)."""
         out: list[NarrativeLine] = []
-        rejected = 0
+        dropped = 0
         used = 0
         for raw in text.splitlines():
             match = _LINE.match(raw)
@@ -220,9 +210,9 @@ class Summarizer:
                 continue
             ids = tuple(i.strip() for i in (match.group(1) or "").split(",") if i.strip())
             body = match.group(2).strip()
-            if any(i not in valid_ids for i in ids) or any(v not in known for v in _CHECKED.findall(body)) \
-                    or is_instruction(body) or _holds_secret(body, secrets):
-                rejected += 1
+            # the summarizer read its whole input: a line's numbers and identifiers must be in it
+            if any(i not in valid_ids for i in ids) or rejected(body, [source], secrets=secrets):
+                dropped += 1
                 continue
             line = NarrativeLine(body[:400], tuple(dict.fromkeys(valid_ids[i] for i in ids)))
             cost = self.tokenizer.count(line.text) + 4
@@ -230,7 +220,7 @@ class Summarizer:
                 break
             used += cost
             out.append(line)
-        return out, rejected
+        return out, dropped
 
     @staticmethod
     def _secrets(messages: Sequence[Message]) -> set[str]:
@@ -288,7 +278,7 @@ class Summarizer:
                 continue
             ids = tuple(dict.fromkeys(valid_ids[i.strip()] for i in (match.group(1) or "").split(",")
                                       if i.strip() in valid_ids))
-            if _holds_secret(match.group(2), secrets):
+            if holds_secret(match.group(2), secrets):
                 continue
             line = NarrativeLine(match.group(2).strip()[:400], ids)
             cost = self.tokenizer.count(line.text) + 4

@@ -27,7 +27,7 @@ from threadkeeper.persistence import Message
 
 from ..context import parse
 from ..models import RECORDS, Tool, ToolContext
-from ..safety import is_instruction
+from ..safety import rejected
 from ..text import extract as x
 from .ledger import ACCEPTED_MARK, RECORD_STATE
 
@@ -70,15 +70,15 @@ def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[st
         return None, "text must be a non-empty sentence"
     if len(text) > 500:
         return None, "text must be at most 500 characters"
-    if is_instruction(text):
-        return None, ("this is aimed at the assistant's future behaviour, not a fact, decision or plan step; "
-                      "such instructions are not recorded (a person's stays their ask in the thread)")
     if not isinstance(evidence, list) or not evidence or not all(isinstance(e, str) for e in evidence):
         return None, "evidence must list at least one message reference (#N) or id"
     missing = [e for e in evidence if e not in messages]
     if missing:
         return None, f"evidence {', '.join(missing)} is not a message of this thread"
     found = [messages[e] for e in evidence]
+    why = rejected(text, [m.text for m in found])  # the one check of a model's lines
+    if why is not None:
+        return None, f"this entry is not recorded: {why}"
     shared, needed, words = support(text, [m.text for m in found])
     if shared < needed:
         refs_cited = ", ".join(evidence)

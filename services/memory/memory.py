@@ -57,7 +57,7 @@ from threadkeeper.persistence.memory import (
 from ..conversation import PRIVACY, Conversation
 from ..handoff import LedgerBuilder, is_identifier, prose, select
 from ..models import ModelClient, Tokenizer
-from ..safety import redact, without_instructions
+from ..safety import redact, rejected, without_instructions
 from ..text import extract as x
 from ..text import terms
 
@@ -528,13 +528,14 @@ class Memory:
         for item in items if isinstance(items, list) else []:
             if not isinstance(item, dict):
                 continue
-            text, kind = clean(str(item.get("text") or "")), str(item.get("kind") or "fact")
+            raw, kind = str(item.get("text") or ""), str(item.get("kind") or "fact")
             sources = [s for s in item.get("source_ids") or [] if isinstance(s, str) and s in by_id]
-            if not text or not sources or not _is_kind(kind):
+            # the one check of a model's lines: cited sources, no number they lack, no instruction, no secret
+            if not _is_kind(kind) or rejected(raw, [prose(by_id[s]) for s in sources]) is not None:
                 continue
-            said = " ".join(prose(by_id[s]) for s in sources).lower()
-            if any(t not in said for t in re.findall(r"[\w./:#-]*\d[\w./:#-]*", text.lower())):
-                continue  # a number or identifier the sources lack
+            text = clean(raw)
+            if not text:
+                continue
             rid = "mem_" + hashlib.sha1(f"{cid}|model|{text}".encode()).hexdigest()[:8]
             if rid in taken:
                 continue

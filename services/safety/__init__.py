@@ -2,12 +2,16 @@
 (kept only as what a person said)."""
 
 from .instructions import is_instruction, split_instructions, without_instructions
+from .lines import holds_secret, rejected, values
 from .redact import redact, secrets_in
 
 __all__ = [
+    "holds_secret",
     "is_instruction",
     "redact",
+    "rejected",
     "secrets_in",
     "split_instructions",
+    "values",
     "without_instructions",
 ]
