@@ -34,7 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from threadkeeper.services.context import REF, ContextEntry
+from threadkeeper.services.context import HANDOFF_HEADER, REF, ContextEntry
+
+from .strategies import SUMMARY_MARK
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def grade(probes: Sequence[dict[str, Any]], context_texts: Sequence[str],
 
 # Benchmark questions ---------------------------------------------------------------------------------------
 
-HANDOFF_MARKS = ("[Threadkeeper handoff", "[Summary of")
+HANDOFF_MARKS = (HANDOFF_HEADER, SUMMARY_MARK)
 """How a generated stand-in for earlier messages begins: the product's handoff, and the baselines' summaries."""
 STOPWORDS = frozenset("""
 the and for are but not you your yours with that this these those from have has had was were will would can

@@ -22,6 +22,8 @@ from threadkeeper.services.handoff import Compactor, Ledger, Plan, RunningFold, 
 from threadkeeper.services.models import ContextBudget
 
 FIXED_USER_BUDGET = 20_000
+SUMMARY_MARK = "[Summary of"
+"""How the baselines' summaries begin (each is a ``[Summary of …]`` message standing in for earlier ones)."""
 
 
 def _plain(messages: Sequence[Message]) -> list[Message]:
@@ -92,7 +94,7 @@ class AccumulatingSummaries(_Baseline):
         kept_ids = {m.id for m in keep}
         batch = [m for m in transcript if m.id not in kept_ids]
         lines = await self._narrate(batch, budget.summary_cap_tokens // 2, use_model)
-        records.append(self._summary(f"Summary of {len(batch)} earlier messages", lines))
+        records.append(self._summary(f"{SUMMARY_MARK[1:]} {len(batch)} earlier messages", lines))
         while len(records) > 1 and sum(m.tokens for m in records + keep) > budget.target_tokens:
             records.pop(0)
         return self._plan(messages, records + keep, summary_tokens=sum(m.tokens for m in records))
@@ -121,7 +123,7 @@ class UserMessagesSummary(_Baseline):
                 m = m.model_copy(update={"flags": MessageFlags(), "role": "assistant"})
             folded.append(m)
         lines = await self._narrate(_plain(folded), budget.summary_cap_tokens, use_model)
-        summary = self._summary("Summary of the earlier thread", lines)
+        summary = self._summary(f"{SUMMARY_MARK[1:]} the earlier thread", lines)
         return self._plan(messages, [summary, *keep], summary_tokens=summary.tokens)
 
 

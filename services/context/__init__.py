@@ -4,10 +4,11 @@ and the measure every budget is compared on (the local estimate calibrated by th
 
 from .measure import CALIBRATION_BOUNDS, calibration, measure
 from .refs import REF, label, next_ref, parse
-from .render import ContextEntry, current_text, entries, to_chat, visible
+from .render import HANDOFF_HEADER, ContextEntry, current_text, entries, to_chat, visible
 
 __all__ = [
     "CALIBRATION_BOUNDS",
+    "HANDOFF_HEADER",
     "calibration",
     "ContextEntry",
     "current_text",

@@ -17,6 +17,10 @@ from threadkeeper.persistence import (
 
 from . import refs
 
+HANDOFF_HEADER = "[Threadkeeper handoff"
+"""How the handoff message begins: what the system prompt tells the model to look for, what the view writes, what the
+offline model and the evals recognise it by."""
+
 
 @dataclass(frozen=True)
 class ContextEntry:

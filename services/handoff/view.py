@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from ..context import HANDOFF_HEADER
 from ..text import extract as x
 from . import notebook
 from .ledger import Ledger, NarrativeEntry
 from .notebook import NoteEntry
 
-HEADER = "[Threadkeeper handoff"
+HEADER = HANDOFF_HEADER
 SHARES = {"asks": 0.20, "decisions": 0.15, "suspect": 0.10, "narrative": 0.35, "facts": 0.10, "standing_notes": 0.10}
 """The most each structured section may take of the cap; what they leave goes to the notes."""
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from threadkeeper.persistence import Usage
 
+from ..context import HANDOFF_HEADER
 from .tokens import Tokenizer
 
-HANDOFF_MARK = "[Threadkeeper handoff"
+HANDOFF_MARK = HANDOFF_HEADER
 
 
 def _text(content: Any) -> str:
