@@ -51,7 +51,7 @@ class _Baseline(Compactor):
         text = f"[{title}]\n" + "\n".join(lines)
         base = Message(id=new_id("summary"), role="user", parts=[TextPart(text=text)],
                        flags=MessageFlags(handoff=True), tokens=0)
-        return base.model_copy(update={"tokens": self.tokenizer.count_message(base)})
+        return self.tokenizer.counted(base)
 
     def _plan(self, messages: Sequence[Message], replacement: list[Message], summary_tokens: int = 0) -> Plan:
         kept_ids = {m.id for m in replacement}

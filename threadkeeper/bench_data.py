@@ -24,7 +24,7 @@ def committed(message: Message) -> Message:
     """``message`` as a committed turn stores it: its note and token counts made once."""
     note = notes.make_note(message.text, message.created_at) or ""
     message = message.model_copy(update={"note": note, "note_tokens": [TOKENIZER.count(" " + note)] if note else []})
-    return message.model_copy(update={"tokens": TOKENIZER.count_message(message)})
+    return TOKENIZER.counted(message)
 
 
 def message(i: int, role: Role = "user", chars: int = 400) -> Message:

@@ -176,9 +176,9 @@ class TurnInput:
     def prepare_incoming(self, message: Message, *, addressed: bool) -> Message:
         """A person's message as a turn takes it from the inbox: counted, its note computed, marked if it asked
         the bot, and a single input larger than half the usable window cut in the middle with a marker."""
-        update: dict[str, Any] = {}
         if message.tokens == 0:
-            update["tokens"] = self.tokenizer.count_message(message)
+            message = self.tokenizer.counted(message)
+        update: dict[str, Any] = {}
         if message.note is None:
             update |= self.noted(message.text, message.created_at)
         if addressed and not message.flags.addressed:
