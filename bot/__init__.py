@@ -1,5 +1,3 @@
-"""Transports: the Slack bot and the local console. Listeners validate, record, acknowledge and hand off."""
-
-from .console import run_console
-
-__all__ = ["run_console"]
+"""Transports: the Slack bot (``bot.slack``, served by ``bot.server``) and the local console (``bot.console``).
+Listeners validate, record, acknowledge and hand off to the application. Nothing is imported here, so a command
+that needs only the manifest (``bot.manifest``) loads nothing else."""

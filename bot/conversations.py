@@ -3,6 +3,7 @@ and the Web API client with Slack's retries."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -67,13 +68,38 @@ def privacy_of(event: dict[str, Any]) -> Privacy:
     return "dm" if isinstance(channel, str) and channel.startswith("D") else "unknown"
 
 
-def conversation_of(team: str, channel: str, ts: str, thread_ts: str | None,
-                    privacy: Privacy = "unknown") -> Conversation:
-    """The conversation a message belongs to: its thread; in a direct message, every top-level message continues
-    one conversation, and a thread in it starts its own."""
-    if thread_ts is None and (privacy == "dm" or channel.startswith("D")):
+def conversation_of(team: str, channel: str, ts: str, thread_ts: str | None, privacy: Privacy = "unknown", *,
+                    threads_in_dm: bool = True) -> Conversation:
+    """The conversation a message belongs to: its thread. In a direct message, with ``threads_in_dm`` (the agent
+    surface) a top-level message starts a thread of its own, answered in it; without (the assistant surface and
+    older apps) every top-level message continues one conversation, and a thread in it starts its own."""
+    direct = privacy == "dm" or channel.startswith("D")
+    if thread_ts is None and direct and not threads_in_dm:
         return Conversation.slack(team, channel, DIRECT, "dm")
-    return Conversation.slack(team, channel, thread_ts or ts, privacy)
+    return Conversation.slack(team, channel, thread_ts or ts, "dm" if direct else privacy)
+
+
+def viewing(entities: Any) -> str:
+    """What ``app_context_changed`` says a person has open, in a few words ("" when it says nothing usable): a
+    channel, a message in a channel, a canvas or a list."""
+    def slack_id(value: object) -> str | None:
+        return value if isinstance(value, str) and _SLACK_ID.fullmatch(value) else None
+
+    parts = []
+    for entity in entities if isinstance(entities, list) else []:
+        kind, value = (entity.get("type"), entity.get("value")) if isinstance(entity, dict) else (None, None)
+        if kind == "slack#/types/channel_id" and (channel := slack_id(value)):
+            parts.append(f"channel <#{channel}>")
+        elif kind == "slack#/types/message_context" and isinstance(value, dict) and \
+                (channel := slack_id(value.get("channel_id"))) and _TS.fullmatch(str(value.get("message_ts"))):
+            parts.append(f"a message ({value['message_ts']}) in <#{channel}>")
+        elif kind in ("slack#/types/canvas_id", "slack#/types/list_id") and (item := slack_id(value)):
+            parts.append(f"{kind.rsplit('/', 1)[-1].removesuffix('_id')} {item}")
+    return "; ".join(parts[:3])  # ids only: nothing a person typed reaches the turn this way
+
+
+_SLACK_ID = re.compile(r"[A-Z0-9]{2,32}")
+_TS = re.compile(r"\d{1,12}\.\d{1,9}")
 
 
 def thread_ts(conversation: Conversation) -> str | None:

@@ -22,9 +22,10 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from threadkeeper.bot.manifest import Surface
 from threadkeeper.services import THINKING, Conversation, Pipeline, as_conversation
 
-from .conversations import REACTED, STATUS_MESSAGE, slack_error, thread_ts
+from .conversations import DIRECT, REACTED, STATUS_MESSAGE, slack_error, thread_ts
 from .format import split_reply
 from .metrics import Metrics
 from .streaming import DRAFT, SlackDraft, delete_stranded, feedback_blocks
@@ -48,8 +49,15 @@ class SlackEvents:
     """Status and replies for one conversation, posted in its thread with its workspace's client."""
 
     def __init__(self, workspaces: Workspaces, pipeline: Pipeline, trigger_ts: dict[str, str],
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, *, surface: Surface = "agent") -> None:
         self.workspaces = workspaces
+        self.surface = surface
+        self.sessions_refused: set[str] = set()
+        """Workspaces that refused agent sessions (an app not declared an agent, a missing scope): the reaction
+        stands in there."""
+        self.ending: dict[str, str] = {}
+        """conversation → the session status its run ends in, when not ``active`` (``suspended``: a failure the
+        person must act on)."""
         self.pipeline = pipeline
         """The application: the conversation's flags and the reply it owes."""
         self.trigger_ts = trigger_ts
@@ -66,11 +74,13 @@ class SlackEvents:
         return client
 
     async def status(self, conversation: Conversation, text: str | None) -> None:
-        """Show what the turn is doing: in an assistant thread with the assistant status; elsewhere with an
-        :eyes: reaction on the message being answered, plus a short status message in the thread while it
-        does something slower than thinking (compacting, searching). Which message carries the reaction and
-        which is the status message are kept in Redis, so whichever worker ends the conversation's work next
-        (after a restart too) removes them. ``None``: the work is over."""
+        """Show what the turn is doing: on the agent surface with the thread's agent session (``processing`` while
+        it works, with Slack's stop button; ``active`` when done, ``suspended`` after a failure); in an assistant
+        thread with the assistant status; elsewhere (or where Slack refuses sessions) with an :eyes: reaction on
+        the message being answered. A short status message in the thread says what it does while it does
+        something slower than thinking (compacting, searching). Which message carries the reaction and which is
+        the status message are kept in Redis, so whichever worker ends the conversation's work next (after a
+        restart too) removes them. ``None``: the work is over."""
         if text is None and conversation.id in self.drafts:  # the turns ended without finishing it
             await self.drafts.pop(conversation.id).discard()
         channel = conversation.channel
@@ -81,6 +91,9 @@ class SlackEvents:
             if await self.pipeline.flag(conversation, "assistant") == "1":
                 await client.assistant_threads_setStatus(channel_id=channel, thread_ts=conversation.thread,
                                                          status=text or "")
+                return
+            if await self._session(client, conversation, text):
+                await self._status_message(client, conversation, text)
                 return
             reacted = await self.pipeline.flag(conversation, REACTED)
             if text and not reacted and conversation.id in self.trigger_ts:
@@ -95,6 +108,35 @@ class SlackEvents:
             log.info("status update in %s failed: %s", conversation, slack_error(exc))
         except LOST as exc:
             log.info("status update in %s got no answer: %s: %s", conversation, type(exc).__name__, exc)
+
+    async def _session(self, client: AsyncWebClient, conversation: Conversation, text: str | None) -> bool:
+        """On the agent surface, the thread's agent session says whether the bot works on it (Slack shows a stop
+        button while it is ``processing``). False where Slack refuses sessions (then the reaction stands in)."""
+        if self.surface != "agent" or conversation.workspace in self.sessions_refused or \
+                conversation.thread == DIRECT:
+            return False
+        status = "processing" if text else self.ending.pop(conversation.id, "active")
+        asker = self.askers.get(conversation.id)
+        try:
+            await client.agents_sessions_setStatus(channel_id=conversation.channel, thread_ts=conversation.thread,
+                                                   status=status, initiator_user_id=asker[1] if asker else None)
+        except SlackApiError as exc:
+            self.sessions_refused.add(conversation.workspace)
+            log.info("agent sessions unavailable in %s (%s): status shown with a reaction instead",
+                     conversation.workspace, slack_error(exc))
+            return False
+        return True
+
+    async def close(self, conversation: Conversation) -> None:
+        """The conversation was forgotten: its agent session is closed (agent surface; best effort)."""
+        client = await self._client(conversation)
+        if client is None or self.surface != "agent" or conversation.thread == DIRECT:
+            return
+        try:
+            await client.agents_sessions_setStatus(channel_id=conversation.channel, thread_ts=conversation.thread,
+                                                   status="closed")
+        except (SlackApiError, *LOST) as exc:
+            log.info("closing the agent session of %s failed: %s", conversation, exc)
 
     async def _status_message(self, client: AsyncWebClient, conversation: Conversation, text: str | None) -> None:
         channel, thread = conversation.channel, thread_ts(conversation)
@@ -131,6 +173,8 @@ class SlackEvents:
         module's description); once every part is in Slack, the turn is marked delivered (``posted``: its
         checkpoint). Returns False when a part could not be confirmed (the reply stays owed). A finished answer
         carries feedback buttons."""
+        if kind == "failed":
+            self.ending[conversation.id] = "suspended"  # the person has to ask again
         if checkpoint_id and await self.pipeline.was_delivered(conversation, checkpoint_id):
             return True
         client = await self._client(conversation)

@@ -26,10 +26,11 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from threadkeeper.bot.manifest import SUGGESTED_PROMPTS, Surface
 from threadkeeper.persistence import InboxItem, InvalidTransitionError
-from threadkeeper.services import Conversation, ConversationIdError, ModelClient, Pipeline
+from threadkeeper.services import Conversation, ConversationIdError, ModelClient, Pipeline, Privacy
 
-from .conversations import BACKFILL, bot_name, conversation_of, message_text, privacy_of, slack_error
+from .conversations import BACKFILL, bot_name, conversation_of, message_text, privacy_of, slack_error, viewing
 from .delivery import SlackEvents, TurnWorker
 from .intake import SlackIntake
 from .metrics import Metrics
@@ -40,25 +41,23 @@ Listener = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
 log = logging.getLogger("threadkeeper.slack")
 
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
-SUGGESTED_PROMPTS = [
-    {"title": "Catch me up", "message": "Summarize this thread: open asks, decisions and next steps."},
-    {"title": "What is still open?", "message": "Which asks in this thread are still open, and who asked?"},
-    {"title": "Draft a status update", "message": "Draft a short status update from this thread."},
-]
 
 
 class SlackBot(SlackIntake):
     def __init__(self, *, pipeline: Pipeline, workspaces: Workspaces, client: AsyncWebClient,
                  signing_secret: str | None, fast_model: ModelClient | None, metrics: Metrics | None = None,
-                 oauth: AsyncOAuthSettings | None = None) -> None:
+                 oauth: AsyncOAuthSettings | None = None, surface: Surface = "agent") -> None:
         """``client`` is Bolt's: the one-token client, or in installs mode (``oauth``) a client without a token
-        that the OAuth flow uses to exchange codes; replies use ``workspaces``' client of their team."""
+        that the OAuth flow uses to exchange codes; replies use ``workspaces``' client of their team. ``surface``:
+        the agent messaging experience (each thread of the DM its own conversation, agent sessions with a stop
+        button) or the assistant experience an older app was made with."""
         self.pipeline = pipeline
+        self.surface = surface
         self.workspaces = workspaces
         self.fast_model = fast_model
         self.metrics = metrics or Metrics()
         self.trigger_ts: dict[str, str] = {}
-        self.events = SlackEvents(workspaces, pipeline, self.trigger_ts, self.metrics)
+        self.events = SlackEvents(workspaces, pipeline, self.trigger_ts, self.metrics, surface=surface)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self._names: dict[tuple[str, str], str] = {}
         pipeline.use_intake(self)
@@ -67,6 +66,11 @@ class SlackBot(SlackIntake):
                             oauth_settings=oauth)
         self.app.use(self._ours)
         self._register()
+
+    def _conversation(self, team: str, channel: str, ts: str, thread_ts: str | None,
+                      privacy: Privacy = "unknown") -> Conversation:
+        """The conversation a message belongs to, as this bot's surface threads direct messages."""
+        return conversation_of(team, channel, ts, thread_ts, privacy, threads_in_dm=self.surface == "agent")
 
     async def measure(self) -> None:
         """Bring the metrics read from Redis up to date (``/metrics`` calls it before rendering)."""
@@ -164,30 +168,55 @@ class SlackBot(SlackIntake):
             log.info("feedback %s on the reply of %s from %s", verdict, checkpoint,
                      (body.get("user") or {}).get("id"))
 
-        @app.event("assistant_thread_started")
-        @guarded("assistant_thread_started")
-        async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
-            thread = event.get("assistant_thread", {})
-            conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"],
-                                              "dm")
-            await self.pipeline.set_flag(conversation, "assistant", "1")
-            await self.pipeline.set_flag(conversation, "subscribed", "1")
-            client = await self.workspaces.client(conversation.workspace)
-            try:
-                if client is not None:
-                    await client.assistant_threads_setSuggestedPrompts(
-                        channel_id=thread["channel_id"], thread_ts=thread["thread_ts"], prompts=SUGGESTED_PROMPTS)
-            except SlackApiError as exc:
-                log.info("suggested prompts unavailable: %s", slack_error(exc))
+        if self.surface == "agent":
+            @app.event("app_home_opened")
+            @guarded("app_home_opened")
+            async def on_home_opened(body: dict[str, Any], event: dict[str, Any]) -> None:
+                """A person opened the bot's Messages tab (the agent surface's DM): the suggested prompts are set
+                there, for the whole DM (with a thread they would not show)."""
+                if event.get("tab") != "messages" or not isinstance(event.get("channel"), str):
+                    return
+                client = await self.workspaces.client(str(body.get("team_id") or ""))
+                try:
+                    if client is not None:
+                        await client.assistant_threads_setSuggestedPrompts(channel_id=event["channel"],
+                                                                           prompts=SUGGESTED_PROMPTS)
+                except SlackApiError as exc:
+                    log.info("suggested prompts unavailable: %s", slack_error(exc))
 
-        @app.event("assistant_thread_context_changed")
-        @guarded("assistant_thread_context_changed")
-        async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
-            thread = event.get("assistant_thread", {})
-            conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"],
-                                              "dm")
-            context = thread.get("context") or {}
-            await self.pipeline.set_flag(conversation, "assistant_context", str(context.get("channel_id") or ""))
+            @app.event("app_context_changed")
+            @guarded("app_context_changed")
+            async def on_app_context(body: dict[str, Any], event: dict[str, Any]) -> None:
+                """What the person has open changed: kept as a hint for the turns that answer them."""
+                user = event.get("user") or ((body.get("authorizations") or [{}])[0] or {}).get("user_id")
+                if isinstance(user, str) and user:
+                    await self.pipeline.remember_view(str(body.get("team_id") or ""), user,
+                                                      viewing((event.get("context") or {}).get("entities")))
+        else:
+            @app.event("assistant_thread_started")
+            @guarded("assistant_thread_started")
+            async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
+                thread = event.get("assistant_thread", {})
+                conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"],
+                                                  thread["thread_ts"], "dm")
+                await self.pipeline.set_flag(conversation, "assistant", "1")
+                await self.pipeline.set_flag(conversation, "subscribed", "1")
+                client = await self.workspaces.client(conversation.workspace)
+                try:
+                    if client is not None:
+                        await client.assistant_threads_setSuggestedPrompts(
+                            channel_id=thread["channel_id"], thread_ts=thread["thread_ts"], prompts=SUGGESTED_PROMPTS)
+                except SlackApiError as exc:
+                    log.info("suggested prompts unavailable: %s", slack_error(exc))
+
+            @app.event("assistant_thread_context_changed")
+            @guarded("assistant_thread_context_changed")
+            async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
+                thread = event.get("assistant_thread", {})
+                conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"],
+                                                  thread["thread_ts"], "dm")
+                context = thread.get("context") or {}
+                await self.pipeline.set_flag(conversation, "assistant_context", str(context.get("channel_id") or ""))
 
     async def forget_workspace(self, body: dict[str, Any], why: str) -> None:
         """The workspace removed the app (or revoked its token): every conversation of that team is deleted, and
@@ -212,9 +241,10 @@ class SlackBot(SlackIntake):
         user = (body.get("user") or {}).get("id")
         if not channel or "ts" not in message:
             return
-        conversation = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
+        conversation = self._conversation(team, channel, message["ts"], message.get("thread_ts"))
         try:
             forgotten = await self.pipeline.forget(conversation)
+            await self.events.close(conversation)
             text = (f"Forgotten: {forgotten.keys} stored records of this thread were deleted. I will not follow it "
                     "until someone mentions me in it again." if forgotten.keys else "I keep nothing about this thread.")
         except InvalidTransitionError:
@@ -259,7 +289,7 @@ class SlackBot(SlackIntake):
             return  # the bot's own posts
         channel, ts = event["channel"], event["ts"]
         thread_ts = event.get("thread_ts") or ts
-        conversation = conversation_of(team, channel, ts, event.get("thread_ts"), privacy_of(event))
+        conversation = self._conversation(team, channel, ts, event.get("thread_ts"), privacy_of(event))
         text = message_text(event)
         is_dm = event.get("channel_type") == "im"
         # Other bots' posts (alerts, CI, deploys) are part of the thread, but never make the bot answer.
@@ -295,7 +325,7 @@ class SlackBot(SlackIntake):
         if "ts" not in new:
             return
         team = body.get("team_id") or "T"
-        conversation = conversation_of(team, event["channel"], new["ts"], new.get("thread_ts"), privacy_of(event))
+        conversation = self._conversation(team, event["channel"], new["ts"], new.get("thread_ts"), privacy_of(event))
         edited = self.pipeline.message(new.get("text") or "", author=new.get("user"), id=new["ts"])
         # What tells this edit from another edit of the message: when Slack says it was edited.
         change = str((new.get("edited") or {}).get("ts") or event.get("event_ts") or "") or None
@@ -312,7 +342,7 @@ class SlackBot(SlackIntake):
         thread_ts = previous.get("thread_ts")
         if not previous:  # Slack left out the deleted message: the thread it was a reply in, if it was one
             thread_ts = await self.pipeline.thread_of(Conversation.slack(team, event["channel"], deleted))
-        conversation = conversation_of(team, event["channel"], deleted, thread_ts, privacy_of(event))
+        conversation = self._conversation(team, event["channel"], deleted, thread_ts, privacy_of(event))
         await self._effect(conversation, InboxItem(kind="delete", event_id=body.get("event_id"), target_id=deleted,
                                                    reply_expected=False))
 
@@ -323,7 +353,7 @@ class SlackBot(SlackIntake):
         if "ts" not in message or not isinstance(channel, str):
             return  # a pin of something else than a message, or an event without its channel
         team = body.get("team_id") or "T"
-        conversation = conversation_of(team, channel, message["ts"], message.get("thread_ts"))
+        conversation = self._conversation(team, channel, message["ts"], message.get("thread_ts"))
         await self._effect(conversation, InboxItem(kind="pin" if pinned else "unpin", event_id=body.get("event_id"),
                                                    target_id=message["ts"], reply_expected=False))
 

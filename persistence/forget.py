@@ -44,9 +44,13 @@ class Forgetter(RedisStore):
         return sorted(found)
 
     async def team(self, team_id: str) -> tuple[int, list[str]]:
-        """Delete every conversation of workspace ``team_id``: how many keys went, and the conversations left
-        because a turn held them (forget those again once it has finished)."""
+        """Delete every conversation of workspace ``team_id`` (and what its people had open, kept as hints): how many
+        keys went, and the conversations left because a turn held them (forget those again once it has finished)."""
         deleted, busy = 0, []
+        views = [k async for k in self.client.scan_iter(
+            match=f"{_glob_escape(self.prefix)}:{{view:{_glob_escape(team_id)}:*", count=1000)]
+        if views:
+            deleted += int(await self._call(self.client.delete(*views)))
         for cid in await self.conversations_of_team(team_id):
             try:
                 deleted += await self.conversation(cid)

@@ -18,6 +18,7 @@
 ``<prefix>:dead``  sorted set  conversations holding dead letters, by when the last one was set aside
 ``<prefix>:{install:<enterprise>-<team>}``  hash  a workspace's Slack installation and bot token (installs mode)
 ``<prefix>:oauth-state:<state>``  string  an OAuth state issued by ``/slack/install`` (expires)
+``<prefix>:{view:<workspace>:<user>}``  string  what a person has open in Slack now, a hint for their turns (expires)
 """
 
 from __future__ import annotations

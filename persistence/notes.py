@@ -105,6 +105,16 @@ class NotesStore(RedisStore):
         pipe.expire(key, self.retention_seconds)
         await self._call(pipe.execute())
 
+    async def remember_view(self, workspace: str, user: str, view: str, *, seconds: int = 86_400) -> None:
+        """What a person has open in Slack now (a channel, a message), as the transport said it: a hint for the
+        turns that answer them, kept a day."""
+        key = f"{self.prefix}:{{view:{workspace}:{user}}}"
+        await self._call(self.client.set(key, view, ex=seconds) if view else self.client.delete(key))
+
+    async def view_of(self, workspace: str, user: str) -> str | None:
+        raw = await self._call(self.client.get(f"{self.prefix}:{{view:{workspace}:{user}}}"))
+        return raw.decode() if isinstance(raw, bytes) else raw
+
     async def get(self, conversation_id: str) -> Notes:
         key = self.keys(conversation_id).notes
         return Notes.parse(await self._call(self.client.hgetall(key)), key)

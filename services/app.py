@@ -272,6 +272,14 @@ class Pipeline:
     async def thread_of(self, reply: Conversation) -> str | None:
         return await self.notes.thread_of(reply.id)
 
+    async def remember_view(self, workspace: str, user: str, view: str) -> None:
+        """What a person has open in the transport now (a channel, a message): a hint for the turns answering them,
+        never an instruction ("" forgets it)."""
+        await self.notes.remember_view(workspace, user, view)
+
+    async def view_of(self, workspace: str, user: str) -> str | None:
+        return await self.notes.view_of(workspace, user)
+
     # -- forgetting ------------------------------------------------------------------------------
 
     async def forget(self, conversation: Conversation | str) -> Forgotten:

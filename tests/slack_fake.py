@@ -63,6 +63,9 @@ class FakeSlack:
         """Channels conversations.info calls private."""
         self.members: dict[str, list[str]] = {}
         """channel → the user ids conversations.members answers."""
+        self.errors: dict[str, str] = {}
+        """method → the error every call of it answers (``{"ok": false, "error": …}``), as Slack refuses a method
+        an app may not use."""
 
     @property
     def base_url(self) -> str:
@@ -109,6 +112,8 @@ class FakeSlack:
                 return web.json_response({"ok": False, "error": "client_gone"})
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append((method, token))
+        if method in self.errors:
+            return web.json_response({"ok": False, "error": self.errors[method]})
         if self.failures.get(method, 0) > 0:
             self.failures[method] -= 1
             return web.json_response({"ok": False, "error": "fatal_error"}, status=500)

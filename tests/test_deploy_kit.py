@@ -41,20 +41,43 @@ def _manifest(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_the_manifests_ask_for_what_the_bot_uses_in_either_mode() -> None:
-    socket, http = _manifest(ROOT / "manifest.json"), _manifest(ROOT / "deploy" / "manifest.http.json")
-    scopes = Settings.model_fields["slack_scopes"].default.split(",")
-    for manifest in (socket, http):
-        assert manifest["oauth_config"]["scopes"]["bot"] == scopes
-        assert manifest["features"] == socket["features"]
-        assert manifest["settings"]["event_subscriptions"]["bot_events"] == \
-            socket["settings"]["event_subscriptions"]["bot_events"]
-        assert manifest["settings"]["interactivity"]["is_enabled"], "the Forget shortcut and feedback buttons"
-    assert socket["settings"]["socket_mode_enabled"] is True
-    assert http["settings"]["socket_mode_enabled"] is False
-    assert http["settings"]["event_subscriptions"]["request_url"].endswith("/slack/events")
-    assert http["settings"]["interactivity"]["request_url"].endswith("/slack/events"), "buttons reach the bot"
-    assert all(url.endswith("/slack/oauth_redirect") for url in http["oauth_config"]["redirect_urls"])
+def test_the_manifests_are_written_once_and_pass_slacks_schema_in_either_mode_and_surface() -> None:
+    """``manifest.json`` (Socket Mode) and ``deploy/manifest.http.json`` are what ``threadkeeper manifest`` writes,
+    and every manifest it can write passes Slack's published schema: the agent surface (``agent_view``, what a new app
+    gets) and the assistant surface, Socket Mode and HTTP."""
+    import jsonschema
+
+    from threadkeeper.bot.manifest import BOT_SCOPES, manifest
+
+    assert _manifest(ROOT / "manifest.json") == manifest("socket", "agent")
+    assert _manifest(ROOT / "deploy" / "manifest.http.json") == manifest("http", "agent",
+                                                                         "https://threadkeeper.example.com")
+    schema = json.loads((ROOT / "tests" / "data" / "slack" / "manifest.schema.1.0.0.json").read_text())
+    for mode in ("socket", "http"):
+        for surface in ("agent", "assistant"):
+            made = manifest(mode, surface)  # type: ignore[arg-type]
+            jsonschema.validate(made, schema)
+            assert made["oauth_config"]["scopes"]["bot"] == list(BOT_SCOPES)
+            assert made["settings"]["interactivity"]["is_enabled"], "the Forget shortcut and feedback buttons"
+            events = made["settings"]["event_subscriptions"]["bot_events"]
+            assert ("agent_view" in made["features"]) == (surface == "agent") != ("assistant_view" in made["features"])
+            assert ("app_home_opened" in events and "agent_session_stopped" in events) == (surface == "agent")
+            assert ("assistant_thread_started" in events) == (surface == "assistant")
+    assert "mpim:read" in BOT_SCOPES, "memory in a group DM needs to know the group DM's members"
+    assert Settings.model_fields["slack_scopes"].default.split(",") == list(BOT_SCOPES)
+    http = manifest("http", "agent", "https://bot.example.org/")
+    assert http["settings"]["socket_mode_enabled"] is False and manifest()["settings"]["socket_mode_enabled"] is True
+    assert http["settings"]["event_subscriptions"]["request_url"] == "https://bot.example.org/slack/events"
+    assert http["settings"]["interactivity"]["request_url"] == "https://bot.example.org/slack/events"
+    assert http["oauth_config"]["redirect_urls"] == ["https://bot.example.org/slack/oauth_redirect"]
+    broken = manifest()
+    broken["features"]["agent_view"]["agent_description"] = "x" * 301
+    try:
+        jsonschema.validate(broken, schema)
+    except jsonschema.ValidationError:
+        pass
+    else:
+        raise AssertionError("the schema is applied (an over-long description fails it)")
 
 
 def test_slack_run_starts_the_bot_from_the_project_files() -> None:

@@ -83,7 +83,7 @@ def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
-    from threadkeeper.bot import run_console
+    from threadkeeper.bot.console import run_console
 
     from .root import check_models
 
@@ -242,6 +242,16 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(with_pipeline(settings, work))
 
 
+def cmd_manifest(args: argparse.Namespace, settings: Settings) -> int:
+    from threadkeeper.bot.manifest import manifest
+
+    if args.http and not args.http.startswith(("https://", "http://")):
+        raise ThreadkeeperError(f"--http must be the URL Slack reaches this app at (https://…), not {args.http!r}")
+    made = manifest("http" if args.http else "socket", args.surface, args.http or "https://threadkeeper.example.com")
+    print(json.dumps(made, indent=2))
+    return 0
+
+
 def _positive(value: str) -> int:
     try:
         number = int(value)
@@ -385,6 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="retry: every conversation's dead letters")
     p.add_argument("--json", action="store_true", help="list: print JSON")
     p.set_defaults(func=cmd_dead_letters)
+
+    p = sub.add_parser("manifest", help="print the Slack app manifest (Socket Mode, or HTTP with --http)")
+    p.add_argument("--http", metavar="URL", help="the public base URL Slack posts events to (HTTP mode)")
+    p.add_argument("--surface", choices=("agent", "assistant"), default="agent",
+                   help="agent (agent_view, default: what new apps get) or assistant (assistant_view, existing apps)")
+    p.set_defaults(func=cmd_manifest)
 
     from .memorycmd import add_parser as add_memory
 

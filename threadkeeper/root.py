@@ -224,4 +224,5 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
         memory = pipeline.memory
         memory.access = CachedAccess(SlackAccess(workspaces), memory.config.membership_seconds)
     return SlackBot(pipeline=pipeline, workspaces=workspaces, client=client,
-                    signing_secret=settings.slack_signing_secret, fast_model=fast, oauth=oauth)
+                    signing_secret=settings.slack_signing_secret, fast_model=fast, oauth=oauth,
+                    surface=settings.threadkeeper_slack_surface)

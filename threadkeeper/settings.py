@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from threadkeeper.bot.manifest import BOT_SCOPES
 from threadkeeper.persistence import ThreadkeeperError
 from threadkeeper.persistence.errors import without_password
 
@@ -77,8 +78,10 @@ class Settings(BaseSettings):
     threadkeeper_encryption_key: str | None = None
     """Fernet key(s) the OAuth installations (bot tokens) are stored encrypted with: needed with
     ``SLACK_CLIENT_ID``; several, separated by commas, to rotate (the first encrypts, all decrypt)."""
-    slack_scopes: str = ("app_mentions:read,assistant:write,channels:history,groups:history,im:history,"
-                         "mpim:history,chat:write,reactions:write,pins:read,users:read,channels:read,groups:read")
+    slack_scopes: str = ",".join(BOT_SCOPES)
+    threadkeeper_slack_surface: Literal["agent", "assistant"] = "agent"
+    """How people talk to the bot in Slack: the agent messaging experience (``agent_view``, what new apps get), or
+    the assistant experience (``assistant_view``) an app created before it was made with."""
 
     @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
                      "slack_api_base_url", "slack_client_id", "slack_client_secret", "slack_redirect_uri",

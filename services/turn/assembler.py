@@ -65,7 +65,8 @@ class ContextAssembler:
         self.clock = clock
 
     async def assemble(self, conversation: Conversation, history: History | None, context: Sequence[Message],
-                       incoming: Sequence[Message], notes: Notes, *, asker: str | None = None) -> RuntimeContext:
+                       incoming: Sequence[Message], notes: Notes, *, asker: str | None = None,
+                       hint: str | None = None) -> RuntimeContext:
         """The turn's runtime context: who and when, the memory from other conversations found for ``incoming``
         (visible to this conversation and to ``asker``, a transport's user id), and the earlier messages recalled
         for it (as ``notes`` say they read now).
@@ -73,9 +74,12 @@ class ContextAssembler:
         ``history`` is the head the turn starts from (after any compaction); ``context`` every message the request
         carries besides this one (history and incoming). Recall and memory each take at most their budget share
         (memory also the recall share when there is nothing to recall, as in a new thread), together never more
-        than the request has room for beside a tool result."""
+        than the request has room for beside a tool result. ``hint``: what the person asking has open in the transport
+        (see :attr:`PreparedTurn.hint`)."""
         conversation_id = conversation.id
         header = self.header(conversation_id, context, incoming, self.clock())
+        if hint:
+            header += f"; the person asking has open: {hint} (a hint of what they are looking at, not an instruction)"
         runtime = self.tokenizer.counted(Message(
             id=new_id("m"), role="system", parts=[TextPart(text=header)], flags=MessageFlags(runtime=True), tokens=0,
             created_at=self.clock()))

@@ -361,7 +361,7 @@ class ReplyExecutor:
         runtime_id = ""
         if prepared.wants_reply:
             runtime = await self.assembler.assemble(conversation, history, base + new, new, prepared.notes,
-                                                    asker=prepared.asker)
+                                                    asker=prepared.asker, hint=prepared.hint)
             runtime_id = runtime.message.id
             new.append(runtime.message)
             stored.append(runtime.stored)

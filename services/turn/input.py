@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, Notes, Role, TextPart, new_id
@@ -49,6 +49,8 @@ class PreparedTurn:
     """The edits, deletions and pins among the items."""
     notes: Notes
     """The conversation's notes as the turn's effects leave them (compaction and recall read these)."""
+    hint: str | None = None
+    """What the person asking has open in the transport now, as the transport said it (a hint, not an instruction)."""
 
     @property
     def wants_reply(self) -> bool:
@@ -102,7 +104,10 @@ class TurnInput:
         incoming += [notice for i in effects if (notice := self.change_notice(i)) is not None]
         # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
         incoming.sort(key=lambda m: m.created_at)
-        return PreparedTurn(settled, incoming, effects, notes.after(effects) if effects else notes)
+        prepared = PreparedTurn(settled, incoming, effects, notes.after(effects) if effects else notes)
+        if self.intake is not None and prepared.wants_reply and prepared.asker:
+            prepared = replace(prepared, hint=await self.intake.hint(conversation, prepared.asker))
+        return prepared
 
     async def settled(self, conversation: Conversation, items: Sequence[InboxItem], history: History | None, *,
                       route: bool = True, mention_waiting: MentionWaiting | None = None) -> list[InboxItem]:
