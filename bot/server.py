@@ -79,9 +79,12 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
         if slack is not None:
             with contextlib.suppress(Exception):
                 state = await slack()
-        ok = redis_ok and state != "disconnected"
+        token = "unknown"
+        with contextlib.suppress(Exception):
+            token = await bot.slack_health()
+        ok = redis_ok and state != "disconnected" and token == "ok"
         body = {"ok": ok, "redis": "reachable" if redis_ok else "unreachable", "durability": durability,
-                "slack": state}
+                "slack": state, "slack_token": token}
         return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
 
     async def metrics(_: web.Request) -> web.Response:

@@ -30,6 +30,7 @@ from threadkeeper.bot.manifest import SUGGESTED_PROMPTS, Surface
 from threadkeeper.persistence import InboxItem, InvalidTransitionError
 from threadkeeper.services import Conversation, ConversationIdError, ModelClient, Pipeline, Privacy
 
+from .checks import SlackHealth, check_app_token, check_bot_token
 from .conversations import BACKFILL, bot_name, conversation_of, message_text, privacy_of, slack_error, viewing
 from .delivery import SlackEvents, TurnWorker
 from .intake import SlackIntake
@@ -65,7 +66,26 @@ class SlackBot(SlackIntake):
                             request_verification_enabled=bool(signing_secret), process_before_response=True,
                             oauth_settings=oauth)
         self.app.use(self._ours)
+        self.slack_health = SlackHealth(workspaces.make_client(workspaces.token) if workspaces.token else None)
+        """Whether Slack accepts the bot token now (``/healthz``)."""
         self._register()
+
+    async def preflight(self, app_token: str | None = None) -> list[str]:
+        """Before the bot takes events: Slack accepts its tokens (the bot token with every scope the manifest asks
+        for; the app-level token for Socket Mode), and stored installations open with the encryption key. Raises
+        :class:`bot.checks.SlackSetupError` (one line naming the setting) on a permanent refusal; returns what to
+        tell the operator (which workspace and bot user are served)."""
+        lines: list[str] = []
+        if self.workspaces.token is not None:
+            client = self.workspaces.make_client(self.workspaces.token)
+            served = await check_bot_token(client)
+            lines.append(served.line())
+        else:
+            lines.append(f"serving every workspace that installs the app ({await self.workspaces.installed()} "
+                         "installed now)")
+        if app_token:
+            await check_app_token(self.workspaces.make_client(app_token), app_token)
+        return lines
 
     def _conversation(self, team: str, channel: str, ts: str, thread_ts: str | None,
                       privacy: Privacy = "unknown") -> Conversation:

@@ -32,6 +32,7 @@ from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.persistence import ThreadkeeperError
+from threadkeeper.persistence.base import glob_escape
 from threadkeeper.persistence.keys import installation_key, oauth_state_key
 
 log = logging.getLogger("threadkeeper.slack")
@@ -101,6 +102,14 @@ class RedisInstallationStore(_InRedis, AsyncInstallationStore):
                                      "THREADKEEPER_ENCRYPTION_KEY is not the key it was stored with (to change "
                                      "keys, list the new one first and keep the old one after it)") from None
         return value
+
+    async def check(self) -> int:
+        """How many installations are stored, after opening one with the key (:class:`EncryptionKeyError` when it
+        is not the key they were stored with)."""
+        keys = [k async for k in self.client.scan_iter(match=f"{glob_escape(self.prefix)}:{{install:*", count=1000)]
+        for key in keys[:1]:
+            await self._open(key.decode() if isinstance(key, bytes) else key, "bot")
+        return len(keys)
 
     async def async_save(self, installation: Installation) -> None:
         key = self._key(installation.enterprise_id, installation.team_id, installation.is_enterprise_install)
@@ -204,6 +213,12 @@ class Workspaces:
         if team not in self._identities and await self.client(team) is None:
             return None
         return self._identities.get(team)
+
+    async def installed(self) -> int:
+        """How many workspaces installed the app (installs mode), after opening one of them with the encryption
+        key: a worker with the wrong key stops at start instead of failing every event."""
+        assert self.installations is not None
+        return await self.installations.check()
 
     async def remove(self, team: str) -> None:
         """Forget ``team``'s installation (install mode) and the cached client."""

@@ -63,6 +63,11 @@ class FakeSlack:
         """Channels conversations.info calls private."""
         self.members: dict[str, list[str]] = {}
         """channel → the user ids conversations.members answers."""
+        self.refused: set[str] = set()
+        """Tokens Slack refuses (``invalid_auth``), bot or app-level: a revoked or mistyped token."""
+        self.scopes: list[str] | None = None
+        """The scopes auth.test says the bot token has (its ``x-oauth-scopes`` header); None: every scope the
+        manifest asks for."""
         self.errors: dict[str, str] = {}
         """method → the error every call of it answers (``{"ok": false, "error": …}``), as Slack refuses a method
         an app may not use."""
@@ -122,9 +127,16 @@ class FakeSlack:
         if self.rate_limit.get(method, 0) > 0:
             self.rate_limit[method] -= 1
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
+        app_token = str(params.get("app_token") or "")
+        if token in self.refused or (method == "apps.connections.open" and (app_token or token) in self.refused):
+            return web.json_response({"ok": False, "error": "invalid_auth"})
         if method == "auth.test":
+            from threadkeeper.bot.manifest import BOT_SCOPES
+
             ws = self.workspaces.get(token, {"team_id": "T1", "user_id": BOT_USER, "bot_id": "BBOT"})
-            return web.json_response({"ok": True, **ws, "user": "threadkeeper", "team": ws["team_id"]})
+            scopes = ",".join(self.scopes if self.scopes is not None else BOT_SCOPES)
+            return web.json_response({"ok": True, **ws, "user": "threadkeeper", "team": ws["team_id"]},
+                                     headers={"x-oauth-scopes": scopes})
         if method == "oauth.v2.access":
             team = self.codes.pop(params.get("code", ""), None)
             if team is None:

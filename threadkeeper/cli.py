@@ -213,6 +213,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         bot = build_slack_bot(settings, stores, pipeline)
+        for line in await bot.preflight(settings.slack_app_token if args.socket else None):
+            log.info(line)
 
         async def health() -> bool:
             return await pipeline.healthy()

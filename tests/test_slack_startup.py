@@ -1,0 +1,94 @@
+"""An operator knows at once what is wrong: a bad bot token, a bad app-level token or a missing scope stops the bot at
+start with one line naming the setting, and ``/healthz`` is not ready while Slack refuses the token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import scripted
+from slack_fake import FakeSlack
+from test_slack_bot import SECRET, make_harness
+
+from threadkeeper.bot.manifest import BOT_SCOPES
+
+REDIS_URL = os.environ.get("THREADKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+@pytest.fixture
+def model():
+    return scripted()
+
+
+async def _serve(slack: FakeSlack, prefix: str, tmp: Path, *mode: str, **env: str) -> tuple[int, str]:
+    """``threadkeeper serve`` as a process against the fake Slack: its exit code and what it wrote to stderr, or a
+    timeout when it kept running (it then started)."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS", "SLACK", "AI_", "THREADKEEPER"))}
+    full = {**keep, "REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix, "SLACK_BOT_TOKEN": "xoxb-test",
+            "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_BASE_URL": slack.base_url, "AI_MODEL": "offline",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "threadkeeper", "serve", *mode, env=full,
+                                                cwd=tmp, stdout=asyncio.subprocess.DEVNULL,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    return int(proc.returncode or 0), err.decode()
+
+
+@pytest.mark.parametrize(("case", "mode", "named"), [
+    ("bot token revoked", ("--http", "--port", "65500"), "SLACK_BOT_TOKEN is refused by Slack (invalid_auth)"),
+    ("app token wrong", ("--socket",), "SLACK_APP_TOKEN is refused by Slack (invalid_auth)"),
+    ("a scope missing", ("--http", "--port", "65501"), "SLACK_BOT_TOKEN lacks the scopes mpim:read"),
+])
+async def test_a_permanent_refusal_stops_the_bot_at_start_with_one_line(prefix: str, tmp_path: Path, case: str,
+                                                                       mode: tuple[str, ...], named: str) -> None:
+    slack = await FakeSlack().start()
+    try:
+        env = {"SLACK_APP_TOKEN": "xapp-test"} if "--socket" in mode else {}
+        if case == "bot token revoked":
+            slack.refused.add("xoxb-test")
+        elif case == "app token wrong":
+            slack.refused.add("xapp-test")
+        else:
+            slack.scopes = [s for s in BOT_SCOPES if s != "mpim:read"]
+        code, err = await _serve(slack, prefix, tmp_path, *mode, **env)
+    finally:
+        await slack.close()
+    lines = [line for line in err.splitlines() if "threadkeeper: error:" in line]
+    assert code != 0 and len(lines) == 1 and named in lines[0], err[-2000:]
+    assert "api.slack.com/apps" in lines[0], "it says where in the app's settings to fix it"
+    assert "Traceback" not in err
+
+
+async def test_healthz_is_not_ready_while_slack_refuses_the_bot_token(model, prefix: str, client) -> None:
+    h, http = await make_harness(prefix, client)
+    try:
+        health = await (await h.http.get("/healthz")).json()
+        assert health["ok"] and health["slack_token"] == "ok"
+        h.bot.slack_health.seconds = 0  # asked again at every check
+        h.slack.refused.add("xoxb-test")
+        response = await h.http.get("/healthz")
+        assert response.status == 503 and json.loads(await response.text())["slack_token"] == "refused"
+        h.slack.refused.clear()
+        assert (await h.http.get("/healthz")).status == 200, "ready again once Slack accepts it"
+    finally:
+        await http.close()
+        await h.slack.close()
+
+
+async def test_preflight_says_which_workspace_and_bot_user_are_served(model, prefix: str, client) -> None:
+    h, http = await make_harness(prefix, client)
+    try:
+        lines = await h.bot.preflight()
+        assert lines == ["serving workspace T1 (T1) as @threadkeeper (UBOT)"]
+    finally:
+        await http.close()
+        await h.slack.close()
