@@ -92,7 +92,15 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
             await bot.measure()
         return web.Response(body=bot.metrics.render(), content_type="text/plain")
 
+    async def hear_stops(_: web.Application) -> None:
+        bot.listen()
+
+    async def stop_hearing(_: web.Application) -> None:
+        await bot.close()
+
     app = web.Application()
+    app.on_startup.append(hear_stops)
+    app.on_cleanup.append(stop_hearing)
     if events:
         app.router.add_post("/slack/events", slack_events)
         if flow is not None:
@@ -133,12 +141,14 @@ async def run_until_stopped(bot: SlackBot, *, sweep_seconds: float, shutdown_sec
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     sweeper = asyncio.create_task(sweep_forever(bot, sweep_seconds))
+    bot.listen()
     try:
         await stop.wait()
         log.info("stopping: no new turns; running ones get up to %.0f s to finish", shutdown_seconds)
     finally:
         sweeper.cancel()
         await bot.worker.shutdown(shutdown_seconds)
+        await bot.close()
 
 
 async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int, sweep_seconds: float,

@@ -65,10 +65,23 @@ class SlackBot(SlackIntake):
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
                             request_verification_enabled=bool(signing_secret), process_before_response=True,
                             oauth_settings=oauth)
+        self.listening: asyncio.Task[None] | None = None
         self.app.use(self._ours)
         self.slack_health = SlackHealth(workspaces.make_client(workspaces.token) if workspaces.token else None)
         """Whether Slack accepts the bot token now (``/healthz``)."""
         self._register()
+
+    def listen(self) -> None:
+        """Start hearing stop requests (Slack's stop button pressed while another worker, or this one, runs the
+        turn); idempotent. The web app starts it with itself, Socket Mode with its sweep."""
+        if self.listening is None or self.listening.done():
+            self.listening = asyncio.create_task(self.pipeline.honour_stops(), name="stops")
+
+    async def close(self) -> None:
+        if self.listening is not None:
+            self.listening.cancel()
+            await asyncio.gather(self.listening, return_exceptions=True)
+            self.listening = None
 
     async def preflight(self, app_token: str | None = None) -> list[str]:
         """Before the bot takes events: Slack accepts its tokens (the bot token with every scope the manifest asks
@@ -128,6 +141,17 @@ class SlackBot(SlackIntake):
                         log.warning("ignored a malformed %s event (%s: %s)", kind, type(exc).__name__, exc)
                 return run
             return wrap
+
+        @app.event("agent_session_stopped")
+        @guarded("agent_session_stopped")
+        async def on_session_stopped(body: dict[str, Any], event: dict[str, Any]) -> None:
+            """A person pressed the stop button of a thread's agent session: whichever worker runs its turn stops
+            it (the session leaves ``processing`` when that turn ends)."""
+            thread = event.get("thread_ts")
+            if isinstance(event.get("channel"), str) and isinstance(thread, str):
+                conversation = Conversation.slack(str(body.get("team_id") or ""), event["channel"], thread)
+                await self.pipeline.stop(conversation)
+                self.metrics.events.labels("agent_session_stopped", "recorded").inc()
 
         @app.event("app_mention")
         @guarded("app_mention")

@@ -41,12 +41,13 @@ from .models import (
     carried_tokens,
 )
 from .notes import MessageChange, Notes, NotesStore
+from .signals import Signals
 from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
 
 __all__ = [
     "Forgetter", "durability", "ExtractionJob", "MemoryRecord", "MemoryStore", "MemoryVersion", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
-    "ImagePart", "Inbox", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
+    "ImagePart", "Inbox", "Signals", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
     "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping", "why_unreadable",
 ]

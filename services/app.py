@@ -10,6 +10,7 @@ command that only reads what is stored never loads a model's stack."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from threadkeeper.persistence import (
     MessageFlags,
     NotesStore,
     Role,
+    Signals,
     ThreadkeeperError,
 )
 
@@ -39,6 +41,8 @@ from .memory import Extraction, Memory
 from .models import ContextBudget, Tokenizer
 from .recall import Recall
 from .turn import Clock, ContextReport, Intake, Model, Preview, ReplyExecutor, TurnEvents, TurnResult
+
+log = logging.getLogger("threadkeeper.app")
 
 POSTED = "posted"
 """Conversation flag: the checkpoint whose reply the transport last confirmed delivered."""
@@ -78,8 +82,9 @@ class Forgotten:
 
 class Pipeline:
     def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, notes: NotesStore, forgetter: Forgetter,
-                 memory_store: MemoryStore, turns: Turns | Callable[[], Turns]) -> None:
+                 memory_store: MemoryStore, signals: Signals, turns: Turns | Callable[[], Turns]) -> None:
         self.checkpoints = checkpoints
+        self.signals = signals
         self.inbox = inbox
         self.notes = notes
         self.forgetter = forgetter
@@ -173,6 +178,17 @@ class Pipeline:
         """Run the conversation's turns while its inbox has items, under its lease (none when another worker holds
         it)."""
         return await self.executor.run(as_conversation(conversation), events)
+
+    async def stop(self, conversation: Conversation | str) -> None:
+        """A person asked to stop the conversation's running turn: whichever worker runs it stops it (see
+        :meth:`services.turn.ReplyExecutor.stop`); nothing happens when no turn runs."""
+        await self.signals.stop(as_conversation(conversation).id)
+
+    async def honour_stops(self) -> None:
+        """Listen for stop requests and stop the turns this worker runs (until cancelled)."""
+        async for conversation_id in self.signals.stops():
+            if self.executor.stop(conversation_id):
+                log.info("%s: its running turn was stopped by a person", conversation_id)
 
     async def owing(self) -> list[str]:
         """Conversations that owe work (queued items, a reply not confirmed): what a sweep resumes."""

@@ -958,3 +958,45 @@ async def test_a_failed_turn_leaves_its_agent_session_suspended(agent: Harness, 
     await agent.settle()
     assert "trace id" in agent.replies()[-1]["text"]
     assert [c["status"] for c in agent.slack.calls_to("agents.sessions.setStatus")] == ["processing", "suspended"]
+
+
+async def test_the_stop_button_stops_the_running_turn_cleanly(agent: Harness, model) -> None:
+    """A person presses the stop button of the thread's agent session while the model is still working: the turn
+    is superseded, nothing is posted, the session leaves processing, the lease is released, the person's message
+    stays in the history unanswered, and the next message is answered by a fresh turn."""
+    from threadkeeper.persistence import CheckpointStatus
+
+    h = agent
+    started, never = asyncio.Event(), asyncio.Event()
+    model.push(Step(text="this answer is never given", started=started, wait_for=never))
+    root = "1700009000.000100"
+    await h.post(event_body(mention(root, "write me a very long report"), event_id="Ev-stop1"))
+    await asyncio.wait_for(started.wait(), 20)
+    stopped = {"type": "agent_session_stopped", "channel": CHANNEL, "thread_ts": root, "user": "U1",
+               "event_ts": "1700009001.000100", "streaming_message_ts": []}
+    assert await h.post(event_body(stopped, event_id="Ev-stop2")) == 200
+    try:
+        await asyncio.wait_for(h.settle(), 30)
+    finally:
+        never.set()  # a turn that was not stopped ends, so a broken stop fails here instead of hanging
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    rows = await h.pipeline.checkpoints.lineage(cid)
+    assert [r.status for r in rows] == [CheckpointStatus.SUPERSEDED, CheckpointStatus.COMPLETED], rows
+    assert h.replies() == [], "nothing posted for the stopped turn"
+    assert [c["status"] for c in h.slack.calls_to("agents.sessions.setStatus")][-1] == "active"
+    assert await h.stores.leases.holder(cid) is None and await h.pipeline.inbox.size(cid) == 0
+    history = await h.pipeline.checkpoints.load_history(cid)
+    assert [m.text for m in history.messages] == ["write me a very long report"], "kept, unanswered"
+    model.default = Step(text="Here is a short one.")
+    await h.post(event_body(mention("1700009002.000100", "a short one then", thread_ts=root), event_id="Ev-stop3"))
+    await h.settle()
+    assert [r["text"] for r in h.replies()] == ["Here is a short one."]
+
+
+async def test_a_stop_for_a_thread_without_a_running_turn_changes_nothing(agent: Harness, model) -> None:
+    stopped = {"type": "agent_session_stopped", "channel": CHANNEL, "thread_ts": "1700009100.000100", "user": "U1",
+               "event_ts": "1700009101.000100", "streaming_message_ts": []}
+    assert await agent.post(event_body(stopped, event_id="Ev-stop4")) == 200
+    await agent.post(event_body(mention("1700009100.000100", "hello"), event_id="Ev-stop5"))
+    await agent.settle()
+    assert len(agent.replies()) == 1, "a stop that came before any turn does not stop a later one"

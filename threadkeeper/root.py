@@ -126,7 +126,7 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                             compactor_class=compactor_class, offline_model=offline_model, access=access)
 
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, notes=stores.notes, forgetter=stores.forget,
-                    memory_store=stores.memory, turns=turns)
+                    memory_store=stores.memory, signals=stores.signals, turns=turns)
 
 
 def _build_turns(settings: Settings, stores: Stores, *, model: str | None, context_window: int | None,

@@ -17,6 +17,7 @@ from threadkeeper.persistence import (
     LeaseManager,
     MemoryStore,
     NotesStore,
+    Signals,
     connect,
     ping,
 )
@@ -44,6 +45,7 @@ class Stores:
     notes: NotesStore
     forget: Forgetter
     memory: MemoryStore
+    signals: Signals
     where: str = "Redis at REDIS_URL"
     """What the stores run on, for people: ``Redis at REDIS_URL`` or the embedded Redis and its data directory."""
 
@@ -69,7 +71,8 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
     checkpoints = CheckpointStore(client, cache_bytes=settings.threadkeeper_cache_mb * 1024 * 1024, **common)
     return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
-                  forget=Forgetter(client, **common), memory=MemoryStore(client, **common))
+                  forget=Forgetter(client, **common), memory=MemoryStore(client, **common),
+                  signals=Signals(client, **common))
 
 
 @asynccontextmanager

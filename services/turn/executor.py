@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Coroutine
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import (
     Checkpoint,
@@ -48,6 +49,7 @@ from .types import (
     TurnEvents,
     TurnResult,
     TurnState,
+    TurnStatus,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +66,10 @@ class _ContextOverflow(Exception):
 
 class _LeaseLost(Exception):
     """The lease lapsed between two turns and another worker took the conversation over."""
+
+
+class TurnStopped(Exception):
+    """A person asked to stop the turn (Slack's stop button) before its model answered."""
 
 
 class _TakenOver(Exception):
@@ -87,6 +93,25 @@ class ReplyExecutor:
         """The model and its tools."""
         self.compactor: Compactor = compactor or NoCompaction()
         self.effects = effects
+        self._turning: set[str] = set()
+        """Conversations whose turns this worker runs now."""
+        self._calls: dict[str, asyncio.Future[tuple[TurnStatus, str]]] = {}
+        """conversation → its turn's model loop, while it runs (what a stop abandons)."""
+        self._stops: set[str] = set()
+        """Conversations whose running turn a person asked to stop before its model was called."""
+
+    def stop(self, conversation_id: str) -> bool:
+        """A person asked to stop the conversation's running turn (Slack's stop button): if this worker runs it, its
+        model call is abandoned (or never made), its checkpoint superseded, nothing it began showing stays, and
+        the people's messages it took are kept in the history, unanswered; the next message starts a fresh turn.
+        Returns whether this worker runs that turn."""
+        if conversation_id not in self._turning:
+            return False
+        call = self._calls.get(conversation_id)
+        self._stops.add(conversation_id)
+        if call is not None:
+            call.cancel()
+        return True
 
     # -- public --------------------------------------------------------------------------------
 
@@ -113,6 +138,7 @@ class ReplyExecutor:
         lease = opening.lease
         results: list[TurnResult] = []
         released = settled = False
+        self._turning.add(conversation_id)
         try:
             owed = not await events.recover(conversation)
             if self.input.intake is not None and await self.input.intake.prepare(conversation):
@@ -159,6 +185,8 @@ class ReplyExecutor:
             elif not released and not settled and results and results[-1].status == "awaiting_resume":
                 settled = await self._settle(conversation, events, paused=True) == 0
         finally:
+            self._turning.discard(conversation_id)
+            self._stops.discard(conversation_id)
             if not released:
                 if not settled:
                     await events.status(conversation, None)
@@ -304,7 +332,9 @@ class ReplyExecutor:
         trace_id = TRACE.get() or new_trace_id()
         try:
             draft = await events.draft(conversation) if self.loop.model.streams else None
-            status, reply = await self.loop.run(conversation, turn, events, draft)
+            status, reply = await self._stoppable(conversation_id, self.loop.run(conversation, turn, events, draft))
+        except TurnStopped:
+            return await self._stopped(conversation_id, turn, trace_id)
         except ModelTimeoutError as exc:
             await self.checkpoints.pause(conversation_id, turn.checkpoint.id,
                                          resume={"reason": "timeout", "error": str(exc),
@@ -398,19 +428,50 @@ class ReplyExecutor:
         turn.inbox_left = done.inbox_left
         self.assembler.committed(conversation_id, [*turn.incoming, *turn.final])
 
-    async def _fail(self, conversation_id: str, turn: TurnState, exc: BaseException, trace_id: str) -> TurnResult:
-        log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
-                      exc_info=exc)
-        error = f"{type(exc).__name__}: {exc}"[:2000]
-        await self.checkpoints.fail(conversation_id, turn.checkpoint.id, error=error, trace_id=trace_id)
-        # Keep people's messages in the history: record them in a turn of their own, which also takes
-        # them out of the inbox so the failure does not repeat forever.
+    async def _stoppable(self, conversation_id: str,
+                         work: Coroutine[Any, Any, tuple[TurnStatus, str]]) -> tuple[TurnStatus, str]:
+        """Run the turn's model loop so that :meth:`stop` can abandon it: :class:`TurnStopped` when it did (or when
+        the stop came before the loop began); a cancellation from outside (a shutdown) stays one."""
+        if conversation_id in self._stops:
+            work.close()
+            raise TurnStopped(conversation_id)
+        call = asyncio.ensure_future(work)
+        self._calls[conversation_id] = call
+        try:
+            return await call
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if call.cancelled() and conversation_id in self._stops and not (current and current.cancelling()):
+                raise TurnStopped(conversation_id) from None
+            raise
+        finally:
+            self._calls.pop(conversation_id, None)
+            self._stops.discard(conversation_id)
+
+    async def _stopped(self, conversation_id: str, turn: TurnState, trace_id: str) -> TurnResult:
+        """The turn a person stopped: superseded, its people's messages kept (recorded, unanswered), no reply."""
+        log.info("turn %s of %s stopped by a person (trace %s)", turn.checkpoint.id, conversation_id, trace_id)
+        await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
+        await self._record_only(conversation_id, turn)
+        return TurnResult(conversation_id, turn.checkpoint.id, "stopped", None, len(turn.items), trace_id,
+                          compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
+
+    async def _record_only(self, conversation_id: str, turn: TurnState) -> None:
+        """Keep the turn's people's messages in the history, in a turn of their own that also takes them out of the
+        inbox (so neither a failure nor a stop repeats)."""
         salvage = await self.checkpoints.start_turn(conversation_id, parent_id=turn.expected_head, from_head=False,
                                                     messages=turn.incoming, inbox_consumed=len(turn.items))
         try:
             await self.checkpoints.commit(conversation_id, salvage.id, expected_head=turn.expected_head)
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, salvage.id)
+
+    async def _fail(self, conversation_id: str, turn: TurnState, exc: BaseException, trace_id: str) -> TurnResult:
+        log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
+                      exc_info=exc)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        await self.checkpoints.fail(conversation_id, turn.checkpoint.id, error=error, trace_id=trace_id)
+        await self._record_only(conversation_id, turn)
         text = f"Sorry, something went wrong while answering (trace id {trace_id}). Please try again."
         if isinstance(exc, ModelError):
             text = f"Sorry, the model could not answer (trace id {trace_id}). Please try again in a moment."

@@ -17,7 +17,7 @@ from ..models import ContextBudget, Draft, ModelReply
 if TYPE_CHECKING:
     from ..handoff import CompactionReport
 
-TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused"]
+TurnStatus = Literal["completed", "recorded", "awaiting_resume", "failed", "refused", "stopped"]
 
 THINKING = "thinking…"
 """The status while the model is called (tools announce their own, compaction says "compacting history…")."""
