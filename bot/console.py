@@ -54,8 +54,10 @@ class ConsoleEvents:
         return True  # a console reply is printed at once: nothing is ever left owed
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> None:
-        """Printed at once: always delivered (None)."""
+                    checkpoint_id: str | None = None, notice: str | None = None) -> None:
+        """Printed at once: always delivered (None); a notice on a line of its own before it."""
+        if notice:
+            print(f"  ({notice})", file=self.out, flush=True)
         writing, self.writing = self.writing, None
         if writing is not None and writing.shown and text == writing.shown.strip():
             print(file=self.out, flush=True)  # already on screen as it was written

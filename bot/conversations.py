@@ -131,10 +131,37 @@ class _ServerErrorRetries(AsyncServerErrorRetryHandler):
             state=state, request=request, response=response, error=error)
 
 
-def make_client(token: str | None, base_url: str | None) -> AsyncWebClient:
+class _ShortRateLimitRetries(AsyncRateLimitErrorRetryHandler):
+    """Waits out a rate limit only when Slack asks for at most ``seconds``; a longer ``Retry-After`` is the
+    caller's to handle (it raises, with the header in the error's response)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(max_retry_count=3)
+        self.seconds = seconds
+
+    async def _can_retry_async(self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
+                               error: Exception | None = None) -> bool:
+        return retry_after(response.headers if response is not None else {}) <= self.seconds and \
+            await super()._can_retry_async(state=state, request=request, response=response, error=error)
+
+
+def retry_after(headers: Any) -> float:
+    """Seconds of a response's ``Retry-After`` header (slack-sdk gives header values as lists), 0 without one."""
+    for name, value in dict(headers or {}).items():
+        if str(name).lower() == "retry-after":
+            raw = value[0] if isinstance(value, (list, tuple)) and value else value
+            try:
+                return max(0.0, float(raw))
+            except (TypeError, ValueError):
+                return 1.0
+    return 0.0
+
+
+def make_client(token: str | None, base_url: str | None, *, wait_at_most: float | None = None) -> AsyncWebClient:
     """A Web API client with Slack's rate-limit, server-error and connection retries, except that a call that
     creates a message is never sent twice by the client (see ``NOT_REPEATABLE``). ``token`` None: for the
-    OAuth flow's code exchange, which authenticates with the app's client id and secret."""
+    OAuth flow's code exchange, which authenticates with the app's client id and secret. ``wait_at_most``:
+    a rate limit asking for a longer wait is raised at once instead of waited out."""
     kwargs: dict[str, Any] = {"token": token}
     if base_url:
         kwargs["base_url"] = base_url.rstrip("/") + "/"
@@ -142,7 +169,8 @@ def make_client(token: str | None, base_url: str | None) -> AsyncWebClient:
     handlers: list[AsyncRetryHandler] = [h for h in client.retry_handlers
                                          if not isinstance(h, (AsyncConnectionErrorRetryHandler,
                                                                AsyncServerErrorRetryHandler))]
-    handlers += [_ConnectionErrorRetries(), AsyncRateLimitErrorRetryHandler(max_retry_count=3),
-                 _ServerErrorRetries(max_retry_count=2)]
+    limits = AsyncRateLimitErrorRetryHandler(max_retry_count=3) if wait_at_most is None else \
+        _ShortRateLimitRetries(wait_at_most)
+    handlers += [_ConnectionErrorRetries(), limits, _ServerErrorRetries(max_retry_count=2)]
     client.retry_handlers = handlers
     return client

@@ -168,7 +168,7 @@ class SlackEvents:
         return draft
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> bool:
+                    checkpoint_id: str | None = None, notice: str | None = None) -> bool:
         """Post a turn's reply (finishing the draft it was written into, if any), each part at most once (see the
         module's description); once every part is in Slack, the turn is marked delivered (``posted``: its
         checkpoint). Returns False when a part could not be confirmed (the reply stays owed). A finished answer
@@ -181,7 +181,7 @@ class SlackEvents:
         if client is None:
             return True  # the workspace is gone: nothing can ever be posted there
         parts = split_reply(text)
-        feedback = feedback_blocks(parts[-1], checkpoint_id) if kind == "completed" and parts else None
+        feedback = feedback_blocks(parts[-1], checkpoint_id, notice) if kind == "completed" and parts else None
         draft = self.drafts.pop(conversation.id, None)
         done = 0
         if draft is not None and parts and await draft.finish(parts[0], feedback if len(parts) == 1 else None):
@@ -324,6 +324,8 @@ class TurnWorker:
         self.metrics = metrics
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.again: set[str] = set()
+        self.waiting: dict[str, asyncio.TimerHandle] = {}
+        """Conversations to run again at a set time (``later``)."""
         self.closing = False
 
     def kick(self, conversation: Conversation | str) -> None:
@@ -337,6 +339,20 @@ class TurnWorker:
             self.again.add(cid)
             return
         self.tasks[cid] = asyncio.create_task(self._drive(conversation), name=f"turns:{cid}")
+
+    def later(self, conversation: Conversation, seconds: float) -> None:
+        """Run the conversation's turns again in ``seconds`` (once, however often asked meanwhile); a worker that
+        stops first leaves it to the sweep (the conversation stays on the registry of owed work)."""
+        cid = conversation.id
+        if self.closing or cid in self.waiting:
+            return
+        loop = asyncio.get_running_loop()
+
+        def due() -> None:
+            self.waiting.pop(cid, None)
+            self.kick(conversation)
+
+        self.waiting[cid] = loop.call_later(max(0.0, seconds), due)
 
     def background(self, work: Any) -> None:
         """Run ``work`` (a coroutine) beside the turns; shutdown and ``idle`` wait for it like a turn."""
@@ -369,6 +385,9 @@ class TurnWorker:
         a stopped turn is set aside (superseded) and its lease released, so another worker takes the
         conversation over at once from its inbox. Returns how many were stopped."""
         self.closing = True
+        for handle in self.waiting.values():
+            handle.cancel()
+        self.waiting.clear()
         running = [t for t in self.tasks.values() if not t.done()]
         if not running:
             return 0

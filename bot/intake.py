@@ -8,23 +8,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from threadkeeper.persistence import InboxItem
-from threadkeeper.services import Conversation, ModelClient, Pipeline
+from threadkeeper.services import Conversation, ModelClient, Pipeline, Preparation
 
-from .conversations import BACKFILL, bot_name, message_text, slack_error
+from .backfill import Backfill, HistoryPace, Progress, catching_up
+from .conversations import BACKFILL, slack_error
+from .delivery import TurnWorker
 from .metrics import Metrics
 from .routing import should_reply
 from .workspaces import Identity, Workspaces
 
 log = logging.getLogger("threadkeeper.slack")
-
-BACKFILL_LIMIT = 2_000
-"""The most earlier messages read when the bot is brought into a thread mid-way (the newest)."""
-
 
 class SlackIntake:
     """The bot's :class:`services.turn.Intake` (a mixin: it uses the bot's workspaces, pipeline, metrics, fast
@@ -34,58 +30,47 @@ class SlackIntake:
     pipeline: Pipeline
     metrics: Metrics
     fast_model: ModelClient | None
+    history_pace: HistoryPace
+    worker: TurnWorker
     _names: dict[tuple[str, str], str]
 
     async def _me(self, team: str) -> Identity | None:
         return await self.workspaces.identity(team)
 
-    async def prepare(self, conversation: Conversation) -> bool:
-        """Before the first turn of a thread the bot was brought into mid-way (the ``backfill`` flag, set
-        when the mention was recorded), read the thread's earlier messages; run under the lease."""
+    async def prepare(self, conversation: Conversation) -> Preparation:
+        """Before the turns of a thread the bot was brought into mid-way (the ``backfill`` flag, set when the
+        mention was recorded), read the thread's earlier messages as fast as Slack allows (:mod:`bot.backfill`);
+        run under the lease. While some are still to be read, the conversation stays owed (a worker comes back
+        when the pace allows) and each reply tells the person."""
         flag = await self.pipeline.flag(conversation, BACKFILL)
         if not flag:
-            return False
-        channel, thread_ts, before = flag.split(" ")
-        queued = await self.backfill(conversation, channel, thread_ts, before=before)
-        await self.pipeline.set_flag(conversation, BACKFILL, "")
-        return queued > 0
-
-    async def backfill(self, conversation: Conversation, channel: str, thread_ts: str, *, before: str) -> int:
-        """Record the thread's earlier messages when the bot is brought into it mid-way, so its first answer
-        knows what was said. They are read with ``conversations.replies`` (paged; rate limits are waited out
-        by the client's retry handler), deduplicated by ``ts``, and queued before the mention without
-        asking for replies; the executor takes them over as many turns as the window needs, so the oldest
-        reach the handoff through compaction instead of being dropped. At most ``BACKFILL_LIMIT`` messages,
-        the newest."""
-        earlier: list[dict[str, Any]] = []
-        started = time.perf_counter()
+            return Preparation()
+        try:
+            progress = Progress.parse(flag)
+        except ValueError as exc:
+            log.error("%s: %s; its earlier messages are not read", conversation, exc)
+            await self.pipeline.set_flag(conversation, BACKFILL, "")
+            return Preparation()
         team = conversation.workspace
         client, me = await self.workspaces.client(team), await self._me(team)
         if client is None or me is None:
-            return 0
-        try:
-            # slack-sdk follows ``response_metadata.next_cursor`` from page to page.
-            async for page in await client.conversations_replies(channel=channel, ts=thread_ts, limit=200):
-                earlier.extend(m for m in page.get("messages") or [] if m.get("ts") and float(m["ts"]) < float(before))
-        except SlackApiError as exc:  # no history scope, or the thread is gone: answer with what arrives
-            log.warning("reading the earlier messages of %s failed: %s", conversation, slack_error(exc))
-            self.metrics.errors.labels("backfill").inc()
-        bot = me.user_id
-        recorded = 0
-        # Newest first, each to the front of the inbox: they end up oldest first, before the mention.
-        for m in sorted(earlier, key=lambda m: float(m["ts"]), reverse=True)[:BACKFILL_LIMIT]:
-            if bot and m.get("user") == bot:
-                continue  # the bot's own posts come back as its replies, not as people's messages
-            text = message_text(m)
-            if not text:
-                continue
-            message = self.pipeline.message(text, author=m.get("user") or bot_name(m), id=m["ts"],
-                                                          created_at=float(m["ts"]))
-            recorded += await self.pipeline.submit_item(conversation, InboxItem(message=message, reply_expected=False,
-                                                                       author_id=m.get("user")), front=True)
+            return Preparation()
+        started = time.perf_counter()
+        reading = await Backfill(self.pipeline, self.history_pace).read(conversation, client, me.user_id, progress,
+                                                                        BACKFILL)
         self.metrics.backfill.observe(time.perf_counter() - started)
-        log.info("read %d earlier messages of %s (%d new)", len(earlier), conversation, recorded)
-        return recorded
+        now = reading.progress or progress
+        log.info("%s: read %d earlier messages (%d so far, %d new)%s", conversation, now.read - progress.read,
+                 now.read, reading.queued, "" if reading.done else f"; more in {reading.wait:.0f} s")
+        if reading.done:
+            await self.pipeline.set_flag(conversation, BACKFILL, "")
+            return Preparation(queued=reading.queued > 0)
+        self.come_back(conversation, reading.wait)
+        return Preparation(queued=reading.queued > 0, more=True, notice=catching_up(now, self.history_pace))
+
+    def come_back(self, conversation: Conversation, seconds: float) -> None:
+        """Visit the conversation again in ``seconds`` (the sweep does if this worker stops first)."""
+        self.worker.later(conversation, seconds)
 
     # -- settled when a turn takes the message (services.turns.Intake) ---------------------------
 

@@ -30,6 +30,7 @@ from threadkeeper.bot.manifest import SUGGESTED_PROMPTS, Surface
 from threadkeeper.persistence import InboxItem, InvalidTransitionError
 from threadkeeper.services import Conversation, ConversationIdError, ModelClient, Pipeline, Privacy
 
+from .backfill import HistoryPace
 from .checks import SlackHealth, check_app_token, check_bot_token
 from .conversations import BACKFILL, bot_name, conversation_of, message_text, privacy_of, slack_error, viewing
 from .delivery import SlackEvents, TurnWorker
@@ -47,12 +48,15 @@ _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 class SlackBot(SlackIntake):
     def __init__(self, *, pipeline: Pipeline, workspaces: Workspaces, client: AsyncWebClient,
                  signing_secret: str | None, fast_model: ModelClient | None, metrics: Metrics | None = None,
-                 oauth: AsyncOAuthSettings | None = None, surface: Surface = "agent") -> None:
+                 oauth: AsyncOAuthSettings | None = None, surface: Surface = "agent",
+                 history: HistoryPace | None = None) -> None:
         """``client`` is Bolt's: the one-token client, or in installs mode (``oauth``) a client without a token
         that the OAuth flow uses to exchange codes; replies use ``workspaces``' client of their team. ``surface``:
         the agent messaging experience (each thread of the DM its own conversation, agent sessions with a stop
-        button) or the assistant experience an older app was made with."""
+        button) or the assistant experience an older app was made with. ``history``: how fast a thread's earlier
+        messages may be read (default: as Slack allows an app of this kind, see :class:`bot.backfill.HistoryPace`)."""
         self.pipeline = pipeline
+        self.history_pace = history or HistoryPace.of("auto", installs=oauth is not None)
         self.surface = surface
         self.workspaces = workspaces
         self.fast_model = fast_model

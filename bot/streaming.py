@@ -17,7 +17,14 @@ from typing import Any, Protocol
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
-from slack_sdk.models.blocks import ContextActionsBlock, FeedbackButtonObject, FeedbackButtonsElement, MarkdownBlock
+from slack_sdk.models.blocks import (
+    ContextActionsBlock,
+    ContextBlock,
+    FeedbackButtonObject,
+    FeedbackButtonsElement,
+    MarkdownBlock,
+    MarkdownTextObject,
+)
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -47,14 +54,16 @@ STREAM_BUFFER = 128
 """Characters gathered before the reply is first shown, and before each ``chat.appendStream`` after."""
 
 
-def feedback_blocks(text: str, checkpoint_id: str | None) -> list[Any]:
-    """The reply as a markdown block with the feedback buttons under it."""
+def feedback_blocks(text: str, checkpoint_id: str | None, notice: str | None = None) -> list[Any]:
+    """The reply as a markdown block, the notice (when the turn compacted the thread) in a context line under it,
+    and the feedback buttons."""
     value = checkpoint_id or "-"
     buttons = FeedbackButtonsElement(
         action_id=FEEDBACK_ACTION,
         positive_button=FeedbackButtonObject(text="Good reply", value=f"good {value}"),
         negative_button=FeedbackButtonObject(text="Bad reply", value=f"bad {value}"))
-    return [MarkdownBlock(text=text), ContextActionsBlock(elements=[buttons])]
+    noted: list[Any] = [ContextBlock(elements=[MarkdownTextObject(text=f"_{notice}_")])] if notice else []
+    return [MarkdownBlock(text=text), *noted, ContextActionsBlock(elements=[buttons])]
 
 
 async def delete_stranded(client: AsyncWebClient, notes: Flags, conversation_id: str) -> bool:

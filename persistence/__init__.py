@@ -41,13 +41,14 @@ from .models import (
     carried_tokens,
 )
 from .notes import MessageChange, Notes, NotesStore
+from .pace import Pace
 from .signals import Signals
 from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
 
 __all__ = [
     "Forgetter", "durability", "ExtractionJob", "MemoryRecord", "MemoryStore", "MemoryVersion", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
-    "ImagePart", "Inbox", "Signals", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
+    "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
     "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping", "why_unreadable",
 ]

@@ -74,6 +74,9 @@ class MessageFlags(_Record):
     """A Slack-pinned message, kept verbatim across compactions within the pin budget."""
     addressed: bool = False
     """The message asked the bot for an answer (a mention, a DM, or one the router chose)."""
+    late: bool = False
+    """Said before messages that precede it in the history: read after the bot had answered in the thread (it was
+    catching up on a thread it joined mid-way, as fast as Slack allowed). Shown with the time it was said."""
 
 
 class Message(_Record):

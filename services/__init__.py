@@ -29,7 +29,16 @@ from .models import (
                      resolve_window,
 )
 from .replay import ReplayInputError, load_thread, parse_thread, replay
-from .turn import THINKING, ContextReport, ExecutorConfig, ReplyExecutor, Spend, TurnEvents, TurnResult
+from .turn import (
+    THINKING,
+    ContextReport,
+    ExecutorConfig,
+    Preparation,
+    ReplyExecutor,
+    Spend,
+    TurnEvents,
+    TurnResult,
+)
 
 __all__ = [
     "LOCAL", "PRIVACY", "Conversation", "ConversationIdError", "Forgotten", "OwedReply", "Privacy", "Turns",
@@ -37,6 +46,6 @@ __all__ = [
     "SYSTEM_PROMPT", "THINKING", "BudgetError", "BudgetPolicy", "ContextBudget", "ContextEntry", "ContextReport", "Draft",
     "ExecutorConfig", "ModelClient", "ModelContextError", "ModelError", "ModelReply", "ModelTimeoutError", "Pipeline",
     "ReplayInputError", "ReplyExecutor", "Spend", "Tokenizer", "Tool", "ToolCall", "ToolContext", "ToolRegistry",
-    "TurnEvents", "TurnResult", "is_offline", "offers_tools", "load_thread", "measure", "parse_thread", "replay",
+    "Preparation", "TurnEvents", "TurnResult", "is_offline", "offers_tools", "load_thread", "measure", "parse_thread", "replay",
     "resolve_max_output", "resolve_window", "to_chat", "visible",
 ]

@@ -30,6 +30,7 @@ from threadkeeper.persistence import (
     Message,
     MessageFlags,
     NotesStore,
+    Pace,
     Role,
     Signals,
     ThreadkeeperError,
@@ -82,9 +83,11 @@ class Forgotten:
 
 class Pipeline:
     def __init__(self, *, checkpoints: CheckpointStore, inbox: Inbox, notes: NotesStore, forgetter: Forgetter,
-                 memory_store: MemoryStore, signals: Signals, turns: Turns | Callable[[], Turns]) -> None:
+                 memory_store: MemoryStore, signals: Signals, pace: Pace,
+                 turns: Turns | Callable[[], Turns]) -> None:
         self.checkpoints = checkpoints
         self.signals = signals
+        self.pace = pace
         self.inbox = inbox
         self.notes = notes
         self.forgetter = forgetter
@@ -145,10 +148,11 @@ class Pipeline:
     # -- what comes in ---------------------------------------------------------------------------
 
     def message(self, text: str, *, role: Role = "user", author: str | None = None, id: str | None = None,
-                created_at: float | None = None, pinned: bool = False) -> Message:
-        """A message as the inbox and the history store it, counted once (a person's, unless ``role`` says)."""
+                created_at: float | None = None, pinned: bool = False, late: bool = False) -> Message:
+        """A message as the inbox and the history store it, counted once (a person's, unless ``role`` says);
+        ``late``: see :attr:`persistence.MessageFlags.late`."""
         return self.executor.input.message(text, role=role, author=author, id=id, created_at=created_at,
-                                           flags=MessageFlags(pinned=pinned))
+                                           flags=MessageFlags(pinned=pinned, late=late))
 
     async def submit(self, conversation: Conversation | str, text: str, *, author: str | None = None,
                      id: str | None = None, created_at: float | None = None, reply_expected: bool = True,
@@ -189,6 +193,15 @@ class Pipeline:
         async for conversation_id in self.signals.stops():
             if self.executor.stop(conversation_id):
                 log.info("%s: its running turn was stopped by a person", conversation_id)
+
+    async def take_call(self, name: str, interval_seconds: float) -> float:
+        """Take the next call of an outside service's rate-limited method ``name`` for the whole fleet: 0.0 when it
+        may be made now, else the seconds left before it may (see :class:`persistence.Pace`)."""
+        return await self.pace.take(name, interval_seconds)
+
+    async def hold_calls(self, name: str, seconds: float) -> None:
+        """No worker calls ``name`` for ``seconds`` (the service answered ``Retry-After``)."""
+        await self.pace.hold(name, seconds)
 
     async def owing(self) -> list[str]:
         """Conversations that owe work (queued items, a reply not confirmed): what a sweep resumes."""
@@ -261,6 +274,11 @@ class Pipeline:
 
     async def exists(self, conversation: Conversation | str) -> bool:
         return await self.checkpoints.conversation_exists(as_conversation(conversation).id)
+
+    async def has_history(self, conversation: Conversation | str) -> bool:
+        """Whether a turn of the conversation was committed (it has a head checkpoint)."""
+        state = await self.checkpoints.get_state(as_conversation(conversation).id)
+        return state is not None and state.head_checkpoint_id is not None
 
     async def lineage(self, conversation: Conversation | str) -> list[LineageEntry]:
         """Every checkpoint of the conversation, oldest first."""

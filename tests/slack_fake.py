@@ -68,6 +68,11 @@ class FakeSlack:
         self.scopes: list[str] | None = None
         """The scopes auth.test says the bot token has (its ``x-oauth-scopes`` header); None: every scope the
         manifest asks for."""
+        self.tiers: dict[str, tuple[float, int]] = {}
+        """method → (seconds, messages): one call per that many seconds, answered 429 with ``Retry-After`` (the
+        seconds left, rounded up) inside them, and at most that many messages a call, as Slack limits
+        ``conversations.replies`` for distributed apps not on the Marketplace (60 s, 15)."""
+        self._tier_last: dict[str, float] = {}
         self.errors: dict[str, str] = {}
         """method → the error every call of it answers (``{"ok": false, "error": …}``), as Slack refuses a method
         an app may not use."""
@@ -124,6 +129,14 @@ class FakeSlack:
             return web.json_response({"ok": False, "error": "fatal_error"}, status=500)
         if nth in self.rate_limit_calls.get(method, ()):
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
+        if method in self.tiers:
+            seconds, _ = self.tiers[method]
+            now, last = time.monotonic(), self._tier_last.get(method)
+            if last is not None and now - last < seconds:
+                left = max(1, int(-(-(seconds - (now - last)) // 1)))
+                return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
+                                         headers={"Retry-After": str(left)})
+            self._tier_last[method] = now
         if self.rate_limit.get(method, 0) > 0:
             self.rate_limit[method] -= 1
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
@@ -205,6 +218,8 @@ class FakeSlack:
             if messages is None:
                 return web.json_response({"ok": False, "error": "thread_not_found"})
             start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
+            if method in self.tiers:
+                limit = min(limit, self.tiers[method][1])
             page = [_as_listed(m, params) for m in messages[start:start + limit]]
             more = start + limit < len(messages)
             return web.json_response({"ok": True, "messages": page, "has_more": more,

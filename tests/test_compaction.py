@@ -876,3 +876,39 @@ def test_never_mind_supersedes_only_the_speakers_own_ask() -> None:
     status = {a.id: a.status for a in ledger.asks}
     assert status["1.0"] == "superseded", "alice's own earlier ask is withdrawn"
     assert status["2.0"] == "open", "bob's later ask stands: alice cannot withdraw it"
+
+
+async def test_a_short_answer_right_after_a_compaction_still_has_the_question_it_answers(model, prefix,
+                                                                                         client) -> None:
+    """The bot asks something; people talk on until the thread compacts on the very turn that brings "yes": the
+    request that turn sends still holds the question (the handoff carries the bot's last reply), and its reply
+    tells the person, once, that earlier messages were folded."""
+    from threadkeeper.services import measure
+
+    p, _ = pipeline(prefix, client, context_window=4096)
+    model.push(Step(text="Shall I roll build 812 out to eu-west-3 tonight, or wait for the load test?"))
+    await chat(p, ["The load test for build 812 is scheduled for tomorrow morning."])
+    yes = "yes please, do that"
+    budget, i = p.budget, 1
+    while True:  # people talk on until the answer itself tips the thread over the trigger (and nothing before)
+        history = await p.checkpoints.load_history(CONV)
+        tokens = measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens)
+        if p.compactor.should_compact(history, [p.message(yes, author="alice")], budget):
+            break
+        text = filler(1, i)[0] if tokens + 200 < budget.trigger_tokens else f"ok {i}"
+        await p.submit(CONV, text, author="bob", id=f"1700.{i:06d}", reply_expected=False)
+        assert [r.status for r in await p.run(CONV)] == ["recorded"] and i < 400
+        assert not any(r.kind.value == "compaction" for r in await p.checkpoints.lineage(CONV))
+        i += 1
+    await p.submit(CONV, yes, author="alice", id="1700.000999")
+    before = len(model.requests)
+    [result] = await p.run(CONV)
+    assert result.compaction is not None, "the turn that brings the answer compacted first"
+    sent = "\n".join(str(m["content"]) for m in next(r["messages"] for r in model.requests[before:]
+                                                      if r["kind"] == "turn"))
+    assert "Shall I roll build 812 out to eu-west-3 tonight" in sent, "the question the answer refers to"
+    notice = result.compaction.notice()
+    assert notice and "Nothing was deleted" in notice and f"{result.compaction.dropped_messages:,}" in notice
+    await p.submit(CONV, "thanks", author="alice", id="1700.000100")
+    [later] = await p.run(CONV)
+    assert later.compaction is None, "said once: the next turn does not compact again"

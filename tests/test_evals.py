@@ -127,8 +127,8 @@ def test_eval_cli_writes_json_and_plot_from_a_dataset_file(tmp_path: Path) -> No
         assert isinstance(row["supercheckpoint_errors"], int) and row["context_tokens"] > 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "threadkeeper" in result.stdout
-    assert f"results written to {out}" in " ".join(result.stderr.split())
-    assert f"plot written to {png}" in " ".join(result.stderr.split())
+    assert f"results written to {out}\n" in result.stderr, "a path is printed whole, never wrapped"
+    assert f"plot written to {png}\n" in result.stderr
     bad = cli("eval", "continuity", "--strategies", "nope", "--threads", "1", "--messages", "100")
     assert bad.returncode == 2 and "unknown strategies" in bad.stderr
 

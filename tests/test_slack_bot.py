@@ -245,6 +245,10 @@ async def test_edit_and_delete_make_facts_suspect_and_pins_survive_compaction(mo
         assert pinned and pinned[0].flags.pinned and "wiki.example.com/rb" in pinned[0].text
         assert h.replies()[-1]["text"] == "Here is what I found.", "the bot still answers after compaction"
         assert len(h.replies()) == 72
+        # the person whose turn compacted is told so once, under that reply; no other reply carries it
+        told = [params for name, params in h.slack.calls if "I folded" in json.dumps(params.get("blocks") or "")]
+        compactions = [r for r in rows if r.kind is CheckpointKind.COMPACTION]
+        assert len(told) == len(compactions), (len(told), len(compactions))
     finally:
         await http.close()
         await h.slack.close()
@@ -1000,3 +1004,74 @@ async def test_a_stop_for_a_thread_without_a_running_turn_changes_nothing(agent:
     await agent.post(event_body(mention("1700009100.000100", "hello"), event_id="Ev-stop5"))
     await agent.settle()
     assert len(agent.replies()) == 1, "a stop that came before any turn does not stop a later one"
+
+
+async def test_a_long_thread_is_read_at_slacks_pace_resuming_after_a_restart(model, prefix, client) -> None:
+    """Mentioned in a thread of 1,000 messages while Slack allows one conversations.replies request per interval
+    and 15 messages a request (a distributed app not on the Marketplace; the interval scaled down from a minute):
+    the mention is answered at once, telling the person the bot is still catching up; the rest is read one page
+    per interval, by whichever worker comes back to it, from where the last one stopped (a restart mid-way
+    included), and a later answer knows a fact from the middle of the thread."""
+    root = "1700009000.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    earlier = [{"type": "message", "user": "U2", "ts": root, "text": "Kickoff: the Q3 billing migration"}]
+    earlier += [{"type": "message", "user": ["U1", "U2", "U3"][i % 3], "ts": f"1700009001.{i:06d}", "thread_ts": root,
+                 "text": (f"update {i}: the rollback code word for the billing cutover is PELICAN-{i}" if i == 517 else
+                          f"update {i}: reviewing the billing service checklist, item {i} looks fine")}
+                for i in range(999)]
+    ask = mention("1700009500.000100", "where are we with the migration?", thread_ts=root)
+    slack = await FakeSlack().start()
+    slack.threads[(CHANNEL, root)] = [*earlier, {k: v for k, v in ask.items() if k != "type"}]
+    interval = 0.1
+    slack.tiers["conversations.replies"] = (interval / 2, 15)
+    limited = {"threadkeeper_slack_history": "limited", "threadkeeper_slack_history_interval_seconds": interval}
+    h, http = await make_harness(prefix, client, slack=slack, **limited)
+
+    async def progress(harness: Harness) -> str:
+        return await harness.pipeline.flag(Conversation.of(cid), "backfill") or ""
+
+    try:
+        assert await h.post(event_body(ask, event_id="Ev-long")) == 200
+        await h.settle()
+        [first] = h.replies()
+        told = json.dumps(first.get("blocks") or "")
+        assert "still catching up" in told and "15 read so far" in told, told
+        answered = next(n for n, (name, params) in enumerate(slack.calls) if params is first)
+        assert [name for name, _ in slack.calls[:answered]].count("conversations.replies") == 1, \
+            "one request before the first answer"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 120
+        while (now := await progress(h)) and int(now.split(" ")[-1]) < 300:  # the worker comes back by itself
+            assert loop.time() < deadline, now
+            await asyncio.sleep(0.02)
+        assert now, "still reading when the worker restarts"
+        await h.bot.worker.shutdown(5.0)  # a restart mid-way: this worker goes, another takes over
+        await h.settle()
+        stopped_at = (await progress(h)).split(" ")[3]
+        await http.close()
+        read_before = len(slack.calls_to("conversations.replies"))
+        h, http = await make_harness(prefix, client, slack=slack, **limited)
+        while await progress(h):  # the new worker knows nothing: its sweep finds the conversation owing work
+            assert loop.time() < deadline, await progress(h)
+            await h.bot.worker.sweep()
+            await asyncio.sleep(interval / 2)
+        await h.settle()
+        resumed = slack.calls_to("conversations.replies")[read_before]
+        assert stopped_at != "-" and resumed.get("cursor") == stopped_at, "resumed from where the last worker stopped"
+        references = await h.pipeline.references(cid)
+        read = {m["ts"] for m in earlier}
+        assert read <= set(references.values()), f"{len(read - set(references.values()))} earlier messages missing"
+        rows = [r for r in await h.pipeline.checkpoints.lineage(cid) if r.kind is CheckpointKind.TURN]
+        taken = [m for r in rows for m in (await h.pipeline.checkpoints.load_history(cid, r.id)).messages]
+        late = {m.id for m in taken if m.flags.late}
+        assert root not in late and len(late) >= 900, "read after the first answer: marked as said earlier"
+        await h.post(event_body(mention("1700009600.000100", "what is the rollback code word for the cutover?",
+                                        thread_ts=root), event_id="Ev-long-2"))
+        await h.settle()
+        sent = "\n".join(str(m.get("content")) for m in model.requests[-1]["messages"])
+        assert "PELICAN-517" in sent, "a fact read late reaches a later answer"
+        last = json.dumps(h.replies()[-1].get("blocks") or "")
+        assert "catching up" not in last, "once every earlier message is read, replies stop saying so"
+    finally:
+        await http.close()
+        await slack.close()

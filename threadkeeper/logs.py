@@ -42,7 +42,8 @@ def quiet_turn_lines(level: str) -> None:
 
 
 def stderr_console() -> Any:
-    """A rich console on stderr, for progress bars that must not mix with a command's output."""
+    """A rich console on stderr, for progress bars that must not mix with a command's output. Lines it prints are
+    never cut to the terminal's width (a path stays one word to copy)."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)

@@ -126,7 +126,8 @@ def build_pipeline(settings: Settings, stores: Stores, *, model: str | None = No
                             compactor_class=compactor_class, offline_model=offline_model, access=access)
 
     return Pipeline(checkpoints=stores.checkpoints, inbox=stores.inbox, notes=stores.notes, forgetter=stores.forget,
-                    memory_store=stores.memory, signals=stores.signals, turns=turns)
+                    memory_store=stores.memory, signals=stores.signals, pace=stores.pace,
+                    turns=turns)
 
 
 def _build_turns(settings: Settings, stores: Stores, *, model: str | None, context_window: int | None,
@@ -187,6 +188,7 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
     from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 
+    from threadkeeper.bot.backfill import HistoryPace
     from threadkeeper.bot.conversations import make_client
     from threadkeeper.bot.slack import SlackBot
     from threadkeeper.bot.workspaces import RedisInstallationStore, RedisStateStore, Workspaces, cipher
@@ -225,4 +227,6 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
         memory.access = CachedAccess(SlackAccess(workspaces), memory.config.membership_seconds)
     return SlackBot(pipeline=pipeline, workspaces=workspaces, client=client,
                     signing_secret=settings.slack_signing_secret, fast_model=fast, oauth=oauth,
-                    surface=settings.threadkeeper_slack_surface)
+                    surface=settings.threadkeeper_slack_surface,
+                    history=HistoryPace.of(settings.threadkeeper_slack_history, installs=settings.slack_installs,
+                                           interval_seconds=settings.threadkeeper_slack_history_interval_seconds))

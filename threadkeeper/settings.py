@@ -82,6 +82,13 @@ class Settings(BaseSettings):
     threadkeeper_slack_surface: Literal["agent", "assistant"] = "agent"
     """How people talk to the bot in Slack: the agent messaging experience (``agent_view``, what new apps get), or
     the assistant experience (``assistant_view``) an app created before it was made with."""
+    threadkeeper_slack_history: Literal["auto", "limited", "exempt"] = "auto"
+    """How fast a thread's earlier messages may be read (``conversations.replies``): ``limited`` to Slack's pace
+    for commercially distributed apps not on the Marketplace (one request a minute, 15 messages), ``exempt``
+    (internal and Marketplace apps), or ``auto``: limited when installed through OAuth, exempt with one bot
+    token. ``Retry-After`` is respected either way."""
+    threadkeeper_slack_history_interval_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """Seconds between two reads of a workspace's threads when limited (Slack's posted limit: 60)."""
 
     @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
                      "slack_api_base_url", "slack_client_id", "slack_client_secret", "slack_redirect_uri",

@@ -17,6 +17,7 @@ from threadkeeper.persistence import (
     LeaseManager,
     MemoryStore,
     NotesStore,
+    Pace,
     Signals,
     connect,
     ping,
@@ -46,6 +47,7 @@ class Stores:
     forget: Forgetter
     memory: MemoryStore
     signals: Signals
+    pace: Pace
     where: str = "Redis at REDIS_URL"
     """What the stores run on, for people: ``Redis at REDIS_URL`` or the embedded Redis and its data directory."""
 
@@ -72,7 +74,7 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
     return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
                   forget=Forgetter(client, **common), memory=MemoryStore(client, **common),
-                  signals=Signals(client, **common))
+                  signals=Signals(client, **common), pace=Pace(client, **common))
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime, timezone
 
 from threadkeeper.persistence import Message
 
@@ -50,3 +51,13 @@ def shown(message: Message) -> bool:
 def prefix(message: Message) -> str:
     """What goes in front of a person's message the model reads: ``[#N] `` (see :func:`shown`)."""
     return f"[#{message.ref}] " if shown(message) else ""
+
+
+def speaker(message: Message) -> str:
+    """Who a person's message is from, as the model reads it: the author, and for a message read late (said
+    before messages that precede it in the history: the bot was catching up on its thread) when it was said."""
+    author = message.author or ""
+    if message.flags.late:
+        at = datetime.fromtimestamp(message.created_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return f"{author} (said earlier, {at})"
+    return author

@@ -78,7 +78,7 @@ def render_text(message: Message) -> str:
     if images:
         text += "".join(f"\n[image: {p.url or 'inline image omitted'}]" for p in images)
     if message.role == "user" and message.author and not message.flags.handoff:
-        return f"{refs.prefix(message)}{message.author}: {text}"
+        return f"{refs.prefix(message)}{refs.speaker(message)}: {text}"
     return text
 
 

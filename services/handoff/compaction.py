@@ -42,6 +42,14 @@ class CompactionReport:
         return {"checkpoint_id": self.new_checkpoint_id, "forked_from": self.previous_checkpoint_id,
                 "tokens_before": self.tokens_before, "tokens_after": self.tokens_after, "strategy": self.strategy}
 
+    def notice(self) -> str | None:
+        """What the person whose turn compacted is told, once, with its reply (None when nothing was folded)."""
+        if self.new_checkpoint_id is None or self.dry_run or self.superseded or not self.dropped_messages:
+            return None
+        return (f"I folded {self.dropped_messages:,} earlier messages of this thread into a summary to stay within "
+                "my context window. Nothing was deleted: I still search all of them when you ask about something "
+                "earlier.")
+
     def line(self) -> str:
         if self.notes and self.new_checkpoint_id is None and not self.dry_run:
             return f"Nothing to compact ({self.tokens_before:,} tokens, headroom {self.headroom_tokens:,}): " \

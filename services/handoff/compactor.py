@@ -30,7 +30,7 @@ from threadkeeper.persistence import (
     new_id,
 )
 
-from ..context import calibration, current_text, measure, next_ref, visible
+from ..context import calibration, current_text, label, measure, next_ref, visible
 from ..models import ContextBudget, Tokenizer, bound_text
 from ..safety import redact
 from ..tracing import COMPACTIONS, event
@@ -232,6 +232,7 @@ class Compactor:
         base = running.builder.clone() if running is not None and running.matches(messages, changes) else None
         consumed = list(running.consumed) if base is not None and running is not None else []
         changed = suspects(notes)
+        last_reply = _last_reply(messages)
         now = max([m.created_at for m in messages] + [m.created_at for m in incoming] or [time.time()])
         target = target_for(budget, incoming)
         # The handoff always keeps room for at least the summary cap: a large input makes room by keeping
@@ -269,7 +270,7 @@ class Compactor:
                                                  if m.role in ("user", "assistant")) if c is not None],
                     int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
             rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
-                                      carry_tokens=max(cap, carry))
+                                      carry_tokens=max(cap, carry), last_reply=last_reply)
             handoff = self._message(redact(rendered.standing), redact(rendered.notes_text), rendered.source_ids,
                                     next_ref(messages) - 1, now)
             replacement = [handoff, *kept]
@@ -365,3 +366,19 @@ class Compactor:
               tokens_before=report.tokens_before, tokens_after=report.tokens_after,
               generation=report.generation, duration_ms=report.duration_ms)
         return await self.checkpoints.load_history(conversation_id, fork.id) if reload else None
+
+
+def _last_reply(messages: Sequence[Message]) -> str | None:
+    """The assistant's last answer in ``messages`` (``[#N] text``), if the history ends with one (people's messages
+    after it are kept anyway): what a short answer right after a compaction refers to."""
+    for m in reversed(messages):
+        if m.flags.runtime or m.flags.handoff:
+            continue
+        if m.role == "assistant" and m.text.strip() and not any(p.type in ("tool_call", "tool_result")
+                                                                 for p in m.parts):
+            return f"[{label(m.id, m.ref)}] {m.text.strip()}"
+        if m.role == "assistant":
+            continue  # a tool step: the answer is before or after it
+        if m.role == "user" and m.flags.addressed:
+            return None  # a question to the bot came after its last reply: that one is what the thread is on
+    return None

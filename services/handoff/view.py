@@ -157,17 +157,29 @@ def _render_notes(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list
     return out
 
 
+LAST_REPLY_SHARE = 0.15
+"""The most the assistant's last reply may take of the handoff's cap (cut in the middle beyond it)."""
+
+
 def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects: Mapping[str, str], *,
                    cap_tokens: int, count: Callable[[str], int], now: float,
-                   carry_tokens: int | None = None) -> RenderedHandoff:
+                   carry_tokens: int | None = None, last_reply: str | None = None) -> RenderedHandoff:
     """Render within ``cap_tokens`` (as counted by ``count``); ``ledger.notes`` are the candidate notes.
 
     ``carry_tokens``: the cap a handoff of this thread has when nothing presses on it. A handoff made under
     pressure (a large message arriving) shows fewer notes, but carries the notes that cap would have shown,
-    so that one tight compaction does not evict what every later one would have kept."""
+    so that one tight compaction does not evict what every later one would have kept. ``last_reply``: the
+    assistant's last reply before the handoff (``[#N] text``), which stands with the head, so that a short answer
+    right after a compaction ("yes", "do it") still has the question it answers."""
     span = f" from {_stamp(ledger.first_at)} to {_stamp(ledger.last_at)}" if ledger.first_at else ""
     head = (f"{HEADER} · generation {ledger.generation} · covers {ledger.covered_messages:,} earlier messages{span}] "
             "This stands in for the earlier part of the thread; [#N] cites message N.")
+    if last_reply:
+        room = max(32, int(cap_tokens * LAST_REPLY_SHARE))
+        if count(last_reply) > room:  # the middle goes: the question a reply ends with is its end
+            keep = max(16, len(last_reply) * room // max(1, count(last_reply)) // 2)
+            last_reply = f"{last_reply[:keep]} … {last_reply[-keep:]}"
+        head += f"\nYour last reply before this handoff (what a short answer refers to): {' '.join(last_reply.split())}"
     lab = ledger.label
     used = count(head) + 1
     people = ""

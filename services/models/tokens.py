@@ -71,7 +71,7 @@ class Tokenizer:
 
 
 def count_parts(tokenizer: Tokenizer, message: Message) -> int:
-    total = MESSAGE_OVERHEAD + (tokenizer.count(message.author) if message.author else 0)
+    total = MESSAGE_OVERHEAD + (tokenizer.count(refs.speaker(message)) if message.author else 0)
     if refs.shown(message):
         total += tokenizer.count(refs.prefix(message))
     for part in message.parts:

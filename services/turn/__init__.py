@@ -16,6 +16,7 @@ from .types import (
     ExecutorConfig,
     InboxEffects,
     Intake,
+    Preparation,
     RuntimeHeader,
     SilentEvents,
     Spend,
@@ -26,7 +27,7 @@ from .types import (
 
 __all__ = [
     "COMPACTING", "FOCUS_NOTE", "THINKING", "CheckpointStore", "Clock", "Compactor", "ContextAssembler", "ContextReport",
-    "ExecutorConfig", "InboxEffects", "Intake", "Model", "ModelLoop", "NoteEffects", "PreparedTurn", "Preview",
+    "ExecutorConfig", "InboxEffects", "Intake", "Preparation", "Model", "ModelLoop", "NoteEffects", "PreparedTurn", "Preview",
     "ReplyExecutor", "RuntimeContext", "RuntimeHeader", "SilentEvents", "Spend", "TurnEvents", "TurnInput",
     "TurnResult", "default_runtime_context", "tool_tokens",
 ]

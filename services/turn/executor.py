@@ -141,8 +141,10 @@ class ReplyExecutor:
         self._turning.add(conversation_id)
         try:
             owed = not await events.recover(conversation)
-            if self.input.intake is not None and await self.input.intake.prepare(conversation):
+            prepared = await self.input.intake.prepare(conversation) if self.input.intake is not None else None
+            if prepared is not None and prepared.queued:
                 opening = None  # it queued messages: read the inbox again
+            said = prepared.notice if prepared is not None and prepared.more else None
             idle = 0
             while not owed:
                 # The lease is renewed while the turn runs and while its reply is posted, so a long model call
@@ -151,8 +153,11 @@ class ReplyExecutor:
                 try:
                     result = await self._turn_with_retries(conversation, events, lease, opening)
                     if result is not None and result.reply:
+                        notice = " ".join(n for n in (result.compaction.notice() if result.compaction else None,
+                                                      said) if n) or None
                         delivered = await events.reply(conversation, result.reply, kind=result.status,
-                                                       trace_id=result.trace_id, checkpoint_id=result.checkpoint_id)
+                                                       trace_id=result.trace_id, checkpoint_id=result.checkpoint_id,
+                                                       notice=notice)
                         owed = delivered is False
                 except _LeaseLost:
                     log.warning("lease on %s lost; another worker continues", conversation_id)
@@ -180,6 +185,9 @@ class ReplyExecutor:
                     if await self._settle(conversation, events, paused=result is None) == 0:
                         settled = True
                         break
+            if prepared is not None and prepared.more and not released:
+                await self.inbox.mark_pending(conversation_id)  # the transport comes back to it (a rate limit)
+                settled = False
             if owed:
                 log.warning("%s: a reply is still owed; the sweep delivers it", conversation_id)
             elif not released and not settled and results and results[-1].status == "awaiting_resume":

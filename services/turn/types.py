@@ -49,6 +49,18 @@ class InboxEffects(Protocol):
     async def apply(self, conversation: Conversation, items: Sequence[InboxItem]) -> None: ...
 
 
+@dataclass(frozen=True)
+class Preparation:
+    """What a transport's :meth:`Intake.prepare` did before a conversation's next turn."""
+
+    queued: bool = False
+    """It queued messages (the turn reads the inbox again)."""
+    more: bool = False
+    """It has more to do that has to wait (a rate limit): the conversation stays on the registry of owed work,
+    so that a worker comes back to it, and ``notice`` is said with each reply meanwhile."""
+    notice: str | None = None
+
+
 class Intake(Protocol):
     """What a transport settles when a turn takes a message instead of before acknowledging its event, so an
     acknowledgement never waits on a lookup or a model call."""
@@ -67,10 +79,9 @@ class Intake(Protocol):
         the turn's runtime context, never an instruction. None when the transport does not know."""
         ...
 
-    async def prepare(self, conversation: Conversation) -> bool:
+    async def prepare(self, conversation: Conversation) -> Preparation:
         """Work owed to the conversation before its next turn, done by whichever worker holds its lease (the
-        Slack bot reads the earlier messages of a thread it was brought into, and queues them first). Returns
-        whether it queued anything (the turn then reads the inbox again)."""
+        Slack bot reads the earlier messages of a thread it was brought into, as fast as Slack allows)."""
         ...
 
 
@@ -81,10 +92,11 @@ class TurnEvents(Protocol):
     async def status(self, conversation: Conversation, text: str | None) -> None: ...
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> bool | None:
+                    checkpoint_id: str | None = None, notice: str | None = None) -> bool | None:
         """Deliver a turn's reply. False: it could not be delivered now (nor shown to be delivered already);
         the conversation then stays owed and ``recover`` delivers it later. None or True: delivered (or given
-        up for good, say the channel is gone)."""
+        up for good, say the channel is gone). ``notice``: a line shown with the reply, once (the turn compacted
+        the thread), apart from the reply's own text."""
         ...
 
     async def recover(self, conversation: Conversation) -> bool:
@@ -110,7 +122,7 @@ class SilentEvents:
         return None
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None) -> bool | None:
+                    checkpoint_id: str | None = None, notice: str | None = None) -> bool | None:
         return None
 
 
