@@ -17,7 +17,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from threadkeeper.persistence import ThreadkeeperError
-from threadkeeper.persistence.memory import Visibility
+from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, Visibility
+
+from ..conversation import Conversation
+from .config import MemoryConfig
 
 
 class ChannelAccess(Protocol):
@@ -68,3 +71,50 @@ class CachedAccess:
         if hit is None or now - hit[0] > self.seconds:
             hit = self._members[key] = (now, await self.inner.is_member(workspace, channel, user))
         return hit[1]
+
+
+class Access:
+    """Memory's access rules over one :class:`MemoryStore`: the switches (is memory on here), a channel's
+    visibility, and a person's membership of a private channel (``channels``: the transport's answers)."""
+
+    def __init__(self, store: MemoryStore, config: MemoryConfig, channels: ChannelAccess) -> None:
+        self.store, self.config, self.channels = store, config, channels
+
+    async def visibility(self, conversation: Conversation) -> Visibility:
+        """Who may see what a conversation's channel says: the one rule every path uses (extraction from the bot's
+        sweep or the command line, the read path). What the transport said when the messages arrived, else what
+        the transport answers now (Slack: ``conversations.info``, cached; an error answers private); where nobody
+        can be asked, :class:`PrivacyUnknownError`. Never guessed from an id."""
+        if conversation.privacy != "unknown":
+            return conversation.privacy
+        return await self.channels.visibility(conversation.workspace, conversation.channel)
+
+    # -- switches ------------------------------------------------------------------------------
+
+    async def enabled(self, where: Conversation) -> bool:
+        """Memory works in a channel when the settings allow it in the workspace (no Redis read otherwise), the
+        workspace is not switched off, and the channel is on (by the settings or a stored switch)."""
+        if not self.allowed(where):
+            return False
+        switches, _ = await self.store.state(where.workspace)
+        return self.on(where, switches)
+
+    def allowed(self, where: Conversation) -> bool:
+        return "*" in self.config.workspaces or where.workspace in self.config.workspaces
+
+    def on(self, where: Conversation, switches: dict[str, bool]) -> bool:
+        """Whether memory is on in ``where``'s channel, given the workspace's stored ``switches``."""
+        cfg = self.config
+        channel = switches.get(f"channel:{where.channel}", "*" in cfg.channels or where.channel in cfg.channels)
+        return switches.get("workspace", True) and channel
+
+    async def member(self, record: MemoryRecord, asker: str | None, members: dict[str, bool]) -> bool:
+        """Who may see a record, past its scope (the reading index's ``seen_from``): a private channel's only a
+        person who is a member of it now (``members``: the answers of this read, by person)."""
+        if record.visibility != "private":
+            return True
+        if not asker:
+            return False
+        if asker not in members:
+            members[asker] = await self.channels.is_member(record.workspace, record.channel, asker)
+        return members[asker]

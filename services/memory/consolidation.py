@@ -4,13 +4,37 @@ consolidation is a new version of the scope, the previous one kept."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from threadkeeper.persistence.memory import MemoryRecord, MemoryVersion
+from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, MemoryVersion
 
 from ..text import terms
-from .config import DAY
+from .config import DAY, MemoryConfig
+from .lease import held
+
+
+class Consolidator:
+    """Consolidation over one :class:`MemoryStore`."""
+
+    def __init__(self, store: MemoryStore, *, config: MemoryConfig, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.config, self.clock = store, config, clock
+
+    async def consolidate(self, workspace: str, scope: str) -> MemoryVersion | None:
+        """Merge duplicates, supersede older decisions on the same subject, drop the unused, as a new version of
+        ``scope`` (``workspace`` or ``channel:<id>``); None when another worker holds the scope's lock."""
+        async with held(self.store, workspace, f"consolidate:{scope}", self.config.lease_seconds) as token:
+            if token is None:
+                return None
+            now = self.clock()
+            every = await self.store.records(workspace, now=now)
+            mine = [r for r in every if _scope_key(r) == scope]
+            version, changed, removed = consolidated(mine, now=now, max_unused_days=self.config.max_unused_days)
+            previous = await self.store.versions(workspace, scope)
+            version.number = (previous[0].number + 1) if previous else 1
+            await self.store.write_version(workspace, scope, version, changed, removed)
+            return version
 
 
 def _scope_key(record: MemoryRecord) -> str:

@@ -7,18 +7,22 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import bm25s
 import numpy as np
 import Stemmer
 
-from threadkeeper.persistence.memory import MemoryRecord
+from threadkeeper.persistence.memory import MemoryRecord, MemoryStore
 
 from ..conversation import Conversation
+from ..models import Tokenizer
+from .access import Access
 from .config import day_of
 
 MEMORY_HEADER = ("[memory: what people said in other conversations of this workspace, found for the new message; "
@@ -154,3 +158,118 @@ def searchable(record: MemoryRecord) -> str:
     """What a record is found by: its text, its authors and the day it was said (month and year in words)."""
     when = datetime.fromtimestamp(record.said_at, tz=timezone.utc)
     return f"{' '.join(record.authors)} {record.text} {when:%Y-%m-%d %B %b %Y} {when.day}"
+
+
+class Reader:
+    """The read path over one :class:`MemoryStore`: what a turn is shown of memory, and what its reply cited."""
+
+    def __init__(self, store: MemoryStore, tokenizer: Tokenizer, gate: Access, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store, self.tokenizer, self.gate, self.clock = store, tokenizer, gate, clock
+        self._indexes: dict[str, _Index] = {}
+
+    async def block(self, conversation: Conversation, query: str, *, asker: str | None,
+                    cap_tokens: int) -> MemoryBlock:
+        """The records visible to ``conversation`` (and to ``asker`` now) that best match ``query``, rendered
+        within ``cap_tokens``; an empty block when memory is off here or nothing matches."""
+        where, conversation_id = conversation, conversation.id
+        if cap_tokens <= 0 or not query.strip() or not self.gate.allowed(where):
+            return MemoryBlock()
+        switches, generation = await self.store.state(where.workspace)
+        if not self.gate.on(where, switches):
+            return MemoryBlock()
+        index = await self._index(where.workspace, generation)
+        retriever = index.retriever
+        if not index.records or retriever is None:
+            return MemoryBlock()
+        [words] = bm25s.tokenize(query, stopwords="en", stemmer=_STEMMER, show_progress=False, return_ids=False)
+        known = list(dict.fromkeys(w for w in words if w in retriever.vocab_dict))
+        if not known:
+            return MemoryBlock()
+        count = self.tokenizer.count
+        used = count(MEMORY_HEADER) + 1
+        shown: list[MemoryRecord] = []
+        taken: dict[int, None] = {}
+        days: set[str] = set()
+        lines: set[tuple[str, str]] = set()
+        members: dict[str, bool] = {}
+
+        seen = index.seen_from(where, conversation_id)
+
+        async def place(i: int) -> bool:
+            """Show record ``i`` if it fits; False once no further record can."""
+            nonlocal used
+            if i in taken:
+                return True
+            record = index.records[i]
+            if not seen[i] or not await self.gate.member(record, asker, members):
+                return True
+            day, who = day_of(record.said_at), _who(record)
+            cost = index.cost(i, count) + (0 if day in days else DAY_TOKENS) + \
+                (0 if (day, who) in lines else index.lead(who, count))
+            if used + cost > cap_tokens:
+                return cap_tokens - used >= MIN_LINE_TOKENS
+            used += cost
+            shown.append(record)
+            taken[i] = None
+            days.add(day)
+            lines.add((day, who))
+            return True
+
+        async def fill(order: list[int]) -> None:
+            for i in order:
+                if not await place(i):
+                    return
+
+        def ranked(terms_: list[str]) -> list[int]:
+            scores = retriever.get_scores(terms_)
+            found = np.flatnonzero((scores > 0) & seen)
+            best: list[int] = found[np.lexsort((-found, -scores[found]))].tolist()  # best first; ties: newest first
+            return best
+
+        direct = ranked(known)
+        # The best hits bring what was said next to them in their conversation (an answer is often the next
+        # message), ahead of weaker hits.
+        best = direct[:NEIGHBOUR_HITS]
+        await fill([j for i in best for j in (i, *index.neighbours(i))])
+        await fill(direct)
+        if shown and cap_tokens - used >= MIN_LINE_TOKENS:
+            # Room left once everything that shares a word with the question is in: the words the best records
+            # have in common find what the question shares no word with (pseudo-relevance feedback).
+            wider = index.feedback(list(taken), set(known))
+            if wider:
+                await fill(ranked(wider))
+        if not shown:
+            return MemoryBlock()
+        text = render_block(shown)
+        await self.store.touch(where.workspace, [r.id for r in shown], at=self.clock(), cited=False)
+        return MemoryBlock(text, shown, used)
+
+    async def _index(self, workspace: str, generation: int) -> _Index:
+        index = self._indexes.get(workspace)
+        if index is not None and index.generation == generation:
+            return index
+        records = await self.store.records(workspace, now=self.clock())
+        retriever, words = None, []
+        if records:
+            words = bm25s.tokenize([searchable(r) for r in records], stopwords="en", stemmer=_STEMMER,
+                                   show_progress=False, return_ids=False)
+            retriever = bm25s.BM25()
+            retriever.index(words, show_progress=False)
+        index = self._indexes[workspace] = _Index(generation, records, retriever, words)
+        index.prepare()
+        return index
+
+    async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> int:
+        """A reply that cites records its turn was shown (``shown``: their ids, in the block's order) raises their
+        usage; how many it cited."""
+        marks = {int(n) for n in CITED.findall(reply or "")}
+        ids = [shown[n - 1] for n in sorted(marks) if 0 < n <= len(shown)]
+        if not ids:
+            return 0
+        await self.store.touch(conversation.workspace, ids, at=self.clock(), cited=True)
+        return len(ids)
+
+    def drop(self, workspace: str) -> None:
+        """Forget the workspace's index (its records are being forgotten)."""
+        self._indexes.pop(workspace, None)
