@@ -140,7 +140,7 @@ MUTANTS: list[Mutant] = [
            "        return PreparedTurn(settled, incoming, effects, notes.after(effects) if effects else notes)",
            "        return PreparedTurn(settled, incoming, effects, notes)",
            ("tests/test_compaction.py", "-k", "plans_with_its_own_edits")),
-    Mutant("privacy-guessed-where-nobody-can-be-asked", "services/memory/memory.py",
+    Mutant("privacy-guessed-where-nobody-can-be-asked", "services/memory/access.py",
            "    async def visibility(self, workspace: str, channel: str) -> Visibility:\n        raise PrivacyUnknownError(",
            "    async def visibility(self, workspace: str, channel: str) -> Visibility:\n        return \"public\"\n"
            "        raise PrivacyUnknownError(",
