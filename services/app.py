@@ -379,6 +379,32 @@ class Pipeline:
     async def switch_memory(self, workspace: str, channel: str | None, on: bool) -> None:
         await self.memory_store.set_switch(workspace, f"channel:{channel}" if channel else "workspace", on)
 
+    async def memory_seen_by(self, workspace: str, person: str) -> dict[str, list[MemoryRecord]]:
+        """The live records of a workspace that a person may see now (memory's access rule, asked of the transport),
+        by channel, newest first; none where memory is not configured."""
+        if self.memory is None:
+            return {}
+        seen = await self.memory.seen_by(await self.memory_store.records(workspace), person)
+        by_channel: dict[str, list[MemoryRecord]] = {}
+        for record in sorted(seen, key=lambda r: (-r.said_at, r.id)):
+            by_channel.setdefault(record.channel, []).append(record)
+        return by_channel
+
+    async def forget_seen_memory(self, workspace: str, person: str, record_id: str) -> MemoryRecord | None:
+        """Forget one record for a person who may see it now (the rule of :meth:`memory_seen_by`, asked again): the
+        record forgotten, or None (no such record, or one the person may not see: nothing changes)."""
+        if self.memory is None:
+            return None
+        record = next((r for r in await self.memory_store.records(workspace) if r.id == record_id), None)
+        if record is None or not await self.memory.seen_by([record], person):
+            return None
+        await self.memory.forget(workspace, record.id)
+        return record
+
+    async def memory_switched_on(self, workspace: str, channel: str) -> bool:
+        """Whether memory works in a channel now (the settings and its switches)."""
+        return self.memory is not None and await self.memory.channel_enabled(workspace, channel)
+
     async def extract_memory(self, conversation: Conversation | str) -> Extraction:
         """Extract the conversation's new messages into memory now (idle or not)."""
         conversation = as_conversation(conversation)

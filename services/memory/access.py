@@ -12,6 +12,7 @@ Memory is off unless the settings allow it in the workspace and it is on for the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -21,6 +22,13 @@ from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, Visibilit
 
 from ..conversation import Conversation
 from .config import MemoryConfig
+
+log = logging.getLogger("threadkeeper.memory")
+
+
+def reaches_workspace(record: MemoryRecord) -> bool:
+    """Whether a record is shown in every channel of its workspace: one of workspace scope from a public channel."""
+    return record.scope == "workspace" and record.visibility == "public"
 
 
 class ChannelAccess(Protocol):
@@ -94,19 +102,29 @@ class Access:
     async def enabled(self, where: Conversation) -> bool:
         """Memory works in a channel when the settings allow it in the workspace (no Redis read otherwise), the
         workspace is not switched off, and the channel is on (by the settings or a stored switch)."""
-        if not self.allowed(where):
+        return await self.channel_enabled(where.workspace, where.channel)
+
+    async def channel_enabled(self, workspace: str, channel: str) -> bool:
+        """:meth:`enabled` for a channel named by its id (a transport's memory switch shows it)."""
+        if not self.allows(workspace):
             return False
-        switches, _ = await self.store.state(where.workspace)
-        return self.on(where, switches)
+        switches, _ = await self.store.state(workspace)
+        return self.channel_on(channel, switches)
 
     def allowed(self, where: Conversation) -> bool:
-        return "*" in self.config.workspaces or where.workspace in self.config.workspaces
+        return self.allows(where.workspace)
+
+    def allows(self, workspace: str) -> bool:
+        return "*" in self.config.workspaces or workspace in self.config.workspaces
 
     def on(self, where: Conversation, switches: dict[str, bool]) -> bool:
         """Whether memory is on in ``where``'s channel, given the workspace's stored ``switches``."""
+        return self.channel_on(where.channel, switches)
+
+    def channel_on(self, channel: str, switches: dict[str, bool]) -> bool:
         cfg = self.config
-        channel = switches.get(f"channel:{where.channel}", "*" in cfg.channels or where.channel in cfg.channels)
-        return switches.get("workspace", True) and channel
+        on = switches.get(f"channel:{channel}", "*" in cfg.channels or channel in cfg.channels)
+        return switches.get("workspace", True) and on
 
     async def member(self, record: MemoryRecord, asker: str | None, members: dict[str, bool]) -> bool:
         """Who may see a record, past its scope (the reading index's ``seen_from``): a private channel's only a
@@ -118,3 +136,31 @@ class Access:
         if asker not in members:
             members[asker] = await self.channels.is_member(record.workspace, record.channel, asker)
         return members[asker]
+
+    async def seen_by(self, records: list[MemoryRecord], person: str) -> list[MemoryRecord]:
+        """The records a person may see wherever they are (the transport's list of what memory keeps, where they
+        can forget it): the read path's rule with the person in every conversation they can take part in. A record
+        that reaches the whole workspace, anyone of it; any other is shown only in its channel, so only to a person
+        who is a member of that channel now (a DM's to its person, a private channel's to its current members, as
+        :meth:`member` decides). Any error answers not shown."""
+        shown: list[MemoryRecord] = []
+        members: dict[str, dict[str, bool]] = {}
+        for record in records:
+            if reaches_workspace(record):
+                shown.append(record)
+                continue
+            asked = members.setdefault(record.channel, {})
+            try:
+                if record.visibility == "private":
+                    seen = await self.member(record, person, asked)
+                else:  # shown in its channel only: to whoever takes part in it
+                    if person not in asked:
+                        asked[person] = await self.channels.is_member(record.workspace, record.channel, person)
+                    seen = asked[person]
+                if seen:
+                    shown.append(record)
+            except Exception as exc:  # noqa: BLE001 - any doubt answers not a member
+                log.warning("memory: whether %s may see channel %s is unknown (%s); not shown", person,
+                            record.channel, exc)
+                asked[person] = False
+        return shown

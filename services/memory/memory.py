@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from threadkeeper.persistence import CheckpointStore, NotesStore
-from threadkeeper.persistence.memory import MemoryStore, MemoryVersion, Visibility
+from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, MemoryVersion, Visibility
 
 from ..conversation import Conversation
 from ..models import ModelClient, Tokenizer
@@ -85,6 +85,12 @@ class Memory:
 
     def allowed(self, where: Conversation) -> bool:
         return self.gate.allowed(where)
+
+    async def channel_enabled(self, workspace: str, channel: str) -> bool:
+        return await self.gate.channel_enabled(workspace, channel)
+
+    async def seen_by(self, records: list[MemoryRecord], person: str) -> list[MemoryRecord]:
+        return await self.gate.seen_by(records, person)
 
     # -- phase 1: extraction; phase 2: consolidation -------------------------------------------
 

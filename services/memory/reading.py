@@ -22,7 +22,7 @@ from threadkeeper.persistence.memory import MemoryRecord, MemoryStore
 
 from ..conversation import Conversation
 from ..models import Tokenizer
-from .access import Access
+from .access import Access, reaches_workspace
 from .config import day_of
 
 MEMORY_HEADER = ("[memory: what people said in other conversations of this workspace, found for the new message; "
@@ -78,7 +78,7 @@ class _Index:
         code = self._codes.setdefault
         self.channel = np.array([code(r.channel, len(self._codes)) for r in self.records], dtype=np.int64)
         self.conversation = np.array([code(r.conversation, len(self._codes)) for r in self.records], dtype=np.int64)
-        self.wide = np.array([r.scope == "workspace" and r.visibility == "public" for r in self.records], dtype=bool)
+        self.wide = np.array([reaches_workspace(r) for r in self.records], dtype=bool)
         order = sorted(range(len(self.records)), key=lambda i: (self.records[i].conversation, self.records[i].said_at,
                                                                  self.records[i].id))
         self._next = {a: b for a, b in zip(order, order[1:], strict=False)
