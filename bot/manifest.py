@@ -17,13 +17,13 @@ Mode = Literal["socket", "http"]
 SCHEMA = "https://raw.githubusercontent.com/slackapi/manifest-schema/main/manifest.schema.json"
 BOT_SCOPES = ("app_mentions:read", "assistant:write", "channels:history", "groups:history", "im:history",
               "mpim:history", "chat:write", "reactions:write", "pins:read", "users:read", "channels:read",
-              "groups:read", "mpim:read")
+              "groups:read", "mpim:read", "im:read")
 """What the bot uses: mentions and messages of the channels, private channels, DMs and group DMs it is in (and who
 wrote them, and what kind of channel each is: memory decides who may see what from that), posting, status, pins."""
 COMMON_EVENTS = ("app_mention", "message.channels", "message.groups", "message.im", "message.mpim", "pin_added",
-                 "pin_removed", "app_uninstalled", "tokens_revoked")
+                 "pin_removed", "app_uninstalled", "tokens_revoked", "app_home_opened")
 SURFACE_EVENTS: dict[Surface, tuple[str, ...]] = {
-    "agent": ("app_home_opened", "app_context_changed", "agent_session_stopped"),
+    "agent": ("app_context_changed", "agent_session_stopped"),
     "assistant": ("assistant_thread_started", "assistant_thread_context_changed"),
 }
 DESCRIPTION = "Catch up on long threads, track open asks and decisions, and remember what your team told it."

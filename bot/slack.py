@@ -34,6 +34,7 @@ from .backfill import HistoryPace
 from .checks import SlackHealth, check_app_token, check_bot_token
 from .conversations import BACKFILL, bot_name, conversation_of, message_text, privacy_of, slack_error, viewing
 from .delivery import SlackEvents, TurnWorker
+from .home import FORGET_ACTION, SWITCH_ACTION, Home
 from .intake import SlackIntake
 from .metrics import Metrics
 from .streaming import FEEDBACK_ACTION
@@ -64,6 +65,7 @@ class SlackBot(SlackIntake):
         self.trigger_ts: dict[str, str] = {}
         self.events = SlackEvents(workspaces, pipeline, self.trigger_ts, self.metrics, surface=surface)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
+        self.home = Home(pipeline, workspaces)
         self._names: dict[tuple[str, str], str] = {}
         pipeline.use_intake(self)
         self.app = AsyncApp(client=client, signing_secret=signing_secret or "unused-in-socket-mode",
@@ -216,22 +218,37 @@ class SlackBot(SlackIntake):
             log.info("feedback %s on the reply of %s from %s", verdict, checkpoint,
                      (body.get("user") or {}).get("id"))
 
-        if self.surface == "agent":
-            @app.event("app_home_opened")
-            @guarded("app_home_opened")
-            async def on_home_opened(body: dict[str, Any], event: dict[str, Any]) -> None:
-                """A person opened the bot's Messages tab (the agent surface's DM): the suggested prompts are set
-                there, for the whole DM (with a thread they would not show)."""
-                if event.get("tab") != "messages" or not isinstance(event.get("channel"), str):
-                    return
-                client = await self.workspaces.client(str(body.get("team_id") or ""))
-                try:
-                    if client is not None:
-                        await client.assistant_threads_setSuggestedPrompts(channel_id=event["channel"],
-                                                                           prompts=SUGGESTED_PROMPTS)
-                except SlackApiError as exc:
-                    log.info("suggested prompts unavailable: %s", slack_error(exc))
+        @app.event("app_home_opened")
+        @guarded("app_home_opened")
+        async def on_home_opened(body: dict[str, Any], event: dict[str, Any]) -> None:
+            """A person opened the bot's Home tab: what memory keeps that they may see is published there (after the
+            acknowledgement). The Messages tab of the agent surface (its DM): the suggested prompts are set there,
+            for the whole DM (with a thread they would not show)."""
+            team, user = str(body.get("team_id") or ""), event.get("user")
+            if event.get("tab") == "home" and isinstance(user, str) and user:
+                self.worker.background(self._logged("home", self.home.publish(team, user)))
+                return
+            if self.surface != "agent" or event.get("tab") != "messages" or not isinstance(event.get("channel"), str):
+                return
+            client = await self.workspaces.client(team)
+            try:
+                if client is not None:
+                    await client.assistant_threads_setSuggestedPrompts(channel_id=event["channel"],
+                                                                       prompts=SUGGESTED_PROMPTS)
+            except SlackApiError as exc:
+                log.info("suggested prompts unavailable: %s", slack_error(exc))
 
+        @app.action(FORGET_ACTION)
+        async def on_forget_memory(ack: Any, body: dict[str, Any]) -> None:
+            await ack()
+            await guarded("memory_forget")(self._pressed(self.home.forget))(body, {})
+
+        @app.action(SWITCH_ACTION)
+        async def on_switch_memory(ack: Any, body: dict[str, Any]) -> None:
+            await ack()
+            await guarded("memory_switch")(self._pressed(self.home.switch))(body, {})
+
+        if self.surface == "agent":
             @app.event("app_context_changed")
             @guarded("app_context_changed")
             async def on_app_context(body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -265,6 +282,23 @@ class SlackBot(SlackIntake):
                                                   thread["thread_ts"], "dm")
                 context = thread.get("context") or {}
                 await self.pipeline.set_flag(conversation, "assistant_context", str(context.get("channel_id") or ""))
+
+    def _pressed(self, apply: Callable[[str, str, str], Awaitable[None]]) -> Listener:
+        """A Home button's press: who pressed it, in which workspace, with which value, handed to ``apply`` after
+        the acknowledgement (``apply`` checks again that the person may do it)."""
+        async def run(body: dict[str, Any], _: dict[str, Any]) -> None:
+            team, user = str(body["team"]["id"]), str(body["user"]["id"])
+            value = str(body["actions"][0]["value"])
+            self.metrics.events.labels(str(body["actions"][0]["action_id"]), "recorded").inc()
+            self.worker.background(self._logged("home", apply(team, user, value)))
+        return run
+
+    @staticmethod
+    async def _logged(what: str, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except Exception:  # noqa: BLE001 - a background task must log, never vanish silently
+            log.exception("%s failed", what)
 
     async def forget_workspace(self, body: dict[str, Any], why: str) -> None:
         """The workspace removed the app (or revoked its token): every conversation of that team is deleted, and

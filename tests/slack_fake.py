@@ -37,6 +37,11 @@ class FakeSlack:
         """(method, bot token) of every call."""
         self.people: dict[str, str] = {}
         """user id → display name answered by users.info (others: user_not_found)."""
+        self.admins: set[str] = set()
+        """user ids users.info calls admins of the workspace (``is_admin``); they are found even if not in
+        ``people``."""
+        self.homes: dict[str, dict[str, Any]] = {}
+        """user id → the Home view last published for them (views.publish)."""
         self._ts = 1800000000.0
         self.channels: dict[str, list[dict[str, Any]]] = {}
         """channel → its top-level messages posted by the bot (conversations.history)."""
@@ -209,9 +214,10 @@ class FakeSlack:
             return web.json_response({"ok": True, "messages": shown, "has_more": False})
         if method == "users.info":
             user = params.get("user", "")
-            if user in self.people:
-                return web.json_response({"ok": True, "user": {"id": user, "name": user.lower(),
-                                                               "profile": {"display_name": self.people[user]}}})
+            if user in self.people or user in self.admins:
+                return web.json_response({"ok": True, "user": {
+                    "id": user, "name": user.lower(), "is_admin": user in self.admins, "is_owner": False,
+                    "profile": {"display_name": self.people.get(user, user.lower())}}})
             return web.json_response({"ok": False, "error": "user_not_found"})
         if method == "conversations.replies":
             messages = self.threads.get((params.get("channel", ""), params.get("ts", "")))
@@ -231,6 +237,10 @@ class FakeSlack:
         if method == "conversations.members":
             return web.json_response({"ok": True, "members": self.members.get(params.get("channel", ""), []),
                                       "response_metadata": {"next_cursor": ""}})
+        if method == "views.publish":
+            view = params.get("view")
+            self.homes[str(params.get("user_id", ""))] = json.loads(view) if isinstance(view, str) else view
+            return web.json_response({"ok": True, "view": {"id": "V1"}})
         if method == "apps.connections.open":
             assert self.server is not None
             url = str(self.server.make_url("/socket")).replace("http://", "ws://")

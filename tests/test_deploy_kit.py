@@ -61,9 +61,11 @@ def test_the_manifests_are_written_once_and_pass_slacks_schema_in_either_mode_an
             assert made["settings"]["interactivity"]["is_enabled"], "the Forget shortcut and feedback buttons"
             events = made["settings"]["event_subscriptions"]["bot_events"]
             assert ("agent_view" in made["features"]) == (surface == "agent") != ("assistant_view" in made["features"])
-            assert ("app_home_opened" in events and "agent_session_stopped" in events) == (surface == "agent")
+            assert ("agent_session_stopped" in events) == (surface == "agent")
+            assert "app_home_opened" in events and made["features"]["app_home"]["home_tab_enabled"], "memory controls"
             assert ("assistant_thread_started" in events) == (surface == "assistant")
     assert "mpim:read" in BOT_SCOPES, "memory in a group DM needs to know the group DM's members"
+    assert "im:read" in BOT_SCOPES, "memory's Home list needs to know whose DM a record came from"
     assert Settings.model_fields["slack_scopes"].default.split(",") == list(BOT_SCOPES)
     http = manifest("http", "agent", "https://bot.example.org/")
     assert http["settings"]["socket_mode_enabled"] is False and manifest()["settings"]["socket_mode_enabled"] is True
