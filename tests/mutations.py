@@ -172,6 +172,23 @@ MUTANTS: list[Mutant] = [
            "    if args.plot and importlib.util.find_spec(\"matplotlib\") is None:",
            "    if False:",
            ("tests/test_evals.py", "-k", "without_matplotlib")),
+    Mutant("home-shows-a-private-channel-to-a-non-member", "services/memory/access.py",
+           "                    seen = await self.member(record, person, asked)\n",
+           "                    seen = True\n",
+           ("tests/test_memory_slack.py", "-k", "home_lists or forged_press_on_one")),
+    Mutant("home-shows-a-channel-to-anyone", "services/memory/access.py",
+           "                    seen = asked[person]\n", "                    seen = True\n",
+           ("tests/test_memory_slack.py", "-k", "home_lists")),
+    Mutant("forget-not-checked-at-the-press", "services/app.py",
+           "if record is None or not await self.memory.seen_by([record], person):",
+           "if record is None:",
+           ("tests/test_memory_slack.py", "-k", "forged_press_on_one")),
+    Mutant("memory-switch-not-checked-at-the-press", "bot/home.py",
+           "        if not await is_admin(client, user):\n", "        if False:\n",
+           ("tests/test_memory_slack.py", "-k", "switch_is_an_admins")),
+    Mutant("memory-switch-shown-to-everyone", "bot/home.py",
+           "        if await is_admin(client, user):\n", "        if True:\n",
+           ("tests/test_memory_slack.py", "-k", "switch_is_an_admins or home_lists")),
 ]
 
 
