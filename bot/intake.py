@@ -94,10 +94,6 @@ class SlackIntake:
                 self._names.clear()
         return name
 
-    async def hint(self, conversation: Conversation, asker: str) -> str | None:
-        """What the person asking has open in Slack, as ``app_context_changed`` last said (agent surface)."""
-        return await self.pipeline.view_of(conversation.workspace, asker)
-
     async def route(self, conversation: Conversation, text: str, recent: Sequence[str]) -> bool:
         me = await self._me(conversation.workspace)
         return await should_reply(text, me.user_id if me else None, self.fast_model, list(recent))

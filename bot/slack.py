@@ -376,7 +376,9 @@ class SlackBot(SlackIntake):
         is_dm = event.get("channel_type") == "im"
         # Other bots' posts (alerts, CI, deploys) are part of the thread, but never make the bot answer.
         addressed = not from_bot and (mention or is_dm or bool(bot and f"<@{bot}" in text))
-        subscribed = await self.pipeline.flag(conversation, "subscribed") == "1"
+        person = event.get("user") if not from_bot else None
+        stored, view = await self.pipeline.arriving(conversation, "subscribed", person)
+        subscribed = stored == "1"
         if not (addressed or subscribed):
             self.metrics.events.labels("message", "ignored").inc()
             return
@@ -385,16 +387,15 @@ class SlackBot(SlackIntake):
             # Read after the acknowledgement, by the worker that takes the conversation (``prepare``).
             flags[BACKFILL] = f"{channel} {thread_ts} {ts}"
         clean = _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip() or text
-        person = event.get("user") if not from_bot else None
         message = self.pipeline.message(clean, author=person or bot_name(event), id=ts, created_at=float(ts))
         # Other bots never make it answer; a person's message not addressed to it is routed by the turn.
         route = not addressed and not from_bot
+        # a reply: a deletion may name only its ts
+        reply = Conversation.slack(team, channel, ts) if thread_ts != ts and isinstance(thread_ts, str) else None
         appended = await self.pipeline.submit_item(conversation, InboxItem(
-            event_id=body.get("event_id"), message=message, reply_expected=addressed, route=route, author_id=person),
-            flags=flags)
+            event_id=body.get("event_id"), message=message, reply_expected=addressed, route=route, author_id=person,
+            view=view), flags=flags, reply=reply)
         self.metrics.events.labels("message", "recorded" if appended else "duplicate").inc()
-        if appended and thread_ts != ts and isinstance(thread_ts, str):  # a reply: a deletion may name only its ts
-            await self.pipeline.remember_thread(Conversation.slack(team, channel, ts), thread_ts)
         if appended:
             if addressed or route:
                 self.trigger_ts[conversation.id] = ts

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
@@ -53,6 +54,15 @@ SCRIPT_ERRORS: dict[str, type[ThreadkeeperError]] = {
 """The kind a script's refusal starts with, and the exception it raises."""
 
 
+def _refused(name: str, exc: ResponseError) -> ThreadkeeperError:
+    """A script's refusal as the error its kind names (``SCRIPT_ERRORS``), else as Redis said it."""
+    kind, _, message = str(exc).partition(" ")
+    error = SCRIPT_ERRORS.get(kind)
+    if error is not None:
+        return error(message)
+    return ThreadkeeperError(f"Redis rejected {name.lower()}: {exc}")
+
+
 class RedisStore:
     """Shared plumbing for the stores: key layout, scripts, error translation, retention."""
 
@@ -78,13 +88,49 @@ class RedisStore:
         try:
             return await script(keys=list(keys), args=list(args))
         except ResponseError as exc:
-            kind, _, message = str(exc).partition(" ")
-            error = SCRIPT_ERRORS.get(kind)
-            if error is not None:
-                raise error(message) from None
-            raise ThreadkeeperError(f"Redis rejected {name.lower()}: {exc}") from exc
+            raise _refused(name, exc) from None
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise StoreUnavailableError(self.url, exc) from exc
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the client talks to a Redis Cluster (keys of different slots may live on different nodes)."""
+        return isinstance(self.client, RedisCluster)
+
+    async def _run_then(self, name: str, keys: Sequence[str], args: Sequence[Any],
+                        then: Callable[[Any], None]) -> Any:
+        """Run script ``name``, then the commands ``then`` adds to a pipeline, in one round trip where Redis keeps
+        their order (one server); on a Cluster, where they may live on other nodes, the commands are sent after the
+        script's answer. The commands must be harmless to repeat: when Redis lost its scripts (a restart), the
+        script is loaded and run, and the commands sent again after it."""
+        if self.clustered:
+            result = await self._run(name, keys, args)
+            await self._send(then)
+            return result
+        script = self._script(name)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        then(pipe)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailableError(self.url, exc) from exc
+        first = results[0]
+        if isinstance(first, NoScriptError):
+            result = await self._run(name, keys, args)
+            await self._send(then)
+            return result
+        if isinstance(first, ResponseError):
+            raise _refused(name, first)
+        failed = next((r for r in results[1:] if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise ThreadkeeperError(f"Redis rejected a command sent with {name.lower()}: {failed}")
+        return first
+
+    async def _send(self, commands: Callable[[Any], None]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        commands(pipe)
+        await self._call(pipe.execute())
 
     async def reachable(self) -> bool:
         """Whether Redis answers now (a health check)."""

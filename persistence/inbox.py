@@ -43,7 +43,8 @@ class Inbox(RedisStore):
     """Inbound events wait here until a turn takes them; they leave only when that turn completes."""
 
     async def append(self, conversation_id: str, item: InboxItem, *, dedup_ttl_seconds: int = 86_400,
-                     front: bool = False, flags: Mapping[str, str] | None = None) -> bool:
+                     front: bool = False, flags: Mapping[str, str] | None = None,
+                     thread_of: tuple[str, str] | None = None) -> bool:
         """Append ``item`` durably unless a copy of it was seen (:meth:`InboxItem.dedup_keys`); returns whether it
         was appended.
 
@@ -55,16 +56,21 @@ class Inbox(RedisStore):
         keys = self.keys(conversation_id)
         dkeys = [keys.dedup(k) for k in item.dedup_keys()]
         now = time.time()
-        appended = await self._run("ENQUEUE", [*keys.durable, *dkeys],
-                                   [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds, now,
-                                    "front" if front else "back", json.dumps(dict(flags)) if flags else ""])
-        if not int(appended):
-            return False
         # The registry lives in another hash slot, so it cannot join the script. The conversation is marked
-        # as owing work after its item is queued, so a lease holder that drains it (and unmarks it, then looks
-        # again: ``unmark_pending``) can never leave a queued item unmarked.
-        await self.mark_pending(conversation_id, active=True)
-        return True
+        # as owing work after its item is queued (in the same round trip where Redis keeps the order), so a lease
+        # holder that drains it (and unmarks it, then looks again: ``unmark_pending``) can never leave a queued
+        # item unmarked; a duplicate marks it too, and the next opening finds nothing to do.
+
+        def then(pipe: Any) -> None:
+            self._marking(pipe, conversation_id, active=True, now=now)
+            if thread_of is not None:  # (the reply's own key, the thread it is in): see NotesStore.remember_thread
+                pipe.set(self.keys(thread_of[0]).thread, thread_of[1], ex=self.retention_seconds)
+
+        appended = await self._run_then("ENQUEUE", [*keys.durable, *dkeys],
+                                        [item.model_dump_json(), max(1, dedup_ttl_seconds), self.retention_seconds,
+                                         now, "front" if front else "back", json.dumps(dict(flags)) if flags else ""],
+                                        then)
+        return bool(int(appended))
 
     @property
     def pending_key(self) -> str:
@@ -74,13 +80,15 @@ class Inbox(RedisStore):
         """Record that the conversation owes work (queued items, a reply not yet delivered); with ``active``, that
         an item just arrived (the activity registry memory's extraction reads)."""
         pipe = self.client.pipeline(transaction=False)
-        now = time.time()
+        self._marking(pipe, conversation_id, active=active, now=time.time())
+        await self._call(pipe.execute())
+
+    def _marking(self, pipe: Any, conversation_id: str, *, active: bool, now: float) -> None:
         pipe.zadd(self.pending_key, {conversation_id: now})
         pipe.expire(self.pending_key, self.retention_seconds)
         if active:
             pipe.zadd(activity_key(self.prefix), {conversation_id: now})
             pipe.expire(activity_key(self.prefix), self.retention_seconds)
-        await self._call(pipe.execute())
 
     async def unmark_pending(self, conversation_id: str) -> None:
         """Take the conversation off the registry of owed work. Only its lease holder does this, once it has
@@ -196,6 +204,13 @@ class LeaseManager(RedisStore):
         ms = max(1, int(ttl_seconds * 1000))
         ok = await self._run("RENEW_LEASE", [self.keys(lease.conversation_id).lease], [lease.token, ms])
         return Lease(lease.conversation_id, lease.token, time.time() + ttl_seconds) if int(ok) else None
+
+    async def release_if_drained(self, lease: Lease) -> int | None:
+        """Release ``lease`` if its conversation's inbox is empty, in one round trip: the number of items waiting
+        (the lease kept), 0 (released), or None when the lease was no longer this holder's."""
+        keys = self.keys(lease.conversation_id)
+        waiting = int(await self._run("RELEASE_IF_DRAINED", [keys.lease, keys.inbox], [lease.token]))
+        return None if waiting < 0 else waiting
 
     async def release(self, lease: Lease) -> bool:
         """Release a held lease; a stale holder cannot release someone else's."""

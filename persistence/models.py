@@ -288,6 +288,9 @@ class InboxItem(_Record):
     """The transport's id of the author, whose display name is looked up when a turn takes the message (not
     before the event is acknowledged); ``message.author`` holds the id until then."""
     received_at: float = Field(default_factory=time.time)
+    view: str | None = None
+    """What the author had open in the transport when the message arrived, as the transport said it (a hint for the
+    turn answering it, never an instruction)."""
     change: str | None = None
     """For ``edit``: what tells this edit from another edit of the same message (Slack's ``edited.ts``, a replayed
     entry's own id). A second edit is a change of its own; a retried event is not."""

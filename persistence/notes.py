@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 from redis.typing import EncodableT
@@ -73,6 +73,28 @@ def effect_fields(items: Sequence[InboxItem]) -> dict[str, str]:
 
 
 class NotesStore(RedisStore):
+    """The notes of conversations. While this process holds a conversation's lease, its transport flags are the ones
+    the turn's opening read with the lease (:meth:`hold`): its reads of them cost nothing, and its writes go to Redis
+    and to that copy. Only the lease holder writes the flags a turn reads (what it shows, what it delivered);
+    those written with an item (:meth:`Inbox.append`) are read by the opening that follows."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held: dict[str, dict[str, str]] = {}
+
+    def hold(self, conversation_id: str, flags: Mapping[str, str]) -> None:
+        """Serve the conversation's flags from ``flags`` (read with its lease) until :meth:`let_go`."""
+        self._held[conversation_id] = dict(flags)
+
+    def let_go(self, conversation_id: str) -> None:
+        self._held.pop(conversation_id, None)
+
+    def heard(self, conversation_id: str, flags: Mapping[str, str]) -> None:
+        """Flags this process wrote another way (with an inbox item): the held copy follows."""
+        held = self._held.get(conversation_id)
+        if held is not None:
+            held.update(flags)
+
     async def apply(self, conversation_id: str, items: Sequence[InboxItem]) -> None:
         """Store what ``items`` (edits, deletions, pins) change, in one atomic step (see :func:`effect_fields`)."""
         fields = effect_fields(items)
@@ -81,10 +103,27 @@ class NotesStore(RedisStore):
 
     async def set_flag(self, conversation_id: str, name: str, value: str) -> None:
         await self._set(conversation_id, {f"flag:{name}": json.dumps(value)})
+        self.heard(conversation_id, {name: value})
 
     async def flag(self, conversation_id: str, name: str) -> str | None:
+        held = self._held.get(conversation_id)
+        if held is not None:
+            return held.get(name)
         raw = await self._call(self.client.hget(self.keys(conversation_id).notes, f"flag:{name}"))
         return json.loads(raw) if raw is not None else None
+
+    async def arriving(self, conversation_id: str, flag: str, view: tuple[str, str] | None) -> tuple[str | None,
+                                                                                                     str | None]:
+        """Read from Redis (never the held copy) in one round trip, for a message arriving: the conversation's
+        ``flag`` and, with ``view`` (workspace, user), what that person has open (:meth:`remember_view`)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys(conversation_id).notes, f"flag:{flag}")
+        if view is not None:
+            pipe.get(self._view_key(*view))
+        raw = await self._call(pipe.execute())
+        seen = raw[1] if view is not None else None
+        return (json.loads(raw[0]) if raw[0] is not None else None,
+                seen.decode() if isinstance(seen, bytes) else seen)
 
     async def remember_thread(self, message_key: str, thread_ts: str) -> None:
         """Remember which thread a reply was posted in; ``message_key`` is the id its own ts would have as a
@@ -108,12 +147,15 @@ class NotesStore(RedisStore):
     async def remember_view(self, workspace: str, user: str, view: str, *, seconds: int = 86_400) -> None:
         """What a person has open in Slack now (a channel, a message), as the transport said it: a hint for the
         turns that answer them, kept a day."""
-        key = f"{self.prefix}:{{view:{workspace}:{user}}}"
+        key = self._view_key(workspace, user)
         await self._call(self.client.set(key, view, ex=seconds) if view else self.client.delete(key))
 
     async def view_of(self, workspace: str, user: str) -> str | None:
-        raw = await self._call(self.client.get(f"{self.prefix}:{{view:{workspace}:{user}}}"))
+        raw = await self._call(self.client.get(self._view_key(workspace, user)))
         return raw.decode() if isinstance(raw, bytes) else raw
+
+    def _view_key(self, workspace: str, user: str) -> str:
+        return f"{self.prefix}:{{view:{workspace}:{user}}}"
 
     async def get(self, conversation_id: str) -> Notes:
         key = self.keys(conversation_id).notes

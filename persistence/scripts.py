@@ -96,8 +96,8 @@ touch(ttl)
 return n
 """
 
-# ARGV: id, expected head ('' for none), outcome json, now, ttl, [last messages: json, tokens]...
-# Returns {1, version, inbox items left} on success, {0, actual head} when the head moved (nothing written).
+# ARGV: id, expected head ('' for none), outcome json, now, ttl, [last messages: json, tokens]... Returns {0, head}
+# when the head moved, else {1, version, items left in the inbox, the checkpoint's record as LOAD gives it}.
 COMMIT = _PRELUDE + """
 local id, expected, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local status = redis.call('HGET', K_CP, id .. ':status')
@@ -115,7 +115,11 @@ redis.call('HSET', K_STATE, 'head', id, 'updated_at', now)
 if redis.call('HGET', K_STATE, 'active') == id then redis.call('HDEL', K_STATE, 'active') end
 local version = redis.call('HINCRBY', K_STATE, 'version', 1)
 touch(ttl)
-return {1, version, redis.call('LLEN', K_INBOX)}
+local out = {1, version, redis.call('LLEN', K_INBOX)}
+local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out',
+                       id .. ':consumed')
+for i = 1, 6 do out[#out + 1] = rec[i] or false end
+return out
 """
 
 # ARGV: id, new status, outcome json ('' to keep), now, ttl
@@ -335,6 +339,15 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
+"""
+
+# KEYS: lease, inbox. ARGV: token. Releases the lease when the inbox is empty and the lease still the holder's:
+# returns the number of waiting items (the lease kept), 0 (released) or -1 (no longer the holder's).
+RELEASE_IF_DRAINED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local waiting = redis.call('LLEN', KEYS[2])
+if waiting == 0 then redis.call('DEL', KEYS[1]) end
+return waiting
 """
 
 # KEYS: inbox, dead letters. ARGV: index, the raw item read there, ttl. Moves that one item, if it is still

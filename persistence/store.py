@@ -86,6 +86,9 @@ class CheckpointStore(HistoryReader):
                  cache_messages: int = 200_000, cache_bytes: int = 128 * 1024 * 1024) -> None:
         super().__init__(client, prefix=prefix, retention_days=retention_days, url=url)
         self._segments = SegmentCache(cache_messages, cache_bytes)
+        self._writing: dict[tuple[str, str], list[str]] = {}
+        """(conversation, running checkpoint) → its messages as this process wrote them (JSON): what the checkpoint
+        holds once committed, so the history after a commit is known without reading it back."""
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -100,6 +103,9 @@ class CheckpointStore(HistoryReader):
         meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.TURN,
                               parent_id=parent_id, info=info or {})
         await self._create(meta, messages, inbox_consumed)
+        if len(self._writing) > 10_000:  # turns that ended elsewhere (a lost lease): never left running here long
+            self._writing.clear()
+        self._writing[(conversation_id, meta.id)] = [m.model_dump_json() for m in messages]
         return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=len(messages),
                           token_count=sum(carried_tokens(m) for m in messages), inbox_consumed=inbox_consumed)
 
@@ -135,8 +141,13 @@ class CheckpointStore(HistoryReader):
         when the checkpoint completes, so a crash before then loses nothing.
         """
         keys = self.keys(conversation_id)
-        return int(await self._run("APPEND", keys.durable, [checkpoint_id, inbox_consumed, self.retention_seconds,
-                                                            *_message_args(messages)]))
+        args = _message_args(messages)
+        count = int(await self._run("APPEND", keys.durable, [checkpoint_id, inbox_consumed, self.retention_seconds,
+                                                             *args]))
+        written = self._writing.get((conversation_id, checkpoint_id))
+        if written is not None:
+            written.extend(args[::2])
+        return count
 
     async def commit(self, conversation_id: str, checkpoint_id: str, *, expected_head: str | None,
                      outcome: CheckpointOutcome | None = None, messages: Sequence[Message] = ()) -> Commit:
@@ -148,16 +159,43 @@ class CheckpointStore(HistoryReader):
         """
         keys = self.keys(conversation_id)
         outcome = outcome or CheckpointOutcome()
+        args = _message_args(messages)
         result = await self._run("COMMIT", keys.durable, [checkpoint_id, expected_head or "",
                                                           outcome.model_dump_json(), time.time(),
-                                                          self.retention_seconds, *_message_args(messages)])
+                                                          self.retention_seconds, *args])
+        written = self._writing.pop((conversation_id, checkpoint_id), None)
         if not int(result[0]):
             raise HeadConflictError(conversation_id, expected_head, _text(result[1]) or None)
+        if written is not None:
+            self._committed(keys, checkpoint_id, expected_head, list(result[3:9]), [*written, *args[::2]])
         return Commit(version=int(result[1]), inbox_left=int(result[2]))
+
+    def _committed(self, keys: ConversationKeys, checkpoint_id: str, parent: str | None, record: list[Any],
+                   written: list[str]) -> None:
+        """The history at a checkpoint this process just committed, from the one it extends (when this process
+        holds that one) and the messages it wrote: the next turn starts from it without reading it back."""
+        conversation_id = keys.conversation_id
+        base = self._segments.assembled(conversation_id)
+        if parent is not None and (base is None or base.checkpoint.id != parent):
+            return
+        checkpoint = self._checkpoint(keys, checkpoint_id, record)
+        if checkpoint.message_count != len(written) or checkpoint.meta.parent_id != parent:
+            return  # not all of it was written here
+        segment = self._parse(keys, checkpoint_id, "[" + ",".join(written) + "]")
+        if base is None or parent is None:  # the conversation's first checkpoint
+            history = History.model_construct(checkpoint=checkpoint, messages=segment, chain=[checkpoint_id])
+        else:
+            history = base.extended(checkpoint, segment, [*base.chain, checkpoint_id])
+        self._segments.put(conversation_id, checkpoint_id, segment)
+        if self._segments.get(conversation_id, checkpoint_id) is not None:
+            self._segments.put_chain(conversation_id, checkpoint_id, history.chain)
+            self._segments.put_assembled(conversation_id, history)
 
     async def _transition(self, conversation_id: str, checkpoint_id: str, status: CheckpointStatus,
                           outcome: CheckpointOutcome | None) -> None:
         keys = self.keys(conversation_id)
+        if status is not CheckpointStatus.RUNNING:
+            self._writing.pop((conversation_id, checkpoint_id), None)
         await self._run("TRANSITION", keys.durable, [checkpoint_id, status.value,
                                                      outcome.model_dump_json() if outcome else "",
                                                      time.time(), self.retention_seconds])
@@ -280,6 +318,9 @@ class CheckpointStore(HistoryReader):
             checkpoint_id = state.head_checkpoint_id
         keys = self.keys(conversation_id)
         base = self._segments.assembled(conversation_id)
+        if base is not None and base.checkpoint.id == checkpoint_id and \
+                base.checkpoint.status is CheckpointStatus.COMPLETED:
+            return base  # a completed checkpoint never changes: the history this process holds is the one stored
         # Where the walk may stop: the checkpoint itself when its chain is cached (an earlier epoch's end, read
         # again by recall), the history this process holds (before a turn), the last chains read.
         first = [checkpoint_id] if self._segments.chain(conversation_id, checkpoint_id) is not None else []

@@ -163,14 +163,29 @@ class Pipeline:
                                                               reply_expected=reply_expected))
 
     async def submit_item(self, conversation: Conversation | str, item: InboxItem, *, front: bool = False,
-                          flags: Mapping[str, str] | None = None) -> bool:
+                          flags: Mapping[str, str] | None = None, reply: Conversation | None = None) -> bool:
         """Queue ``item`` (a message or an effect) once: a copy of it is a duplicate by ``InboxItem.dedup_keys``,
         whichever transport or replay sent it. ``front``: before every waiting item (see :meth:`Inbox.append`).
         What the transport said about the channel's privacy, and its own ``flags``, are kept with the item (in the
-        same step): the worker that takes the turn, and memory later, know them without asking again."""
+        same step): the worker that takes the turn, and memory later, know them without asking again. ``reply``:
+        the item is a reply in the conversation's thread, known elsewhere as ``reply`` (see :meth:`thread_of`).
+        One round trip to Redis."""
         conversation = as_conversation(conversation)
         known = {PRIVACY: conversation.privacy} if conversation.privacy != "unknown" else {}
-        return await self.inbox.append(conversation.id, item, front=front, flags={**known, **(flags or {})})
+        kept = {**known, **(flags or {})}
+        appended = await self.inbox.append(conversation.id, item, front=front, flags=kept,
+                                           thread_of=(reply.id, conversation.thread) if reply is not None else None)
+        if appended and kept:
+            self.notes.heard(conversation.id, kept)
+        return appended
+
+    async def arriving(self, conversation: Conversation, flag: str, person: str | None) -> tuple[str | None,
+                                                                                             str | None]:
+        """For a message arriving, before its event is acknowledged, in one round trip: the conversation's ``flag``
+        as stored now, and what ``person`` has open in the transport (:meth:`remember_view`), kept with their
+        message as a hint for the turn answering it."""
+        return await self.notes.arriving(conversation.id, flag,
+                                         (conversation.workspace, person) if person is not None else None)
 
     # -- turns -----------------------------------------------------------------------------------
 
@@ -211,14 +226,15 @@ class Pipeline:
         """The reply of the conversation's last turn, when that turn committed but its delivery was never confirmed
         (:meth:`delivered`) and it is recent enough to matter; None otherwise."""
         conversation_id = as_conversation(conversation).id
-        state = await self.checkpoints.get_state(conversation_id)
-        if state is None or state.head_checkpoint_id is None:
+        # read with the lease by the worker settling it (its flags too), else read now
+        state = self.executor.opened(conversation_id) or await self.checkpoints.get_state(conversation_id)
+        if state is None or state.head_checkpoint_id is None or \
+                await self.notes.flag(conversation_id, POSTED) == state.head_checkpoint_id:
             return None
         head = await self.checkpoints.get(conversation_id, state.head_checkpoint_id)
         done_at = head.outcome.at if head.outcome else head.meta.created_at
         if head.kind is not CheckpointKind.TURN or head.status is not CheckpointStatus.COMPLETED or \
-                time.time() - done_at > RECOVER_WITHIN_SECONDS or \
-                await self.notes.flag(conversation_id, POSTED) == head.id:
+                time.time() - done_at > RECOVER_WITHIN_SECONDS:
             return None
         last = (await self.checkpoints.load_history(conversation_id, head.id)).messages[-1]
         if last.role != "assistant" or not last.text.strip() or \

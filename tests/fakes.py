@@ -152,3 +152,47 @@ def counted_commands(client: Any) -> Iterator[list[str]]:
         yield sent
     finally:
         del client.execute_command
+
+
+@contextmanager
+def round_trips(client: Any) -> Iterator[list[str]]:
+    """The round trips to Redis ``client`` makes while the block runs, in order, each named by its first command
+    (a pipeline or a transaction is one round trip, named ``PIPELINE(n)``): counted where a request leaves for the
+    server, whichever of the client's paths sent it."""
+    sent: list[str] = []
+    pool = client.connection_pool
+    original = pool.get_connection
+
+    def name(packed: Any) -> str:
+        data = packed if isinstance(packed, (bytes, str)) else b"".join(packed)
+        text = data.decode(errors="replace") if isinstance(data, bytes) else data
+        parts = text.split("\r\n")
+        commands = text.count("\r\n*") + 1
+        if commands > 1:
+            return f"PIPELINE({commands}: " + " ".join(parts[i].upper() for i in range(2, len(parts), 2)
+                                                        if parts[i - 2].startswith("*")) + ")"
+        return parts[2].upper() + (f" {parts[4]}" if len(parts) > 4 else "")
+
+    def watch(connection: Any) -> Any:
+        if getattr(connection, "_round_trips", None) is not sent:
+            send = type(connection).send_packed_command.__get__(connection)
+
+            async def counted(command: Any, check_health: bool = True) -> None:
+                sent.append(name(command))
+                await send(command, check_health)
+
+            connection.send_packed_command = counted
+            connection._round_trips = sent
+        return connection
+
+    async def get_connection(*args: Any, **kwargs: Any) -> Any:
+        return watch(await original(*args, **kwargs))
+
+    pool.get_connection = get_connection
+    try:
+        yield sent
+    finally:
+        del pool.get_connection
+        for connection in [*pool._available_connections, *pool._in_use_connections]:
+            if getattr(connection, "_round_trips", None) is sent:
+                del connection.send_packed_command, connection._round_trips

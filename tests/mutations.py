@@ -189,7 +189,23 @@ MUTANTS: list[Mutant] = [
     Mutant("memory-switch-shown-to-everyone", "bot/home.py",
            "        if await is_admin(client, user):\n", "        if True:\n",
            ("tests/test_memory_slack.py", "-k", "switch_is_an_admins or home_lists")),
+    Mutant("held-history-misses-the-reply", "persistence/store.py",
+           "        segment = self._parse(keys, checkpoint_id, \"[\" + \",\".join(written) + \"]\")",
+           "        segment = self._parse(keys, checkpoint_id, \"[\" + \",\".join(written[:-1]) + \"]\")",
+           ("tests/test_executor.py", "-k", "holds_after_its_commits")),
+    Mutant("lease-released-while-items-wait", "persistence/scripts.py",
+           "if waiting == 0 then redis.call('DEL', KEYS[1]) end\nreturn waiting",
+           "redis.call('DEL', KEYS[1])\nreturn 0",
+           ("tests/test_executor.py", "-k", "mid_turn_messages_go_to_the_next_turn or arriving_while_each_reply")),
+    Mutant("held-flags-miss-a-write", "persistence/notes.py",
+           "        await self._set(conversation_id, {f\"flag:{name}\": json.dumps(value)})\n        self.heard(",
+           "        await self._set(conversation_id, {f\"flag:{name}\": json.dumps(value)})\n        (lambda *a: None)(",
+           ("tests/test_slack_bot.py", "-k", "mention_gets_a_threaded_reply or refuses_agent_sessions")),
+    Mutant("mention-hint-not-kept-with-the-message", "bot/slack.py",
+           "author_id=person,\n            view=view)", "author_id=person,\n            view=None)",
+           ("tests/test_slack_bot.py", "-k", "what_the_person_has_open")),
 ]
+
 
 
 def run(mutant: Mutant, python: str) -> tuple[str, float]:

@@ -7,7 +7,7 @@ import json
 
 import litellm
 import pytest
-from fakes import Step, counted_commands, pipeline, scripted
+from fakes import Step, pipeline, scripted
 
 from threadkeeper.persistence import CheckpointStatus, ToolResultPart
 from threadkeeper.services import Tool, measure
@@ -422,21 +422,26 @@ async def test_a_turn_whose_head_moved_is_set_aside_and_run_again_on_the_new_hea
     assert texts.count("second question") == 1 and "note from elsewhere" in texts and texts[-1] == "fresh answer"
 
 
-async def test_a_turn_costs_seven_round_trips_to_redis(redis_client, prefix) -> None:
-    """Opening (lease, state, active turn, inbox), the new part of the history, the turn's checkpoint with its
-    messages, the commit, the lease's release: five commands for a turn on a conversation this worker holds;
-    leaving the registry of owed work once drained, and looking at the inbox once more: two."""
+async def test_a_turn_costs_five_round_trips_to_redis(redis_client, prefix) -> None:
+    """Opening (lease, state, active turn, inbox, flags), the turn's checkpoint with its messages, the commit (after
+    which the worker holds the history it committed: the next turn reads none), leaving the registry of owed work,
+    and one more look at the inbox that releases the lease: five round trips for a turn on a conversation this
+    worker answered before, counted where each request leaves for Redis."""
+    from fakes import round_trips
+
     p, _ = pipeline(prefix, redis_client, model="offline")
     conversation = "console:round-trips"
     for i in range(3):
         await p.submit(conversation, f"message {i} about the plan", author="U1", id=f"m{i}")
         assert [r.status for r in await p.run(conversation)] == ["completed"]
     await p.submit(conversation, "and the next step?", author="U1", id="m3")
-    with counted_commands(redis_client) as sent:
+    with round_trips(redis_client) as sent:
         results = await p.run(conversation)
     assert [r.status for r in results] == ["completed"]
-    assert len(sent) == 7, sent
-    assert sent[-3:-1] == ["ZREM", "LLEN"], sent
+    assert len(sent) == 5, sent
+    assert sent[-2].startswith("ZREM"), sent
+    history = await p.checkpoints.load_history(conversation)
+    assert [m.text for m in history.messages if m.role == "user"][-1] == "and the next step?"
 
 
 async def test_a_turn_a_dead_worker_left_running_is_failed_by_the_worker_that_takes_over(model, prefix, client) -> None:
@@ -588,3 +593,26 @@ async def test_a_compaction_keeps_the_measure_it_was_planned_in(model, prefix, c
     head = await p.checkpoints.load_history(CONV, report.new_checkpoint_id)
     assert head.checkpoint.outcome is None or head.checkpoint.outcome.usage is None
     assert 1.4 <= calibration(head, fixed_prompt_tokens=p.budget.fixed_prompt_tokens) <= 1.6
+
+
+async def test_the_history_a_worker_holds_after_its_commits_is_the_one_stored(model, redis_client, prefix) -> None:
+    """The history a worker holds after committing its turns (never read back) equals what another worker reads
+    from Redis: message for message, with each checkpoint's record, across compactions and tool calls."""
+    from threadkeeper.persistence import CheckpointStore
+
+    model.default = Step(text="Noted: the rollout plan stands, with the checks you listed.")
+    p, _ = pipeline(prefix, redis_client, context_window=4096)
+    conversation = "console:held-history"
+    for i in range(24):
+        if i % 7 == 3:
+            model.push(Step(tool_calls=[("thread_search", json.dumps({"query": f"platform {i - 1}"}))]))
+        await p.submit(conversation, f"the release train {i} leaves from platform {i + 3} with {i * 7} coaches; "
+                       + "the crew checks the brakes, the doors and the signals before it leaves " * 6,
+                       author="U1", id=f"h{i}")
+        assert [r.status for r in await p.run(conversation)] == ["completed"]
+        held = await p.checkpoints.load_history(conversation)
+        fresh = await CheckpointStore(redis_client, prefix=prefix).load_history(conversation)
+        assert held.checkpoint == fresh.checkpoint and held.chain == fresh.chain
+        assert [m.model_dump() for m in held.messages] == [m.model_dump() for m in fresh.messages], i
+    lineage = await p.checkpoints.lineage(conversation)
+    assert any(e.kind.value == "compaction" for e in lineage), "the thread was compacted along the way"

@@ -1075,3 +1075,34 @@ async def test_a_long_thread_is_read_at_slacks_pace_resuming_after_a_restart(mod
     finally:
         await http.close()
         await slack.close()
+
+
+@pytest.mark.parametrize("surface", ["agent"])
+async def test_a_slack_mention_costs_at_most_eight_round_trips_to_redis_two_before_the_ack(
+        surface, model, prefix, redis_client) -> None:
+    """One mention in a thread the bot answers, end to end (recorded, acknowledged, answered, posted, settled),
+    counted where each request leaves for Redis: at most two round trips before Slack's event is acknowledged
+    (one read of what is known about the thread, one write that queues the message with its flags) and at most
+    eight in all."""
+    from fakes import round_trips
+
+    h, http = await make_harness(prefix, redis_client, threadkeeper_slack_surface=surface)
+    root = "1700007000.000100"
+    try:
+        assert await h.post(event_body(mention(root, "first question"), event_id="Ev-rt0")) == 200
+        await h.settle()
+        await h.bot.workspaces.identity("T1")  # the workspace's identity is cached, as in a running bot
+        before_ack: list[int] = []
+        kick = h.bot.worker.kick
+        with round_trips(redis_client) as sent:
+            h.bot.worker.kick = lambda conversation: (before_ack.append(len(sent)), kick(conversation))[1]
+            assert await h.post(event_body(mention("1700007000.000300", "and the next step?", thread_ts=root),
+                                           event_id="Ev-rt1")) == 200
+            await h.settle()
+        assert len(h.replies()) == 2
+        print(f"one Slack mention: {len(sent)} round trips, {before_ack[0]} before the ack: {sent}")
+        assert len(sent) <= 8 and before_ack[0] <= 2, (before_ack, sent)
+        assert len(sent) <= 8, sent
+    finally:
+        await http.close()
+        await h.slack.close()

@@ -189,8 +189,8 @@ async def test_corrupt_record_names_its_key_and_is_left_alone(store: CheckpointS
     cp = await turn(store, ["a"])
     key = f"{prefix}:{{{CONV}}}:msgs"
     await client.hset(key, f"{cp}:0", b"{not json")
-    with pytest.raises(CorruptRecordError, match="msgs"):
-        await store.load_history(CONV)
+    with pytest.raises(CorruptRecordError, match="msgs"):  # read by a worker that does not hold the history
+        await CheckpointStore(client, prefix=prefix).load_history(CONV)
     assert await client.hget(key, f"{cp}:0") == b"{not json"
     await client.hset(f"{prefix}:{{{CONV}}}:cp", f"{cp}:meta", b'{"v": 1}')
     with pytest.raises(CorruptRecordError, match=cp):
@@ -423,8 +423,9 @@ async def test_a_turn_opens_with_the_lease_state_and_inbox_in_one_step(client, p
 
 
 async def test_a_history_is_extended_by_its_new_checkpoints_only(store: CheckpointStore, client, prefix) -> None:
-    """Before a turn the store reads only the checkpoints added since the history it holds, and the history's
-    token sums (runtime context left out) are extended, not recounted: both equal a reading from scratch."""
+    """Before a turn the store reads only the checkpoints another worker added since the history it holds (none
+    that it committed itself), and the history's token sums (runtime context left out) are extended, not
+    recounted: both equal a reading from scratch."""
     from threadkeeper.services.context import visible
 
     head = None
@@ -445,9 +446,11 @@ async def test_a_history_is_extended_by_its_new_checkpoints_only(store: Checkpoi
         return out
 
     store._run = counted  # type: ignore[method-assign]
+    other = CheckpointStore(client, prefix=prefix)
     for i in range(3):
-        cp = await store.start_turn(CONV, messages=[msg(f"later {i}"), msg(f"ctx {i}", runtime=True)])
-        await store.commit(CONV, cp.id, expected_head=head)
+        writer = other
+        cp = await writer.start_turn(CONV, messages=[msg(f"later {i}"), msg(f"ctx {i}", runtime=True)])
+        await writer.commit(CONV, cp.id, expected_head=head)
         head = cp.id
         history = await store.load_history(CONV)
         fresh = await CheckpointStore(client, prefix=prefix, cache_messages=0).load_history(CONV)
@@ -459,6 +462,14 @@ async def test_a_history_is_extended_by_its_new_checkpoints_only(store: Checkpoi
             assert history.last_runtime(upto) == expected
     # Each load read one new checkpoint: stop, next, 6 record fields, the line of the one checkpoint, its messages.
     assert read == [2 + 6 + 1 + 1] * 3
+    cp = await store.start_turn(CONV, messages=[msg("its own"), msg("ctx", runtime=True)])
+    await store.commit(CONV, cp.id, expected_head=head)
+    history = await store.load_history(CONV)
+    assert read == [2 + 6 + 1 + 1] * 3, "what it committed itself is not read back"
+    fresh = await CheckpointStore(client, prefix=prefix, cache_messages=0).load_history(CONV)
+    assert [m.model_dump() for m in history.messages] == [m.model_dump() for m in fresh.messages]
+    assert history.chain == fresh.chain and history.checkpoint == fresh.checkpoint
+    assert history.visible_tokens() == sum(m.tokens for m in visible(fresh.messages))
 
 
 async def test_a_script_refusal_raises_the_error_of_its_kind_with_its_words(store: CheckpointStore) -> None:

@@ -176,7 +176,7 @@ def _build_turns(settings: Settings, stores: Stores, *, model: str | None, conte
                      config=config, messages=turn_input)
     executor = ReplyExecutor(checkpoints=stores.checkpoints, inbox=stores.inbox, leases=stores.leases, budget=budget,
                              config=config, input=turn_input, assembler=assembler, loop=loop, compactor=compactor,
-                             effects=NoteEffects(stores.notes, memory))
+                             effects=NoteEffects(stores.notes, memory), held=stores.notes)
     preview = Preview(checkpoints=stores.checkpoints, inbox=stores.inbox, notes=stores.notes, budget=budget,
                       system_prompt=config.system_prompt, input=turn_input, assembler=assembler, compactor=compactor)
     return Turns(executor=executor, preview=preview, clock=clock, compactor=compactor, recall=recall, memory=memory)

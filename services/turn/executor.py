@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from threadkeeper.persistence import (
     Checkpoint,
     CheckpointStatus,
+    ConversationState,
     HeadConflictError,
     History,
     Inbox,
@@ -38,7 +39,7 @@ from .assembler import ContextAssembler
 from .input import PreparedTurn, TurnInput
 from .loop import ModelLoop
 from .seams import CheckpointStore as Checkpoints
-from .seams import Compactor
+from .seams import Compactor, HeldFlags
 from .types import (
     COMPACTING,
     THINKING,
@@ -79,7 +80,8 @@ class _TakenOver(Exception):
 class ReplyExecutor:
     def __init__(self, *, checkpoints: Checkpoints, inbox: Inbox, leases: LeaseManager, budget: ContextBudget,
                  config: ExecutorConfig, input: TurnInput, assembler: ContextAssembler, loop: ModelLoop,
-                 compactor: Compactor | None = None, effects: InboxEffects | None = None) -> None:
+                 compactor: Compactor | None = None, effects: InboxEffects | None = None,
+                 held: HeldFlags | None = None) -> None:
         self.checkpoints = checkpoints
         self.inbox = inbox
         self.leases = leases
@@ -93,12 +95,21 @@ class ReplyExecutor:
         """The model and its tools."""
         self.compactor: Compactor = compactor or NoCompaction()
         self.effects = effects
+        self.held = held
+        """Where the conversation's flags are read from the opening's copy while this worker holds its lease."""
+        self._opened: dict[str, ConversationState | None] = {}
+        """conversation → its state as its opening read it, until the reply an earlier holder owed is settled."""
         self._turning: set[str] = set()
         """Conversations whose turns this worker runs now."""
         self._calls: dict[str, asyncio.Future[tuple[TurnStatus, str]]] = {}
         """conversation → its turn's model loop, while it runs (what a stop abandons)."""
         self._stops: set[str] = set()
         """Conversations whose running turn a person asked to stop before its model was called."""
+
+    def opened(self, conversation_id: str) -> ConversationState | None:
+        """The conversation's state as this worker's opening read it with the lease, while it settles what an
+        earlier holder owed (before its first turn); None otherwise."""
+        return self._opened.get(conversation_id)
 
     def stop(self, conversation_id: str) -> bool:
         """A person asked to stop the conversation's running turn (Slack's stop button): if this worker runs it, its
@@ -124,10 +135,12 @@ class ReplyExecutor:
         conversation off the registry of owed work (the sweep's) and looks once more for items that arrived
         meanwhile; a conversation left owing anything (a reply Slack did not confirm, a failure) stays on it.
 
-        A turn costs five round trips to Redis: its opening (the lease with the state, the active turn and the
-        inbox), the history (only what this process has not cached), the turn's checkpoint with its messages,
-        the commit, and the lease's release; a run that drains the inbox adds two (leaving the registry, and
-        looking at the inbox once more)."""
+        A run of one turn costs five round trips to Redis, and its transport's record of delivery a sixth: the
+        opening (the lease with the state, the active turn, the inbox and the flags, which the turn and its
+        transport then read from that copy), the turn's checkpoint with its messages, the commit (after which
+        this process holds the history it committed), leaving the registry of owed work, and one more look at
+        the inbox that releases the lease when nothing waits. A worker that does not hold the history reads
+        its new part (one more)."""
         events = events or SilentEvents()
         conversation_id = conversation.id
         opening = await self.checkpoints.open_turn(conversation_id, lease_seconds=self.config.lease_seconds)
@@ -139,8 +152,12 @@ class ReplyExecutor:
         results: list[TurnResult] = []
         released = settled = False
         self._turning.add(conversation_id)
+        if self.held is not None:
+            self.held.hold(conversation_id, opening.notes.flags)
+        self._opened[conversation_id] = opening.state
         try:
             owed = not await events.recover(conversation)
+            self._opened.pop(conversation_id, None)
             prepared = await self.input.intake.prepare(conversation) if self.input.intake is not None else None
             if prepared is not None and prepared.queued:
                 opening = None  # it queued messages: read the inbox again
@@ -182,7 +199,12 @@ class ReplyExecutor:
                 if result is None or result.inbox_left == 0:
                     if idle > 2:  # items counted but none taken, again and again: the sweep tries later
                         break
-                    if await self._settle(conversation, events, paused=result is None) == 0:
+                    waiting = await self._settle(conversation, events, paused=result is None,
+                                                 lease=lease if not (prepared is not None and prepared.more) else None)
+                    if waiting is None:  # drained, and the lease released with the same look at the inbox
+                        settled = released = True
+                        break
+                    if waiting == 0:
                         settled = True
                         break
             if prepared is not None and prepared.more and not released:
@@ -195,20 +217,31 @@ class ReplyExecutor:
         finally:
             self._turning.discard(conversation_id)
             self._stops.discard(conversation_id)
+            self._opened.pop(conversation_id, None)
+            if self.held is not None:
+                self.held.let_go(conversation_id)
             if not released:
                 if not settled:
                     await events.status(conversation, None)
                 await self.leases.release(lease)
         return results
 
-    async def _settle(self, conversation: Conversation, events: TurnEvents, *, paused: bool) -> int:
+    async def _settle(self, conversation: Conversation, events: TurnEvents, *, paused: bool,
+                      lease: Lease | None = None) -> int | None:
         """Under the lease, with nothing owed: the work shown is over, and the conversation leaves the registry of
         owed work unless items arrived meanwhile (then it stays, and this returns how many wait). ``paused``: a
-        turn may await resume, holding items that do not count (else every queued item counts)."""
+        turn may await resume, holding items that do not count (else every queued item counts). With ``lease``
+        (and not ``paused``), the look at the inbox also releases the lease when nothing waits: None says it did
+        (or that the lease was no longer this worker's)."""
         conversation_id = conversation.id
         await events.status(conversation, None)
         await self.inbox.unmark_pending(conversation_id)
-        waiting = await self.pending(conversation_id) if paused else await self.inbox.size(conversation_id)
+        if lease is not None and not paused:
+            waiting = await self.leases.release_if_drained(lease)
+            if not waiting:
+                return None
+        else:
+            waiting = await self.pending(conversation_id) if paused else await self.inbox.size(conversation_id)
         if waiting:
             await self.inbox.mark_pending(conversation_id)
         return waiting

@@ -50,7 +50,8 @@ class PreparedTurn:
     notes: Notes
     """The conversation's notes as the turn's effects leave them (compaction and recall read these)."""
     hint: str | None = None
-    """What the person asking has open in the transport now, as the transport said it (a hint, not an instruction)."""
+    """What the person asking had open in the transport when they asked, as the transport said it with their message
+    (a hint, not an instruction)."""
 
     @property
     def wants_reply(self) -> bool:
@@ -105,8 +106,9 @@ class TurnInput:
         # Concurrent deliveries can reach the inbox out of order; a turn takes its batch in send order.
         incoming.sort(key=lambda m: m.created_at)
         prepared = PreparedTurn(settled, incoming, effects, notes.after(effects) if effects else notes)
-        if self.intake is not None and prepared.wants_reply and prepared.asker:
-            prepared = replace(prepared, hint=await self.intake.hint(conversation, prepared.asker))
+        asking = next((i for i in reversed(settled) if i.reply_expected and i.author_id), None)
+        if asking is not None and asking.view:
+            prepared = replace(prepared, hint=asking.view)
         return prepared
 
     async def settled(self, conversation: Conversation, items: Sequence[InboxItem], history: History | None, *,

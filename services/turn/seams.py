@@ -3,7 +3,7 @@ model client. The composition root (``threadkeeper.root``) passes the real ones;
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from threadkeeper.persistence import (
@@ -62,6 +62,15 @@ class CheckpointStore(Protocol):
     async def resume(self, conversation_id: str, checkpoint_id: str) -> None: ...
 
     async def supersede(self, conversation_id: str, checkpoint_id: str) -> None: ...
+
+
+class HeldFlags(Protocol):
+    """Where a conversation's transport flags are served from the copy its turn's opening read, while this process
+    holds its lease (``persistence.NotesStore``)."""
+
+    def hold(self, conversation_id: str, flags: Mapping[str, str]) -> None: ...
+
+    def let_go(self, conversation_id: str) -> None: ...
 
 
 class Compactor(Protocol):

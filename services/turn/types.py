@@ -74,11 +74,6 @@ class Intake(Protocol):
         last lines (``author: text``)."""
         ...
 
-    async def hint(self, conversation: Conversation, asker: str) -> str | None:
-        """What the person asking has open in the transport now (a channel, a message), in a few words: a hint for
-        the turn's runtime context, never an instruction. None when the transport does not know."""
-        ...
-
     async def prepare(self, conversation: Conversation) -> Preparation:
         """Work owed to the conversation before its next turn, done by whichever worker holds its lease (the
         Slack bot reads the earlier messages of a thread it was brought into, as fast as Slack allows)."""
