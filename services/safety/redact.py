@@ -33,7 +33,8 @@ from functools import lru_cache
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
-from wordfreq import zipf_frequency
+
+from ..lexicon import common
 
 _SKIPPED_DETECTORS = frozenset({"Public IP (ipv4)", "Basic Auth Credentials", "Private Key"})
 """Detectors not used: an IP address is not a secret; passwords in URLs and whole private-key blocks have
@@ -94,7 +95,6 @@ _PROSE = re.compile(
     r"[\"'`“«]?([^\s\"'`”»]{4,})")
 _PROSE_WORDS = ("passw", "passc", "passphrase", "pin code", "api key", "secret key", "access token", "kennwort",
                 "mot de passe", "contrase", "clave", "senha", "palavra-passe", "parola d")
-_LANGUAGES = ("en", "de", "fr", "es", "pt", "it")
 
 _URL = re.compile(_SCHEME + r"[^\s<>|?#]*")
 _VALUE = re.compile(r"[\w-]{24,}")
@@ -116,14 +116,14 @@ def _random_looking(token: str) -> bool:
         return False
     if _entropy(token) < _MIN_BITS:
         return False
-    worded = sum(len(s) for s in _SEGMENT.findall(token) if len(s) >= 3 and zipf_frequency(s.lower(), "en") >= 2.5)
+    worded = sum(len(s) for s in _SEGMENT.findall(token) if len(s) >= 3 and common(s.lower(), languages=("en",)))
     return worded * 2 < len(token)  # an identifier made of words (getUserById2024Handler) is not random
 
 
 @lru_cache(maxsize=4096)
 def _common_word(word: str) -> bool:
     word = word.strip(".,;:!?)").lower()
-    return any(zipf_frequency(word, lang) >= 3.0 for lang in _LANGUAGES)
+    return common(word)
 
 
 def _windows(text: str) -> list[tuple[int, int]]:
