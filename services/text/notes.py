@@ -57,7 +57,9 @@ _ASCII_RUN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:@#-]*[A-Za-z0-9])?")
 _EDGE = "\"'“”‘’«»()[]{}<>*_~`,;:!?.…"
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
-_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Panic|Fault)\b.*|.*\b(?:FATAL|panic:)\s.*)$", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^[^\S\n]*+(?:[\w.]+(?:Error|Exception|Panic|Fault)\b.*|.*\b(?:FATAL|panic:)\s.*)$", re.MULTILINE)
+"""An error line of a pasted block, read from its own start (its indent taken once: blank lines before it are not
+part of it, so a block of 40,000 blank lines costs its length once)."""
 _URLISH = re.compile(r"^<?https?://|^[\w.-]+/[\w./-]+$")
 _has_digit = re.compile(r"\d").search
 _has_alnum = re.compile(r"[^\W_]").search
