@@ -14,13 +14,14 @@ LAYERS = {"persistence": set(), "services": {"persistence"}, "bot": {"services",
 composition root, like the command line)."""
 CAPABILITIES = {
     "context": set(),
-    "safety": set(),
+    "lexicon": set(),
+    "safety": {"lexicon"},
     "models": {"context"},
-    "text": {"safety"},
-    "recall": {"models", "text", "context"},
-    "handoff": {"models", "safety", "text", "context"},
-    "memory": {"models", "safety", "text", "context", "handoff", "recall"},
-    "turn": {"models", "safety", "text", "context", "handoff", "recall", "memory"},
+    "text": {"safety", "lexicon"},
+    "recall": {"models", "text", "context", "lexicon"},
+    "handoff": {"models", "safety", "text", "context", "lexicon"},
+    "memory": {"models", "safety", "text", "context", "handoff", "recall", "lexicon"},
+    "turn": {"models", "safety", "text", "context", "handoff", "recall", "memory", "lexicon"},
 }
 """Each sub-package of ``services/`` → the other sub-packages it may import (``services``' own top-level modules,
 such as ``tracing``, are open to all)."""

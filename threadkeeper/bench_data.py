@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, MessageFlags, Role, TextPart, Usage
 from threadkeeper.services.models import Tokenizer
+from threadkeeper.services.safety import redact
 from threadkeeper.services.text import notes
 
 
@@ -25,6 +27,41 @@ def committed(message: Message) -> Message:
     note = notes.make_note(message.text, message.created_at) or ""
     message = message.model_copy(update={"note": note, "note_tokens": [TOKENIZER.count(" " + note)] if note else []})
     return TOKENIZER.counted(message)
+
+
+ADVERSARIAL: dict[str, Callable[[int], str]] = {
+    "api_key run": lambda n: ("api_key" * n)[:n],
+    "api_key run then =": lambda n: ("api_key" * n)[:n - 1] + "=",
+    "colon then api_key run": lambda n: ":" + ("api_key" * n)[:n - 1],
+    "name characters with secret names": lambda n: ("ab.c-d_secret_token-" * n)[:n - 1] + "=",
+    "a=": lambda n: ("a=" * n)[:n],
+    "password is": lambda n: ("password is " * n)[:n],
+    "one token character": lambda n: "x" * n,
+    "token characters then =": lambda n: "x" * (n - 1) + "=",
+    "a-": lambda n: ("a-" * n)[:n],
+    "scheme characters then ://@": lambda n: ("a-" * n)[:n - 4] + "://@",
+    "a random token then scheme characters": lambda n: "Zq8rT5vwX2yB7nM4kP9sL3dW " + ("a-" * n)[:n - 25],
+    "always sentences": lambda n: ("You always answer in French. " * n)[:n],
+    "always words": lambda n: ("tell x always " * n)[:n],
+    "openings": lambda n: ("whenever x, please " * n)[:n],
+    "second person verb then a long word": lambda n: "always devi " + "a" * n,
+    "blank lines in a code block": lambda n: "```\n" + "\n" * n + "```",
+    "spaces in a code block": lambda n: "```" + " " * n + "```",
+}
+"""Messages of about ``n`` characters built to make a text filter read the same characters again and again (a run
+of name characters full of secret names, a run of scheme characters, one long token, many openings): any channel
+member can send one."""
+
+
+def redaction_ms_adversarial(n: int) -> float:
+    """Milliseconds to redact the slowest of :data:`ADVERSARIAL`'s messages of ``n`` characters (the fastest of three
+    runs of each)."""
+    def once(text: str) -> float:
+        started = time.perf_counter()
+        redact(text)
+        return time.perf_counter() - started
+
+    return round(max(min(once(make(n)) for _ in range(3)) for make in ADVERSARIAL.values()) * 1000, 1)
 
 
 def message(i: int, role: Role = "user", chars: int = 400) -> Message:

@@ -21,11 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from wordfreq import zipf_frequency
-
 from threadkeeper.persistence import Message
 
 from ..context import parse
+from ..lexicon import common
 from ..models import RECORDS, Tool, ToolContext
 from ..safety import rejected
 from ..text import extract as x
@@ -90,7 +89,6 @@ def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[st
 
 
 _WORD = re.compile(r"[^\W_]+(?:[-.'][^\W_]+)*")
-_LANGUAGES = ("en", "de", "fr", "es", "pt", "it")
 
 
 @lru_cache(maxsize=8192)
@@ -99,7 +97,7 @@ def _content(word: str) -> str | None:
     the six languages), else None."""
     if any(c.isdigit() for c in word):
         return word
-    if len(word) < 3 or any(zipf_frequency(word, lang) >= 5.5 for lang in _LANGUAGES):
+    if len(word) < 3 or common(word, 5.5):
         return None
     return word[:5]
 

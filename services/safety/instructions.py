@@ -68,14 +68,14 @@ OVERRIDE = re.compile(
 
 # -- what opens a clause ----------------------------------------------------------------------------------------
 _SUBORDINATOR = re.compile(  # a leading subordinate clause ends at its comma
-    r"^(?:whenever|when|if|once|every (?:single )?time|each time|any ?time|as soon as|wenn|immer wenn|jedes mal wenn|"
+    r"(?:whenever|when|if|once|every (?:single )?time|each time|any ?time|as soon as|wenn|immer wenn|jedes mal wenn|"
     r"falls|sobald|quand|lorsque|chaque fois que|si|dès que|cuando|cada vez que|siempre que|en cuanto|quando|"
     r"sempre que|toda vez que|se|ogni volta che|appena)\b")
 _LATER_SUBORDINATOR = re.compile(  # where the main clause's scope ends
     r"\b(?:why|what|which|who|whom|whose|how|where|because|since|whether|warum|weil|ob|wieso|pourquoi|parce que|"
     r"pourquoi|porque|por qué|por que|perché|poiché|quale|dove|come mai)\b")
 _LEADING = re.compile(  # adverbials, courtesy and connectives set aside at the start of a clause
-    rf"^(?:{_ADVERBIAL}|please|pls|kindly|and|also|so|then|now|ok|okay|"
+    rf"(?:{_ADVERBIAL}|please|pls|kindly|and|also|so|then|now|ok|okay|"
     r"bitte|und|auch|dann|jetzt|s'il te plaît|s'il vous plaît|et|alors|maintenant|por favor|y|entonces|ahora|"
     r"e|então|agora|per favore|quindi|poi|ora|adesso)\b[\s,;:!-]*")
 _COURTESY = re.compile(r"(?:please|pls|kindly|bitte|s'il te plaît|s'il vous plaît|por favor|per favore)\b")
@@ -83,9 +83,9 @@ _TRANSPARENT = frozenset("""always never ever only just also simply really pleas
     immer nie niemals stets nur bitte auch doch mal toujours jamais seulement ne n' n’ siempre nunca jamás solo sólo
     sempre só somente mai solo solamente don't dont do not not non no não nicht""".split())
 _FREQUENCY_WORDS = frozenset(word.split("(")[0] for word in _FREQUENCY.split("|"))
-_LABEL = re.compile(r"^[^\W\d_][\w ]{0,24}:\s+")  # "Policy: …", "Note to the bot: …"
+_LABEL = re.compile(r"[^\W\d_][\w ]{0,24}:\s+")  # "Policy: …", "Note to the bot: …"
 _BOT = frozenset("""bot assistant ai threadkeeper chatbot assistent assistente asistente""".split())
-_VOCATIVE = re.compile(r"^(?:(?:hey|hi|ok|okay|dear|yo|hallo|salut|hola|olá|ciao)\s+)?"
+_VOCATIVE = re.compile(r"(?:(?:hey|hi|ok|okay|dear|yo|hallo|salut|hola|olá|ciao)\s+)?"
                        r"(?:(?:<@\w+>|@[\w.-]+)\s*[,:!]?\s*|(?:the\s+)?(?:bot|assistant|ai|threadkeeper|chatbot|"
                        r"assistent|assistente|asistente)\s*[,:!]\s*)")
 
@@ -113,7 +113,9 @@ _OPENS_OBJECT = frozenset("""the a an all every each any some this that these th
 _ENGLISH_PREPOSITIONS = frozenset("to in on at for with from of by about into".split())
 _FIRST_PLURAL = re.compile(r"(?:amos|emos|imos|iamo|ámos|êmos|ons)$")
 _SECOND_SINGULAR = re.compile(r"^\w{2,6}(?:i|es|as|is)$")
-_INFINITIVE = re.compile(r"\w{2,}(?:are|ere|ire|ar|er|ir)$")
+_INFINITIVE = re.compile(r"\w\w(?:are|ere|ire|ar|er|ir)$")
+"""Two word characters and an infinitive's ending at the end of a word (searched: two, not two or more, so a word of
+40,000 letters is read once, not once from each of its letters)."""
 
 _GATE_WORDS = frozenset("""now forward here henceforth hereafter future rest otherwise notice today starting matter
     times default always never ever whenever time anytime every each subsequent following later anymore again all
@@ -133,38 +135,42 @@ def is_instruction(sentence: str) -> bool:
     return _gate(sentence.lower()) and _instruction(sentence)
 
 
-def _scoped_adverbial(text: str) -> bool:
-    """Whether the text opens with an adverbial that holds a standing scope, set off by a comma ("For all future
-    messages, …", "Pour toutes les réponses suivantes, …")."""
-    comma = text.find(",", 0, 80)
+def _scoped_adverbial(text: str, at: int = 0) -> bool:
+    """Whether the text from ``at`` opens with an adverbial that holds a standing scope, set off by a comma ("For all
+    future messages, …", "Pour toutes les réponses suivantes, …")."""
+    comma = text.find(",", at, at + 80)
     if comma < 0:
         return False
-    words = _TOKEN.findall(text[:comma])
-    return bool(words) and len(words) <= 8 and (SCOPE.match(text) is not None or words[0] in _OPENS_OBJECT) \
-        and SCOPE.search(text, 0, comma) is not None
+    words = _TOKEN.findall(text[at:comma])
+    return bool(words) and len(words) <= 8 and (SCOPE.match(text, at) is not None or words[0] in _OPENS_OBJECT) \
+        and SCOPE.search(text, at, comma) is not None
 
 
 def _main_clause(text: str) -> tuple[str, bool]:
     """The sentence without its leading label, form of address, subordinate clause and adverbials, and whether
-    it addressed the bot or asked politely ("please", "bitte": a request to the reader)."""
+    it addressed the bot or asked politely ("please", "bitte": a request to the reader). The opening is read
+    forward from a position, never by cutting the text, so a sentence of many openings costs its length once."""
     addressed = False
+    at = 0
     while True:
-        before = text
-        if (m := _VOCATIVE.match(text)) is not None:
-            text, addressed = text[m.end():], True
-        elif (m := _LABEL.match(text)) is not None:
-            text = text[m.end():]
-        elif (m := _LEADING.match(text)) is not None and m.end() > 0:
+        before = at
+        if (m := _VOCATIVE.match(text, at)) is not None:
+            at, addressed = m.end(), True
+        elif (m := _LABEL.match(text, at)) is not None:
+            at = m.end()
+        elif (m := _LEADING.match(text, at)) is not None and m.end() > at:
             addressed = addressed or _COURTESY.match(m.group()) is not None
-            text = text[m.end():]
-        elif _SUBORDINATOR.match(text) or _scoped_adverbial(text):
-            comma = text.find(",")
-            if comma < 0 or comma > 120:
+            at = m.end()
+        elif _SUBORDINATOR.match(text, at) or _scoped_adverbial(text, at):
+            comma = text.find(",", at, at + 121)
+            if comma < 0:
                 break
-            text = text[comma + 1:].lstrip()
-        if text == before:
+            at = comma + 1
+            while at < len(text) and text[at].isspace():
+                at += 1
+        if at == before:
             break
-    return text, addressed
+    return text[at:], addressed
 
 
 def _instruction(sentence: str) -> bool:
@@ -179,9 +185,12 @@ def _instruction(sentence: str) -> bool:
     tokens = _TOKEN.findall(clause)
     cased = _TOKEN.findall(original)
     fronted = False
-    while tokens and (tokens[0] in _TRANSPARENT or tokens[0] == "do" and tokens[1:2] == ["not"]):
-        fronted = fronted or tokens[0] in _FREQUENCY_WORDS
-        tokens, cased = tokens[1:], cased[1:]
+    skipped = 0
+    while skipped < len(tokens) and (tokens[skipped] in _TRANSPARENT
+                                     or tokens[skipped] == "do" and tokens[skipped + 1:skipped + 2] == ["not"]):
+        fronted = fronted or tokens[skipped] in _FREQUENCY_WORDS
+        skipped += 1
+    tokens, cased = tokens[skipped:], cased[skipped:]
     if not tokens:
         return addressed
     first = tokens[0]
@@ -197,8 +206,13 @@ def _instruction(sentence: str) -> bool:
     if rest and SCOPE.search(clause):  # a scope adverbial after the verb is not its object: "sag ab jetzt bei …"
         spans = [m.span() for m in SCOPE.finditer(clause)]
 
-        def scrub(text: str) -> str:
-            return "".join(" " if any(a <= i < b for a, b in spans) else ch for i, ch in enumerate(text))
+        def scrub(text: str) -> str:  # the spans blanked out (they are in order and do not overlap)
+            out, last = [], 0
+            for a, b in spans:
+                a, b = min(a, len(text)), min(b, len(text))
+                out += [text[last:a], " " * (b - a)]
+                last = b
+            return "".join([*out, text[last:]])
 
         words, words_cased = _TOKEN.findall(scrub(clause)), _TOKEN.findall(scrub(original))
         at = words.index(first) + 1 if first in words else 1
@@ -230,11 +244,11 @@ def split_instructions(text: str) -> tuple[str, str]:
     """``text`` without its sentences aimed at the assistant's future behaviour, and those sentences."""
     if not _gate(text.lower()):
         return text, ""  # the common case
-    pieces = [s for s in _SENTENCE.split(text) if s.strip()]
-    kept = [s for s in pieces if not _instruction(s)]
-    if len(kept) == len(pieces):
+    pieces = [(s, _instruction(s)) for s in _SENTENCE.split(text) if s.strip()]
+    if not any(instruction for _, instruction in pieces):
         return text, ""
-    return " ".join(kept).strip(), " ".join(s.strip() for s in pieces if s not in kept)
+    return (" ".join(s for s, instruction in pieces if not instruction).strip(),
+            " ".join(s.strip() for s, instruction in pieces if instruction))
 
 
 def without_instructions(text: str) -> str:

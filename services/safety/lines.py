@@ -13,9 +13,10 @@ from collections.abc import Collection, Sequence
 from .instructions import is_instruction
 from .redact import redact
 
-VALUES = re.compile(r"https?://[^\s<>|)]+|[\w./:#@-]*\d[\w./:#@-]*")
+VALUES = re.compile(r"https?://[^\s<>|)]+|(?<![\w./:#@-])[\w./:#@-]*\d[\w./:#@-]*")
 """Numbers and identifiers (URLs, and every token with a digit in it: ticket keys, builds, versions, hashes,
-amounts): what a model may only repeat, never make up. A token is checked whole ("Person3", "p99", "v2.1")."""
+amounts): what a model may only repeat, never make up. A token is checked whole ("Person3", "p99", "v2.1"), and read
+from its start only, so a long token without a digit costs its length once."""
 
 INSTRUCTION = ("it is aimed at the assistant's future behaviour, not a fact, decision or plan step; such "
                "instructions are not recorded (a person's stays their ask in the thread)")

@@ -33,7 +33,8 @@ from functools import lru_cache
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
-from wordfreq import zipf_frequency
+
+from ..lexicon import common
 
 _SKIPPED_DETECTORS = frozenset({"Public IP (ipv4)", "Basic Auth Credentials", "Private Key"})
 """Detectors not used: an IP address is not a secret; passwords in URLs and whole private-key blocks have
@@ -73,11 +74,18 @@ _OWN: list[tuple[str, re.Pattern[str], bool]] = [(label, pattern, False) for lab
 _HEADER = re.compile(r"(?i)\b((?:proxy-)?authori[sz]ation\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|negotiate|"
                      r"apikey|sharedaccesssignature)\s+)?)([^\s\"',;]{6,})")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/-]{16,}=*)")
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)([^\s@/]+)@")
+_SCHEME = (r"(?<![a-z0-9+.-])(?=[a-z0-9+.-]*+://)(?>[a-z0-9+.-]*?\b(?=[a-z]))"
+           r"([a-z][a-z0-9+.-]*+://)")
+"""A URL's scheme and ``://`` (its group 1), found in one look at the run of scheme characters before ``://``: a
+match starts only where such a run starts, and settles on the first place in it a scheme may begin (after a
+non-word character), so a long run of ``a-a-a-…`` costs its length once, not once for each place in it."""
+_URL_PASSWORD = re.compile(_SCHEME + r"([^\s:/@]*:)([^\s@/]+)@")
 
 _SECRET_NAME = re.compile(r"(?i)passw(?:or)?d|pwd|secret|api[_-]?key|(?:access|account|private|signing|encryption|"
                           r"master|shared[_-]?access)[_-]?key|token|credential|passphrase")
 _SECRET_WORDS = ("passw", "pwd", "secret", "key", "token", "credential", "passphrase")
+_NAME_RUN = re.compile(r"[\w.-]+")
+"""A run of the characters a name is made of (letters and digits of any script, ``_``, ``.``, ``-``)."""
 _ASSIGNMENT = re.compile(r"""([A-Za-z0-9_.-]+["']?\s*[:=]\s*["']?)([^\s,;'"]{6,})""")
 
 _PROSE = re.compile(
@@ -87,9 +95,8 @@ _PROSE = re.compile(
     r"[\"'`“«]?([^\s\"'`”»]{4,})")
 _PROSE_WORDS = ("passw", "passc", "passphrase", "pin code", "api key", "secret key", "access token", "kennwort",
                 "mot de passe", "contrase", "clave", "senha", "palavra-passe", "parola d")
-_LANGUAGES = ("en", "de", "fr", "es", "pt", "it")
 
-_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s<>|?#]*")
+_URL = re.compile(_SCHEME + r"[^\s<>|?#]*")
 _VALUE = re.compile(r"[\w-]{24,}")
 _LONG = re.compile(r"[\w+/=.\-]{12,}")
 _RUN = re.compile(r"(?<![A-Za-z0-9+_-])[A-Za-z0-9+_-]{20,}={0,3}(?![A-Za-z0-9+=_-])")
@@ -109,14 +116,14 @@ def _random_looking(token: str) -> bool:
         return False
     if _entropy(token) < _MIN_BITS:
         return False
-    worded = sum(len(s) for s in _SEGMENT.findall(token) if len(s) >= 3 and zipf_frequency(s.lower(), "en") >= 2.5)
+    worded = sum(len(s) for s in _SEGMENT.findall(token) if len(s) >= 3 and common(s.lower(), languages=("en",)))
     return worded * 2 < len(token)  # an identifier made of words (getUserById2024Handler) is not random
 
 
 @lru_cache(maxsize=4096)
 def _common_word(word: str) -> bool:
     word = word.strip(".,;:!?)").lower()
-    return any(zipf_frequency(word, lang) >= 3.0 for lang in _LANGUAGES)
+    return common(word)
 
 
 def _windows(text: str) -> list[tuple[int, int]]:
@@ -161,7 +168,7 @@ def _found(text: str) -> list[tuple[int, int, str]]:
     if "earer" in low:
         spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _BEARER.finditer(text))
     if "://" in text and "@" in text:
-        spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _URL_PASSWORD.finditer(text))
+        spans.extend((m.start(3), m.end(3), "[REDACTED]") for m in _URL_PASSWORD.finditer(text))
     if ("=" in text or ":" in text) and named and _SECRET_NAME.search(text):
         spans.extend(_assignments(text))
     if any(word in low for word in _PROSE_WORDS):
@@ -174,7 +181,7 @@ def _found(text: str) -> list[tuple[int, int, str]]:
     for m in (m for start, end in windows for m in _RUN.finditer(text, start, end)):
         if _random_looking(m.group()):
             if urls is None:
-                urls = [(u.start(), u.end()) for u in _URL.finditer(text)]
+                urls = [(u.start(1), u.end()) for u in _URL.finditer(text)]
             if not any(a <= m.start() < b for a, b in urls):
                 spans.append((m.start(), m.end(), "[REDACTED HIGH ENTROPY STRING]"))
     return spans
@@ -182,15 +189,22 @@ def _found(text: str) -> list[tuple[int, int, str]]:
 
 def _assignments(text: str) -> list[tuple[int, int, str]]:
     """Values of assignments whose name says secret (``DB_PASSWORD=…``, ``"api_key": "…"``): found from each
-    name that says secret, so a long log costs in proportion to those names, not to its assignments."""
+    name that says secret, so a long log costs in proportion to those names, not to its assignments. An assignment
+    is read once from the start of the run of name characters that holds the name ("aws_secret_access_key",
+    "DB_PASSWORD"), however many names that say secret the run holds, so a run of 40,000 characters costs its
+    length, not its length once for each name in it."""
     out = []
     done = -1
+    tried = -1
+    runs = _NAME_RUN.finditer(text)
+    run = next(runs, None)
     for name in _SECRET_NAME.finditer(text):
-        start = name.start()
-        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
-            start -= 1  # the whole name: "aws_secret_access_key", "DB_PASSWORD"
-        if start <= done:
-            continue
+        while run is not None and run.end() <= name.start():
+            run = next(runs, None)
+        start = run.start() if run is not None and run.start() <= name.start() else name.start()
+        if start <= done or start == tried:
+            continue  # inside the last assignment, or its run was read already
+        tried = start
         match = _ASSIGNMENT.match(text, start)
         if match is None or not _SECRET_NAME.search(match.group(1)):
             continue

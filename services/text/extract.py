@@ -25,8 +25,11 @@ class _Cue:
 URL = re.compile(r"<?(https?://[^\s<>|]+)(?:\|[^>]*)?>?")
 TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b")
 SHA = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
-PATH = re.compile(r"(?<![\w/.:])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+\.\w{1,6}\b|\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|kt|rb|"
+PATH = re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+\.\w{1,6}\b|"
+                  r"(?:(?<![\w-])|(?<=(?<![\w-])-)|(?<=(?<![\w-])--))\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|kt|rb|"
                   r"yaml|yml|json|toml|cfg|ini|sql|sh|md|tf|proto|csv|log|lock)\b")
+"""A path ("deploy/values.yaml", "~/.ssh/config.toml") or a file name ("main.py", "--config.yaml"), read from where its
+run of name characters starts (after at most two dashes), so a run of 40,000 ``a-a-…`` costs its length once."""
 NUMBER_UNIT = re.compile(r"(?<![\w.])\$?\d+(?:[.,]\d+)?\s?(?:ms|s|sec|secs|seconds?|minutes?|mins?|hours?|hrs?|days?|weeks?|"
                          r"GB|MB|KB|TB|GiB|MiB|KiB|%|USD|EUR|req/s|rps|qps|RPS|QPS|k|K|M|x|vCPU|cores?|nodes?|"
                          r"replicas|pods|users|tokens)(?![\w])")

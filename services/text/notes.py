@@ -12,7 +12,6 @@ English-only; text in scripts without spaces (Japanese, Chinese, Korean) is kept
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta, timezone
@@ -20,8 +19,8 @@ from functools import lru_cache
 
 import Stemmer
 from bm25s import stopwords as _sw
-from wordfreq import available_languages, get_frequency_dict
 
+from ..lexicon import zipf
 from ..safety import redact
 from . import extract as x
 
@@ -58,24 +57,12 @@ _ASCII_RUN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:@#-]*[A-Za-z0-9])?")
 _EDGE = "\"'“”‘’«»()[]{}<>*_~`,;:!?.…"
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
-_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Panic|Fault)\b.*|.*\b(?:FATAL|panic:)\s.*)$", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^[^\S\n]*+(?:[\w.]+(?:Error|Exception|Panic|Fault)\b.*|.*\b(?:FATAL|panic:)\s.*)$", re.MULTILINE)
+"""An error line of a pasted block, read from its own start (its indent taken once: blank lines before it are not
+part of it, so a block of 40,000 blank lines costs its length once)."""
 _URLISH = re.compile(r"^<?https?://|^[\w.-]+/[\w./-]+$")
 _has_digit = re.compile(r"\d").search
 _has_alnum = re.compile(r"[^\W_]").search
-
-
-_WORDFREQ_CODES = {"no": "nb"}
-_AVAILABLE = frozenset(available_languages("small"))
-
-
-@lru_cache(maxsize=16)
-def _zipf(lang: str) -> dict[str, float]:
-    """Word frequencies of a language on the Zipf scale (``wordfreq``'s small lists: about 30,000 words
-    each, loaded once per language the thread uses)."""
-    code = _WORDFREQ_CODES.get(lang, lang)
-    if code not in _AVAILABLE:
-        return {}
-    return {w: math.log10(f) + 9.0 for w, f in get_frequency_dict(code, wordlist="small").items()}
 
 
 MAX_INFO = 8.0
@@ -87,8 +74,8 @@ def information(word: str, lang: str = "en") -> float:
     """How much a word says, from how rare it is in general use: ``8 - Zipf frequency`` in its language or
     in English, whichever knows it better ("the" about 0.3, "cooking" 3.5, "melatonin" 5, a name 8)."""
     low = word.lower().strip(_EDGE).replace("’", "'")
-    zipf = max(_zipf("en").get(low, 0.0), _zipf(lang).get(low, 0.0) if lang != "en" else 0.0)
-    return max(0.25, MAX_INFO - zipf)
+    frequency = max(zipf(low, "en"), zipf(low, lang) if lang != "en" else 0.0)
+    return max(0.25, MAX_INFO - frequency)
 
 
 _LANGUAGES_OF: dict[str, tuple[str, ...]] = {}
