@@ -209,6 +209,10 @@ MUTANTS: list[Mutant] = [
            "if false then",
            ("tests/test_store_contract.py", "tests/test_executor.py", "-k",
             "lease_another_worker_holds or stalled_past_its_lease")),
+    Mutant("lost-post-sent-again-before-slacks-reads-catch-up", "bot/delivery.py",
+           "                lost = True  # Slack may have posted it, and may not show it yet",
+           "                lost = False",
+           ("tests/test_delivery.py", "-k", "reads_lag")),
 ]
 
 
