@@ -36,6 +36,9 @@ log = logging.getLogger("threadkeeper.slack")
 REPLY_EVENT = "threadkeeper_reply"
 """The metadata event type of every reply part: ``{"checkpoint": <turn>, "part": <n>}``."""
 POST_ATTEMPTS = 3
+READ_LAG_SECONDS = 8.0
+"""How long Slack's reads may lag its writes: a post whose answer was lost is looked for in the thread that long
+before it counts as not posted (and is posted again)."""
 """Posts of one part whose answer was lost, each after reading back that Slack does not show it."""
 LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 """What a call raises when Slack's answer never arrived (it may have done what was asked)."""
@@ -207,9 +210,11 @@ class SlackEvents:
         """Post one part: ``posted`` (Slack confirmed it, or shows it), ``refused`` (an error that posting again
         cannot fix) or ``owed`` (not confirmed, and not shown or the thread could not be read)."""
         channel, thread = conversation.channel, thread_ts(conversation)
+        lost = False
         for attempt in range(POST_ATTEMPTS):
             if attempt:
-                shown = await self._shown(client, conversation, checkpoint_id, parts)
+                shown = await (self._settled(client, conversation, checkpoint_id, parts, part) if lost else
+                               self._shown(client, conversation, checkpoint_id, parts))
                 if shown is None:
                     return "owed"  # the thread cannot be read: whoever holds the lease next reads it again
                 if part in shown:
@@ -233,12 +238,28 @@ class SlackEvents:
                             conversation, slack_error(exc))
             except LOST as exc:
                 self.metrics.errors.labels("post").inc()
+                lost = True  # Slack may have posted it, and may not show it yet
                 log.warning("posting a reply in %s: the answer was lost (%s: %s); reading the thread back before "
                             "any retry", conversation, type(exc).__name__, exc)
             if checkpoint_id is None:
                 return "owed"  # nothing to recognize it by: never posted twice on a guess
-        shown = await self._shown(client, conversation, checkpoint_id, parts)
+        shown = await (self._settled(client, conversation, checkpoint_id, parts, part) if lost else
+                       self._shown(client, conversation, checkpoint_id, parts))
         return "posted" if shown is not None and part in shown else "owed"
+
+    async def _settled(self, client: AsyncWebClient, conversation: Conversation, checkpoint_id: str | None,
+                       parts: list[str], part: int, *, since: float | None = None) -> set[int] | None:
+        """The thread read back (:meth:`_shown`) until it shows ``part`` or Slack's reads had
+        ``READ_LAG_SECONDS`` to catch up with a post that may have been made: never posted again sooner."""
+        waited, delay = 0.0, 0.5
+        while True:
+            shown = await self._shown(client, conversation, checkpoint_id, parts, since=since)
+            if shown is None or part in shown or waited >= READ_LAG_SECONDS:
+                return shown
+            delay = min(delay, READ_LAG_SECONDS - waited)
+            await asyncio.sleep(delay)
+            waited += delay
+            delay *= 2
 
     async def _shown(self, client: AsyncWebClient, conversation: Conversation, checkpoint_id: str | None,
                      parts: list[str], *, since: float | None = None) -> set[int] | None:
@@ -292,7 +313,12 @@ class SlackEvents:
         if client is None:
             return True
         parts = split_reply(owed.text)
-        shown = await self._shown(client, conversation, owed.checkpoint_id, parts, since=owed.committed_at - 1)
+        since = owed.committed_at - 1
+        shown = await self._shown(client, conversation, owed.checkpoint_id, parts, since=since)
+        if shown is not None and len(shown) < len(parts) and time.time() - owed.committed_at < 2 * READ_LAG_SECONDS:
+            # posted moments ago, perhaps: what Slack does not show yet is looked for until its reads catch up
+            shown = await self._settled(client, conversation, owed.checkpoint_id, parts,
+                                        min(set(range(len(parts))) - shown), since=since)
         if shown is None:
             return False
         if len(shown) >= len(parts):

@@ -15,7 +15,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
-from .errors import InvalidTransitionError, NotFoundError, StoreUnavailableError, ThreadkeeperError
+from .errors import InvalidTransitionError, LeaseLostError, NotFoundError, StoreUnavailableError, ThreadkeeperError
 from .keys import ConversationKeys
 
 DAY = 86_400
@@ -50,6 +50,7 @@ SCRIPT_ERRORS: dict[str, type[ThreadkeeperError]] = {
     "NOTFOUND": NotFoundError,  # a checkpoint (or the parent a new one names) does not exist
     "TRANSITION": InvalidTransitionError,  # a checkpoint's status does not allow the change
     "EXISTS": ThreadkeeperError,  # a new checkpoint's id is taken
+    "LEASE": LeaseLostError,  # the writer's lease is another worker's now (fencing)
 }
 """The kind a script's refusal starts with, and the exception it raises."""
 

@@ -43,6 +43,11 @@ class InvalidTransitionError(ThreadkeeperError):
     """A checkpoint was asked to do something its status forbids."""
 
 
+class LeaseLostError(ThreadkeeperError):
+    """A writer's lease on the conversation is held by another worker now: what it writes is refused (fencing), so
+    a worker that stalled past its lease can never overwrite, fork or trim what the new holder does."""
+
+
 class HeadConflictError(ThreadkeeperError):
     """The head moved since the writer started; nothing was overwritten."""
 

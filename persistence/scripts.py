@@ -4,7 +4,9 @@ A script refuses with an error whose first word is its kind (``NOTFOUND``, ``TRA
 ``RedisStore`` maps the kind to an exception (``SCRIPT_ERRORS``), never the wording.
 
 All scripts take ``KEYS = ConversationKeys.durable`` (state, cp, msgs, order, inbox, notes) so
-they touch only keys sharing one hash tag, and refresh the retention TTL of all of them.
+they touch only keys sharing one hash tag, and refresh the retention TTL of all of them. Those that write a
+checkpoint or move the head are fenced (``_FENCED``): they also take the lease and the writer's token, and refuse
+(``LEASE``) a writer whose lease another worker holds.
 """
 
 from __future__ import annotations
@@ -35,8 +37,20 @@ local function append(id, first, last_arg)
 end
 """
 
+_FENCED = _PRELUDE + """
+-- Fencing: KEYS[7] is the conversation's lease and ARGV[1] the writer's token ('' for a writer that holds none:
+-- orchestration, the command line). Both are taken off before the script proper reads its KEYS and ARGV. A
+-- writer whose lease another worker holds now is refused; one whose lease lapsed with nobody taking it may write.
+local fence_holder = redis.call('GET', KEYS[7])
+local fence_token = table.remove(ARGV, 1)
+table.remove(KEYS, 7)
+if fence_token ~= '' and fence_holder and fence_holder ~= fence_token then
+  return redis.error_reply('LEASE another worker holds the conversation now; this write is refused')
+end
+"""
+
 # ARGV: id, kind, parent ('' for none), meta json, now, ttl, inbox items consumed, [msg json, tokens]...
-CREATE = _PRELUDE + """
+CREATE = _FENCED + """
 local id, kind, parent, meta, now, ttl, consumed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
   return redis.error_reply('EXISTS checkpoint ' .. id .. ' already exists')
@@ -61,7 +75,7 @@ return 1
 # A compaction in one atomic step: the forked checkpoint is created completed and becomes the head, or (when
 # the head moved) nothing is written and {0, actual head} is returned. A process that dies mid-compaction
 # therefore never leaves a half-written compaction behind.
-FORK_COMMIT = _PRELUDE + """
+FORK_COMMIT = _FENCED + """
 local id, parent, meta, now, ttl, expected, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local head = redis.call('HGET', K_STATE, 'head') or ''
 if head ~= expected then return {0, head} end
@@ -83,7 +97,7 @@ return {1, version, redis.call('LLEN', K_INBOX)}
 """
 
 # ARGV: id, consumed increment, ttl, [msg json, tokens]...
-APPEND = _PRELUDE + """
+APPEND = _FENCED + """
 local id, consumed, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local status = redis.call('HGET', K_CP, id .. ':status')
 if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
@@ -98,7 +112,7 @@ return n
 
 # ARGV: id, expected head ('' for none), outcome json, now, ttl, [last messages: json, tokens]... Returns {0, head}
 # when the head moved, else {1, version, items left in the inbox, the checkpoint's record as LOAD gives it}.
-COMMIT = _PRELUDE + """
+COMMIT = _FENCED + """
 local id, expected, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local status = redis.call('HGET', K_CP, id .. ':status')
 if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
@@ -123,7 +137,7 @@ return out
 """
 
 # ARGV: id, new status, outcome json ('' to keep), now, ttl
-TRANSITION = _PRELUDE + """
+TRANSITION = _FENCED + """
 local id, new, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local status = redis.call('HGET', K_CP, id .. ':status')
 if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
@@ -147,7 +161,7 @@ return status
 """
 
 # ARGV: expected head ('' for none), new head, now, ttl
-CAS_HEAD = _PRELUDE + """
+CAS_HEAD = _FENCED + """
 local expected, new, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local status = redis.call('HGET', K_CP, new .. ':status')
 if status ~= 'completed' then

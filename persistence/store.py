@@ -86,11 +86,24 @@ class CheckpointStore(HistoryReader):
                  cache_messages: int = 200_000, cache_bytes: int = 128 * 1024 * 1024) -> None:
         super().__init__(client, prefix=prefix, retention_days=retention_days, url=url)
         self._segments = SegmentCache(cache_messages, cache_bytes)
+        self._fences: dict[str, str] = {}
+        """conversation → the lease token this process's writes carry (see :meth:`_write`)."""
         self._writing: dict[tuple[str, str], list[str]] = {}
         """(conversation, running checkpoint) → its messages as this process wrote them (JSON): what the checkpoint
         holds once committed, so the history after a commit is known without reading it back."""
 
     # -- writing ------------------------------------------------------------------------------
+
+    async def _write(self, name: str, conversation_id: str, args: Sequence[Any]) -> Any:
+        """Run the fenced script ``name``: with the lease this process took when it opened the conversation's turns
+        (:meth:`open_turn`, until :meth:`let_go`), refused with :class:`LeaseLostError` once another worker holds
+        that lease; a process that opened none writes unfenced (orchestration, the command line)."""
+        keys = self.keys(conversation_id)
+        return await self._run(name, [*keys.durable, keys.lease], [self._fences.get(conversation_id, ""), *args])
+
+    def let_go(self, conversation_id: str) -> None:
+        """This process no longer writes under the lease it opened the conversation with."""
+        self._fences.pop(conversation_id, None)
 
     async def start_turn(self, conversation_id: str, *, parent_id: str | None = None,
                          from_head: bool = True, info: dict[str, Any] | None = None,
@@ -120,16 +133,15 @@ class CheckpointStore(HistoryReader):
         fork = compaction_checkpoint(conversation_id, forked_from=forked_from, messages=messages,
                                      covered_ids=covered_ids, info=info)
         outcome = outcome or CheckpointOutcome()
-        result = await self._run("FORK_COMMIT", self.keys(conversation_id).durable,
-                                 [fork.id, forked_from, fork.meta.model_dump_json(), time.time(), self.retention_seconds,
+        result = await self._write("FORK_COMMIT", conversation_id,
+                                   [fork.id, forked_from, fork.meta.model_dump_json(), time.time(), self.retention_seconds,
                                   forked_from, outcome.model_dump_json(), *_message_args(messages)])
         if not int(result[0]):
             raise HeadConflictError(conversation_id, forked_from, _text(result[1]) or None)
         return fork
 
     async def _create(self, meta: CheckpointMeta, messages: Sequence[Message], inbox_consumed: int = 0) -> None:
-        keys = self.keys(meta.conversation_id)
-        await self._run("CREATE", keys.durable, [meta.id, meta.kind.value, meta.parent_id or "",
+        await self._write("CREATE", meta.conversation_id, [meta.id, meta.kind.value, meta.parent_id or "",
                                                  meta.model_dump_json(), time.time(), self.retention_seconds,
                                                  max(0, inbox_consumed), *_message_args(messages)])
 
@@ -140,9 +152,8 @@ class CheckpointStore(HistoryReader):
         ``inbox_consumed`` counts inbox items these messages came from: they leave the inbox only
         when the checkpoint completes, so a crash before then loses nothing.
         """
-        keys = self.keys(conversation_id)
         args = _message_args(messages)
-        count = int(await self._run("APPEND", keys.durable, [checkpoint_id, inbox_consumed, self.retention_seconds,
+        count = int(await self._write("APPEND", conversation_id, [checkpoint_id, inbox_consumed, self.retention_seconds,
                                                              *args]))
         written = self._writing.get((conversation_id, checkpoint_id))
         if written is not None:
@@ -160,10 +171,10 @@ class CheckpointStore(HistoryReader):
         keys = self.keys(conversation_id)
         outcome = outcome or CheckpointOutcome()
         args = _message_args(messages)
-        result = await self._run("COMMIT", keys.durable, [checkpoint_id, expected_head or "",
-                                                          outcome.model_dump_json(), time.time(),
-                                                          self.retention_seconds, *args])
         written = self._writing.pop((conversation_id, checkpoint_id), None)
+        result = await self._write("COMMIT", conversation_id, [checkpoint_id, expected_head or "",
+                                                             outcome.model_dump_json(), time.time(),
+                                                             self.retention_seconds, *args])
         if not int(result[0]):
             raise HeadConflictError(conversation_id, expected_head, _text(result[1]) or None)
         if written is not None:
@@ -193,10 +204,9 @@ class CheckpointStore(HistoryReader):
 
     async def _transition(self, conversation_id: str, checkpoint_id: str, status: CheckpointStatus,
                           outcome: CheckpointOutcome | None) -> None:
-        keys = self.keys(conversation_id)
         if status is not CheckpointStatus.RUNNING:
             self._writing.pop((conversation_id, checkpoint_id), None)
-        await self._run("TRANSITION", keys.durable, [checkpoint_id, status.value,
+        await self._write("TRANSITION", conversation_id, [checkpoint_id, status.value,
                                                      outcome.model_dump_json() if outcome else "",
                                                      time.time(), self.retention_seconds])
 
@@ -220,8 +230,7 @@ class CheckpointStore(HistoryReader):
 
     async def cas_head(self, conversation_id: str, *, expected: str | None, new: str) -> int:
         """Move the head from ``expected`` to the completed checkpoint ``new``; returns the version."""
-        keys = self.keys(conversation_id)
-        ok, value = await self._run("CAS_HEAD", keys.durable, [expected or "", new, time.time(),
+        ok, value = await self._write("CAS_HEAD", conversation_id, [expected or "", new, time.time(),
                                                                self.retention_seconds])
         if not int(ok):
             raise HeadConflictError(conversation_id, expected, _text(value) or None)
@@ -240,6 +249,7 @@ class CheckpointStore(HistoryReader):
                               [token, max(1, int(lease_seconds * 1000)), "renew" if lease is not None else "acquire"])
         if not int(out[0]):
             return None
+        self._fences[conversation_id] = token
         state = self._state(keys, dict(zip(("head", "active", "version", "created_at", "updated_at"), out[1])))
         active_id = state.active_turn_id if state else None
         active = self._checkpoint(keys, active_id, out[2]) if active_id else None

@@ -226,6 +226,15 @@ MUTANTS: list[Mutant] = [
     Mutant("mention-hint-not-kept-with-the-message", "bot/slack.py",
            "author_id=person,\n            view=view)", "author_id=person,\n            view=None)",
            ("tests/test_slack_bot.py", "-k", "what_the_person_has_open")),
+    Mutant("stalled-writer-not-fenced", "persistence/scripts.py",
+           "if fence_token ~= '' and fence_holder and fence_holder ~= fence_token then",
+           "if false then",
+           ("tests/test_store_contract.py", "tests/test_executor.py", "-k",
+            "lease_another_worker_holds or stalled_past_its_lease")),
+    Mutant("lost-post-sent-again-before-slacks-reads-catch-up", "bot/delivery.py",
+           "                lost = True  # Slack may have posted it, and may not show it yet",
+           "                lost = False",
+           ("tests/test_delivery.py", "-k", "reads_lag")),
 ]
 
 

@@ -58,6 +58,9 @@ class FakeSlack:
         self.drop_posts = 0
         """How many of the next chat.postMessage calls are accepted (the message is posted) and then answered by
         dropping the connection, as when a network fails after Slack did the work."""
+        self.read_lag = 0.0
+        """Seconds a posted message takes to show in conversations.replies and conversations.history (Slack's
+        reads can lag its writes)."""
         self.drop_every: int | None = None
         """Every n-th chat.postMessage call (1 = the first) is accepted and then its connection dropped."""
         self.failures: dict[str, int] = {}
@@ -173,7 +176,8 @@ class FakeSlack:
             ts = f"{self._ts:.6f}"
             text = params.get("text") if method == "chat.postMessage" else _streamed(params)
             posted = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": text, "ts": ts,
-                      "blocks": params.get("blocks"), "streaming": method == "chat.startStream"}
+                      "blocks": params.get("blocks"), "streaming": method == "chat.startStream",
+                      "_at": time.monotonic()}
             metadata = params.get("metadata")
             if isinstance(metadata, str):
                 metadata = json.loads(metadata)
@@ -210,7 +214,8 @@ class FakeSlack:
                     message.update(streaming=False, blocks=params.get("blocks"))
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": message["ts"]})
         if method == "conversations.history":
-            shown = [_as_listed(m, params) for m in reversed(self.channels.get(params.get("channel", ""), []))]
+            shown = [_as_listed(m, params) for m in reversed(self.channels.get(params.get("channel", ""), []))
+                     if self._readable(m)]
             return web.json_response({"ok": True, "messages": shown, "has_more": False})
         if method == "users.info":
             user = params.get("user", "")
@@ -226,6 +231,7 @@ class FakeSlack:
             start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
             if method in self.tiers:
                 limit = min(limit, self.tiers[method][1])
+            messages = [m for m in messages if self._readable(m)]
             page = [_as_listed(m, params) for m in messages[start:start + limit]]
             more = start + limit < len(messages)
             return web.json_response({"ok": True, "messages": page, "has_more": more,
@@ -246,6 +252,9 @@ class FakeSlack:
             url = str(self.server.make_url("/socket")).replace("http://", "ws://")
             return web.json_response({"ok": True, "url": url})
         return web.json_response({"ok": True})
+
+    def _readable(self, message: dict[str, Any]) -> bool:
+        return time.monotonic() - message.get("_at", 0.0) >= self.read_lag
 
     def find(self, channel: str, ts: str) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
         """The list holding the message ``ts`` of ``channel`` (its thread or the channel), and the message."""
@@ -283,9 +292,10 @@ class FakeSlack:
 
 def _as_listed(message: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """A message as conversations.history/replies list it: its metadata only when asked for."""
+    listed = {k: v for k, v in message.items() if k != "_at"}
     if str(params.get("include_all_metadata", "")).lower() in ("1", "true"):
-        return message
-    return {k: v for k, v in message.items() if k != "metadata"}
+        return listed
+    return {k: v for k, v in listed.items() if k != "metadata"}
 
 
 def _streamed(params: dict[str, Any]) -> str:

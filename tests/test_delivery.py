@@ -185,3 +185,26 @@ async def test_a_post_slack_may_have_made_is_never_sent_again_on_a_guess(model, 
         await h.settle()
         await http.close()
         await slack.close()
+
+
+async def test_a_post_whose_answer_was_lost_is_not_posted_again_while_slacks_reads_lag(model, prefix,
+                                                                                      redis_client) -> None:
+    """Slack accepted a post and the answer was lost, and its reads lag its writes by a few seconds: the bot
+    looks for the post until Slack's reads catch up instead of posting again, so every reply is posted once; a
+    worker taking the conversation over moments later looks for it just as long."""
+    h, http = await make_harness(prefix, redis_client)
+    slack = h.slack
+    slack.read_lag = 2.0
+    try:
+        roots = [f"17000095{i:02d}.000100" for i in range(3)]
+        slack.drop_every = 2  # every second post is made, its answer lost
+        for i, root in enumerate(roots):
+            assert await h.post(event_body(mention(root, f"question {i}"), event_id=f"Ev-lag{i}")) == 200
+        await h.settle()
+        await asyncio.sleep(slack.read_lag + 0.5)
+        assert [len(replies_in(slack, r)) for r in roots] == [1, 1, 1], "each reply posted once"
+        assert slack.dropped, "an answer was lost"
+        assert await h.pipeline.inbox.pending_conversations() == []
+    finally:
+        await http.close()
+        await slack.close()

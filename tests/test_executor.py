@@ -616,3 +616,30 @@ async def test_the_history_a_worker_holds_after_its_commits_is_the_one_stored(mo
         assert [m.model_dump() for m in held.messages] == [m.model_dump() for m in fresh.messages], i
     lineage = await p.checkpoints.lineage(conversation)
     assert any(e.kind.value == "compaction" for e in lineage), "the thread was compacted along the way"
+
+
+async def test_a_worker_that_stalled_past_its_lease_commits_nothing_once_another_took_over(model, prefix,
+                                                                                          client) -> None:
+    """A worker stalls mid-turn past its lease and another worker takes the conversation: the stalled worker's
+    commit is refused (fenced by the lease, not only the head), its reply never counts, and the message is
+    answered once, by the worker holding the lease; nothing it asked is lost or recorded twice."""
+    stalled, _ = pipeline(prefix, client)
+    taking_over, _ = pipeline(prefix, client)
+    release, started = asyncio.Event(), asyncio.Event()
+    model.push(Step(text="stale answer", wait_for=release, started=started))
+    model.default = Step(text="fresh answer")
+    await stalled.submit(CONV, "what is the rollout date?", author="alice", id="11.1")
+    running = asyncio.create_task(stalled.run(CONV))
+    await started.wait()
+    lease = f"{prefix}:{{{CONV}}}:lease"
+    await client.set(lease, "another-worker")  # its lease lapsed and another worker took the conversation
+    release.set()
+    assert [r.status for r in await running if r.status == "completed"] == []
+    await client.delete(lease)  # (that worker stopped before doing anything)
+    await taking_over.submit(CONV, "and who signs it off?", author="alice", id="11.2")
+    results = await taking_over.run(CONV)
+    assert [(r.status, r.reply) for r in results] == [("completed", "fresh answer")]
+    texts = [m.text for m in (await taking_over.checkpoints.load_history(CONV)).messages if not m.flags.runtime]
+    assert texts.count("what is the rollout date?") == 1 and texts.count("and who signs it off?") == 1
+    assert "stale answer" not in texts and texts[-1] == "fresh answer"
+    assert await taking_over.pending(CONV) == 0

@@ -519,3 +519,39 @@ async def test_a_long_history_is_read_in_bounded_calls_and_comes_back_whole(stor
     assert [m.id for m in history.messages] == expected and history.chain[0] == fork.id
     assert len(sizes) > 4 and max(sizes) <= MESSAGES_PER_CALL and walks.count("WALK") >= 4
     assert history.visible_tokens() == sum(m.tokens for m in history.messages)
+
+
+async def test_a_writer_whose_lease_another_worker_holds_is_refused_everything(client, prefix) -> None:
+    """Fencing: a worker that stalled past its lease, and whose lease another worker took, can neither start, add
+    to, fail, commit nor fork anything, nor move the head; what the new holder does stands. A lease that lapsed
+    with nobody taking it still lets its writer finish, and a writer that opened no turn (orchestration) is not
+    fenced."""
+    from threadkeeper.persistence import LeaseLostError
+
+    stalled, holder = CheckpointStore(client, prefix=prefix), CheckpointStore(client, prefix=prefix)
+    first = await turn(stalled, ["a"])
+    assert await stalled.open_turn(CONV, lease_seconds=30) is not None
+    running = await stalled.start_turn(CONV, messages=[msg("q")])
+    await client.delete(f"{prefix}:{{{CONV}}}:lease")  # the lease lapsed: nobody holds it
+    await stalled.append(CONV, running.id, [msg("still its writer's")])
+    assert await holder.open_turn(CONV, lease_seconds=30) is not None  # another worker takes the conversation
+    writes = {
+        "start": stalled.start_turn(CONV, messages=[msg("late")]),
+        "append": stalled.append(CONV, running.id, [msg("late")]),
+        "commit": stalled.commit(CONV, running.id, expected_head=first),
+        "fork": stalled.fork_compaction(CONV, forked_from=first, messages=[msg("summary")], covered_ids=[]),
+        "fail": stalled.fail(CONV, running.id, error="late"),
+        "head": stalled.cas_head(CONV, expected=first, new=first),
+    }
+    for name, write in writes.items():
+        with pytest.raises(LeaseLostError):
+            await write
+    state = await holder.require_state(CONV)
+    assert state.head_checkpoint_id == first and (await holder.get(CONV, running.id)).message_count == 2
+    await holder.fail(CONV, running.id, error="abandoned")  # the holder's writes stand
+    second = await turn(holder, ["b"])
+    assert (await holder.require_state(CONV)).head_checkpoint_id == second
+    orchestration = CheckpointStore(client, prefix=prefix)
+    await orchestration.fork_compaction(CONV, forked_from=second, messages=[msg("summary")], covered_ids=[])
+    stalled.let_go(CONV)  # done with its lease: no longer fenced either
+    assert await turn(stalled, ["c"])

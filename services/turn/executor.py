@@ -26,6 +26,7 @@ from threadkeeper.persistence import (
     Inbox,
     InvalidTransitionError,
     Lease,
+    LeaseLostError,
     LeaseManager,
     Message,
     Opening,
@@ -66,7 +67,8 @@ class _ContextOverflow(Exception):
 
 
 class _LeaseLost(Exception):
-    """The lease lapsed between two turns and another worker took the conversation over."""
+    """The lease lapsed and another worker took the conversation over: between two turns, or during one (whose
+    writes the store then refuses)."""
 
 
 class TurnStopped(Exception):
@@ -218,6 +220,7 @@ class ReplyExecutor:
             self._turning.discard(conversation_id)
             self._stops.discard(conversation_id)
             self._opened.pop(conversation_id, None)
+            self.checkpoints.let_go(conversation_id)
             if self.held is not None:
                 self.held.let_go(conversation_id)
             if not released:
@@ -287,6 +290,9 @@ class ReplyExecutor:
                     raise _LeaseLost(conversation_id)
             try:
                 return await self._turn(conversation, events, opening, overflowed)
+            except LeaseLostError as exc:  # another worker holds the lease now: nothing more is written here
+                log.warning("%s: %s", conversation_id, exc)
+                raise _LeaseLost(conversation_id) from exc
             except HeadConflictError as conflict:
                 log.info("head of %s moved during a turn (attempt %d): %s", conversation_id, attempt + 1, conflict)
             except _ContextOverflow as overflow:
@@ -387,6 +393,8 @@ class ReplyExecutor:
                               compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
+            raise
+        except LeaseLostError:  # its writes are refused: the worker holding the lease now answers
             raise
         except ModelContextError as exc:
             if overflowed or paused is not None:

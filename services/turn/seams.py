@@ -63,6 +63,9 @@ class CheckpointStore(Protocol):
 
     async def supersede(self, conversation_id: str, checkpoint_id: str) -> None: ...
 
+    def let_go(self, conversation_id: str) -> None:
+        """This process no longer writes under the lease its opening took (the writes it makes are not fenced)."""
+
 
 class HeldFlags(Protocol):
     """Where a conversation's transport flags are served from the copy its turn's opening read, while this process
