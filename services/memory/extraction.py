@@ -159,7 +159,8 @@ class Extractor:
                                                       {r.id for r in records})
                 except Exception as exc:  # noqa: BLE001 - the deterministic records stand without the model's
                     log.warning("memory model pass for %s failed: %s", cid, exc)
-        await self.store.put(where.workspace, records)
+        retracted = set(await self.store.put(where.workspace, records))  # a source retracted meanwhile: not written
+        records = [r for r in records if r.id not in retracted]
         job.outcome = "succeeded" if records else "succeeded_empty"
         job.records = len(records)
         return Extraction(cid, job.outcome, len(records), len(new), calls), job
