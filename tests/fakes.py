@@ -138,17 +138,34 @@ async def written(p: Any, conversation_id: str, text: str) -> str:
 
 
 @contextmanager
-def counted_commands(client: Any) -> Iterator[list[str]]:
-    """The names of the Redis commands ``client`` sends while the block runs, in order."""
+def counted_commands(client: Any, *, pipelines: bool = False) -> Iterator[list[str]]:
+    """The names of the Redis commands ``client`` sends while the block runs, in order; with ``pipelines``, each
+    command a pipeline carries counts too (else a pipeline is not counted)."""
     sent: list[str] = []
     original = client.execute_command
+    original_pipeline = client.pipeline
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         sent.append(str(args[0]))
         return await original(*args, **kwargs)
 
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = original_pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        async def counted_execute(*a: Any, **k: Any) -> Any:
+            sent.extend(str(command[0][0]) for command in pipe.command_stack)
+            return await execute(*a, **k)
+
+        pipe.execute = counted_execute
+        return pipe
+
     client.execute_command = counted
+    if pipelines:
+        client.pipeline = pipeline
     try:
         yield sent
     finally:
         del client.execute_command
+        if pipelines:
+            del client.pipeline
