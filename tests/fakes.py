@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,3 +169,30 @@ def counted_commands(client: Any, *, pipelines: bool = False) -> Iterator[list[s
         del client.execute_command
         if pipelines:
             del client.pipeline
+
+
+class Paused:
+    """A writer of memory stopped between its read and its write: ``reached`` is set when it calls the store's
+    method, which runs once ``go`` is set (only the first call waits)."""
+
+    def __init__(self, store: Any, method: str) -> None:
+        self.reached, self.go = asyncio.Event(), asyncio.Event()
+        original: Callable[..., Awaitable[Any]] = getattr(store, method)
+        first = [True]
+
+        async def paused(*args: Any, **kwargs: Any) -> Any:
+            if first[0]:
+                first[0] = False
+                self.reached.set()
+                await self.go.wait()
+            return await original(*args, **kwargs)
+
+        setattr(store, method, paused)
+
+    async def during(self, writer: Awaitable[Any], retraction: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``writer`` up to its write, then ``retraction``, then let the write go on."""
+        task = asyncio.ensure_future(writer)
+        await asyncio.wait_for(self.reached.wait(), 30)
+        await retraction()
+        self.go.set()
+        return await task

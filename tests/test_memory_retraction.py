@@ -4,12 +4,10 @@ loses the retracted part."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from fakes import Step, pipeline, scripted
+from fakes import Paused, Step, pipeline, scripted
 
 from threadkeeper.persistence import InboxItem, MemoryRecord
 from threadkeeper.services import Conversation
@@ -48,33 +46,6 @@ async def _delete(p: Any, conversation: Conversation, message_id: str) -> None:
     """The source message deleted in Slack: the event reaches the thread's inbox and its next run."""
     await p.submit_item(conversation, InboxItem(kind="delete", target_id=message_id, reply_expected=False))
     await p.run(conversation)
-
-
-class Paused:
-    """A writer of memory stopped between its read and its write: ``reached`` is set when it calls the store's
-    method, which runs once ``go`` is set (only the first call waits)."""
-
-    def __init__(self, store: Any, method: str) -> None:
-        self.reached, self.go = asyncio.Event(), asyncio.Event()
-        original: Callable[..., Awaitable[Any]] = getattr(store, method)
-        first = [True]
-
-        async def paused(*args: Any, **kwargs: Any) -> Any:
-            if first[0]:
-                first[0] = False
-                self.reached.set()
-                await self.go.wait()
-            return await original(*args, **kwargs)
-
-        setattr(store, method, paused)
-
-    async def during(self, writer: Awaitable[Any], retraction: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``writer`` up to its write, then ``retraction``, then let the write go on."""
-        task = asyncio.ensure_future(writer)
-        await asyncio.wait_for(self.reached.wait(), 30)
-        await retraction()
-        self.go.set()
-        return await task
 
 
 async def _stored(st: Any) -> list[MemoryRecord]:

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from fakes import Step, counted_commands, pipeline, scripted
+from fakes import Paused, Step, counted_commands, pipeline, scripted
 
 from threadkeeper.persistence.keys import activity_key
 from threadkeeper.services import Conversation
@@ -95,3 +95,20 @@ async def test_an_item_arriving_after_extraction_puts_the_thread_back(redis_clie
     await p.run(told)
     p.memory.clock = lambda: time.time() + 7200
     assert [e.records for e in await p.memory.sweep()] == [1], "the new item put it back"
+
+
+async def test_an_item_arriving_during_extraction_keeps_the_thread_owing(redis_client, prefix) -> None:
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    told = Conversation.slack(T, ON_CHANNEL, "1800000000.000100", "public")
+    await p.submit(told, "The staging cluster is called kestrel-eu.", author="alice", id="1800000000.000100")
+    await p.run(told)
+    p.memory.clock = lambda: time.time() + 3600
+
+    async def arrives() -> None:
+        await p.submit(told, "The billing outage is tracked in ticket OPS-4471.", author="bob", id="1800000001.000100")
+        await p.run(told)
+
+    done = await Paused(st.memory, "put").during(p.memory.sweep(), arrives)
+    assert [e.records for e in done] == [1]
+    p.memory.clock = lambda: time.time() + 7200
+    assert [e.records for e in await p.memory.sweep()] == [1], "the item that arrived meanwhile is extracted next"
