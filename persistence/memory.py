@@ -94,7 +94,7 @@ _SETTLE = """
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
 if ARGV[3] == '' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return redis.call('ZADD', KEYS[1], 'XX', ARGV[3], ARGV[1])
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', ARGV[3], ARGV[1])
 """
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end

@@ -112,3 +112,25 @@ async def test_an_item_arriving_during_extraction_keeps_the_thread_owing(redis_c
     assert [e.records for e in done] == [1]
     p.memory.clock = lambda: time.time() + 7200
     assert [e.records for e in await p.memory.sweep()] == [1], "the item that arrived meanwhile is extracted next"
+
+
+async def test_a_failed_extraction_is_due_again_at_its_retry_and_not_before(redis_client, prefix) -> None:
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    told = Conversation.slack(T, ON_CHANNEL, "1800000000.000100", "public")
+    await p.submit(told, "The staging cluster is called kestrel-eu.", author="alice", id="1800000000.000100")
+    await p.run(told)
+    extraction = p.memory.extraction
+    read = extraction.messages
+
+    async def fails(cid: str) -> Any:
+        raise ConnectionError("the history could not be read")
+
+    extraction.messages = fails
+    start = time.time() + 3600
+    p.memory.clock = lambda: start
+    [failed] = await p.memory.sweep()
+    assert failed.outcome == "failed" and failed.retry_at > start
+    extraction.messages = read
+    assert await p.memory.sweep() == [], "not before its retry"
+    p.memory.clock = lambda: failed.retry_at + 1
+    assert [e.records for e in await p.memory.sweep()] == [1], "at its retry it is extracted"
