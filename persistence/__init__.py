@@ -18,7 +18,7 @@ from .errors import (
 from .forget import Forgetter
 from .inbox import Inbox, LeaseManager, why_unreadable
 from .keys import ConversationKeys
-from .memory import ExtractionJob, MemoryRecord, MemoryStore, MemoryVersion
+from .memory import ExtractionJob, MemoryOrigin, MemoryRecord, MemoryStore, MemoryVersion, message_mark
 from .models import (
     Checkpoint,
     CheckpointKind,
@@ -47,7 +47,7 @@ from .signals import Signals
 from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
 
 __all__ = [
-    "Forgetter", "durability", "ExtractionJob", "MemoryRecord", "MemoryStore", "MemoryVersion", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
+    "Forgetter", "durability", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",

@@ -10,6 +10,11 @@ one slot of a Redis Cluster:
 ``<prefix>:{mem:<ws>}:job:<conv>``       string  a conversation's extraction job (watermark, outcome, attempts)
 ``<prefix>:{mem:<ws>}:lock:<name>``      string  a lease (extraction of a conversation, consolidation of a scope)
 ``<prefix>:{mem:<ws>}:ver:<scope>``      list    the scope's consolidation versions, newest first (two kept)
+``<prefix>:{mem:<ws>}:gone``             zset    tombstones: ``msg:<channel>:<id>`` of a deleted, edited or forgotten
+                                                 source message → when it was retracted, kept for the retention period
+
+Every write of records (an extraction's, a consolidation's, a retraction's rewrite) runs in one script that first
+looks up each record's sources among the tombstones: a record derived from a retracted source is never written.
 
 Knows no Slack and no model: what a record says and who may see it is decided in ``services.memory``.
 """
@@ -38,10 +43,85 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+_WRITE = """
+-- KEYS: rec, gen, gone, shown, uses, last, ver. ARGV: records count, reset usage (1|0), version JSON or '',
+-- versions kept, retention seconds, expire-at (0: leave), then per record: id, JSON, marks count, marks; then the
+-- ids to remove. Any record citing a tombstone: nothing is written, the tombstones hit are returned.
+local n = tonumber(ARGV[1])
+local i = 7
+local hits, fields, written = {}, {}, {}
+for _ = 1, n do
+  local id, json, m = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  i = i + 3
+  for k = i, i + m - 1 do
+    if redis.call('ZSCORE', KEYS[3], ARGV[k]) then hits[#hits + 1] = ARGV[k] end
+  end
+  i = i + m
+  fields[#fields + 1] = id
+  fields[#fields + 1] = json
+  written[#written + 1] = id
+end
+if #hits > 0 then return hits end
+local removed = {}
+for k = i, #ARGV do removed[#removed + 1] = ARGV[k] end
+local function each(cmd, key, items)
+  for s = 1, #items, 1000 do
+    redis.call(cmd, key, unpack(items, s, math.min(s + 999, #items)))
+  end
+end
+each('HSET', KEYS[1], fields)
+each('HDEL', KEYS[1], removed)
+local reset = removed
+if ARGV[2] == '1' then
+  reset = {}
+  for _, id in ipairs(removed) do reset[#reset + 1] = id end
+  for _, id in ipairs(written) do reset[#reset + 1] = id end
+end
+for k = 4, 6 do each('HDEL', KEYS[k], reset) end
+if ARGV[3] ~= '' then
+  redis.call('LPUSH', KEYS[7], ARGV[3])
+  redis.call('LTRIM', KEYS[7], 0, tonumber(ARGV[4]) - 1)
+  redis.call('EXPIRE', KEYS[7], ARGV[5])
+end
+if ARGV[6] ~= '0' then
+  redis.call('EXPIREAT', KEYS[1], ARGV[6], 'GT')
+  redis.call('EXPIREAT', KEYS[1], ARGV[6], 'NX')
+end
+redis.call('INCR', KEYS[2])
+return {}
+"""
+_SETTLE = """
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == '' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', ARGV[3], ARGV[1])
+"""
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+
+
+def message_mark(channel: str, message_id: str) -> str:
+    """A source message's tombstone (a message id is unique within its channel)."""
+    return f"msg:{channel}:{message_id}"
+
+
+class MemoryOrigin(BaseModel):
+    """One of the records a merged record was made of, as it was: what the merged record falls back to when
+    another of its sources is retracted."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    text: str
+    conversation: str
+    channel: str
+    source_ids: list[str]
+    authors: list[str] = Field(default_factory=list)
+    said_at: float
+
+    def marks(self) -> set[str]:
+        return {message_mark(self.channel, s) for s in self.source_ids}
 
 
 class MemoryRecord(BaseModel):
@@ -66,11 +146,40 @@ class MemoryRecord(BaseModel):
     supersedes: list[str] = Field(default_factory=list)
     superseded_by: str | None = None
     merged_from: list[str] = Field(default_factory=list)
+    origins: list[MemoryOrigin] = Field(default_factory=list)
+    """A merged record's parts (itself first), each with its sources; empty for a record never merged."""
     uses: int = 0
     """How often a reply cited it."""
     shown: int = 0
     """How often it was shown in a turn's context."""
     last_used: float | None = None
+
+    def parts(self) -> list[MemoryOrigin]:
+        """What the record was made of: its origins when merged, else itself."""
+        return self.origins or [MemoryOrigin(id=self.id, text=self.text, conversation=self.conversation,
+                                             channel=self.channel, source_ids=self.source_ids, authors=self.authors,
+                                             said_at=self.said_at)]
+
+    def marks(self) -> set[str]:
+        """The tombstones any of which retracts (part of) this record."""
+        return {m for part in self.parts() for m in part.marks()}
+
+    def without(self, gone: set[str]) -> MemoryRecord | None:
+        """The record once the sources ``gone`` are retracted: itself when none of its parts cites one, None when
+        every part does, else a merged record that keeps only the other parts (its text, conversation and time
+        those of the first part kept, its sources and authors theirs)."""
+        parts = self.parts()
+        kept = [p for p in parts if not p.marks() & gone]
+        if len(kept) == len(parts):
+            return self
+        if not kept:
+            return None
+        lead = kept[0]
+        return self.model_copy(update={
+            "text": lead.text, "conversation": lead.conversation, "channel": lead.channel, "said_at": lead.said_at,
+            "source_ids": list(dict.fromkeys(s for p in kept for s in p.source_ids)),
+            "authors": list(dict.fromkeys(a for p in kept for a in p.authors)),
+            "merged_from": [p.id for p in kept if p.id != self.id], "origins": kept if len(kept) > 1 else []})
 
 
 class ExtractionJob(BaseModel):
@@ -157,18 +266,68 @@ class MemoryStore(RedisStore):
         out.sort(key=lambda r: (r.created_at, r.id))
         return out
 
-    async def put(self, workspace: str, records: Sequence[MemoryRecord]) -> None:
-        """Write (or overwrite) records; the workspace's memory lives as long as its longest-lived record."""
-        if not records:
+    async def put(self, workspace: str, records: Sequence[MemoryRecord], *, removed: Sequence[str] = ()
+                  ) -> list[str]:
+        """Write (or overwrite) records, and delete ``removed``, unless they cite a retracted source (see
+        :meth:`_write`); the workspace's memory lives as long as its longest-lived record. The ids not written."""
+        if not records and not removed:
+            return []
+        return await self._write(workspace, list(records), list(removed), reset_usage=False)
+
+    async def _write(self, workspace: str, records: list[MemoryRecord], removed: list[str], *, reset_usage: bool,
+                     scope: str | None = None, version: MemoryVersion | None = None) -> list[str]:
+        """The one write of records: in one script, each record's sources are looked up among the tombstones and
+        nothing is written when one is hit; then the records are taken without what was retracted (a merged record
+        keeps its other parts, any other goes) and the write is tried again. The ids not written, as retracted."""
+        base = self._base(workspace)
+        script = self._script_text("_write", _WRITE)
+        gone: set[str] = set()
+        dropped: list[str] = []
+        keys = [f"{base}:{name}" for name in ("rec", "gen", "gone", "shown", "uses", "last")] + \
+            [f"{base}:ver:{scope or '-'}"]
+        while True:
+            until = int(max(r.expires_at for r in records)) + 1 if records and not reset_usage else 0
+            args: list[Any] = [len(records), "1" if reset_usage else "0",
+                               version.model_dump_json() if version is not None else "", KEPT_VERSIONS,
+                               self.retention_seconds, until]
+            for r in records:
+                marks = sorted(r.marks())
+                args += [r.id, r.model_dump_json(), len(marks), *marks]
+            hits = await self._call(script(keys=keys, args=[*args, *removed]))
+            if not hits:
+                return dropped
+            gone.update(h.decode() if isinstance(h, bytes) else h for h in hits)
+            kept = []
+            for r in records:
+                left = r.without(gone)
+                if left is None:
+                    dropped.append(r.id)
+                    removed.append(r.id)
+                else:
+                    kept.append(left)
+            records = kept
+            if version is not None:
+                version.records = [i for i in version.records if i not in dropped]
+                version.dropped = list(dict.fromkeys([*version.dropped, *dropped]))
+
+    async def tombstone(self, workspace: str, marks: Sequence[str], *, at: float | None = None) -> None:
+        """Retract source messages (:func:`message_mark`): from now on no record citing one is
+        written. Tombstones older than the retention period go."""
+        if not marks:
             return
         base = self._base(workspace)
+        now = time.time() if at is None else at
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(f"{base}:rec", mapping={r.id: r.model_dump_json() for r in records})
+        pipe.zadd(f"{base}:gone", {m: now for m in marks})
+        pipe.zremrangebyscore(f"{base}:gone", "-inf", now - self.retention_seconds)
+        pipe.expire(f"{base}:gone", self.retention_seconds)
         pipe.incr(f"{base}:gen")
-        until = max(r.expires_at for r in records)
-        pipe.expireat(f"{base}:rec", int(until) + 1, gt=True)
-        pipe.expireat(f"{base}:rec", int(until) + 1, nx=True)
         await self._call(pipe.execute())
+
+    async def retracted(self, workspace: str) -> set[str]:
+        """The tombstones of ``workspace``."""
+        raw = await self._call(self.client.zrange(f"{self._base(workspace)}:gone", 0, -1))
+        return {m.decode() if isinstance(m, bytes) else m for m in raw}
 
     async def delete(self, workspace: str, ids: Iterable[str]) -> int:
         ids = list(ids)
@@ -276,36 +435,39 @@ class MemoryStore(RedisStore):
             raise CorruptRecordError(key, str(exc).splitlines()[0]) from None
 
     async def write_version(self, workspace: str, scope: str, version: MemoryVersion,
-                            records: Sequence[MemoryRecord], removed: Sequence[str]) -> None:
-        """One consolidation, atomically: its records written, the removed ones deleted, the version pushed (the
-        previous version kept)."""
-        base = self._base(workspace)
-        pipe = self.client.pipeline(transaction=True)
-        if records:  # their usage is folded into them: the counters start again
-            pipe.hset(f"{base}:rec", mapping={r.id: r.model_dump_json() for r in records})
-        gone = [*removed, *(r.id for r in records)]
-        if removed:
-            pipe.hdel(f"{base}:rec", *removed)
-        if gone:
-            for name in ("shown", "uses", "last"):
-                pipe.hdel(f"{base}:{name}", *gone)
-        pipe.lpush(f"{base}:ver:{scope}", version.model_dump_json())
-        pipe.ltrim(f"{base}:ver:{scope}", 0, KEPT_VERSIONS - 1)
-        pipe.expire(f"{base}:ver:{scope}", self.retention_seconds)
-        pipe.incr(f"{base}:gen")
-        await self._call(pipe.execute())
+                            records: Sequence[MemoryRecord], removed: Sequence[str]) -> list[str]:
+        """One consolidation, atomically: its records written (their usage is folded into them: the counters start
+        again), the removed ones deleted, the version pushed (the previous version kept); a record citing a retracted
+        source is not written (see :meth:`_write`). The ids not written, as retracted."""
+        return await self._write(workspace, list(records), list(removed), reset_usage=True, scope=scope,
+                                 version=version)
 
     # -- idle conversations --------------------------------------------------------------------
 
     async def idle_conversations(self, *, idle_before: float, active_after: float,
                                  limit: int) -> list[tuple[str, float]]:
-        """Conversations of the activity registry whose last inbound item is between ``active_after`` and
-        ``idle_before``, oldest first: ``(id, last activity)``."""
+        """Conversations owing extraction (the activity registry: a conversation enters it when an item arrives and
+        leaves it once extracted, see :meth:`settle`) whose last inbound item is between ``active_after`` and
+        ``idle_before``, the longest idle first: ``(id, last activity)``. Those active before ``active_after`` (past
+        the retention period) leave the registry here."""
         from .keys import activity_key
 
-        raw = await self._call(self.client.zrangebyscore(activity_key(self.prefix), active_after, idle_before,
-                                                         start=0, num=limit, withscores=True))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zremrangebyscore(activity_key(self.prefix), "-inf", f"({active_after!r}")
+        pipe.zrangebyscore(activity_key(self.prefix), active_after, idle_before, start=0, num=limit, withscores=True)
+        _, raw = await self._call(pipe.execute())
         return [((k.decode() if isinstance(k, bytes) else k), float(s)) for k, s in raw]
+
+    async def settle(self, conversation_id: str, activity: float, *, until: float | None = None) -> bool:
+        """The conversation owes no extraction for the activity ``activity`` read from the registry: it leaves the
+        registry, or with ``until`` is due again then (a retry); unless an item arrived since (its activity moved),
+        in one script. Whether it changed anything."""
+        from .keys import activity_key
+
+        script = self._script_text("_settle", _SETTLE)
+        return bool(await self._call(script(keys=[activity_key(self.prefix)],
+                                            args=[conversation_id, repr(activity),
+                                                  "" if until is None else repr(until)])))
 
 
 def record_json(record: MemoryRecord) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,20 +138,64 @@ async def written(p: Any, conversation_id: str, text: str) -> str:
 
 
 @contextmanager
-def counted_commands(client: Any) -> Iterator[list[str]]:
-    """The names of the Redis commands ``client`` sends while the block runs, in order."""
+def counted_commands(client: Any, *, pipelines: bool = False) -> Iterator[list[str]]:
+    """The names of the Redis commands ``client`` sends while the block runs, in order; with ``pipelines``, each
+    command a pipeline carries counts too (else a pipeline is not counted)."""
     sent: list[str] = []
     original = client.execute_command
+    original_pipeline = client.pipeline
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         sent.append(str(args[0]))
         return await original(*args, **kwargs)
 
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = original_pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        async def counted_execute(*a: Any, **k: Any) -> Any:
+            sent.extend(str(command[0][0]) for command in pipe.command_stack)
+            return await execute(*a, **k)
+
+        pipe.execute = counted_execute
+        return pipe
+
     client.execute_command = counted
+    if pipelines:
+        client.pipeline = pipeline
     try:
         yield sent
     finally:
         del client.execute_command
+        if pipelines:
+            del client.pipeline
+
+
+class Paused:
+    """A writer of memory stopped between its read and its write: ``reached`` is set when it calls the store's
+    method, which runs once ``go`` is set (only the first call waits)."""
+
+    def __init__(self, store: Any, method: str) -> None:
+        self.reached, self.go = asyncio.Event(), asyncio.Event()
+        original: Callable[..., Awaitable[Any]] = getattr(store, method)
+        first = [True]
+
+        async def paused(*args: Any, **kwargs: Any) -> Any:
+            if first[0]:
+                first[0] = False
+                self.reached.set()
+                await self.go.wait()
+            return await original(*args, **kwargs)
+
+        setattr(store, method, paused)
+
+    async def during(self, writer: Awaitable[Any], retraction: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``writer`` up to its write, then ``retraction``, then let the write go on."""
+        task = asyncio.ensure_future(writer)
+        await asyncio.wait_for(self.reached.wait(), 30)
+        await retraction()
+        self.go.set()
+        return await task
 
 
 @contextmanager

@@ -6,6 +6,7 @@ Every figure comes from one run so ratios are fair; latencies are medians over r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import statistics
@@ -14,7 +15,7 @@ import sys
 import time
 import tracemalloc
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -155,6 +156,72 @@ async def _memory_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
         out[f"memory_consolidate_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)
         await stores.memory.forget_workspace(team)
     return out
+
+
+@contextlib.contextmanager
+def _counted(client: aioredis.Redis) -> Iterator[list[int]]:
+    """How many Redis commands ``client`` sends while the block runs (a pipeline's commands each count), as the one
+    element of the list it yields."""
+    sent = [0]
+    execute_command: Callable[..., Awaitable[Any]] = client.execute_command
+    pipeline = client.pipeline
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        sent[0] += 1
+        return await execute_command(*args, **kwargs)
+
+    def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = pipeline(*args, **kwargs)
+        execute: Callable[..., Awaitable[Any]] = pipe.execute
+
+        async def counted_execute(*a: Any, **k: Any) -> Any:
+            sent[0] += len(pipe.command_stack)
+            return await execute(*a, **k)
+
+        pipe.execute = counted_execute  # type: ignore[method-assign]
+        return pipe
+
+    client.execute_command = counted  # type: ignore[method-assign]
+    client.pipeline = counted_pipeline  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        del client.execute_command, client.pipeline
+
+
+async def _sweep_bench(local: Settings, client: aioredis.Redis, n: int, progress: Callable[[str], None],
+                       ) -> dict[str, float]:
+    """The idle sweep draining ``n`` idle threads of one workspace, every third in a channel with memory off (those
+    owe nothing): the passes it takes at the default claims per pass, the Redis commands of the busiest pass and
+    of all of them, and the wall time."""
+    from threadkeeper.persistence.keys import activity_key
+    from threadkeeper.services import Tokenizer
+    from threadkeeper.services.memory import Memory, MemoryConfig
+
+    progress(f"memory: the idle sweep draining {n:,} threads")
+    stores = build_stores(local, client=client)
+    team = "TSWEEP"
+    threads = [Conversation.slack(team, "COFF" if i % 3 == 1 else "CON", f"1700000000.{i:06d}", "public")
+               for i in range(n)]
+    now = time.time()
+    await client.zadd(activity_key(local.threadkeeper_key_prefix), {c.id: now + i * 1e-3 for i, c in enumerate(threads)})
+    await stores.memory.set_switch(team, "channel:COFF", False)
+    config = MemoryConfig(workspaces=frozenset({team}), channels=frozenset({"*"}))
+    memory = Memory(stores.memory, stores.checkpoints, stores.notes, Tokenizer("gpt-4o"), config=config,
+                    clock=lambda: time.time() + config.idle_seconds + 60)
+    owed = sum(1 for c in threads if c.channel == "CON")
+    passes, costs, extracted = 0, [], 0
+    started = time.perf_counter()
+    while extracted < owed and passes < 10 * n:
+        with _counted(client) as sent:
+            extracted += len(await memory.sweep())
+        passes += 1
+        costs.append(sent[0])
+    seconds = time.perf_counter() - started
+    await stores.memory.forget_workspace(team)
+    return {f"memory_sweep_passes_{n}": passes, f"memory_sweep_pass_bound_{n}": -(-owed // config.claims_per_sweep) + 1,
+            f"memory_sweep_commands_max_pass_{n}": max(costs), f"memory_sweep_commands_{n}": sum(costs),
+            f"memory_sweep_s_{n}": round(seconds, 1)}
 
 
 async def _epoch_ends(stores: Any, cid: str) -> list[Any]:
@@ -401,6 +468,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
                                        15 if quick else 41, progress))
         out.update(await _memory_bench(local, client, (10_000,) if quick else (10_000, 100_000),
                                        15 if quick else 41, progress))
+        out.update(await _sweep_bench(local, client, 1_000 if quick else 10_000, progress))
     finally:
         progress("cleaning up")
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
@@ -418,7 +486,8 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
     "recall_warm_ms_p50_1000", "recall_cold_ms_10000", "recall_warm_ms_p50_10000", "history_cache_kb_per_1000",
     "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000", "preturn_cold_over_raw_10000", "concurrent_1000_wall_s_litellm",
-    "concurrent_1000_errors_litellm", "rss_mb_1000_litellm"]
+    "concurrent_1000_errors_litellm", "rss_mb_1000_litellm", "memory_sweep_passes_1000",
+    "memory_sweep_commands_max_pass_1000"]
 
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -428,6 +497,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "concurrent_1000_wall_s": ("<=", 2.5), "concurrent_1000_errors": ("<=", 0), "rss_mb_1000": ("<=", 200),
     "recall_warm_ms_p50_10000": ("<=", 5), "recall_index_share_of_cache": ("<=", 0.30),
     "memory_read_warm_ms_p50_100000": ("<=", 5), "redaction_ms_40000_adversarial": ("<=", 500),
+    "memory_sweep_commands_max_pass_1000": ("<=", 400), "memory_sweep_commands_max_pass_10000": ("<=", 400),
 }
 """What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what
 it costs at 100 (:func:`targets`)."""

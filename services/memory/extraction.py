@@ -56,6 +56,8 @@ class Extraction:
     messages: int = 0
     model_calls: int = 0
     error: str | None = None
+    retry_at: float = 0.0
+    """When a failed extraction is tried again."""
 
 
 MEMORY_ID = "mem_"
@@ -114,7 +116,7 @@ class Extractor:
             job = await self.store.job(where.workspace, conversation_id)
             now = self.clock()
             if not force and job.outcome == "failed" and job.retry_at > now:
-                return Extraction(conversation_id, "waiting", error=job.error)
+                return Extraction(conversation_id, "waiting", error=job.error, retry_at=job.retry_at)
             try:
                 result, job = await self._extract(conversation_id, where, job, now)
             except Exception as exc:  # noqa: BLE001 - a failed job is recorded and retried with backoff
@@ -123,7 +125,7 @@ class Extractor:
                 job.outcome, job.error = "failed", f"{type(exc).__name__}: {exc}"[:500]
                 job.retry_at = now + self.config.retry_seconds * 2 ** min(job.attempts - 1, 10)
                 await self.store.save_job(where.workspace, conversation_id, job)
-                return Extraction(conversation_id, "failed", error=job.error)
+                return Extraction(conversation_id, "failed", error=job.error, retry_at=job.retry_at)
             await self.store.save_job(where.workspace, conversation_id, job)
             return result
 
@@ -159,7 +161,8 @@ class Extractor:
                                                       {r.id for r in records})
                 except Exception as exc:  # noqa: BLE001 - the deterministic records stand without the model's
                     log.warning("memory model pass for %s failed: %s", cid, exc)
-        await self.store.put(where.workspace, records)
+        retracted = set(await self.store.put(where.workspace, records))  # a source retracted meanwhile: not written
+        records = [r for r in records if r.id not in retracted]
         job.outcome = "succeeded" if records else "succeeded_empty"
         job.records = len(records)
         return Extraction(cid, job.outcome, len(records), len(new), calls), job
@@ -280,10 +283,17 @@ class Extractor:
         return out
 
     async def sweep(self) -> list[Extraction]:
-        """Extract from conversations idle for ``idle_seconds`` with activity the last run did not cover (a bounded
-        number per sweep), then consolidate the scopes that changed."""
+        """Extract from conversations idle for ``idle_seconds`` that owe extraction (a bounded number per sweep, the
+        longest idle first), then consolidate the scopes that changed.
+
+        The registry of conversations owing extraction holds only those: one extracted (or found extracted already),
+        with memory off, or past its attempts leaves it, and one whose extraction failed is due again at its retry;
+        an item arriving puts it back. So a sweep reads at most ``4 × claims_per_sweep`` entries of it and does a
+        bounded number of Redis commands for each, and a conversation that goes idle is extracted within
+        (the conversations owing extraction before it) / ``claims_per_sweep`` sweeps, whatever else is stored."""
         now = self.clock()
-        found = await self.store.idle_conversations(idle_before=now - self.config.idle_seconds,
+        idle = self.config.idle_seconds
+        found = await self.store.idle_conversations(idle_before=now - idle,
                                                     active_after=now - self.retention_days * DAY,
                                                     limit=self.config.claims_per_sweep * 4)
         done: list[Extraction] = []
@@ -293,13 +303,22 @@ class Extractor:
                 break
             where = Conversation.of(cid)
             job = await self.store.job(where.workspace, cid)
-            if job.activity >= activity or (job.outcome == "failed" and (job.retry_at > now or
-                                                                         job.attempts >= self.config.max_attempts)):
+            if job.activity >= activity or (job.outcome == "failed" and job.attempts >= self.config.max_attempts):
+                await self.store.settle(cid, activity)
+                continue
+            if job.outcome == "failed" and job.retry_at > now:
+                await self.store.settle(cid, activity, until=job.retry_at - idle)
                 continue
             # what the transport said about the channel when the conversation's messages arrived
             where = where.said((await self.notes.get(cid)).flags.get(PRIVACY))
             result = await self.extract(where)
-            if result.outcome in ("disabled", "busy"):
+            if result.outcome == "busy":  # its holder settles it
+                continue
+            if result.outcome in ("failed", "waiting"):
+                await self.store.settle(cid, activity, until=result.retry_at - idle)
+            else:  # extracted, or memory is off here: an item arriving puts it back
+                await self.store.settle(cid, activity)
+            if result.outcome == "disabled":
                 continue
             done.append(result)
             if result.records:

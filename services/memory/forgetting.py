@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from threadkeeper.persistence import Message
-from threadkeeper.persistence.memory import MemoryStore
+from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, message_mark
 
 from ..conversation import Conversation
 
@@ -30,24 +30,41 @@ class Forgetting:
         self.store, self.sources, self.cache = store, sources, cache
 
     async def retract(self, conversation: Conversation, message_id: str) -> int:
-        """A source message was deleted or edited: every record derived from it goes; how many went."""
-        where, conversation_id = conversation, conversation.id
-        records = await self.store.records(where.workspace, now=0.0)
-        doomed = [r.id for r in records if message_id in r.source_ids
-                  and (r.conversation == conversation_id or r.channel == where.channel)]
-        return await self.store.delete(where.workspace, doomed)
+        """A source message was deleted or edited: its tombstone first (from then on no writer writes a record citing
+        it), then every record derived from it goes, a merged one only losing that part; how many records lost it."""
+        where = conversation
+        mark = message_mark(where.channel, message_id)
+        await self.store.tombstone(where.workspace, [mark])
+        return await self._strip(where.workspace, {mark})
 
     async def forget_conversation(self, conversation: Conversation) -> int:
-        """A conversation is being forgotten: every record derived from it goes too (merged ones included), and its
-        extraction job; how many records went. Call it before the conversation's messages are deleted."""
+        """A conversation is being forgotten: every message it said is retracted (tombstoned, then taken out of the
+        records derived from it, merged ones included), and its extraction job goes; how many records lost a source.
+        Call it before the conversation's messages are deleted."""
         where, conversation_id = conversation, conversation.id
         messages, _ = await self.sources.messages(conversation_id)
-        said = {m.id for m in messages}
-        records = await self.store.records(where.workspace, now=0.0)
-        doomed = [r.id for r in records if r.conversation == conversation_id
-                  or (r.channel == where.channel and said.intersection(r.source_ids))]
+        marks = {message_mark(where.channel, m.id) for m in messages}
+        await self.store.tombstone(where.workspace, sorted(marks))
         await self.store.forget_job(where.workspace, conversation_id)
-        return await self.store.delete(where.workspace, doomed)
+        return await self._strip(where.workspace, marks)
+
+    async def _strip(self, workspace: str, marks: set[str]) -> int:
+        """Take the retracted sources ``marks`` out of the stored records: a record made only of them goes, a merged
+        one keeps its other parts (the write checks the tombstones again, so a concurrent writer cannot bring one
+        back); how many records were changed or removed."""
+        records = await self.store.records(workspace, now=0.0)
+        rewritten: list[MemoryRecord] = []
+        doomed: list[str] = []
+        for r in records:
+            if not r.marks() & marks:
+                continue
+            left = r.without(marks)
+            if left is None:
+                doomed.append(r.id)
+            else:
+                rewritten.append(left)
+        await self.store.put(workspace, rewritten, removed=doomed)
+        return len(rewritten) + len(doomed)
 
     async def forget(self, workspace: str, record_id: str) -> bool:
         return await self.store.delete(workspace, [record_id]) > 0
