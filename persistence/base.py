@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -132,6 +133,23 @@ class RedisStore:
         pipe = self.client.pipeline(transaction=False)
         commands(pipe)
         await self._call(pipe.execute())
+
+    # -- leases: one holder at a time, known by its token; a turn's opening takes its conversation's lease in the
+    # same script as its reads (BEGIN), every other holder through these three.
+
+    async def _take_lease(self, key: str, seconds: float) -> str | None:
+        """Take the lease ``key`` for ``seconds`` if nobody holds it (or its holder's expired): its token, or None."""
+        token = secrets.token_hex(12)
+        ok = await self._call(self.client.set(key, token, nx=True, px=max(1, int(seconds * 1000))))
+        return token if ok else None
+
+    async def _renew_lease(self, key: str, token: str, seconds: float) -> bool:
+        """Extend a held lease by ``seconds``; False when it is no longer ``token``'s."""
+        return bool(int(await self._run("RENEW_LEASE", [key], [token, max(1, int(seconds * 1000))])))
+
+    async def _release_lease(self, key: str, token: str) -> bool:
+        """Release a held lease; a stale holder cannot release someone else's."""
+        return bool(int(await self._run("RELEASE_LEASE", [key], [token])))
 
     async def reachable(self) -> bool:
         """Whether Redis answers now (a health check)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -194,16 +193,13 @@ class LeaseManager(RedisStore):
 
     async def acquire(self, conversation_id: str, ttl_seconds: float) -> Lease | None:
         """Take the lease if nobody holds it (or the holder's lease expired); None otherwise."""
-        token = secrets.token_hex(12)
-        ms = max(1, int(ttl_seconds * 1000))
-        ok = await self._call(self.client.set(self.keys(conversation_id).lease, token, nx=True, px=ms))
-        return Lease(conversation_id, token, time.time() + ttl_seconds) if ok else None
+        token = await self._take_lease(self.keys(conversation_id).lease, ttl_seconds)
+        return Lease(conversation_id, token, time.time() + ttl_seconds) if token is not None else None
 
     async def renew(self, lease: Lease, ttl_seconds: float) -> Lease | None:
         """Extend a held lease; None when it was lost (expired and taken over)."""
-        ms = max(1, int(ttl_seconds * 1000))
-        ok = await self._run("RENEW_LEASE", [self.keys(lease.conversation_id).lease], [lease.token, ms])
-        return Lease(lease.conversation_id, lease.token, time.time() + ttl_seconds) if int(ok) else None
+        ok = await self._renew_lease(self.keys(lease.conversation_id).lease, lease.token, ttl_seconds)
+        return Lease(lease.conversation_id, lease.token, time.time() + ttl_seconds) if ok else None
 
     async def release_if_drained(self, lease: Lease) -> int | None:
         """Release ``lease`` if its conversation's inbox is empty, in one round trip: the number of items waiting
@@ -214,7 +210,7 @@ class LeaseManager(RedisStore):
 
     async def release(self, lease: Lease) -> bool:
         """Release a held lease; a stale holder cannot release someone else's."""
-        return bool(int(await self._run("RELEASE_LEASE", [self.keys(lease.conversation_id).lease], [lease.token])))
+        return await self._release_lease(self.keys(lease.conversation_id).lease, lease.token)
 
     async def holder(self, conversation_id: str) -> str | None:
         raw = await self._call(self.client.get(self.keys(conversation_id).lease))

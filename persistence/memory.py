@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -39,10 +38,6 @@ Visibility = Literal["public", "private", "dm"]
 KEPT_VERSIONS = 2
 """A scope keeps its newest consolidation and the one before it."""
 
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 _WRITE = """
 -- KEYS: rec, gen, gone, shown, uses, last, ver. ARGV: records count, reset usage (1|0), version JSON or '',
 -- versions kept, retention seconds, expire-at (0: leave), then per record: id, JSON, marks count, marks; then the
@@ -95,10 +90,6 @@ local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
 if ARGV[3] == '' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return redis.call('ZADD', KEYS[1], 'XX', 'CH', ARGV[3], ARGV[1])
-"""
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
 """
 
 
@@ -404,19 +395,13 @@ class MemoryStore(RedisStore):
 
     async def claim(self, workspace: str, name: str, seconds: float) -> str | None:
         """A lease on ``name`` (one holder at a time): its token, or None when another holds it."""
-        token = uuid.uuid4().hex
-        ok = await self._call(self.client.set(f"{self._base(workspace)}:lock:{name}", token, nx=True,
-                                              px=max(1, int(seconds * 1000))))
-        return token if ok else None
+        return await self._take_lease(f"{self._base(workspace)}:lock:{name}", seconds)
 
     async def renew(self, workspace: str, name: str, token: str, seconds: float) -> bool:
-        script = self._script_text("_renew", _RENEW)
-        return bool(await self._call(script(keys=[f"{self._base(workspace)}:lock:{name}"],
-                                            args=[token, max(1, int(seconds * 1000))])))
+        return await self._renew_lease(f"{self._base(workspace)}:lock:{name}", token, seconds)
 
     async def release(self, workspace: str, name: str, token: str) -> bool:
-        script = self._script_text("_release", _RELEASE)
-        return bool(await self._call(script(keys=[f"{self._base(workspace)}:lock:{name}"], args=[token])))
+        return await self._release_lease(f"{self._base(workspace)}:lock:{name}", token)
 
     def _script_text(self, name: str, text: str) -> Any:
         script = self._scripts.get(name)
