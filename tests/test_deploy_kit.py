@@ -95,3 +95,8 @@ def test_slack_run_starts_the_bot_from_the_project_files() -> None:
     manifest = subprocess.run([sys.executable, "-m", "slack_cli_hooks.hooks.get_manifest"], capture_output=True,
                               text=True, cwd=ROOT, timeout=60)
     assert manifest.returncode == 0 and json.loads(manifest.stdout) == _manifest(ROOT / "manifest.json")
+
+
+def test_the_env_example_lists_exactly_the_scopes_the_manifest_asks_for() -> None:
+    [line] = re.findall(r"^#?\s*SLACK_SCOPES=(.*)$", (ROOT / ".env.example").read_text(), re.M)
+    assert line.split(",") == _manifest(ROOT / "manifest.json")["oauth_config"]["scopes"]["bot"]
