@@ -3,7 +3,14 @@ FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE constraints.txt ./
+# The dependencies first, in their own layer: a change to the code alone reuses it.
+COPY pyproject.toml constraints.txt ./
+RUN python -m venv /opt/threadkeeper \
+ && python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep=chr(10))" \
+    > /tmp/requirements.txt \
+ && /opt/threadkeeper/bin/python -m pip install --quiet --no-cache-dir -c constraints.txt -r /tmp/requirements.txt \
+ && rm /tmp/requirements.txt
+COPY README.md LICENSE ./
 COPY threadkeeper ./threadkeeper
 COPY bot ./bot
 COPY services ./services

@@ -95,3 +95,36 @@ def test_slack_run_starts_the_bot_from_the_project_files() -> None:
     manifest = subprocess.run([sys.executable, "-m", "slack_cli_hooks.hooks.get_manifest"], capture_output=True,
                               text=True, cwd=ROOT, timeout=60)
     assert manifest.returncode == 0 and json.loads(manifest.stdout) == _manifest(ROOT / "manifest.json")
+
+
+def test_the_env_example_lists_exactly_the_scopes_the_manifest_asks_for() -> None:
+    [line] = re.findall(r"^#?\s*SLACK_SCOPES=(.*)$", (ROOT / ".env.example").read_text(), re.M)
+    assert line.split(",") == _manifest(ROOT / "manifest.json")["oauth_config"]["scopes"]["bot"]
+
+
+def test_the_image_installs_the_dependencies_in_a_layer_before_the_code_and_ignores_local_files() -> None:
+    """The dependency layer sees only ``pyproject.toml`` and ``constraints.txt`` (a code change reuses it), installs
+    exactly the declared dependencies, and the build context leaves out what is local (.venv, .git, caches, .env,
+    Redis data) but nothing the Dockerfile copies."""
+    import fnmatch
+    import tomllib
+
+    lines = [line for line in (ROOT / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
+             if line and not line.startswith("#")]
+    copies = [(i, line.split()[1:-1]) for i, line in enumerate(lines) if line.startswith("COPY ")]
+    [deps] = [i for i, line in enumerate(lines) if line.startswith("RUN ") and "-r /tmp/requirements.txt" in line]
+    before = [src for i, sources in copies if i < deps for src in sources]
+    assert sorted(before) == ["constraints.txt", "pyproject.toml"], before
+    assert [i for i, line in enumerate(lines) if "deploy/install.sh /opt/threadkeeper" in line][0] > deps
+    [snippet] = re.findall(r'python -c "(import tomllib;[^"]*)"', lines[deps])
+    listed = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, cwd=ROOT, check=True)
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert listed.stdout.splitlines() == declared
+
+    ignored = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines()
+               if p.strip() and not p.startswith("#")]
+    for local in (".venv", ".git", ".env", ".pytest_cache", ".mypy_cache", ".threadkeeper", "**/__pycache__"):
+        assert local in ignored, local
+    for _, sources in copies:
+        for src in sources:
+            assert not any(fnmatch.fnmatch(src, p) or src.startswith(p.rstrip("/") + "/") for p in ignored), src

@@ -275,3 +275,91 @@ async def test_the_console_talks_to_a_real_provider_route(server: ModelServer, p
     shown = out.getvalue()
     assert "threadkeeper> Tracking ABC-123 from now on." in shown and "context of console:real" in shown
     assert server.paths == ["/v1/chat/completions"] and server.requests[0]["model"] == "gpt-4o"
+
+
+def _local_model_examples() -> list[dict[str, str]]:
+    """The variables of each command in docs/configuration.md's local-model example, as written there."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    [block] = re.findall(r"\*\*Local models\.\*\*.*?```bash\n(.*?)```", doc, re.S)
+    examples = []
+    for line in block.replace("\\\n", " ").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        words = shlex.split(line)
+        variables = dict(w.split("=", 1) for w in words if re.fullmatch(r"[A-Z_]+=.*", w))
+        assert words[len(variables):] == ["make", "run"], line
+        examples.append(variables)
+    return examples
+
+
+LOCAL_MODEL_EXAMPLES = _local_model_examples()
+
+
+def test_the_documented_local_model_examples_are_the_two_routes() -> None:
+    assert sorted(e["AI_MODEL"].split("/")[0] for e in LOCAL_MODEL_EXAMPLES) == ["ollama_chat", "openai"]
+
+
+@pytest.mark.parametrize("documented", LOCAL_MODEL_EXAMPLES, ids=lambda e: e["AI_MODEL"])
+async def test_each_documented_local_model_example_answers_in_the_console(documented: dict[str, str], prefix,
+                                                                           redis_client) -> None:
+    """``make run`` with exactly the variables docs/configuration.md gives (no Slack tokens: the console), the
+    server's address pointed at a loopback one: start-up passes its checks and a message gets the model's answer."""
+    import asyncio
+    import json
+    import sys
+    import tempfile
+    from urllib.parse import urlsplit
+
+    from conftest import REDIS_URL
+    from test_budget_and_cli import clean_env
+
+    srv = await ModelServer().start()
+    try:
+        srv.default = Reply(text="Local model here: ABC-123 is the login bug.", prompt_tokens=400, completion_tokens=9)
+        env = {k: v for k, v in clean_env().items() if not k.startswith(("OPENAI_", "OLLAMA_"))}
+        env.update(documented)
+        for name, value in documented.items():
+            if name.endswith(("_BASE_URL", "_API_BASE")):  # the same path, on the loopback server
+                env[name] = srv.url + urlsplit(value).path
+        env.update(REDIS_URL=REDIS_URL, THREADKEEPER_KEY_PREFIX=prefix)
+        with tempfile.TemporaryDirectory() as cwd:  # no .env of anyone's
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "threadkeeper", "run", env=env, cwd=cwd, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(b"ABC-123 is the login bug, keep it in mind\n/quit\n"),
+                                              timeout=240)
+    finally:
+        await srv.stop()
+    stdout, stderr = out.decode(), err.decode()
+    assert proc.returncode == 0, stderr
+    window = int(documented["AI_MODEL_CONTEXT_WINDOW_TOKENS"])
+    assert f"model {documented['AI_MODEL']} (window {window:,} tokens" in stdout
+    assert "threadkeeper> Local model here: ABC-123 is the login bug." in stdout
+    [request] = srv.requests
+    assert request["model"] == documented["AI_MODEL"].split("/", 1)[1]
+    assert "ABC-123 is the login bug, keep it in mind" in json.dumps(request["messages"])
+    if documented["AI_MODEL"].startswith("ollama_chat/"):
+        assert srv.paths == ["/api/chat"] and request["options"]["num_ctx"] == window
+    else:
+        assert srv.paths == ["/v1/chat/completions"]
+
+
+def test_the_fast_model_takes_the_main_window_only_when_it_is_the_main_model(server: ModelServer) -> None:
+    from threadkeeper.root import check_models
+    from threadkeeper.settings import Settings, SettingsError
+
+    local = {"ai_model": "openai/my-local-model", "ai_model_context_window_tokens": 16_384}
+    for same in ({}, {"ai_fast_model": "openai/my-local-model"}):
+        settings = Settings(_env_file=None, **local, **same)  # type: ignore[call-arg]
+        assert settings.fast_model_context_window_tokens == 16_384
+        check_models(settings)
+    other = Settings(_env_file=None, **local, ai_fast_model="openai/my-small-model")  # type: ignore[call-arg]
+    assert other.fast_model_context_window_tokens is None
+    with pytest.raises(SettingsError, match="set AI_FAST_MODEL_CONTEXT_WINDOW_TOKENS"):
+        check_models(other)
+    own = Settings(_env_file=None, **local, ai_fast_model_context_window_tokens=4_096)  # type: ignore[call-arg]
+    assert own.fast_model_context_window_tokens == 4_096, "the fast model's own window wins"

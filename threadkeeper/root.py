@@ -45,7 +45,7 @@ def check_models(settings: Settings) -> None:
     from threadkeeper.services.models._litellm import litellm
 
     for variable, name, window in (("AI_MODEL", settings.ai_model, settings.ai_model_context_window_tokens),
-                                   ("AI_FAST_MODEL", settings.fast_model, settings.ai_fast_model_context_window_tokens)):
+                                   ("AI_FAST_MODEL", settings.fast_model, settings.fast_model_context_window_tokens)):
         if is_offline(name):
             continue
         try:
@@ -154,7 +154,7 @@ def _build_turns(settings: Settings, stores: Stores, *, model: str | None, conte
     if fast_name == model_name:
         fast_client, fast_window = client, budget.window_tokens
     else:
-        fast_window = resolve_window(fast_name, settings.ai_fast_model_context_window_tokens,
+        fast_window = resolve_window(fast_name, settings.fast_model_context_window_tokens,
                                      variable="AI_FAST_MODEL_CONTEXT_WINDOW_TOKENS")
         fast_client = ModelClient(fast_name, timeout_seconds=settings.ai_timeout_seconds,
                                   attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds,

@@ -150,6 +150,14 @@ class Settings(BaseSettings):
         return self.ai_fast_model or self.ai_model
 
     @property
+    def fast_model_context_window_tokens(self) -> int | None:
+        """The fast model's window override: its own, else the main model's when the fast model is the main one
+        (unset, or set to the same name)."""
+        if self.ai_fast_model_context_window_tokens is not None:
+            return self.ai_fast_model_context_window_tokens
+        return self.ai_model_context_window_tokens if self.fast_model == self.ai_model else None
+
+    @property
     def slack_configured(self) -> bool:
         return bool(self.slack_bot_token and (self.slack_app_token or self.slack_signing_secret)) or self.slack_installs
 
