@@ -46,7 +46,9 @@ async def test_a_reply_is_streamed_into_the_thread_while_the_model_writes_it(h, 
     assert started is not None and started < server.sent[-1][0], "shown before the model wrote its last word"
     [start] = h.slack.calls_to("chat.startStream")
     assert (start["thread_ts"], start["recipient_user_id"], start["recipient_team_id"]) == (root, "U1", "T1")
-    assert len(h.slack.calls_to("chat.appendStream")) >= 3 and not h.slack.calls_to("chat.postMessage")
+    # more of it shown while the model still writes (how many pieces depends on the machine's pace)
+    appended = h.slack.first_call_at("chat.appendStream")
+    assert appended is not None and appended < server.sent[-1][0] and not h.slack.calls_to("chat.postMessage")
     [message] = h.slack.bot_messages(CHANNEL, root)
     history = await h.pipeline.checkpoints.load_history(cid)
     assert message["text"] == history.messages[-1].text == LONG and message["streaming"] is False
