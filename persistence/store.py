@@ -89,6 +89,9 @@ class CheckpointStore(HistoryReader):
         self._fences: dict[str, str] = {}
         """conversation → the lease token this process's writes carry (see :meth:`_write`)."""
         self._writing: dict[tuple[str, str], list[str]] = {}
+        self._pending: dict[str, tuple[History | None, list[tuple[Checkpoint, list[Message]]]]] = {}
+        """conversation → the history it extends and the checkpoints this process committed since (see
+        :meth:`_committed`)."""
         """(conversation, running checkpoint) → its messages as this process wrote them (JSON): what the checkpoint
         holds once committed, so the history after a commit is known without reading it back."""
 
@@ -183,24 +186,47 @@ class CheckpointStore(HistoryReader):
 
     def _committed(self, keys: ConversationKeys, checkpoint_id: str, parent: str | None, record: list[Any],
                    written: list[str]) -> None:
-        """The history at a checkpoint this process just committed, from the one it extends (when this process
-        holds that one) and the messages it wrote: the next turn starts from it without reading it back."""
+        """Keep what a checkpoint this process just committed adds to the history it extends (when this process
+        holds that one, or the checkpoints it committed since): the next read of the history is built from them
+        without reading them back (:meth:`_held_history`), once however many commits came in between."""
         conversation_id = keys.conversation_id
+        pending = self._pending.pop(conversation_id, None)
         base = self._segments.assembled(conversation_id)
-        if parent is not None and (base is None or base.checkpoint.id != parent):
+        if pending is not None and pending[1][-1][0].id == parent:
+            start, steps = pending
+        elif parent is None:
+            start, steps = None, []
+        elif base is not None and base.checkpoint.id == parent:
+            start, steps = base, []
+        else:
             return
         checkpoint = self._checkpoint(keys, checkpoint_id, record)
         if checkpoint.message_count != len(written) or checkpoint.meta.parent_id != parent:
             return  # not all of it was written here
         segment = self._parse(keys, checkpoint_id, "[" + ",".join(written) + "]")
-        if base is None or parent is None:  # the conversation's first checkpoint
-            history = History.model_construct(checkpoint=checkpoint, messages=segment, chain=[checkpoint_id])
-        else:
-            history = base.extended(checkpoint, segment, [*base.chain, checkpoint_id])
         self._segments.put(conversation_id, checkpoint_id, segment)
-        if self._segments.get(conversation_id, checkpoint_id) is not None:
-            self._segments.put_chain(conversation_id, checkpoint_id, history.chain)
-            self._segments.put_assembled(conversation_id, history)
+        if self._segments.get(conversation_id, checkpoint_id) is not None and len(steps) < 256:
+            # (a segment too large to keep, or many commits never read since: read back instead)
+            self._pending[conversation_id] = (start, [*steps, (checkpoint, segment)])
+            while len(self._pending) > 1_000:  # conversations committed here and never read again
+                self._pending.pop(next(iter(self._pending)))
+
+    def _held_history(self, conversation_id: str) -> None:
+        """Build the history after the checkpoints this process committed since it last read it (see
+        :meth:`_committed`) and hold it, in one pass over the messages."""
+        pending = self._pending.pop(conversation_id, None)
+        if pending is None:
+            return
+        start, steps = pending
+        checkpoint = steps[-1][0]
+        added = [m for _, segment in steps for m in segment]
+        ids = [c.id for c, _ in steps]
+        if start is None:
+            history = History.model_construct(checkpoint=checkpoint, messages=added, chain=ids)
+        else:
+            history = start.extended(checkpoint, added, [*start.chain, *ids])
+        self._segments.put_chain(conversation_id, checkpoint.id, history.chain)
+        self._segments.put_assembled(conversation_id, history)
 
     async def _transition(self, conversation_id: str, checkpoint_id: str, status: CheckpointStatus,
                           outcome: CheckpointOutcome | None) -> None:
@@ -327,6 +353,7 @@ class CheckpointStore(HistoryReader):
                 raise NotFoundError(f"conversation {conversation_id!r} has no completed checkpoint yet")
             checkpoint_id = state.head_checkpoint_id
         keys = self.keys(conversation_id)
+        self._held_history(conversation_id)
         base = self._segments.assembled(conversation_id)
         if base is not None and base.checkpoint.id == checkpoint_id and \
                 base.checkpoint.status is CheckpointStatus.COMPLETED:

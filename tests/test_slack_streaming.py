@@ -22,7 +22,7 @@ LONG = " ".join(f"step{i} of the rollout plan" for i in range(24))
 
 @pytest.fixture
 async def h(server, prefix, redis_client):
-    harness, http = await make_harness(prefix, redis_client, ai_model="openai/gpt-4o")
+    harness, http = await make_harness(prefix, redis_client, ai_model="openai/gpt-4o", ai_timeout_seconds=30.0)
     yield harness
     await harness.settle()
     await http.close()
@@ -38,8 +38,8 @@ async def test_a_reply_is_streamed_into_the_thread_while_the_model_writes_it(h, 
     assert len(LONG) > 4 * STREAM_BUFFER
     root = "1700020000.000100"
     cid = f"slack:T1:{CHANNEL}:{root}"
-    # the model writes for about 3 s: long enough that a loaded machine still shows it while it is written
-    server.push(Reply(text=LONG, chunk_delay=0.04, prompt_tokens=1_200, completion_tokens=150))
+    # the model writes for about 2.5 s: long enough that a loaded machine still shows it while it is written
+    server.push(Reply(text=LONG, chunk_delay=0.02, prompt_tokens=1_200, completion_tokens=150))
     assert await h.post(event_body(mention(root, "write out the rollout plan"), event_id="Ev-s1")) == 200
     await h.settle()
     started = h.slack.first_call_at("chat.startStream")
