@@ -141,3 +141,25 @@ def test_the_bot_the_console_and_the_command_line_talk_to_the_application_only()
                 wrong.extend(f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name}"
                              for alias in node.names if alias.name in STORES)
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_row_of_the_mutation_table_still_names_code_that_exists_once() -> None:
+    """A row whose text the code no longer holds breaks nothing and so proves nothing: each one-line breakage in
+    ``tests/mutations.py`` must find its text exactly once in its file."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).with_name("mutations.py")
+    spec = importlib.util.spec_from_file_location("mutation_table", path)
+    assert spec is not None and spec.loader is not None
+    table = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = table  # (its dataclass looks itself up there)
+    try:
+        spec.loader.exec_module(table)
+    finally:
+        del sys.modules[spec.name]
+    stale = {m.name: (table.ROOT / m.path).read_text().count(m.original) for m in table.MUTANTS
+             if (table.ROOT / m.path).read_text().count(m.original) != 1}
+    assert not stale, stale
+    assert len({m.name for m in table.MUTANTS}) == len(table.MUTANTS), "each row has a name of its own"
