@@ -48,7 +48,7 @@ def _pipeline(prefix, client, *, settings=ON, access=None):  # type: ignore[no-u
     return p, st
 
 
-async def _say(p, conversation: str, texts: list[str], start: int = 0) -> list[str]:  # type: ignore[no-untyped-def]
+async def _say(p, conversation, texts: list[str], start: int = 0) -> list[str]:  # type: ignore[no-untyped-def]
     ids = []
     for i, text in enumerate(texts, start=start):
         mid = f"1700000{i:03d}.000100"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from fakes import Paused, Step, pipeline, scripted
+from test_memory import _say
 
 from threadkeeper.persistence import InboxItem, MemoryRecord
 from threadkeeper.services import Conversation
@@ -30,16 +31,6 @@ def model():
 
 def cid(channel: str, thread: str) -> Conversation:
     return Conversation.slack(T, channel, thread, "public")
-
-
-async def _say(p: Any, conversation: Conversation, texts: list[str], start: int = 0) -> list[str]:
-    ids = []
-    for i, text in enumerate(texts, start=start):
-        mid = f"1700000{i:03d}.000100"
-        await p.submit(conversation, text, author=("alice", "bob")[i % 2], id=mid, created_at=1700000000 + i * 60)
-        ids.append(mid)
-    await p.run(conversation)
-    return ids
 
 
 async def _delete(p: Any, conversation: Conversation, message_id: str) -> None:
