@@ -262,8 +262,7 @@ class SlackBot(SlackIntake):
             @guarded("assistant_thread_started")
             async def on_assistant_started(body: dict[str, Any], event: dict[str, Any]) -> None:
                 thread = event.get("assistant_thread", {})
-                conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"],
-                                                  thread["thread_ts"], "dm")
+                conversation = _assistant_thread(body, thread)
                 await self.pipeline.set_flag(conversation, "assistant", "1")
                 await self.pipeline.set_flag(conversation, "subscribed", "1")
                 client = await self.workspaces.client(conversation.workspace)
@@ -278,8 +277,7 @@ class SlackBot(SlackIntake):
             @guarded("assistant_thread_context_changed")
             async def on_context_changed(body: dict[str, Any], event: dict[str, Any]) -> None:
                 thread = event.get("assistant_thread", {})
-                conversation = Conversation.slack(body.get("team_id", "T"), thread["channel_id"],
-                                                  thread["thread_ts"], "dm")
+                conversation = _assistant_thread(body, thread)
                 context = thread.get("context") or {}
                 await self.pipeline.set_flag(conversation, "assistant_context", str(context.get("channel_id") or ""))
 
@@ -448,6 +446,11 @@ class SlackBot(SlackIntake):
         self.metrics.events.labels(item.kind, "recorded" if appended else "duplicate").inc()
         if appended:
             self.worker.kick(conversation)
+
+
+def _assistant_thread(body: dict[str, Any], thread: dict[str, Any]) -> Conversation:
+    """The conversation of an assistant thread an ``assistant_thread_*`` event names (always in the bot's DM)."""
+    return Conversation.slack(body.get("team_id", "T"), thread["channel_id"], thread["thread_ts"], "dm")
 
 
 def _team_of(body: dict[str, Any]) -> str | None:
