@@ -48,16 +48,20 @@ class Served:
         return f"serving workspace {self.team_name} ({self.team}) as @{self.user_name} ({self.user})"
 
 
+def refused_for_good(exc: SlackApiError) -> bool:
+    """Whether Slack refused a token in a way that asking again cannot change (invalid, revoked, a missing scope)."""
+    return slack_error(exc) in PERMANENT or exc.response.status_code == 401
+
+
 async def check_bot_token(client: AsyncWebClient) -> Served:
     """``auth.test`` with the bot token, and its scopes against the manifest's: :class:`SlackSetupError` when Slack
     refuses the token or a scope is missing; a Slack that cannot be reached is raised as it is (not permanent)."""
     try:
         auth = await client.auth_test()
     except SlackApiError as exc:
-        code = slack_error(exc)
-        if code in PERMANENT or exc.response.status_code == 401:
+        if refused_for_good(exc):
             raise SlackSetupError(
-                f"SLACK_BOT_TOKEN is refused by Slack ({code}): copy the Bot User OAuth Token (xoxb-…) from your "
+                f"SLACK_BOT_TOKEN is refused by Slack ({slack_error(exc)}): copy the Bot User OAuth Token (xoxb-…) from your "
                 "app's settings at api.slack.com/apps → OAuth & Permissions, and reinstall the app if it was "
                 "revoked") from None
         raise
@@ -79,10 +83,9 @@ async def check_app_token(client: AsyncWebClient, app_token: str) -> None:
     try:
         await client.apps_connections_open(app_token=app_token)
     except SlackApiError as exc:
-        code = slack_error(exc)
-        if code in PERMANENT or exc.response.status_code == 401:
+        if refused_for_good(exc):
             raise SlackSetupError(
-                f"SLACK_APP_TOKEN is refused by Slack ({code}): make an app-level token (xapp-…) with the "
+                f"SLACK_APP_TOKEN is refused by Slack ({slack_error(exc)}): make an app-level token (xapp-…) with the "
                 "connections:write scope at api.slack.com/apps → Basic Information → App-Level Tokens, and turn "
                 "Socket Mode on") from None
         raise
@@ -106,8 +109,7 @@ class SlackHealth:
             await self.client.auth_test()
             self.state = "ok"
         except SlackApiError as exc:
-            self.state = "refused" if slack_error(exc) in PERMANENT or exc.response.status_code == 401 \
-                else "unreachable"
+            self.state = "refused" if refused_for_good(exc) else "unreachable"
         except UNREACHABLE:
             self.state = "unreachable"
         if self.state != "ok":
