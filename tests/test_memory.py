@@ -335,3 +335,17 @@ async def test_the_command_line_decides_privacy_as_the_bot_did_and_never_from_th
     await _say(bot, unknown, ["The canary build is 812."], start=5)
     refused = await cli.extract_memory(unknown.id)
     assert refused.outcome == "failed" and "cannot tell whether channel C301" in (refused.error or "")
+
+
+async def test_memory_finds_a_record_by_the_terms_recall_uses_in_any_language(redis_client, prefix, model) -> None:
+    """Memory and recall search by one term rule (``search_terms``): words of Japanese text are found by their
+    character pairs, and a German question's function words are dropped, as recall does in a thread."""
+    p, _ = _pipeline(prefix, redis_client)
+    a = cid(PUBLIC, "1700000000.000100")
+    await _say(p, a, ["本番のデプロイは毎週金曜日に止めることに決めました。",
+                      "Die Datenbank-Migration läuft am Dienstag um 14 Uhr."])
+    assert (await p.memory.extract(a)).records == 2
+    japanese = await _shown(p, cid(PUBLIC, "1800000000.000100"), "金曜日のデプロイはどうなった？")
+    assert "M1 本番のデプロイは毎週金曜日" in japanese
+    german = await _shown(p, cid(PUBLIC, "1800000001.000100"), "Wann läuft die Migration?")
+    assert "Datenbank-Migration läuft Dienstag" in german

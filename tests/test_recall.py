@@ -13,7 +13,8 @@ from fakes import Step, pipeline, scripted, written
 from threadkeeper.persistence import InboxItem, Notes
 from threadkeeper.services import Conversation
 from threadkeeper.services.context import calibration, visible
-from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex, search_terms
+from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
+from threadkeeper.services.text import search_terms
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",

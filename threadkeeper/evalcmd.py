@@ -154,7 +154,7 @@ def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
 
     table = Table(title=title)
     benchmark = any("content" in r["asked"] for r in rows if "asked" in r)
-    cols = ("strategy", "window", "answers kept", "BM25 pick", "recent + BM25", "keep-newest",
+    cols = ("strategy", "window", "answers kept", "BM25 pick", "recent + BM25", "BM25 ±1", "keep-newest",
             "over best baseline", "without recall", "cited", "ctx tokens", "answerable / questions") if benchmark \
         else ("strategy", "window", "kept", "identifiers", "ctx tokens", "probes")
     for col in cols:
@@ -165,7 +165,7 @@ def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
             continue
         if benchmark:
             table.add_row(r["strategy"], f"{r['window']:,}", _pct(a["content"]), _pct(a["bm25"]),
-                          _pct(a["recent_bm25"]), _pct(a["keep_newest"]),
+                          _pct(a["recent_bm25"]), _pct(a.get("bm25_neighbours")), _pct(a["keep_newest"]),
                           "-" if a["over_baseline"] is None else f"{a['over_baseline']:.2f}",
                           _pct(a["without_recall"]), _pct(a["cited"]), f"{a['context_tokens']:,}",
                           f"{a['answerable']:,} / {a['questions']:,}")
@@ -198,12 +198,14 @@ def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
         table = Table(title=f"memory across conversations on {args.benchmark}: {len(benchmark.cases)} chats, each "
                             "session a thread of one channel, each question asked in a new thread; answers kept on "
                             "content, baselines at the same spend")
-        for col in ("window", "memory", "BM25 pick (other threads)", "no memory", "over BM25", "tokens shown",
+        for col in ("window", "memory", "in records", "BM25 pick (other threads)", "BM25 ±1", "no memory", "over best baseline",
+                    "tokens shown",
                     "records shown", "records", "extract ms / 1k msgs", "answerable / questions"):
             table.add_column(col, justify="right")
         for r in rows:
-            table.add_row(f"{r['window']:,}", _pct(r["memory"]), _pct(r["bm25"]), _pct(r["no_memory"]),
-                          "-" if r["over_bm25"] is None else f"{r['over_bm25']:.2f}", f"{r['mean_spend']:.0f}",
+            table.add_row(f"{r['window']:,}", _pct(r["memory"]), _pct(r["in_records"]), _pct(r["bm25"]), _pct(r["bm25_neighbours"]),
+                          _pct(r["no_memory"]), "-" if r["over_best"] is None else f"{r['over_best']:.2f}",
+                          f"{r['mean_spend']:.0f}",
                           f"{r['mean_shown']:.1f}", f"{r['records']:,}", f"{r['extract_ms_per_1000_messages']:.0f}",
                           f"{r['answerable']:,} / {r['questions']:,}")
         Console(width=220).print(table)

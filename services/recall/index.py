@@ -31,11 +31,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
 
 import bm25s
 import numpy as np
-import Stemmer
 
 from threadkeeper.persistence import (
     CheckpointStore,
@@ -47,7 +45,7 @@ from threadkeeper.persistence import (
 
 from ..context import current_text, label, parse, refs
 from ..models import MESSAGE_OVERHEAD, Tokenizer, ToolContext, bound_text
-from ..text import STOPWORDS, compress, language, words
+from ..text import STOPWORDS, compress, language, search_terms
 
 log = logging.getLogger("threadkeeper.recall")
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
@@ -91,31 +89,6 @@ def change_target(message_id: str) -> tuple[str, str] | None:
     """``(target id, "edit" | "delete")`` when ``message_id`` is a change notice, else ``None``."""
     match = _CHANGE.match(message_id)
     return (match["target"], match["kind"]) if match else None
-
-
-_STEMMER = Stemmer.Stemmer("english")
-"""One stemmer for every message: a short query's language cannot be told, and a word must stem the same
-way in a question as in the message that answers it (other languages mostly lose only plural endings)."""
-
-
-_SEPARATED = re.compile(r"\w[-_./:@#]+\w").search
-_PARTS = re.compile(r"[^\W_]+").findall
-_STOP_PARTS = frozenset(["http", "https", "www", "com", "org", "net", "io"]) | STOPWORDS["en"]
-
-
-@lru_cache(maxsize=50_000)
-def search_terms(text: str) -> tuple[str, ...]:
-    """The terms a message is indexed and queried by: its content words (function words of its own
-    language dropped), stemmed."""
-    found = words(text)
-    lang = language(text.lower().split())
-    if lang != "en":
-        stop = STOPWORDS[lang]
-        found = [w for w in found if w not in stop]
-    # A compound token (URL, path, ticket key, hyphenated name) is also found by its parts, as search
-    # engines' word-delimiter filters do: "auth-gateway-overview" answers "auth-gateway" and "overview".
-    parts = [p for w in found if _SEPARATED(w) for p in _PARTS(w) if len(p) > 1 and p not in _STOP_PARTS]
-    return tuple(_STEMMER.stemWords(found + parts))
 
 
 ASSISTANT = "assistant"
@@ -229,7 +202,7 @@ class ConversationIndex:
             if match is None:
                 continue
             word = match.group("name")
-            if word.lower() in _STOP_PARTS or word.lower() in _FILLER_NAMES:
+            if word.lower() in STOPWORDS["en"] or word.lower() in _FILLER_NAMES:
                 continue
             self._vocative[(word, before)] += 1
             used = self._vocative[(word, before)]

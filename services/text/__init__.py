@@ -1,7 +1,9 @@
 """Language-level rules every capability shares: words, stopwords by language, how informative a word is,
-compression, relative dates resolved, and the cues (asks, decisions, constraints, identifiers) a message carries."""
+compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
+constraints, identifiers) a message carries."""
 
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
+from .search import search_terms
 
 __all__ = [
     "STOPWORDS",
@@ -11,6 +13,7 @@ __all__ = [
     "make_note",
     "reply_additions",
     "resolve_dates",
+    "search_terms",
     "terms",
     "words",
 ]

@@ -331,7 +331,9 @@ def terms(text: str) -> frozenset[str]:
 # -- what a reply adds -------------------------------------------------------------------------
 
 _DIGITS = re.compile(r"\d+(?:[.,:]\d+)*")
-_STEM = Stemmer.Stemmer("english")
+STEMMER = Stemmer.Stemmer("english")
+"""One stemmer for every text: a short query's language cannot be told, and a word must stem the same way in a
+question as in the message that answers it (other languages mostly lose only plural endings)."""
 TEMPLATE_OVERLAP = 0.75
 """Two sentences whose words (stemmed, numbers masked) overlap this much are one form filled twice."""
 
@@ -339,7 +341,7 @@ TEMPLATE_OVERLAP = 0.75
 def shape(sentence: str) -> frozenset[str]:
     """A sentence's form: its words stemmed, numbers masked, so one template filled with other counts ("1 reply",
     "2 replies") has one shape."""
-    return frozenset(_STEM.stemWords(list(terms(_DIGITS.sub("0", sentence)))))
+    return frozenset(STEMMER.stemWords(list(terms(_DIGITS.sub("0", sentence)))))
 
 
 def reply_additions(reply: str, asked: Sequence[str], earlier_replies: Sequence[str]) -> str:
