@@ -26,11 +26,18 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .base import RedisStore
 from .base import glob_escape as _glob_escape
 from .errors import CorruptRecordError, ThreadkeeperError
+
+
+class RecordChangedError(ThreadkeeperError):
+    """A record a writer read was changed by another writer before its write: read again."""
+
+    def __init__(self, workspace: str) -> None:
+        super().__init__(f"a memory record of workspace {workspace} changed while it was being rewritten")
 
 Kind = Literal["fact", "decision", "constraint", "identifier", "outcome"]
 Scope = Literal["conversation", "channel", "workspace"]
@@ -40,10 +47,17 @@ KEPT_VERSIONS = 2
 
 _WRITE = """
 -- KEYS: rec, gen, gone, shown, uses, last, ver. ARGV: records count, reset usage (1|0), version JSON or '',
--- versions kept, retention seconds, expire-at (0: leave), then per record: id, JSON, marks count, marks; then the
--- ids to remove. Any record citing a tombstone: nothing is written, the tombstones hit are returned.
+-- versions kept, retention seconds, expire-at (0: leave), checks count, then per check: id, the JSON it must still
+-- have ('' : absent); then per record: id, JSON, marks count, marks; then the ids to remove. A check that fails:
+-- nothing is written, {'changed'} is returned. Any record citing a tombstone: nothing is written, the tombstones
+-- hit are returned.
 local n = tonumber(ARGV[1])
-local i = 7
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
+  local now = redis.call('HGET', KEYS[1], ARGV[i]) or ''
+  if now ~= ARGV[i + 1] then return {'changed'} end
+  i = i + 2
+end
 local hits, fields, written = {}, {}, {}
 for _ = 1, n do
   local id, json, m = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -144,6 +158,12 @@ class MemoryRecord(BaseModel):
     shown: int = 0
     """How often it was shown in a turn's context."""
     last_used: float | None = None
+    _stored: str = PrivateAttr(default="")
+
+    @property
+    def stored(self) -> str:
+        """The JSON this record was read from ('' for one not read from the store)."""
+        return self._stored
 
     def parts(self) -> list[MemoryOrigin]:
         """What the record was made of: its origins when merged, else itself."""
@@ -227,13 +247,18 @@ class MemoryStore(RedisStore):
         return ({(k.decode() if isinstance(k, bytes) else k): (v in (b"on", "on")) for k, v in raw.items()},
                 int(generation or 0))
 
-    async def records(self, workspace: str, *, now: float | None = None) -> list[MemoryRecord]:
-        """The live records of ``workspace`` (expired ones left out) with their usage, oldest first."""
+    async def records(self, workspace: str, *, now: float | None = None, retracted: bool = False
+                      ) -> list[MemoryRecord]:
+        """The live records of ``workspace`` (expired ones left out) with their usage, oldest first, as a reader may
+        see them: without the parts whose sources are retracted (a record whose retraction was interrupted before it
+        was rewritten is never shown). ``retracted``: as stored, for the retraction that rewrites them."""
         base = self._base(workspace)
         pipe = self.client.pipeline(transaction=False)
         for name in ("rec", "shown", "uses", "last"):
             pipe.hgetall(f"{base}:{name}")
-        raw, shown, uses, last = await self._call(pipe.execute())
+        pipe.zrange(f"{base}:gone", 0, -1)
+        raw, shown, uses, last, gone_raw = await self._call(pipe.execute())
+        gone = set() if retracted else {m.decode() if isinstance(m, bytes) else m for m in gone_raw}
 
         def decoded(values: dict[Any, Any]) -> dict[str, float]:
             return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in values.items()}
@@ -248,28 +273,38 @@ class MemoryStore(RedisStore):
                 name = key.decode() if isinstance(key, bytes) else key
                 raise CorruptRecordError(f"{self._base(workspace)}:rec field {name}",
                                          str(exc).splitlines()[0]) from None
+            record._stored = value.decode() if isinstance(value, bytes) else value
             if record.expires_at > now:
                 if record.id in last:  # usage is counted beside the record (a turn writes no record JSON)
                     record.shown += int(shown.get(record.id, 0))
                     record.uses += int(uses.get(record.id, 0))
                     record.last_used = max(record.last_used or 0.0, last[record.id])
-                out.append(record)
+                seen = record.without(gone) if gone else record
+                if seen is not None:
+                    out.append(seen)
         out.sort(key=lambda r: (r.created_at, r.id))
         return out
 
-    async def put(self, workspace: str, records: Sequence[MemoryRecord], *, removed: Sequence[str] = ()
-                  ) -> list[str]:
+    async def put(self, workspace: str, records: Sequence[MemoryRecord], *, removed: Sequence[str] = (),
+                  unchanged: Sequence[MemoryRecord] = ()) -> list[str]:
         """Write (or overwrite) records, and delete ``removed``, unless they cite a retracted source (see
-        :meth:`_write`); the workspace's memory lives as long as its longest-lived record. The ids not written."""
+        :meth:`_write`); the workspace's memory lives as long as its longest-lived record. The ids not written.
+
+        ``unchanged``: records as :meth:`records` read them, which must still be stored exactly so (a rewrite of
+        what was read); when one changed meanwhile nothing is written and :class:`RecordChangedError` is raised,
+        so the writer reads again."""
         if not records and not removed:
             return []
-        return await self._write(workspace, list(records), list(removed), reset_usage=False)
+        return await self._write(workspace, list(records), list(removed), reset_usage=False, unchanged=unchanged)
 
     async def _write(self, workspace: str, records: list[MemoryRecord], removed: list[str], *, reset_usage: bool,
-                     scope: str | None = None, version: MemoryVersion | None = None) -> list[str]:
-        """The one write of records: in one script, each record's sources are looked up among the tombstones and
-        nothing is written when one is hit; then the records are taken without what was retracted (a merged record
-        keeps its other parts, any other goes) and the write is tried again. The ids not written, as retracted."""
+                     scope: str | None = None, version: MemoryVersion | None = None,
+                     unchanged: Sequence[MemoryRecord] = ()) -> list[str]:
+        """The one write of records: in one script, the ``unchanged`` records are compared with what is stored
+        (any difference: nothing is written, :class:`RecordChangedError`), each record's sources are looked up among
+        the tombstones and nothing is written when one is hit; then the records are taken without what was retracted
+        (a merged record keeps its other parts, any other goes) and the write is tried again. The ids not written,
+        as retracted."""
         base = self._base(workspace)
         script = self._script_text("_write", _WRITE)
         gone: set[str] = set()
@@ -280,13 +315,17 @@ class MemoryStore(RedisStore):
             until = int(max(r.expires_at for r in records)) + 1 if records and not reset_usage else 0
             args: list[Any] = [len(records), "1" if reset_usage else "0",
                                version.model_dump_json() if version is not None else "", KEPT_VERSIONS,
-                               self.retention_seconds, until]
+                               self.retention_seconds, until, len(unchanged)]
+            for r in unchanged:
+                args += [r.id, r.stored]
             for r in records:
                 marks = sorted(r.marks())
                 args += [r.id, r.model_dump_json(), len(marks), *marks]
             hits = await self._call(script(keys=keys, args=[*args, *removed]))
             if not hits:
                 return dropped
+            if hits[0] in (b"changed", "changed"):
+                raise RecordChangedError(workspace)
             gone.update(h.decode() if isinstance(h, bytes) else h for h in hits)
             kept = []
             for r in records:
