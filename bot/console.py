@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from threadkeeper.services import Conversation, Pipeline
+from threadkeeper.services.memory import Source, sources_line
 
 from .render import context_text, lineage_text
 
@@ -54,10 +55,17 @@ class ConsoleEvents:
         return True  # a console reply is printed at once: nothing is ever left owed
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None, notice: str | None = None) -> None:
-        """Printed at once: always delivered (None); a notice on a line of its own before it."""
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Source] = ()) -> None:
+        """Printed at once: always delivered (None); a notice on a line of its own before it, and where the memory
+        it cites was said after it."""
         if notice:
             print(f"  ({notice})", file=self.out, flush=True)
+        await self._show(text)
+        if sources:
+            print(f"  ({sources_line(sources)})", file=self.out, flush=True)
+
+    async def _show(self, text: str) -> None:
         writing, self.writing = self.writing, None
         if writing is not None and writing.shown and text == writing.shown.strip():
             print(file=self.out, flush=True)  # already on screen as it was written

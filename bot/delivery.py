@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -24,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.bot.manifest import Surface
 from threadkeeper.services import THINKING, Conversation, Pipeline, as_conversation
+from threadkeeper.services.memory import Source, sources_line
 
 from .conversations import DIRECT, REACTED, STATUS_MESSAGE, slack_error, thread_ts
 from .format import split_reply
@@ -36,6 +38,8 @@ log = logging.getLogger("threadkeeper.slack")
 REPLY_EVENT = "threadkeeper_reply"
 """The metadata event type of every reply part: ``{"checkpoint": <turn>, "part": <n>}``."""
 POST_ATTEMPTS = 3
+PERMALINKS_KEPT = 4096
+"""Permalinks of memory's sources a worker keeps (a message's permalink never changes)."""
 READ_LAG_SECONDS = 8.0
 """How long Slack's reads may lag its writes: a post whose answer was lost is looked for in the thread that long
 before it counts as not posted (and is posted again)."""
@@ -69,6 +73,8 @@ class SlackEvents:
         """conversation → (team, user) of the person whose message the running turn answers."""
         self.drafts: dict[str, SlackDraft] = {}
         """conversation → the reply its running turn is writing."""
+        self.permalinks: dict[tuple[str, str, str], str] = {}
+        """(workspace, channel, message ts) → the message's permalink, as ``chat.getPermalink`` gave it."""
 
     async def _client(self, conversation: Conversation) -> AsyncWebClient | None:
         client = await self.workspaces.client(conversation.workspace)
@@ -171,7 +177,8 @@ class SlackEvents:
         return draft
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None, notice: str | None = None) -> bool:
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Source] = ()) -> bool:
         """Post a turn's reply (finishing the draft it was written into, if any), each part at most once (see the
         module's description); once every part is in Slack, the turn is marked delivered (``posted``: its
         checkpoint). Returns False when a part could not be confirmed (the reply stays owed). A finished answer
@@ -184,7 +191,8 @@ class SlackEvents:
         if client is None:
             return True  # the workspace is gone: nothing can ever be posted there
         parts = split_reply(text)
-        feedback = feedback_blocks(parts[-1], checkpoint_id, notice) if kind == "completed" and parts else None
+        feedback = feedback_blocks(parts[-1], checkpoint_id, notice, await self._sources(client, conversation, sources)
+                                   ) if kind == "completed" and parts else None
         draft = self.drafts.pop(conversation.id, None)
         done = 0
         if draft is not None and parts and await draft.finish(parts[0], feedback if len(parts) == 1 else None):
@@ -204,6 +212,26 @@ class SlackEvents:
         if checkpoint_id:
             await self.pipeline.delivered(conversation, checkpoint_id)
         return True
+
+    async def _sources(self, client: AsyncWebClient, conversation: Conversation, sources: Sequence[Source]) -> str:
+        """Where the memory a reply cites was said, each day a link to the message (``chat.getPermalink``; a message
+        Slack will not link to, say deleted since, is named without one)."""
+        links: dict[Source, str] = {}
+        for source in sources:
+            key = (conversation.workspace, source.channel, source.message_id)
+            if key not in self.permalinks:
+                try:
+                    answer = await client.chat_getPermalink(channel=source.channel, message_ts=source.message_id)
+                except SlackApiError as exc:
+                    log.info("%s: no link to memory's source %s: %s", conversation, key, exc.response.get("error"))
+                    continue
+                if len(self.permalinks) >= PERMALINKS_KEPT:
+                    self.permalinks.clear()
+                self.permalinks[key] = str(answer.get("permalink") or "")
+            if self.permalinks[key]:
+                links[source] = self.permalinks[key]
+        return sources_line(sources, channel=lambda c: f"<#{c}>",
+                            link=lambda s, label: f"<{links[s]}|{label}>" if s in links else label)
 
     async def _post(self, client: AsyncWebClient, conversation: Conversation, text: str, *, blocks: list[Any] | None,
                     checkpoint_id: str | None, part: int, parts: list[str]) -> str:

@@ -54,15 +54,18 @@ STREAM_BUFFER = 128
 """Characters gathered before the reply is first shown, and before each ``chat.appendStream`` after."""
 
 
-def feedback_blocks(text: str, checkpoint_id: str | None, notice: str | None = None) -> list[Any]:
+def feedback_blocks(text: str, checkpoint_id: str | None, notice: str | None = None,
+                    sources: str | None = None) -> list[Any]:
     """The reply as a markdown block, the notice (when the turn compacted the thread) in a context line under it,
-    and the feedback buttons."""
+    where the memory it cites was said (links to the messages) in another, and the feedback buttons."""
     value = checkpoint_id or "-"
     buttons = FeedbackButtonsElement(
         action_id=FEEDBACK_ACTION,
         positive_button=FeedbackButtonObject(text="Good reply", value=f"good {value}"),
         negative_button=FeedbackButtonObject(text="Bad reply", value=f"bad {value}"))
     noted: list[Any] = [ContextBlock(elements=[MarkdownTextObject(text=f"_{notice}_")])] if notice else []
+    if sources:
+        noted.append(ContextBlock(elements=[MarkdownTextObject(text=sources)]))
     return [MarkdownBlock(text=text), *noted, ContextActionsBlock(elements=[buttons])]
 
 

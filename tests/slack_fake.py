@@ -236,6 +236,12 @@ class FakeSlack:
             more = start + limit < len(messages)
             return web.json_response({"ok": True, "messages": page, "has_more": more,
                                       "response_metadata": {"next_cursor": str(start + limit) if more else ""}})
+        if method == "chat.getPermalink":
+            channel, ts = params.get("channel", ""), params.get("message_ts", "")
+            if self.find(channel, ts) is None:
+                return web.json_response({"ok": False, "error": "message_not_found"})
+            return web.json_response({"ok": True, "channel": channel,
+                                      "permalink": f"https://fake.slack.test/archives/{channel}/p{ts.replace('.', '')}"})
         if method == "conversations.info":
             channel = params.get("channel", "")
             return web.json_response({"ok": True, "channel": {"id": channel, "is_im": channel.startswith("D"),

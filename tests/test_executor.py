@@ -523,7 +523,8 @@ async def test_messages_arriving_while_each_reply_is_posted_are_answered_by_the_
     class Busy(SilentEvents):
         posted = 0
 
-        async def reply(self, conversation_id, text, *, kind, trace_id, checkpoint_id=None, notice=None):  # type: ignore[no-untyped-def]
+        async def reply(self, conversation_id, text, *, kind, trace_id, checkpoint_id=None, notice=None,  # type: ignore[no-untyped-def]
+                        sources=()):
             self.posted += 1
             if self.posted < 6:
                 await p.submit(conversation_id, f"and another thing {self.posted}", author="bob",

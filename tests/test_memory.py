@@ -82,8 +82,9 @@ async def test_a_fact_told_in_one_thread_is_shown_in_a_new_thread_of_the_same_ch
     records = {r.id: r for r in await p.memory.store.records(T)}
     shown = [r for r in records.values() if r.shown == 1]
     assert shown and all(r.last_used for r in shown), "a record shown in a turn counts as shown"
-    assert await p.memory.cited(cid(PUBLIC, "1800000000.000100"), "As M1 says, kestrel-eu.",
-                                         [shown[0].id]) == 1
+    [source] = await p.memory.cited(cid(PUBLIC, "1800000000.000100"), "As M1 says, kestrel-eu.", [shown[0].id])
+    assert (source.mark, source.channel, source.message_id) == (1, PUBLIC, shown[0].source_ids[0]), \
+        "where the cited record was said, for the reply to link to"
     assert {r.id: r.uses for r in await p.memory.store.records(T)}[shown[0].id] == 1, "a cited one, as used"
     again = await p.memory.extract(a)
     assert again.outcome == "succeeded_empty", "only messages after the watermark are read"
@@ -349,3 +350,14 @@ async def test_memory_finds_a_record_by_the_terms_recall_uses_in_any_language(re
     assert "M1 本番のデプロイは毎週金曜日" in japanese
     german = await _shown(p, cid(PUBLIC, "1800000001.000100"), "Wann läuft die Migration?")
     assert "Datenbank-Migration läuft Dienstag" in german
+
+
+def test_the_sources_line_names_each_cited_record_by_mark_channel_day_and_author() -> None:
+    from threadkeeper.services.memory import Source, sources_line
+
+    cited = [Source(2, "C200", "1700000100.000100", 1700000100.0, ("bob",)),
+             Source(1, "C100", "1700000000.000100", 1700000000.0, ("alice", "carol"))]
+    assert sources_line(cited) == "From memory: M1 #C100, 14 Nov 2023, alice, carol; M2 #C200, 14 Nov 2023, bob"
+    assert sources_line(cited[:1], link=lambda s, label: f"<{s.message_id}|{label}>") == \
+        "From memory: M2 #C200, <1700000100.000100|14 Nov 2023, bob>"
+    assert sources_line([]) == ""

@@ -31,6 +31,29 @@ CITED = re.compile(r"\bM(\d{1,3})\b")
 """How a reply cites the records its turn was shown: by their mark in the block."""
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where a record a reply cited was said: the message a person can open (its channel and id), when and by
+    whom. ``mark``: the record's number in the block the reply cited it by (``M1`` → 1)."""
+
+    mark: int
+    channel: str
+    message_id: str
+    said_at: float
+    authors: tuple[str, ...]
+
+
+def sources_line(sources: Sequence[Source], *, channel: Callable[[str], str] = lambda c: f"#{c}",
+                 link: Callable[[Source, str], str] = lambda s, label: label) -> str:
+    """The line shown under a reply that cited memory: each cited record's mark, channel, day and authors
+    (``channel`` names a channel; ``link`` makes a label a link to the source message, where a transport can)."""
+    def one(s: Source) -> str:
+        day = datetime.fromtimestamp(s.said_at, tz=timezone.utc).strftime("%-d %b %Y")
+        who = ", ".join(s.authors[:3])
+        return f"M{s.mark} {channel(s.channel)}, {link(s, f'{day}, {who}' if who else day)}"
+    return "From memory: " + "; ".join(one(s) for s in sorted(sources, key=lambda s: s.mark)) if sources else ""
+
+
 @dataclass
 class MemoryBlock:
     """What a turn is shown of memory: the block's text and the records in it."""
@@ -258,15 +281,24 @@ class Reader:
         index.prepare()
         return index
 
-    async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> int:
+    async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> list[Source]:
         """A reply that cites records its turn was shown (``shown``: their ids, in the block's order) raises their
-        usage; how many it cited."""
-        marks = {int(n) for n in CITED.findall(reply or "")}
-        ids = [shown[n - 1] for n in sorted(marks) if 0 < n <= len(shown)]
-        if not ids:
-            return 0
-        await self.store.touch(conversation.workspace, ids, at=self.clock(), cited=True)
-        return len(ids)
+        usage; where each record it cited was said (one still stored), by mark."""
+        marks = sorted({int(n) for n in CITED.findall(reply or "")})
+        cited = {shown[n - 1]: n for n in marks if 0 < n <= len(shown)}
+        if not cited:
+            return []
+        await self.store.touch(conversation.workspace, list(cited), at=self.clock(), cited=True)
+        index = self._indexes.get(conversation.workspace)
+        records = {r.id: r for r in (index.records if index is not None else
+                                     await self.store.records(conversation.workspace, now=self.clock()))}
+        out = []
+        for record_id, mark in cited.items():
+            record = records.get(record_id)
+            if record is not None:
+                lead = record.parts()[0]
+                out.append(Source(mark, lead.channel, lead.source_ids[0], lead.said_at, tuple(lead.authors)))
+        return out
 
     def drop(self, workspace: str) -> None:
         """Forget the workspace's index (its records are being forgotten)."""

@@ -176,7 +176,7 @@ class ReplyExecutor:
                                                       said) if n) or None
                         delivered = await events.reply(conversation, result.reply, kind=result.status,
                                                        trace_id=result.trace_id, checkpoint_id=result.checkpoint_id,
-                                                       notice=notice)
+                                                       notice=notice, sources=result.sources)
                         owed = delivered is False
                 except _LeaseLost:
                     log.warning("lease on %s lost; another worker continues", conversation_id)
@@ -403,10 +403,10 @@ class ReplyExecutor:
             raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
-        await self.assembler.answered(conversation, reply, turn.runtime)
+        sources = await self.assembler.answered(conversation, reply, turn.runtime)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
-                              turn.usage, turn.compaction, turn.calls, spend=turn.spend)
+                              turn.usage, turn.compaction, turn.calls, spend=turn.spend, sources=sources)
         try:
             await self._commit(conversation_id, turn)
         except HeadConflictError:
@@ -419,7 +419,7 @@ class ReplyExecutor:
                         turn.checkpoint.id, conversation_id, exc)
             raise _TakenOver(conversation_id) from exc
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend, sources)
 
     async def _maybe_compact(self, conversation: Conversation, history: History | None, incoming: list[Message],
                              prepared: PreparedTurn, events: TurnEvents,
