@@ -91,7 +91,7 @@ async def test_a_reply_that_cites_memory_links_to_where_it_was_said(model, prefi
         await h.settle()
         [reply] = h.replies("C100")[-1:]
         lines = [e["text"] for b in reply["blocks"] if b["type"] == "context" for e in b["elements"]]
-        assert f"From memory: M1 <#C100>, <https://fake.slack.test/archives/C100/p1700000000000100|14 Nov 2023" \
+        assert "From memory: M1 <#C100>, <https://fake.slack.test/archives/C100/p1700000000000100|14 Nov 2023" \
             in " ".join(lines), lines
         assert h.slack.calls_to("chat.getPermalink") == [{"channel": "C100", "message_ts": told}]
         h.slack.threads[("C100", told)] = []  # deleted in Slack meanwhile, and Slack says so
