@@ -16,7 +16,7 @@ CAPABILITIES = {
     "context": set(),
     "lexicon": set(),
     "safety": {"lexicon"},
-    "models": {"context"},
+    "models": {"context", "text"},
     "text": {"safety", "lexicon"},
     "recall": {"models", "text", "context", "lexicon"},
     "handoff": {"models", "safety", "text", "context", "lexicon"},
