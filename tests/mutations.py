@@ -271,6 +271,12 @@ MUTANTS: list[Mutant] = [
     Mutant("sweep-drops-a-thread-that-got-an-item-meanwhile", "persistence/memory.py",
            "if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end", "if not s then return 0 end",
            ("tests/test_memory_sweep.py", "-k", "during_extraction")),
+    Mutant("offline-console-imports-litellm", "threadkeeper/root.py",
+           "        if is_offline(name):\n            continue\n"
+           "        from threadkeeper.services.models._litellm import litellm\n",
+           "        from threadkeeper.services.models._litellm import litellm\n"
+           "        if is_offline(name):\n            continue\n",
+           ("tests/test_budget_and_cli.py", "-k", "offline_console_starts")),
 ]
 
 

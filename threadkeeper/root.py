@@ -41,13 +41,14 @@ __all__ = ["Stores", "build_pipeline", "build_slack_bot", "build_stores", "check
 
 def check_models(settings: Settings) -> None:
     """At start-up: each configured model is one litellm can call, with a known window and its provider's
-    key set; otherwise stop with one line naming the variable (instead of failing every turn)."""
-    from threadkeeper.services.models._litellm import litellm
-
+    key set; otherwise stop with one line naming the variable (instead of failing every turn). The offline model is
+    no provider: with only it configured, litellm is never imported."""
     for variable, name, window in (("AI_MODEL", settings.ai_model, settings.ai_model_context_window_tokens),
                                    ("AI_FAST_MODEL", settings.fast_model, settings.fast_model_context_window_tokens)):
         if is_offline(name):
             continue
+        from threadkeeper.services.models._litellm import litellm
+
         try:
             litellm.get_llm_provider(name)
         except Exception as exc:  # litellm raises its BadRequestError for an unknown provider
