@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from threadkeeper.services import Conversation, Pipeline
+from threadkeeper.services import Conversation, ModelSetupError, Pipeline
 
 from .render import context_text, lineage_text
 
@@ -170,4 +170,7 @@ async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out
             print(f"unknown command {text.strip()!r}; {HELP}", file=out, flush=True)
         else:
             await pipeline.submit(conversation_id, text, author=author)
-            await pipeline.run(conversation_id, events)
+            results = await pipeline.run(conversation_id, events)
+            problem = next((r.problem for r in results if r.problem), None)
+            if problem is not None:  # a setting the provider refuses for good: every next message would fail too
+                raise ModelSetupError(problem)

@@ -277,6 +277,25 @@ MUTANTS: list[Mutant] = [
            "        from threadkeeper.services.models._litellm import litellm\n"
            "        if is_offline(name):\n            continue\n",
            ("tests/test_budget_and_cli.py", "-k", "offline_console_starts")),
+    Mutant("model-key-refused-read-as-a-passing-failure", "services/models/llm.py",
+           "        except (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError) as exc:\n"
+           "            raise self._refused(exc) from exc\n", "",
+           ("tests/test_bad_settings.py", "-k", "refused or provider")),
+    Mutant("redis-password-refusal-said-to-be-unreachable", "persistence/errors.py",
+           "    if isinstance(cause, AuthenticationError):", "    if False:",
+           ("tests/test_bad_settings.py", "-k", "password")),
+    Mutant("redis-missing-database-said-to-be-unreachable", "persistence/errors.py",
+           "database.isdigit() and int(database) > 0", "database == 'none'",
+           ("tests/test_bad_settings.py", "-k", "database")),
+    Mutant("redis-tls-mismatch-waits-for-every-retry", "persistence/connection.py",
+           "        if isinstance(client, aioredis.Redis):\n            await _probe(client)\n", "",
+           ("tests/test_bad_settings.py", "-k", "tls")),
+    Mutant("half-set-slack-falls-back-to-the-console", "threadkeeper/cli.py",
+           "    if half:\n        raise SettingsError(half)\n", "",
+           ("tests/test_bad_settings.py", "-k", "slack")),
+    Mutant("read-only-command-makes-an-empty-store", "threadkeeper/stores.py",
+           "        if read_only and not embedded.exists():", "        if False:",
+           ("tests/test_bad_settings.py", "-k", "only_reads")),
 ]
 
 

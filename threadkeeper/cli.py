@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import ThreadkeeperError
 
+from .embedded import NothingStoredError
 from .evalcmd import cmd_eval, cmd_eval_memory, windows_list
 from .logs import quiet_turn_lines, stderr_console
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
@@ -53,7 +54,7 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
         Console(width=200).print(table)
         return 0
 
-    return asyncio.run(with_pipeline(settings, work))
+    return asyncio.run(with_pipeline(settings, work, read_only=True))
 
 
 def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
@@ -79,7 +80,14 @@ def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
             print(f"(the {len(rows)} most recent of {total:,}; --limit shows more)")
         return 0
 
-    return asyncio.run(with_pipeline(settings, work))
+    try:
+        return asyncio.run(with_pipeline(settings, work, read_only=True))
+    except NothingStoredError as nothing:
+        if args.json:
+            print("[]")
+        else:
+            print(nothing)
+        return 0
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
@@ -100,6 +108,9 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    half = settings.slack_half_set()
+    if half:
+        raise SettingsError(half)
     if settings.slack_configured:
         args.socket = bool(settings.slack_app_token)
         args.http = not args.socket
@@ -134,7 +145,8 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
             print(context_text(report))
         return 0
 
-    return asyncio.run(with_pipeline(settings, work, model=args.model, context_window=args.context_window))
+    return asyncio.run(with_pipeline(settings, work, model=args.model, context_window=args.context_window,
+                                     read_only=True))
 
 
 def _arriving_lines(path: str, pipeline: Pipeline, author: str | None) -> list[list[Any]]:
