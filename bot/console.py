@@ -159,7 +159,8 @@ async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out
             if not await pipeline.exists(conversation_id):
                 print("(no history yet: say something first)", file=out, flush=True)
             else:
-                print(lineage_text(conversation_id, await pipeline.lineage(conversation_id)), file=out,
+                print(lineage_text(conversation_id, await pipeline.lineage(conversation_id),
+                                   await pipeline.messages(conversation_id)), file=out,
                       flush=True)
         elif command == "/context":
             if not await pipeline.exists(conversation_id):

@@ -296,6 +296,22 @@ MUTANTS: list[Mutant] = [
     Mutant("read-only-command-makes-an-empty-store", "threadkeeper/stores.py",
            "        if read_only and not embedded.exists():", "        if False:",
            ("tests/test_bad_settings.py", "-k", "only_reads")),
+    Mutant("conversations-listed-by-a-scan-again", "persistence/store.py",
+           "        if not await self._call(self.client.exists(directory_built_key(self.prefix))):",
+           "        if True:",
+           ("tests/test_conversations_list.py", "-k", "without_a_scan")),
+    Mutant("a-written-turn-leaves-the-directory-stale", "persistence/store.py",
+           "        return await self._run_then(name, *run, lambda pipe: self._listing(pipe, conversation_id, now))",
+           "        return await self._run(name, *run)",
+           ("tests/test_conversations_list.py", "-k", "every_write")),
+    Mutant("context-counts-what-the-history-holds", "services/turn/preview.py",
+           "so_far = messages_so_far(history.messages) if history is not None else 0",
+           "so_far = len(history.messages) if history is not None else 0",
+           ("tests/test_conversations_list.py", "-k", "one_message_count")),
+    Mutant("conversations-count-what-the-head-checkpoint-holds", "persistence/store.py",
+           "found = messages_so_far(await self._segment(keys, at, own)) if own > 0 else 0",
+           "found = own",
+           ("tests/test_conversations_list.py", "-k", "one_message_count")),
 ]
 
 

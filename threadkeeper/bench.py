@@ -21,7 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Usage, ping
-from threadkeeper.persistence.keys import dead_registry_key, pending_key
+from threadkeeper.persistence.keys import dead_registry_key, directory_built_key, directory_key, pending_key
 from threadkeeper.services import Conversation, measure
 from threadkeeper.services.handoff import Compactor
 from threadkeeper.services.recall import Recall
@@ -222,6 +222,34 @@ async def _sweep_bench(local: Settings, client: aioredis.Redis, n: int, progress
     return {f"memory_sweep_passes_{n}": passes, f"memory_sweep_pass_bound_{n}": -(-owed // config.claims_per_sweep) + 1,
             f"memory_sweep_commands_max_pass_{n}": max(costs), f"memory_sweep_commands_{n}": sum(costs),
             f"memory_sweep_s_{n}": round(seconds, 1)}
+
+
+async def _listing_bench(local: Settings, client: aioredis.Redis, n: int, progress: Callable[[str], None],
+                         ) -> dict[str, float]:
+    """``threadkeeper conversations`` over ``n`` stored conversations (one turn of two messages each): the 50 most
+    recent with their last activity, messages and generation, in a worker that never listed them (the median of
+    five; the first listing of a store, which adds what was stored before the directory existed, is not timed)."""
+    progress(f"listing {n:,} conversations")
+    stores = build_stores(local, client=client)
+    store = stores.checkpoints
+
+    async def one(i: int) -> None:
+        cid = f"bench:listed:{i}"
+        cp = await store.start_turn(cid, messages=[message(2 * i % 10_000), message(2 * i % 10_000 + 1, "assistant")])
+        await store.commit(cid, cp.id, expected_head=None)
+
+    for start in range(0, n, 500):
+        await asyncio.gather(*(one(i) for i in range(start, min(n, start + 500))))
+    pipeline = build_pipeline(local, stores)
+    await pipeline.conversations(50)
+    times = []
+    for _ in range(5):
+        fresh = build_pipeline(local, build_stores(local, client=client))
+        started = time.perf_counter()
+        rows, total = await fresh.conversations(50)
+        times.append(time.perf_counter() - started)
+        assert len(rows) == 50 and total >= n, (len(rows), total)
+    return {f"conversations_list_s_{n}": round(statistics.median(times), 3)}
 
 
 async def _epoch_ends(stores: Any, cid: str) -> list[Any]:
@@ -494,11 +522,13 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         out.update(await _memory_bench(local, client, (10_000,) if quick else (10_000, 100_000),
                                        15 if quick else 41, progress))
         out.update(await _sweep_bench(local, client, 1_000 if quick else 10_000, progress))
+        out.update(await _listing_bench(local, client, 2_000 if quick else 20_000, progress))
     finally:
         progress("cleaning up")
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             await client.delete(key)
-        await client.delete(pending_key(prefix), dead_registry_key(prefix))
+        await client.delete(pending_key(prefix), dead_registry_key(prefix), directory_key(prefix),
+                            directory_built_key(prefix))
         await client.aclose()
     return out
 
@@ -513,7 +543,7 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
     "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000", "preturn_cold_over_raw_10000", "concurrent_1000_wall_s_litellm",
     "concurrent_1000_errors_litellm", "rss_mb_1000_litellm", "memory_sweep_passes_1000",
-    "memory_sweep_commands_max_pass_1000"]
+    "memory_sweep_commands_max_pass_1000", "conversations_list_s_2000"]
 
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -525,6 +555,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "recall_warm_ms_p50_10000": ("<=", 5), "recall_index_share_of_cache": ("<=", 0.30),
     "memory_read_warm_ms_p50_100000": ("<=", 5), "redaction_ms_40000_adversarial": ("<=", 500),
     "memory_sweep_commands_max_pass_1000": ("<=", 400), "memory_sweep_commands_max_pass_10000": ("<=", 400),
+    "conversations_list_s_2000": ("<=", 0.5), "conversations_list_s_20000": ("<=", 0.5),
 }
 """What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what
 it costs at 100 (:func:`targets`)."""

@@ -44,9 +44,13 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"lineage of {args.conversation_id}", show_lines=False)
-        for col in ("", "checkpoint", "kind", "status", "parent", "forked_from", "messages", "tokens", "created"):
-            table.add_column(col, justify="right" if col in ("messages", "tokens") else "left")
+        from threadkeeper.bot.render import HELD
+
+        messages = await pipeline.messages(args.conversation_id)
+        table = Table(title=f"lineage of {args.conversation_id}: {messages:,} message{'' if messages == 1 else 's'} "
+                            f"so far", caption=HELD, show_lines=False)
+        for col in ("", "checkpoint", "kind", "status", "parent", "forked_from", "held", "tokens", "created"):
+            table.add_column(col, justify="right" if col in ("held", "tokens") else "left")
         for row in rows:
             table.add_row("HEAD" if row.is_head else "", row.id, row.kind.value, row.status.value, row.parent or "-",
                           row.forked_from or "-", f"{row.message_count:,}", f"{row.token_total:,}",
