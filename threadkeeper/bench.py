@@ -285,12 +285,17 @@ async def _median_ms(fn: Callable[[], Awaitable[Any]], repeats: int) -> float:
     return round(statistics.median(samples), 3)
 
 
-def _cli_seconds(*args: str, repeats: int = 3) -> float:
-    """Wall seconds of ``threadkeeper ARGS`` in a fresh process (the median of ``repeats``)."""
+def _cli_seconds(*args: str, repeats: int = 3, env: dict[str, str] | None = None) -> float:
+    """Wall seconds of ``threadkeeper ARGS`` in a fresh process (the median of ``repeats``), with ``env`` added to
+    this process's environment."""
+    import os
+
+    full = {**os.environ, **(env or {})}
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "threadkeeper", *args], capture_output=True, check=False, timeout=120)
+        subprocess.run([sys.executable, "-m", "threadkeeper", *args], capture_output=True, check=False, timeout=120,
+                       env=full)
         times.append(time.perf_counter() - started)
     return round(statistics.median(times), 2)
 
@@ -421,9 +426,11 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
     await ping(client, url)
     local = settings.model_copy(update={"threadkeeper_key_prefix": prefix, "redis_url": url})
     stores = build_stores(local, client=client)
+    # on the bench's Redis: without REDIS_URL they would find no store in the working folder and stop at once
+    on_redis = {"REDIS_URL": url, "THREADKEEPER_KEY_PREFIX": prefix}
     out: dict[str, float] = {"rss_mb_baseline": _rss_mb(), "cli_help_s": _cli_seconds("--help"),
-                             "cli_history_s": _cli_seconds("history", "console:bench-none"),
-                             "cli_context_s": _cli_seconds("context", "console:bench-none"),
+                             "cli_history_s": _cli_seconds("history", "console:bench-none", env=on_redis),
+                             "cli_context_s": _cli_seconds("context", "console:bench-none", env=on_redis),
                              "console_start_s": _console_start_seconds()}
     sizes = (100, 1000, 10000) if quick else (100, 1000, 10000, 100_000)
     repeats = 15 if quick else 41
