@@ -316,6 +316,9 @@ MUTANTS: list[Mutant] = [
            "found = messages_so_far(await self._segment(keys, at, own)) if own > 0 else 0",
            "found = own",
            ("tests/test_conversations_list.py", "-k", "one_message_count")),
+    Mutant("a-bad-setting-hides-its-traceback-at-debug-too", "threadkeeper/cli.py",
+           '        log.debug("what led to the error below", exc_info=True)', "        pass",
+           ("tests/test_bad_settings.py", "-k", "debug")),
 ]
 
 

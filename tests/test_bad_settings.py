@@ -156,6 +156,16 @@ async def test_a_bad_setting_stops_with_one_line_naming_it(name: str, loopback: 
         assert "threadkeeper console" not in stdout, "no silent fallback to the console"
 
 
+def test_the_traceback_of_a_bad_setting_is_shown_at_debug_only(loopback: Loopback, tmp_path: Path) -> None:
+    env = {**clean_env(), "REDIS_URL": f"redis://:{WRONG}@127.0.0.1:{loopback.redis_pw}/0"}
+    quiet, debug = (subprocess.run([sys.executable, "-m", "threadkeeper", "conversations"], capture_output=True,
+                                   text=True, cwd=tmp_path, timeout=120, env={**env, **extra})
+                    for extra in ({}, {"THREADKEEPER_LOG_LEVEL": "DEBUG"}))
+    for result in (quiet, debug):
+        assert result.returncode == 2 and result.stderr.rstrip().splitlines()[-1].startswith("threadkeeper: error: ")
+    assert "Traceback" not in quiet.stderr and "Traceback" in debug.stderr and "AuthenticationError" in debug.stderr
+
+
 @pytest.mark.parametrize("command", [("conversations",), ("history", "console:local"), ("context", "console:local"),
                                      ("forget", "console:local"), ("dead-letters", "list"), ("memory", "list")])
 def test_a_command_that_only_reads_makes_no_store_where_it_runs(command: tuple[str, ...], tmp_path: Path) -> None:

@@ -453,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
     except ThreadkeeperError as exc:
+        log.debug("what led to the error below", exc_info=True)  # the traceback, at THREADKEEPER_LOG_LEVEL=DEBUG only
         print(f"threadkeeper: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
