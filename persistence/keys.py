@@ -17,7 +17,7 @@
     idle conversations by; no sweep reads it)
 ``<prefix>:conversations``  sorted set  every stored conversation by the time its state last changed (what
     ``threadkeeper conversations`` lists, most recent first, without a scan); ``<prefix>:conversations:indexed``
-    says the conversations stored before the index existed were added to it
+    says the conversations stored before the directory existed were added to it
 ``<prefix>:dead``  sorted set  conversations holding dead letters, by when the last one was set aside
 ``<prefix>:{install:<enterprise>-<team>}``  hash  a workspace's Slack installation and bot token (installs mode)
 ``<prefix>:oauth-state:<state>``  string  an OAuth state issued by ``/slack/install`` (expires)
