@@ -494,7 +494,8 @@ class CheckpointStore(HistoryReader):
             scores = {cid: float(_text(at[0]) or _text(at[1]) or 0) for cid, at in zip(part, times) if at[0] or at[1]}
             if scores:
                 await self._call(self.client.zadd(directory_key(self.prefix), scores))
-        await self._call(self.client.set(directory_built_key(self.prefix), "1"))
+        # as long as a conversation's keys; once it expires, the next listing looks the store over once more
+        await self._call(self.client.set(directory_built_key(self.prefix), "1", ex=self.retention_seconds))
 
     async def conversation_ids(self) -> list[str]:
         """Every conversation this store holds (under its prefix), found by scanning for their state keys."""
