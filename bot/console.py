@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from threadkeeper.services import Conversation, Pipeline
+from threadkeeper.services import Conversation, ModelSetupError, Pipeline
 from threadkeeper.services.memory import Source, sources_line
 
 from .render import context_text, lineage_text
@@ -167,7 +167,8 @@ async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out
             if not await pipeline.exists(conversation_id):
                 print("(no history yet: say something first)", file=out, flush=True)
             else:
-                print(lineage_text(conversation_id, await pipeline.lineage(conversation_id)), file=out,
+                print(lineage_text(conversation_id, await pipeline.lineage(conversation_id),
+                                   await pipeline.messages(conversation_id)), file=out,
                       flush=True)
         elif command == "/context":
             if not await pipeline.exists(conversation_id):
@@ -178,4 +179,7 @@ async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out
             print(f"unknown command {text.strip()!r}; {HELP}", file=out, flush=True)
         else:
             await pipeline.submit(conversation_id, text, author=author)
-            await pipeline.run(conversation_id, events)
+            results = await pipeline.run(conversation_id, events)
+            problem = next((r.problem for r in results if r.problem), None)
+            if problem is not None:  # a setting the provider refuses for good: every next message would fail too
+                raise ModelSetupError(problem)

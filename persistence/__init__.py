@@ -40,6 +40,7 @@ from .models import (
     ToolResultPart,
     Usage,
     carried_tokens,
+    messages_so_far,
 )
 from .notes import MessageChange, Notes, NotesStore
 from .pace import Pace
@@ -51,5 +52,5 @@ __all__ = [
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping", "why_unreadable",
+    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
 ]

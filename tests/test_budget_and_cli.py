@@ -126,6 +126,21 @@ def test_an_offline_worker_never_imports_the_provider_stack() -> None:
     assert result.stdout.split() == ["completed", "False", "True"]
 
 
+@pytest.mark.parametrize("command", ["console", "run"])
+def test_the_offline_console_starts_without_the_provider_stack(command: str, tmp_path: Path) -> None:
+    """A newcomer's first start (no Slack tokens, no model settings, the embedded Redis) and first message never
+    import litellm: its import alone would take seconds of a start-up that should take one."""
+    probe = ("import sys\n"
+             "from threadkeeper.cli import main\n"
+             f"code = main([{command!r}])\n"
+             "print('exit', code, 'litellm', 'litellm' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe], input="hello, where are we?\n", capture_output=True,
+                            text=True, cwd=tmp_path, timeout=120, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert "threadkeeper> Offline model here" in result.stdout, result.stdout
+    assert result.stdout.split()[-4:] == ["exit", "0", "litellm", "False"], result.stdout
+
+
 def test_unknown_conversation_exits_non_zero() -> None:
     for command in ("history", "context"):
         result = cli(command, "slack:T0:C0:0.0")

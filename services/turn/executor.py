@@ -34,7 +34,15 @@ from threadkeeper.persistence import (
 )
 
 from ..conversation import PRIVACY, Conversation
-from ..models import RECORDS, ContextBudget, ModelContextError, ModelError, ModelTimeoutError, ToolContext
+from ..models import (
+    RECORDS,
+    ContextBudget,
+    ModelContextError,
+    ModelError,
+    ModelSetupError,
+    ModelTimeoutError,
+    ToolContext,
+)
 from ..tracing import TRACE, TURNS, event, new_trace_id
 from .assembler import ContextAssembler
 from .input import PreparedTurn, TurnInput
@@ -419,7 +427,7 @@ class ReplyExecutor:
                         turn.checkpoint.id, conversation_id, exc)
             raise _TakenOver(conversation_id) from exc
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend, sources)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend, sources=sources)
 
     async def _maybe_compact(self, conversation: Conversation, history: History | None, incoming: list[Message],
                              prepared: PreparedTurn, events: TurnEvents,
@@ -516,15 +524,24 @@ class ReplyExecutor:
             await self.checkpoints.supersede(conversation_id, salvage.id)
 
     async def _fail(self, conversation_id: str, turn: TurnState, exc: BaseException, trace_id: str) -> TurnResult:
-        log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
-                      exc_info=exc)
+        if isinstance(exc, ModelError):  # its message says what the provider said; the traceback only at DEBUG
+            log.error("turn %s of %s failed (trace %s): %s", turn.checkpoint.id, conversation_id, trace_id, exc,
+                      exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
+        else:
+            log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
+                          exc_info=exc)
         error = f"{type(exc).__name__}: {exc}"[:2000]
         await self.checkpoints.fail(conversation_id, turn.checkpoint.id, error=error, trace_id=trace_id)
         await self._record_only(conversation_id, turn)
         text = f"Sorry, something went wrong while answering (trace id {trace_id}). Please try again."
-        if isinstance(exc, ModelError):
+        problem = None
+        if isinstance(exc, ModelSetupError):  # asking again cannot help: no "try again"
+            problem = str(exc)
+            text = (f"Sorry, I cannot answer: the model provider refuses this bot's configuration (trace id "
+                    f"{trace_id}). Whoever runs the bot needs to fix it; its log says how.")
+        elif isinstance(exc, ModelError):
             text = f"Sorry, the model could not answer (trace id {trace_id}). Please try again in a moment."
         return TurnResult(conversation_id, turn.checkpoint.id, "failed", text, len(turn.items), trace_id,
-                          compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
+                          compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend, problem=problem)
 
 

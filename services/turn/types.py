@@ -173,6 +173,9 @@ class TurnResult:
     """Time the turn spent waiting for the model (bounded by ``ExecutorConfig.turn_model_seconds``)."""
     spend: Spend | None = None
     """Tokens and cost of the turn's model calls (None: it called no model)."""
+    problem: str | None = None
+    """When the turn failed because the provider refuses a setting for good (:class:`ModelSetupError`): the one line
+    naming it, for whoever runs the bot (the reply only says it cannot answer)."""
     sources: tuple[Source, ...] = ()
     """Where the memory records the reply cited were said, by mark."""
 
