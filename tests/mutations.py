@@ -235,6 +235,17 @@ MUTANTS: list[Mutant] = [
            "                lost = True  # Slack may have posted it, and may not show it yet",
            "                lost = False",
            ("tests/test_delivery.py", "-k", "reads_lag")),
+    Mutant("stream-begun-before-the-draft-flag-says-so", "bot/streaming.py",
+           "                await self._ask(stream=True)\n"
+           "                await self.stream.append(markdown_text=self.shown)  # chat.startStream\n",
+           "                await self.stream.append(markdown_text=self.shown)  # chat.startStream\n"
+           "                await self._ask(stream=True)\n",
+           ("tests/test_slack_streaming.py", "tests/test_processes.py", "-k",
+            "start_lost or (stream_begun and reads-current)")),
+    Mutant("stranded-stream-given-up-before-slacks-reads-catch-up", "bot/streaming.py",
+           "deadline=mark.since + READ_LAG_SECONDS)", "deadline=mark.since)",
+           ("tests/test_slack_streaming.py", "tests/test_processes.py", "-k",
+            "(start_lost or stream_begun) and reads-lag")),
     Mutant("retracted-source-written-anyway", "persistence/memory.py",
            "if #hits > 0 then return hits end", "if false then return hits end",
            ("tests/test_memory_retraction.py", "-k", "during")),

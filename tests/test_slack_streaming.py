@@ -179,6 +179,25 @@ async def test_a_draft_whose_first_post_lost_its_answer_is_found_and_taken_back(
     assert len(h.slack.calls_to("chat.postMessage")) == 2, "the draft once, the reply once"
 
 
+@pytest.mark.parametrize("read_lag", [0.0, 2.0], ids=["reads-current", "reads-lag"])
+async def test_a_stream_whose_start_lost_its_answer_is_found_and_replaced(h, server, read_lag) -> None:
+    """Slack begins the reply's stream but the answer to chat.startStream never arrives, so its ts is unknown.
+    The stream is not started again: the bot finds the message it began in the thread (waiting for Slack's reads
+    to show it), stops and deletes it, and posts the reply whole, once."""
+    h.slack.drop_starts = 1
+    h.slack.read_lag = read_lag
+    root = "1700020800.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s9")) == 200
+    await h.settle()
+    [begun] = h.slack.dropped
+    assert h.slack.deleted == [begun], "the stream Slack began is taken back"
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
+    assert len(h.slack.calls_to("chat.startStream")) == 1 and len(h.slack.calls_to("chat.postMessage")) == 1
+    assert not await h.stores.notes.flag(cid, DRAFT)
+
+
 @pytest.mark.parametrize("refuse", [False, True], ids=["streamed", "posted-then-updated"])
 async def test_a_reply_ending_in_whitespace_is_finished_in_place(h, server, refuse) -> None:
     h.slack.refuse_streaming = refuse
