@@ -198,6 +198,30 @@ async def test_a_stream_whose_start_lost_its_answer_is_found_and_replaced(h, ser
     assert not await h.stores.notes.flag(cid, DRAFT)
 
 
+async def test_a_stream_whose_start_lost_its_answer_keeps_the_reply_owed_while_the_thread_cannot_be_read(
+        h, server) -> None:
+    """The stream Slack began cannot be looked for while conversations.replies fails: nothing is posted (the
+    reply stays owed, the draft flag stays), and once Slack can be read the sweep deletes the stream and posts
+    the reply, once."""
+    h.slack.drop_starts = 1
+    h.slack.failures["conversations.replies"] = 6  # two lookups, each with the client's two retries
+    root = "1700020900.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s10")) == 200
+    await h.settle()
+    [begun] = h.slack.dropped
+    assert [m["ts"] for m in h.slack.bot_messages(CHANNEL, root)] == [begun] and not h.slack.deleted
+    assert not h.slack.calls_to("chat.postMessage"), "nothing posted beside a stream that may still show"
+    assert await h.stores.notes.flag(cid, DRAFT) and await h.pipeline.inbox.pending_conversations() == [cid]
+    assert await h.bot.worker.sweep() == 1
+    await h.settle()
+    assert h.slack.deleted == [begun]
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
+    assert len(h.slack.calls_to("chat.postMessage")) == 1 and not await h.stores.notes.flag(cid, DRAFT)
+    assert await h.pipeline.inbox.pending_conversations() == []
+
+
 @pytest.mark.parametrize("refuse", [False, True], ids=["streamed", "posted-then-updated"])
 async def test_a_reply_ending_in_whitespace_is_finished_in_place(h, server, refuse) -> None:
     h.slack.refuse_streaming = refuse
