@@ -166,7 +166,13 @@ class ReplyExecutor:
             self.held.hold(conversation_id, opening.notes.flags)
         self._opened[conversation_id] = opening.state
         try:
-            owed = not await events.recover(conversation)
+            # Recovery may read Slack back for as long as its reads lag (a reply or a half-written draft a stopped
+            # worker left): the lease is renewed meanwhile, so no other worker takes the thread over and posts too.
+            renewing = asyncio.create_task(self._heartbeat(lease))
+            try:
+                owed = not await events.recover(conversation)
+            finally:
+                renewing.cancel()
             self._opened.pop(conversation_id, None)
             prepared = await self.input.intake.prepare(conversation) if self.input.intake is not None else None
             if prepared is not None and prepared.queued:
