@@ -24,7 +24,10 @@ PASSWORD = "correct-horse-battery"
 WRONG = "not-the-password"
 SECONDS = 15.0
 """Far below what a wrong setting used to cost before failing (21 s for TLS against a plain server), far above what
-a start-up takes on a busy machine (litellm's import alone is 3 to 6 s here)."""
+a start-up without a model takes on a busy machine."""
+MODEL_SECONDS = 45.0
+"""A row that calls a model also imports litellm (3 to 6 s on a quiet machine, three times that under load): it is
+bounded only so that a retry loop would show."""
 
 
 def _free_port() -> int:
@@ -149,7 +152,7 @@ async def test_a_bad_setting_stops_with_one_line_naming_it(name: str, loopback: 
     assert case.names in said[0] and case.says in said[0], said[0]
     assert WRONG not in stderr and PASSWORD not in stderr, "a password never reaches a message"
     assert "try again" not in (stdout + stderr).lower(), "asking again cannot fix a setting"
-    assert seconds < SECONDS, f"took {seconds:.1f} s"
+    assert seconds < (SECONDS if case.reply is None else MODEL_SECONDS), f"took {seconds:.1f} s"
     if case.reply is not None:
         assert len(server.requests) == 1, "a refusal for good is not retried"
     if name.startswith("slack-"):

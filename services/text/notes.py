@@ -344,12 +344,17 @@ def shape(sentence: str) -> frozenset[str]:
     return frozenset(STEMMER.stemWords(list(terms(_DIGITS.sub("0", sentence)))))
 
 
+_QUOTED = re.compile(r"\u201c[^\u201d]{1,2000}\u201d")
+"""Words the reply quotes (between curly quotation marks): someone else's, kept by their own message's note."""
+
+
 def reply_additions(reply: str, asked: Sequence[str], earlier_replies: Sequence[str]) -> str:
     """The sentences of the bot's reply that add something: not a form its earlier replies already took (a
     template filled with other counts is boilerplate), and with a word or number that neither the messages it
-    answers nor its earlier replies hold (a quote of the question, or a repeat, adds nothing). What is left
-    becomes the reply's note."""
-    seen = [shape(s) for text in earlier_replies for s in _sentences(text)]
+    answers nor its earlier replies hold (a quote of the question, or a repeat, adds nothing). What it quotes
+    is left out first. What is left becomes the reply's note."""
+    reply = _QUOTED.sub("\u201c\u201d", reply)
+    seen = [shape(s) for text in earlier_replies for s in _sentences(_QUOTED.sub("\u201c\u201d", text))]
     known = frozenset().union(*(terms(text) for text in [*asked, *earlier_replies]))
 
     def repeated(form: frozenset[str]) -> bool:
