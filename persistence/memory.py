@@ -482,6 +482,17 @@ class MemoryStore(RedisStore):
         _, raw = await self._call(pipe.execute())
         return [((k.decode() if isinstance(k, bytes) else k), float(s)) for k, s in raw]
 
+    async def owe(self, conversations: Sequence[tuple[str, float]]) -> int:
+        """Put conversations back in the activity registry (memory switched on where they are), each with the time of
+        its last activity, unless it is there already; how many were added."""
+        from .keys import activity_key
+
+        added = 0
+        for start in range(0, len(conversations), 1000):
+            part = dict(conversations[start:start + 1000])
+            added += int(await self._call(self.client.zadd(activity_key(self.prefix), part, nx=True)))
+        return added
+
     async def settle(self, conversation_id: str, activity: float, *, until: float | None = None) -> bool:
         """The conversation owes no extraction for the activity ``activity`` read from the registry: it leaves the
         registry, or with ``until`` is due again then (a retry); unless an item arrived since (its activity moved),

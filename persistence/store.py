@@ -478,6 +478,17 @@ class CheckpointStore(HistoryReader):
         _, ids, total = await self._call(pipe.execute())
         return [_text(i) for i in ids], int(total)
 
+    async def listed(self, beginning: str) -> list[tuple[str, float]]:
+        """The stored conversations whose id begins with ``beginning``, with the time their state last changed, read
+        from the directory (built first for a store written before it existed)."""
+        directory = directory_key(self.prefix)
+        if not await self._call(self.client.exists(directory_built_key(self.prefix))):
+            await self._build_directory()
+        out: list[tuple[str, float]] = []
+        async for member, score in self.client.zscan_iter(directory, match=f"{glob_escape(beginning)}*", count=1000):
+            out.append((_text(member) or "", float(score)))
+        return out
+
     async def unlist(self, conversation_id: str) -> None:
         """Take a conversation whose keys are gone (expired) out of the directory."""
         await self._call(self.client.zrem(directory_key(self.prefix), conversation_id))

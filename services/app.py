@@ -407,7 +407,12 @@ class Pipeline:
         return await self.memory_store.forget_workspace(workspace)
 
     async def switch_memory(self, workspace: str, channel: str | None, on: bool) -> None:
+        """Switch memory on or off for a workspace or one of its channels. Switched on, the conversations already
+        stored there owe extraction again (the sweep had let go of them while memory was off): the idle sweep
+        extracts them without waiting for their next message."""
         await self.memory_store.set_switch(workspace, f"channel:{channel}" if channel else "workspace", on)
+        if on:
+            await self.memory_store.owe(await self.checkpoints.listed(Conversation.beginning(workspace, channel)))
 
     async def memory_seen_by(self, workspace: str, person: str) -> dict[str, list[MemoryRecord]]:
         """The live records of a workspace that a person may see now (memory's access rule, asked of the transport),
