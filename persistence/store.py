@@ -469,8 +469,7 @@ class CheckpointStore(HistoryReader):
         (their keys expired) leave it here; the first listing of a store written before the directory existed adds
         its conversations to it (one scan, once)."""
         directory = directory_key(self.prefix)
-        if not await self._call(self.client.exists(directory_built_key(self.prefix))):
-            await self._build_directory()
+        await self._directory_ready()
         pipe = self.client.pipeline(transaction=False)
         pipe.zremrangebyscore(directory, "-inf", f"({time.time() - self.retention_seconds!r}")
         pipe.zrevrange(directory, 0, max(1, limit) - 1)
@@ -482,8 +481,7 @@ class CheckpointStore(HistoryReader):
         """The stored conversations whose id begins with ``beginning``, with the time their state last changed, read
         from the directory (built first for a store written before it existed)."""
         directory = directory_key(self.prefix)
-        if not await self._call(self.client.exists(directory_built_key(self.prefix))):
-            await self._build_directory()
+        await self._directory_ready()
         out: list[tuple[str, float]] = []
         async for member, score in self.client.zscan_iter(directory, match=f"{glob_escape(beginning)}*", count=1000):
             out.append((_text(member) or "", float(score)))
@@ -492,6 +490,12 @@ class CheckpointStore(HistoryReader):
     async def unlist(self, conversation_id: str) -> None:
         """Take a conversation whose keys are gone (expired) out of the directory."""
         await self._call(self.client.zrem(directory_key(self.prefix), conversation_id))
+
+    async def _directory_ready(self) -> None:
+        """The directory holds every stored conversation: the first reader of a store written before it existed
+        adds them (one scan, once)."""
+        if not await self._call(self.client.exists(directory_built_key(self.prefix))):
+            await self._build_directory()
 
     async def _build_directory(self) -> None:
         """Add the conversations stored before the directory existed, by the time their state last changed."""

@@ -67,7 +67,7 @@ def test_index_searches_only_what_left_the_context_and_merges_segments() -> None
         index.add(messages[chunk:chunk + 20])
         index.searchable(held={m.id for m in messages[chunk + 10:chunk + 20]})
     assert index.searchable(held=set()) == 300
-    assert len(index.segments) <= 6, "segments of similar size are merged"
+    assert len(index.search.segments) <= 6, "segments of similar size are merged"
     hits = [index.targets[pos] for _, pos in index.scores(list(search_terms("topic3")))]
     assert set(hits) == {f"x{i}" for i in range(300) if i % 7 == 3}
     index.add(messages[:5])
