@@ -150,6 +150,17 @@ async def _memory_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
         turn = iter(range(10**9))
         out[f"memory_read_warm_ms_p50_{n}"] = await _median_ms(
             lambda: memory.block(where, questions[next(turn) % 3], asker=None, cap_tokens=680), repeats)
+        # One record added, then one deleted: the next read brings the index up to date by the difference (the
+        # records are still read whole from Redis: the store keeps no log of changes yet).
+        added = records[0].model_copy(update={"id": "mem_added", "text": "the rollback drill moved to thursday"})
+        await stores.memory.put(team, [added])
+        started = time.perf_counter()
+        await memory.block(where, "when is the rollback drill?", asker=None, cap_tokens=680)
+        out[f"memory_read_after_add_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)
+        await stores.memory.delete(team, ["mem_added"])
+        started = time.perf_counter()
+        await memory.block(where, "when is the rollback drill?", asker=None, cap_tokens=680)
+        out[f"memory_read_after_delete_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)
         channel = [r for r in records if r.channel == "C7"]
         started = time.perf_counter()
         consolidated(channel, now=now, max_unused_days=60)

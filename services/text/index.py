@@ -14,6 +14,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -42,12 +43,16 @@ class TermIndex:
     pending: list[int] = field(default_factory=list)
     """Positions added and not searchable yet."""
     removed: set[int] = field(default_factory=set)
+    _alive: Any = field(default_factory=lambda: np.ones(1024, dtype=bool))
+    """Per position, whether the document is still searched (grown by doubling)."""
     _stale: int = 0
     """Removed documents still in a segment (they leave it at its next merge)."""
 
     def add(self, terms: Sequence[str]) -> int:
         """A new document, pending until :meth:`searchable`; its position."""
         self.terms.append(tuple(terms))
+        if len(self.terms) > len(self._alive):
+            self._alive = np.concatenate([self._alive, np.ones(len(self._alive), dtype=bool)])
         self.documents.update(set(terms))
         self.pending.append(len(self.terms) - 1)
         return len(self.terms) - 1
@@ -57,6 +62,7 @@ class TermIndex:
         if position in self.removed:
             return
         self.removed.add(position)
+        self._alive[position] = False
         self.documents.subtract(set(self.terms[position]))
         if position in self.pending:
             self.pending.remove(position)
@@ -85,22 +91,36 @@ class TermIndex:
         retriever.index([list(self.terms[p]) or [NO_TERM] for p in kept] or [[NO_TERM]], show_progress=False)
         return _Segment(np.asarray(kept, dtype=np.int64), retriever)
 
-    def scores(self, query: Sequence[str], *, limit: int | None = None) -> list[tuple[float, int]]:
-        """``(score, position)`` of every searchable document that shares a term with ``query``, best first (ties:
-        the later position first); with ``limit``, at most that many of each segment's best."""
-        out: list[tuple[float, int]] = []
+    def hits(self, query: Sequence[str], *, limit: int | None = None, among: Any = None) -> tuple[Any, Any]:
+        """``(scores, positions)`` (numpy) of the searchable documents that share a term with ``query``, best first
+        (ties: the later position first); ``among``: only positions this boolean array (by position) holds; with
+        ``limit``, at most that many of each segment's best."""
+        found_scores, found_positions = [], []
         for segment in self.segments:
             ids = segment.retriever.get_tokens_ids(list(query))
             if not ids or not len(segment.positions):
                 continue
             scores = segment.retriever.get_scores_from_ids(ids)
             hit = np.flatnonzero(scores > 0)
+            positions = segment.positions[hit]
+            keep = self._alive[positions] if among is None else self._alive[positions] & among[positions]
+            hit, positions = hit[keep], positions[keep]
             if limit is not None and len(hit) > limit:
-                hit = hit[np.argpartition(scores[hit], -limit)[-limit:]]
-            out.extend((float(scores[i]), int(segment.positions[i])) for i in hit
-                       if int(segment.positions[i]) not in self.removed)
-        out.sort(key=lambda sp: (-sp[0], -sp[1]))
-        return out
+                best = np.argpartition(scores[hit], -limit)[-limit:]
+                hit, positions = hit[best], positions[best]
+            found_scores.append(scores[hit].astype(np.float64))
+            found_positions.append(positions)
+        if not found_scores:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        scores, positions = np.concatenate(found_scores), np.concatenate(found_positions)
+        order = np.lexsort((-positions, -scores))
+        return scores[order], positions[order]
+
+    def scores(self, query: Sequence[str], *, limit: int | None = None) -> list[tuple[float, int]]:
+        """``(score, position)`` of every searchable document that shares a term with ``query``, best first (ties:
+        the later position first); with ``limit``, at most that many of each segment's best."""
+        scores, positions = self.hits(query, limit=limit)
+        return list(zip(scores.tolist(), positions.tolist(), strict=True))
 
     def feedback(self, best: Iterable[int], asked: Iterable[str], *, terms: int) -> list[str]:
         """The ``terms`` terms that weigh most across the documents ``best`` (how many of them hold it, times its
