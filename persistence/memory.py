@@ -5,6 +5,8 @@ one slot of a Redis Cluster:
 
 ``<prefix>:{mem:<ws>}:rec``              hash    record id → record JSON (the live records)
 ``<prefix>:{mem:<ws>}:gen``              string  bumped on every change of the records (readers cache by it)
+``<prefix>:{mem:<ws>}:changes``          zset    record id → the generation that last wrote or removed it (the
+                                                 last ``CHANGES_KEPT`` generations: a reader catches up by them)
 ``<prefix>:{mem:<ws>}:shown|uses|last``  hash    record id → times shown, times cited, last shown or cited
 ``<prefix>:{mem:<ws>}:switch``           hash    ``workspace`` / ``channel:<id>`` → ``on`` | ``off``
 ``<prefix>:{mem:<ws>}:job:<conv>``       string  a conversation's extraction job (watermark, outcome, attempts)
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -44,15 +47,18 @@ Scope = Literal["conversation", "channel", "workspace"]
 Visibility = Literal["public", "private", "dm"]
 KEPT_VERSIONS = 2
 """A scope keeps its newest consolidation and the one before it."""
+CHANGES_KEPT = 1000
+"""Generations the change log keeps: a reader further behind reads the records whole."""
 
 _WRITE = """
--- KEYS: rec, gen, gone, shown, uses, last, ver. ARGV: records count, reset usage (1|0), version JSON or '',
--- versions kept, retention seconds, expire-at (0: leave), checks count, then per check: id, the JSON it must still
+-- KEYS: rec, gen, gone, shown, uses, last, ver, changes. ARGV: records count, reset usage (1|0), version JSON or '',
+-- versions kept, retention seconds, expire-at (0: leave), checks count, generations the change log keeps, then per
+-- check: id, the JSON it must still
 -- have ('' : absent); then per record: id, JSON, marks count, marks; then the ids to remove. A check that fails:
 -- nothing is written, {'changed'} is returned. Any record citing a tombstone: nothing is written, the tombstones
 -- hit are returned.
 local n = tonumber(ARGV[1])
-local i = 8
+local i = 9
 for _ = 1, tonumber(ARGV[7]) do
   local now = redis.call('HGET', KEYS[1], ARGV[i]) or ''
   if now ~= ARGV[i + 1] then return {'changed'} end
@@ -96,7 +102,13 @@ if ARGV[6] ~= '0' then
   redis.call('EXPIREAT', KEYS[1], ARGV[6], 'GT')
   redis.call('EXPIREAT', KEYS[1], ARGV[6], 'NX')
 end
-redis.call('INCR', KEYS[2])
+local g = redis.call('INCR', KEYS[2])
+local changed = {}
+for _, id in ipairs(written) do changed[#changed + 1] = g; changed[#changed + 1] = id end
+for _, id in ipairs(removed) do changed[#changed + 1] = g; changed[#changed + 1] = id end
+each('ZADD', KEYS[8], changed)
+redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', g - tonumber(ARGV[8]))
+redis.call('EXPIRE', KEYS[8], ARGV[5])
 return {}
 """
 _SETTLE = """
@@ -173,7 +185,8 @@ class MemoryRecord(BaseModel):
 
     def marks(self) -> set[str]:
         """The tombstones any of which retracts (part of) this record."""
-        return {m for part in self.parts() for m in part.marks()}
+        parts: Sequence[MemoryOrigin | MemoryRecord] = self.origins or [self]
+        return {message_mark(part.channel, s) for part in parts for s in part.source_ids}
 
     def without(self, gone: set[str]) -> MemoryRecord | None:
         """The record once the sources ``gone`` are retracted: itself when none of its parts cites one, None when
@@ -222,6 +235,25 @@ class MemoryVersion(BaseModel):
     dropped: list[str] = Field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class MemoryChanges:
+    """What changed in a workspace's records after a generation (:meth:`MemoryStore.changes`)."""
+
+    generation: int
+    written: list[MemoryRecord]
+    removed: list[str]
+    gone: set[str]
+    """The tombstones now."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _numbers(values: dict[Any, Any]) -> dict[str, float]:
+    return {_text(k): float(v) for k, v in values.items()}
+
+
 class MemoryStore(RedisStore):
     """Records of memory, per workspace (see the module's description for the key layout)."""
 
@@ -252,28 +284,35 @@ class MemoryStore(RedisStore):
         """The live records of ``workspace`` (expired ones left out) with their usage, oldest first, as a reader may
         see them: without the parts whose sources are retracted (a record whose retraction was interrupted before it
         was rewritten is never shown). ``retracted``: as stored, for the retraction that rewrites them."""
+        return (await self.snapshot(workspace, now=now, retracted=retracted)).written
+
+    async def snapshot(self, workspace: str, *, now: float | None = None, retracted: bool = False) -> MemoryChanges:
+        """:meth:`records` with the generation they are at and the tombstones now, read in one round trip."""
         base = self._base(workspace)
         pipe = self.client.pipeline(transaction=False)
         for name in ("rec", "shown", "uses", "last"):
             pipe.hgetall(f"{base}:{name}")
         pipe.zrange(f"{base}:gone", 0, -1)
-        raw, shown, uses, last, gone_raw = await self._call(pipe.execute())
-        gone = set() if retracted else {m.decode() if isinstance(m, bytes) else m for m in gone_raw}
+        pipe.get(f"{base}:gen")
+        raw, shown, uses, last, gone_raw, generation = await self._call(pipe.execute())
+        gone = {_text(m) for m in gone_raw}
+        out = self._decoded(workspace, raw.items(), _numbers(shown), _numbers(uses), _numbers(last),
+                            set() if retracted else gone, time.time() if now is None else now)
+        out.sort(key=lambda r: (r.created_at, r.id))
+        return MemoryChanges(int(generation or 0), out, [], gone)
 
-        def decoded(values: dict[Any, Any]) -> dict[str, float]:
-            return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in values.items()}
-
-        shown, uses, last = decoded(shown), decoded(uses), decoded(last)
-        now = time.time() if now is None else now
+    def _decoded(self, workspace: str, raw: Iterable[tuple[Any, Any]], shown: dict[str, float],
+                 uses: dict[str, float], last: dict[str, float], gone: set[str], now: float) -> list[MemoryRecord]:
+        """Stored records (id, JSON) as a reader sees them: validated, expired ones left out, with their usage,
+        through the tombstones ``gone``."""
         out = []
-        for key, value in raw.items():
+        for key, value in raw:
             try:
                 record = MemoryRecord.model_validate_json(value)
             except ValidationError as exc:
-                name = key.decode() if isinstance(key, bytes) else key
-                raise CorruptRecordError(f"{self._base(workspace)}:rec field {name}",
+                raise CorruptRecordError(f"{self._base(workspace)}:rec field {_text(key)}",
                                          str(exc).splitlines()[0]) from None
-            record._stored = value.decode() if isinstance(value, bytes) else value
+            record._stored = _text(value)
             if record.expires_at > now:
                 if record.id in last:  # usage is counted beside the record (a turn writes no record JSON)
                     record.shown += int(shown.get(record.id, 0))
@@ -282,8 +321,37 @@ class MemoryStore(RedisStore):
                 seen = record.without(gone) if gone else record
                 if seen is not None:
                     out.append(seen)
-        out.sort(key=lambda r: (r.created_at, r.id))
         return out
+
+    async def changes(self, workspace: str, since: int, *, now: float | None = None) -> MemoryChanges | None:
+        """What changed in ``workspace``'s records after generation ``since``, as a reader sees it: the records
+        written since (live, through the tombstones), the ids removed or expired since, and the tombstones now;
+        None when the change log no longer reaches back that far (or the memory was forgotten): read them whole."""
+        base = self._base(workspace)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(f"{base}:gen")
+        pipe.zrangebyscore(f"{base}:changes", f"({since}", "+inf")
+        pipe.zrange(f"{base}:gone", 0, -1)
+        raw_generation, raw_ids, gone_raw = await self._call(pipe.execute())
+        generation = int(raw_generation or 0)
+        if generation < since or generation - since > CHANGES_KEPT:
+            return None
+        ids = list(dict.fromkeys(_text(i) for i in raw_ids))
+        if not ids:
+            return MemoryChanges(generation, [], [], {_text(m) for m in gone_raw})
+        pipe = self.client.pipeline(transaction=False)
+        for name in ("rec", "shown", "uses", "last"):
+            pipe.hmget(f"{base}:{name}", ids)
+        raw, shown, uses, last = await self._call(pipe.execute())
+        gone = {_text(m) for m in gone_raw}
+
+        def by_id(values: list[Any]) -> dict[str, float]:
+            return {i: float(v) for i, v in zip(ids, values, strict=True) if v is not None}
+
+        written = self._decoded(workspace, [(i, v) for i, v in zip(ids, raw, strict=True) if v is not None],
+                                by_id(shown), by_id(uses), by_id(last), gone, time.time() if now is None else now)
+        live = {r.id for r in written}
+        return MemoryChanges(generation, written, [i for i in ids if i not in live], gone)
 
     async def put(self, workspace: str, records: Sequence[MemoryRecord], *, removed: Sequence[str] = (),
                   unchanged: Sequence[MemoryRecord] = ()) -> list[str]:
@@ -310,12 +378,12 @@ class MemoryStore(RedisStore):
         gone: set[str] = set()
         dropped: list[str] = []
         keys = [f"{base}:{name}" for name in ("rec", "gen", "gone", "shown", "uses", "last")] + \
-            [f"{base}:ver:{scope or '-'}"]
+            [f"{base}:ver:{scope or '-'}", f"{base}:changes"]
         while True:
             until = int(max(r.expires_at for r in records)) + 1 if records and not reset_usage else 0
             args: list[Any] = [len(records), "1" if reset_usage else "0",
                                version.model_dump_json() if version is not None else "", KEPT_VERSIONS,
-                               self.retention_seconds, until, len(unchanged)]
+                               self.retention_seconds, until, len(unchanged), CHANGES_KEPT]
             for r in unchanged:
                 args += [r.id, r.stored]
             for r in records:
@@ -360,17 +428,14 @@ class MemoryStore(RedisStore):
         return {m.decode() if isinstance(m, bytes) else m for m in raw}
 
     async def delete(self, workspace: str, ids: Iterable[str]) -> int:
+        """Delete records (and their usage): how many of them were stored. Written through the one write of records,
+        so the change log has them."""
         ids = list(ids)
         if not ids:
             return 0
-        base = self._base(workspace)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hdel(f"{base}:rec", *ids)
-        for name in ("shown", "uses", "last"):
-            pipe.hdel(f"{base}:{name}", *ids)
-        pipe.incr(f"{base}:gen")
-        deleted = (await self._call(pipe.execute()))[0]
-        return int(deleted)
+        stored = await self._call(self.client.hmget(f"{self._base(workspace)}:rec", ids))
+        await self._write(workspace, [], list(ids), reset_usage=False)
+        return sum(1 for v in stored if v is not None)
 
     async def touch(self, workspace: str, ids: Sequence[str], *, at: float, cited: bool) -> None:
         """Count records as shown (or, ``cited``, as used by a reply), in one round trip and without rewriting them:

@@ -361,3 +361,43 @@ def test_the_sources_line_names_each_cited_record_by_mark_channel_day_and_author
     assert sources_line(cited[:1], link=lambda s, label: f"<{s.message_id}|{label}>") == \
         "From memory: M2 #C200, <1700000100.000100|14 Nov 2023, bob>"
     assert sources_line([]) == ""
+
+
+async def test_a_change_is_read_and_indexed_by_itself(redis_client, prefix, model) -> None:
+    """Once a workspace's index is built, a record added, a record deleted and a source retracted are each caught up
+    by the change log: the next read fetches the changed records only (no HGETALL but the switches) and indexes
+    only them."""
+    from fakes import counted_commands
+
+    from threadkeeper.persistence import MemoryRecord
+
+    p, st = _pipeline(prefix, redis_client)
+    where = cid(PUBLIC, "1800000000.000100")
+
+    def record(i: int, text: str) -> MemoryRecord:
+        return MemoryRecord(id=f"mem_{i:04d}", text=text, workspace=T, channel=PUBLIC,
+                            conversation=f"slack:{T}:{PUBLIC}:1700000000.{i:06d}", visibility="public",
+                            scope="channel", source_ids=[f"1700000000.{i:06d}"], authors=["alice"],
+                            said_at=1700000000 + i, created_at=1700000000 + i, expires_at=4_000_000_000)
+
+    await st.memory.put(T, [record(i, f"the service number {i} runs in region {i % 7}") for i in range(200)])
+
+    async def shown(question: str) -> tuple[str, list[str]]:
+        with counted_commands(redis_client, pipelines=True) as sent:
+            block = await p.memory.block(where, question, asker=None, cap_tokens=400)
+        return block.text, sent
+
+    await shown("which region runs service 5?")
+    index = p.memory.reading._indexes[T]
+    held = len(index.search.terms)
+    await st.memory.put(T, [record(900, "the rollback drill moved to thursday")])
+    text, sent = await shown("when is the rollback drill?")
+    assert "rollback drill moved to thursday" in text and sent.count("HGETALL") == 1, sent  # the switches only
+    assert len(index.search.terms) == held + 1, "only the new record was indexed"
+    await st.memory.delete(T, ["mem_0900"])
+    text, sent = await shown("when is the rollback drill?")
+    assert "rollback" not in text and sent.count("HGETALL") == 1
+    await st.memory.tombstone(T, [f"msg:{PUBLIC}:1700000000.000005"])  # its source deleted, nothing rewritten yet
+    text, sent = await shown("which region runs service number 5?")
+    assert "number 5 runs" not in text and sent.count("HGETALL") == 1
+    assert len(index.search.terms) == held + 1, "nothing re-indexed but what changed"

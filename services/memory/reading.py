@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from threadkeeper.persistence.memory import MemoryRecord, MemoryStore
+from threadkeeper.persistence.memory import MemoryChanges, MemoryRecord, MemoryStore
 
 from ..conversation import Conversation
 from ..models import Tokenizer
@@ -94,22 +94,42 @@ class _Index:
     _codes: dict[str, int] = field(default_factory=dict)
     _order: dict[str, list[tuple[float, str, int]]] = field(default_factory=dict)
     """Conversation → its live records' ``(said at, id, position)``, in the order they were said."""
+    gone: set[str] = field(default_factory=set)
+    """The tombstones the records are seen through."""
+    _citing: dict[str, set[str]] = field(default_factory=dict)
+    """Tombstone → the ids of the live records citing it (a new tombstone re-reads only those)."""
     _costs: dict[int, int] = field(default_factory=dict)
     _leads: dict[str, int] = field(default_factory=dict)
 
-    def update(self, generation: int, records: Sequence[MemoryRecord]) -> None:
-        """Bring the index to ``records`` (the workspace's live records at ``generation``)."""
-        current = {r.id: r for r in records}
-        for record_id in list(self.at):
-            record = current.get(record_id)
-            if record is None or _indexed_as(record) != self._seen_as[record_id]:
+    def update(self, snapshot: MemoryChanges) -> None:
+        """Bring the index to ``snapshot`` (every live record of the workspace at its generation)."""
+        current = {r.id: r for r in snapshot.written}
+        self.apply(MemoryChanges(snapshot.generation, snapshot.written, [i for i in self.at if i not in current],
+                                 snapshot.gone))
+
+    def apply(self, changes: MemoryChanges) -> None:
+        """Bring the index up to date by what changed: records written or removed since, and new tombstones (only the
+        records citing one are seen anew)."""
+        for record_id in changes.removed:
+            if record_id in self.at:
                 self._remove(record_id)
+        fresh = {r.id: r for r in changes.written}
+        for mark in changes.gone - self.gone:
+            for record_id in list(self._citing.get(mark, ())):
+                if record_id not in fresh:
+                    seen = self.records[self.at[record_id]].without(changes.gone)
+                    self._remove(record_id)
+                    if seen is not None:
+                        fresh[record_id] = seen
+        self.gone = set(changes.gone)
         added: list[MemoryRecord] = []
-        for record in records:
-            if record.id in self.at:
+        for record in fresh.values():
+            if record.id in self.at and _indexed_as(record) == self._seen_as[record.id]:
                 self.records[self.at[record.id]] = record  # the same record: its usage as read now
-            else:
-                added.append(record)
+                continue
+            if record.id in self.at:
+                self._remove(record.id)
+            added.append(record)
         if added:
             code = self._codes.setdefault
             self.channel = np.concatenate([self.channel, [code(r.channel, len(self._codes)) for r in added]])
@@ -123,8 +143,10 @@ class _Index:
                 self.at[record.id] = position
                 self._seen_as[record.id] = _indexed_as(record)
                 insort(self._order.setdefault(record.conversation, []), (record.said_at, record.id, position))
+                for mark in record.marks():
+                    self._citing.setdefault(mark, set()).add(record.id)
             self.search.searchable()
-        self.generation = generation
+        self.generation = changes.generation
 
     def _remove(self, record_id: str) -> None:
         position = self.at.pop(record_id)
@@ -133,6 +155,8 @@ class _Index:
         self.search.remove(position)
         self.live[position] = False
         self._order[record.conversation].remove((record.said_at, record.id, position))
+        for mark in record.marks():
+            self._citing[mark].discard(record_id)
 
     def neighbours(self, i: int) -> tuple[int, ...]:
         """The records said right before and after record ``i`` in its conversation."""
@@ -242,6 +266,7 @@ class Reader:
         members: dict[str, bool] = {}
 
         seen = index.seen_from(where, conversation_id)
+        now = self.clock()
 
         async def place(i: int) -> bool:
             """Show record ``i`` if it fits; False once no further record can."""
@@ -249,7 +274,7 @@ class Reader:
             if i in taken:
                 return True
             record = index.records[i]
-            if not seen[i] or not await self.gate.member(record, asker, members):
+            if not seen[i] or record.expires_at <= now or not await self.gate.member(record, asker, members):
                 return True
             day, who = day_of(record.said_at), _who(record)
             cost = index.cost(i, count) + (0 if day in days else DAY_TOKENS) + \
@@ -292,9 +317,17 @@ class Reader:
         return MemoryBlock(text, shown, used)
 
     async def _index(self, workspace: str, generation: int) -> _Index:
-        index = self._indexes.setdefault(workspace, _Index())
-        if index.generation != generation:
-            index.update(generation, await self.store.records(workspace, now=self.clock()))
+        """The workspace's index at ``generation`` or later: caught up by the change log when it reaches back to what
+        the index holds, else read whole."""
+        index = self._indexes.get(workspace)
+        if index is not None and index.generation == generation:
+            return index
+        changes = None if index is None else await self.store.changes(workspace, index.generation, now=self.clock())
+        if index is None or changes is None:
+            index = self._indexes[workspace] = _Index()
+            index.update(await self.store.snapshot(workspace, now=self.clock()))
+        else:
+            index.apply(changes)
         return index
 
     async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> list[Source]:
