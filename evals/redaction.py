@@ -29,6 +29,13 @@ from threadkeeper.persistence.errors import ThreadkeeperError
 from threadkeeper.services.safety import redact
 
 RULES = "cmd/generate/config/rules"
+HARD = "identifiers near secret words"
+"""The generic rule's false positives: lines of real code and config that name a key, a token or a credential and
+hold no secret (``credentialsId: '<uuid>'``, ``MantleAPI_version=<hash>``)."""
+LOOK_ALIKE = "near-miss keys"
+"""The vendor rules' false positives: a vendor's prefix with the wrong length or case, placeholders
+(``AKIAXXXXXXXXXXXXXXXX``), random blobs in an odd place. Removing one costs a reader little, so it is reported but not
+counted in the share of negatives kept."""
 SOURCES = ("gitleaks",)
 
 
@@ -335,7 +342,7 @@ def load_gitleaks(path: str | Path, *, seed: int = 1, commits: int = 200) -> Cor
                         secrets.append(Secret(vendor, secret))
                         found = True
                     elif value.strip():
-                        negatives.append(Negative("gitleaks false positive", value))
+                        negatives.append(Negative(HARD if vendor == "generic" else LOOK_ALIKE, value))
         for m in re.finditer(r'Description:\s*("(?:\\.|[^"\\])*")', text):
             negatives.append(Negative("rule description", _string(m.group(1))))
         if found:
@@ -414,7 +421,9 @@ def _score(corpus: Corpus, redactor: Callable[[str], str]) -> dict[str, Any]:
 
 
 def _intact_share(intact: dict[str, Score]) -> float:
-    return sum(s.removed for s in intact.values()) / max(1, sum(s.secrets for s in intact.values()))
+    """The share of negatives left intact, near-miss keys aside."""
+    kept = [s for kind, s in intact.items() if kind != LOOK_ALIKE]
+    return sum(s.removed for s in kept) / max(1, sum(s.secrets for s in kept))
 
 
 def evaluate(corpus: Corpus, redactor: Callable[[str], str] = redact) -> dict[str, Any]:
@@ -437,7 +446,7 @@ def report(result: dict[str, Any]) -> dict[str, Any]:
     def shares(scores: dict[Any, Score]) -> dict[str, Any]:
         return {(k if isinstance(k, str) else " / ".join(k)): {"share": s.share, "n": s.secrets}
                 for k, s in scores.items()}
-    out: dict[str, Any] = {"baseline_bits": result["baseline_bits"]}
+    out: dict[str, Any] = {"baseline_bits": result["baseline_bits"], "intact_target": result["intact_target"]}
     for who in ("ours", "baseline"):
         r = result[who]
         if r is None:
@@ -453,5 +462,5 @@ def load_source(source: str, path: str | Path, *, seed: int = 1) -> Corpus:
     return load_gitleaks(path, seed=seed)
 
 
-__all__ = ["PHRASINGS", "SOURCES", "Corpus", "Negative", "RedactionInputError", "Secret", "entropy_baseline",
+__all__ = ["HARD", "LOOK_ALIKE", "PHRASINGS", "SOURCES", "Corpus", "Negative", "RedactionInputError", "Secret", "entropy_baseline",
            "evaluate", "generate", "load_gitleaks", "load_source", "removed", "report"]
