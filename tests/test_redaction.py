@@ -177,6 +177,8 @@ LOOK_ALIKES = [
     "upgrade org.neo4j.neo4j-graphdb-api to 3.5.12",
     "attached api-c99e353f761d318322c853c03e.gif to the ticket",
     "la clé du problème est le cache, der Schlüssel liegt im Tresor",
+    "ssh key: ~/.ssh/id_ed25519 on the bastion; the TLS key: /etc/ssl/private/server2024.key",
+    "password: ${DB_PASSWORD} from the environment",
     "Request id 550e8400-e29b-41d4-a716-446655440000 failed; deploy 4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
 ]
 

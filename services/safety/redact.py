@@ -267,11 +267,17 @@ def _blob(text: str, start: int, end: int, floor: int) -> tuple[int, int]:
     return start, end
 
 
+def _reference(value: str) -> bool:
+    """Whether a value names where a secret is rather than holding it: a variable (``$API_KEY``, ``${…}``, ``%(…)``),
+    a placeholder (``<your token>``) or a file (``/etc/ssl/private/server.key``, ``~/.ssh/id_ed25519``); or is a marker
+    already. A link given as a token stays a secret: a webhook's URL is its credential."""
+    return value.startswith(("[REDACTED", "$", "{", "<", "%", "/", "~/", "./"))
+
+
 def _token_shaped(value: str) -> bool:
     """Whether a value stated after a word for a key or a token can be one: 8 characters or more with letters and
-    digits, or 16 or more that are no word; never a name and a number, a version, a marker or a reference
-    (``$API_KEY``, ``<your token>``)."""
-    if len(value) < 8 or value.startswith(("[REDACTED", "$", "{", "<", "%")) or _IDENTIFIER.fullmatch(value):
+    digits, or 16 or more that are no word; never a name and a number, a version or a reference (:func:`_reference`)."""
+    if len(value) < 8 or _reference(value) or _IDENTIFIER.fullmatch(value):
         return False
     letters, digits = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
     return (letters and digits) or (len(value) >= 16 and not _common_word(value))
@@ -299,7 +305,7 @@ def _assignments(text: str) -> list[tuple[int, int, str]]:
         if match is None or not _names_a_secret(match.group(1)):
             continue
         value = match.group(2)
-        if not value.startswith("[REDACTED") and not value.isdigit():
+        if not _reference(value) and not value.isdigit():
             out.append((match.start(2), match.end(2), "[REDACTED]"))
         done = match.end(2)
     return out
