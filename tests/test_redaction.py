@@ -150,6 +150,8 @@ SHAPES = [
     ("der Schlüssel für den Mailer lautet 0afae57f3ccfd9d7f5767067bc48b30f", "0afae57f3ccfd9d7f5767067bc48b30f"),
     ("la clé du service de paiement est 6d2fabeb6add229bc199fab", "6d2fabeb6add229bc199fab"),
     ("the mailer key is 5eb4223e-5008-46e5-be67-c7b8f2732305 for now", "5eb4223e-5008-46e5-be67-c7b8f2732305"),
+    # an assignment whose name holds a secret word and goes on to a word that is not about it
+    ("set client_secret_value=plainwordvalue and token_value: orange-tiger-sunset", "plainwordvalue"),
 ]
 
 
@@ -179,6 +181,7 @@ LOOK_ALIKES = [
     "la clé du problème est le cache, der Schlüssel liegt im Tresor",
     "ssh key: ~/.ssh/id_ed25519 on the bastion; the TLS key: /etc/ssl/private/server2024.key",
     "password: ${DB_PASSWORD} from the environment",
+    "the bootstrap-master-keying:arm64-linux=pass job is green",
     "Request id 550e8400-e29b-41d4-a716-446655440000 failed; deploy 4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
 ]
 

@@ -9,10 +9,10 @@ Four layers, each finding values that :func:`redact` replaces by a ``[REDACTED �
 2. **Formats it does not cover**: whole private-key blocks, model-provider and Google keys, GitHub
    fine-grained and Slack app tokens, Stripe test keys, ``Authorization:`` headers (``Basic``, ``Bearer``,
    …), passwords in URLs (also with no user name: ``redis://:pw@host``).
-3. **What a secret is called**: the value of an assignment whose name ends in a word that says secret
-   (``DB_PASSWORD=…``, ``"api_key": "…"``, ``AccountKey=…``; not ``credentialsId: …`` or ``access_token_url=…``,
-   which name something about a secret; a value of digits only, such as ``max_tokens: 4096``, is left alone), a
-   password stated in prose, in English, German, French, Spanish, Portuguese or Italian ("the password for the staging
+3. **What a secret is called**: the value of an assignment whose name says secret (``DB_PASSWORD=…``,
+   ``"api_key": "…"``, ``AccountKey=…``; not ``credentialsId: …`` or ``access_token_url=…``, which name something
+   about a secret, nor ``${DB_PASSWORD}``, which says where it is; a value of digits only, such as
+   ``max_tokens: 4096``, is left alone), a password stated in prose, in English, German, French, Spanish, Portuguese or Italian ("the password for the staging
    db is X", "das Passwort ist X", "le mot de passe est X"): the word after "is" is the secret unless it is a common
    word of those languages ("the password is stored in the vault") or a number of fewer than 6 digits ("the token
    budget is 4096"); and a value stated after a word for a key, a token, a secret or credentials in those languages
@@ -91,8 +91,12 @@ _URL_PASSWORD = re.compile(_SCHEME + r"([^\s:/@]*:)([^\s@/]+)@")
 
 _SECRET_NAME = re.compile(r"(?i)passw(?:or)?d|pwd|secret|api[_-]?key|(?:access|account|private|signing|encryption|"
                           r"master|shared[_-]?access)[_-]?key|token|credential|passphrase")
-_SECRET_END = re.compile(r"(?i)passw(?:or)?d|pwd|pw|pass|passphrase|secrets?|keys?|tokens?|credentials?|creds?|"
-                         r"apikey|authtoken|auth")
+_ABOUT = re.compile(r"(?i)ids?|names?|ur[li]s?|files?|paths?|dirs?|length|len|size|count|types?|kinds?|format|"
+                    r"version|ttl|expiry|expires|expiration|policy|prefix|suffix|header|field|label|var|variable|env|"
+                    r"enabled|required|arn|ref|location|store|vault|provider|usage")
+"""The last word of a name that is about a secret, not the secret (``credentialsId``, ``access_token_url``)."""
+_SECRET_WORD = re.compile(r"(?i)(?:passw(?:or)?ds?|pwd|secrets?|keys?|tokens?|credentials?|creds|passphrase)$")
+"""A word of a name that says secret, alone or ending a compound (``Key``, ``accesstoken``; not ``keying``)."""
 _SECRET_WORDS = ("passw", "pwd", "secret", "key", "token", "credential", "passphrase")
 _NAME_RUN = re.compile(r"[\w.-]+")
 """A run of the characters a name is made of (letters and digits of any script, ``_``, ``.``, ``-``)."""
@@ -312,11 +316,13 @@ def _assignments(text: str) -> list[tuple[int, int, str]]:
 
 
 def _names_a_secret(name: str) -> bool:
-    """Whether an assignment's name ends in a word that says secret (``DB_PASSWORD``, ``aws_secret_access_key``,
-    ``_authToken``, ``token1``): a name that goes on to another word is about the secret, not the secret
-    (``credentialsId``, ``access_token_url``, ``secret_length``, ``TokenFile``)."""
+    """Whether an assignment's name (one that holds a word that says secret) names the secret itself
+    (``DB_PASSWORD``, ``aws_secret_access_key``, ``_authToken``, ``token_value``), not something about it: a name
+    ending in a word for an id, a name, a place, a size, a kind or a setting (``credentialsId``, ``access_token_url``,
+    ``secret_length``, ``TokenFile``, ``LLM_SECRET_NAME``) holds no secret, nor one whose secret word is only the
+    start of another (``master-keying``). When in doubt, it does."""
     words = _SEGMENT.findall(name)
-    return bool(words) and _SECRET_END.fullmatch(words[-1]) is not None
+    return bool(words) and _ABOUT.fullmatch(words[-1]) is None and any(_SECRET_WORD.search(w) for w in words)
 
 
 def _merged(text: str) -> list[tuple[int, int, str]]:
