@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from threadkeeper.persistence import ThreadkeeperError
 
 from .embedded import NothingStoredError
-from .evalcmd import cmd_eval, cmd_eval_memory, windows_list
+from .evalcmd import cmd_eval, cmd_eval_memory, cmd_eval_redaction, windows_list
 from .logs import quiet_turn_lines, stderr_console
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
 from .settings import Settings, SettingsError, load_settings
@@ -383,6 +383,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated context windows (default 8192)")
     c.add_argument("--json", help="write the results as JSON here")
     c.set_defaults(func=cmd_eval_memory)
+    c = ev.add_parser("redaction", help="how many secrets of a public secret scanner's samples redaction removes, "
+                                        "and how much ordinary text it leaves alone, beside an entropy rule")
+    c.add_argument("--source", choices=("gitleaks",), default="gitleaks",
+                   help="where the samples come from: gitleaks (its rule files' true and false positives)")
+    c.add_argument("--path", required=True, help="a gitleaks checkout: a work tree or a bare git directory")
+    c.add_argument("--seed", type=int, default=1, help="seed of the secrets drawn from the rules' regexes (default 1)")
+    c.add_argument("--by-vendor", action="store_true", help="also print each vendor's share")
+    c.add_argument("--json", help="write the results as JSON here")
+    c.set_defaults(func=cmd_eval_redaction)
 
     p = sub.add_parser("bench", help="speed, write cost, compaction cost, throughput and memory on real Redis")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under a minute)")
