@@ -22,6 +22,7 @@ RUN_EXTRAS := [slack-cli$(if $(shell command -v redis-server 2>/dev/null),,$(com
 define setup
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
 	  { echo "Threadkeeper needs Python 3.11 or newer: run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	@echo "Setting up $(VENV): installing Threadkeeper and what it needs (a minute or two the first time; later runs skip this)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	@# the distribution was called "threadkeeper" before it was threadkeeper-slack: never keep both

@@ -192,6 +192,29 @@ def test_a_malformed_replay_file_is_refused_whole_with_a_reason(what: str, raw: 
 
 
 @pytest.mark.redis
+def test_long_work_says_where_it_stands_in_plain_lines_when_piped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written to a file or a pipe, progress is a plain line now and then (count, share, time taken and left) and
+    one at the end; phases without a count are named as they start."""
+    import io
+
+    from threadkeeper import logs
+
+    clock = iter(float(t) for t in range(0, 1000, 5))
+    out = io.StringIO()
+    monkeypatch.setattr(logs.time, "monotonic", lambda: next(clock))
+    with logs.WorkProgress("replay", 400, stream=out) as bar:
+        for done in range(0, 401, 100):
+            bar.update(done)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "replay: 100 of 400 (25%), 10 s, about 30 s left", lines
+    assert lines[-1].startswith("replay: 400 of 400 (100%)") and "left" not in lines[-1]
+    out = io.StringIO()
+    with logs.WorkProgress("bench", None, stream=out) as phases:
+        phases.update(what="history of 1,000 messages")
+    assert out.getvalue().splitlines()[0].startswith("bench: history of 1,000 messages (")
+    assert out.getvalue().splitlines()[-1].startswith("bench: done (")
+
+
 def test_replay_of_a_bad_file_writes_nothing_and_says_why_in_one_line(tmp_path: Path, prefix: str) -> None:
     import redis
 
@@ -220,6 +243,7 @@ async def test_replay_2000_messages_against_real_redis(tmp_path: Path, prefix: s
     try:
         result = cli("replay", str(path), "--turn-every", "10", "--out", str(out), env=env)
         assert result.returncode == 0, result.stderr
+        assert "replay: 2,000 of 2,000 (100%)" in result.stderr, "piped, the replay still says where it stands"
         report = json.loads(out.read_text())
         assert report["conversation_id"] == "replay:test:2000"
         for key in ("window_tokens", "output_reserve_tokens", "fixed_prompt_tokens", "usable_tokens",

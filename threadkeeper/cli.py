@@ -17,7 +17,7 @@ from threadkeeper.persistence import ThreadkeeperError
 
 from .embedded import NothingStoredError
 from .evalcmd import cmd_eval, cmd_eval_memory, cmd_eval_redaction, windows_list
-from .logs import quiet_turn_lines, stderr_console
+from .logs import WorkProgress, quiet_turn_lines
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
 from .settings import Settings, SettingsError, load_settings
 from .stores import Stores, with_pipeline
@@ -188,20 +188,9 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     quiet_turn_lines(settings.threadkeeper_log_level)  # the replay reports its turns itself
 
     async def work(stores: Stores, pipeline: Pipeline) -> int:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=stderr_console(), transient=True,
-                      disable=len(thread.messages) < 50) as bar:
-            task = bar.add_task("replay", total=len(thread.messages))
+        with WorkProgress("replay", len(thread.messages)) as bar:
             result = await replay(pipeline, thread, conversation=conversation, turn_every=args.turn_every,
-                                  progress=lambda done, total: bar.update(task, completed=done))
+                                  progress=lambda done, total: bar.update(done))
         text = json.dumps(result, indent=2, ensure_ascii=False)
         if args.out:
             with open(args.out, "w", encoding="utf-8") as fh:

@@ -8,7 +8,7 @@ import importlib.util
 import json
 from typing import Any
 
-from .logs import quiet_turn_lines, stderr_console
+from .logs import WorkProgress, quiet_turn_lines, stderr_console
 from .settings import Settings, SettingsError
 from .stores import open_stores
 
@@ -25,13 +25,6 @@ def windows_list(value: str) -> list[int]:
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the tables say what happened
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
     from threadkeeper.evals import (
         BENCHMARK_WINDOWS,
@@ -74,12 +67,10 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         # Every run writes under a key prefix of its own and removes its keys afterwards.
         async with open_stores(settings) as stores:
             total = len(cases) * len(strategies) * len(args.windows)
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=stderr_console(), transient=True) as bar:
-                task = bar.add_task("continuity eval", total=total)
+            with WorkProgress("continuity eval", total) as bar:
                 results = await run_matrix(settings, cases, strategies, args.windows, turn_every=args.turn_every,
                                            client=stores.client, judge=judge, ask=args.ask,
-                                           progress=lambda label: bar.update(task, advance=1, description=label))
+                                           progress=lambda label: bar.update(advance=1, what=label))
         rows = summarize(results)
         if benchmark is not None:
             _benchmark_table(rows, f"continuity on {args.benchmark}: {len(cases)} chats, {benchmark.questions} "
@@ -179,7 +170,6 @@ def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
     """``threadkeeper eval memory``: each session a thread of one channel, each question a new thread."""
     quiet_turn_lines(settings.threadkeeper_log_level)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from threadkeeper.evals import load_benchmark, skipped_text
@@ -189,11 +179,9 @@ def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
 
     async def work() -> int:
         async with open_stores(settings) as stores:
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=stderr_console(), transient=True) as bar:
-                task = bar.add_task("memory eval", total=len(benchmark.cases) * len(args.windows))
+            with WorkProgress("memory eval", len(benchmark.cases) * len(args.windows)) as bar:
                 results = await run_memory(settings, benchmark.cases, args.windows, client=stores.client,
-                                           progress=lambda label: bar.update(task, advance=1, description=label))
+                                           progress=lambda label: bar.update(advance=1, what=label))
         rows = summarize_memory(results)
         table = Table(title=f"memory across conversations on {args.benchmark}: {len(benchmark.cases)} chats, each "
                             "session a thread of one channel, each question asked in a new thread; answers kept on "

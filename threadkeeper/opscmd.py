@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from threadkeeper.persistence import ThreadkeeperError, why_unreadable
 
-from .logs import quiet_turn_lines, stderr_console
+from .logs import WorkProgress, quiet_turn_lines
 from .settings import Settings
 from .stores import Stores, with_pipeline
 
@@ -23,12 +23,11 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
 
     from .bench import peer_note, run_bench, targets
 
-    console = stderr_console()
     quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the table says what happened
 
     async def work() -> tuple[dict[str, float], str]:
-        with console.status("benchmarking") as status:
-            metrics = await run_bench(settings, quick=args.quick, progress=lambda text: status.update(text))
+        with WorkProgress("bench", None) as phases:
+            metrics = await run_bench(settings, quick=args.quick, progress=lambda text: phases.update(what=text))
         return metrics, await peer_note(settings)
 
     metrics, peer = asyncio.run(work())
