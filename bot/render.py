@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from threadkeeper.persistence import LineageEntry
 from threadkeeper.services import ContextReport
@@ -55,3 +56,36 @@ def context_text(report: ContextReport, *, width: int = 100) -> str:
             lines.append(f"{'':>4} recalled for the new message ({len(entry.source_ids)}):")
             lines.extend(f"{'':>6}{_clip(line, width)}" for line in recalled.splitlines())
     return "\n".join(lines)
+
+
+def lineage_tree(conversation_id: str, rows: list[LineageEntry], messages: int) -> Any:
+    """The lineage as a tree (rich): each run of turns on one line of descent, a compaction's fork as a branch
+    under the checkpoint it forked from, a second turn from one checkpoint (a superseded attempt) as a branch of
+    its own; the head marked."""
+    from rich.tree import Tree
+
+    children: dict[str | None, list[LineageEntry]] = {}
+    for row in rows:
+        children.setdefault(row.forked_from or row.parent, []).append(row)
+
+    def label(row: LineageEntry) -> str:
+        head = "[bold]HEAD[/bold] " if row.is_head else ""
+        return (f"{head}{row.id} {row.kind.value} {row.status.value} · held {row.message_count:,} · "
+                f"{row.token_total:,} tokens · {_stamp(row.created_at)}")
+
+    def grow(branch: Any, row: LineageEntry | None) -> None:
+        while row is not None:
+            branch.add(label(row))
+            kids = children.get(row.id, [])
+            forks = [k for k in kids if k.forked_from == row.id]
+            turns = [k for k in kids if k.forked_from != row.id]
+            for fork in forks:
+                grow(branch.add(f"[cyan]⑂ compacted: forked from {row.id}[/cyan]"), fork)
+            for other in turns[:-1]:
+                grow(branch.add(f"[yellow]another turn from {row.id}[/yellow]"), other)
+            row = turns[-1] if turns else None
+
+    tree = Tree(f"lineage of {conversation_id} ({_messages(messages)}; {len(rows)} checkpoints, oldest first)")
+    for root in children.get(None, []):
+        grow(tree, root)
+    return tree

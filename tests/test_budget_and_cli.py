@@ -192,6 +192,31 @@ def test_a_malformed_replay_file_is_refused_whole_with_a_reason(what: str, raw: 
 
 
 @pytest.mark.redis
+def test_the_lineage_tree_branches_at_forks_and_at_a_second_turn_from_one_checkpoint() -> None:
+    from rich.console import Console
+
+    from threadkeeper.bot.render import lineage_tree
+    from threadkeeper.persistence import CheckpointKind, CheckpointStatus, LineageEntry
+
+    def row(i: str, kind: str, status: str, parent: str | None = None, fork: str | None = None,
+            head: bool = False) -> LineageEntry:
+        return LineageEntry(id=i, kind=CheckpointKind(kind), status=CheckpointStatus(status), parent=parent,
+                            forked_from=fork, message_count=3, token_total=90, created_at=1700000000.0, is_head=head)
+
+    rows = [row("cp1", "turn", "completed"), row("cp2", "turn", "superseded", parent="cp1"),
+            row("cp3", "turn", "completed", parent="cp1"), row("cp4", "compaction", "completed", fork="cp3"),
+            row("cp5", "turn", "completed", parent="cp4", head=True)]
+    console = Console(record=True, width=200)
+    console.print(lineage_tree("console:local", rows, 7))
+    lines = console.export_text().splitlines()
+    at = {name: next(i for i, line in enumerate(lines) if f" {name} " in line) for name in ("cp1", "cp2", "cp3", "cp5")}
+    indent = {name: len(lines[i]) - len(lines[i].lstrip(" │├└─")) for name, i in at.items()}
+    assert lines[0].startswith("lineage of console:local (7 messages so far; 5 checkpoints")
+    assert indent["cp1"] == indent["cp3"] < indent["cp2"], "the newer turn continues the line; the other branches"
+    assert indent["cp5"] > indent["cp3"] and "⑂ compacted: forked from cp3" in lines[at["cp5"] - 2]
+    assert "HEAD cp5" in lines[at["cp5"]]
+
+
 def test_long_work_says_where_it_stands_in_plain_lines_when_piped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Written to a file or a pipe, progress is a plain line now and then (count, share, time taken and left) and
     one at the end; phases without a count are named as they start."""
@@ -254,6 +279,9 @@ async def test_replay_2000_messages_against_real_redis(tmp_path: Path, prefix: s
         for entry in report["context"]:
             assert set(entry) == {"role", "text", "source_ids", "tokens"}
         assert report["context_tokens"] == sum(e["tokens"] for e in report["context"])
+        tree = cli("history", "replay:test:2000", "--tree", env=env)
+        assert tree.returncode == 0 and tree.stdout.count("⑂ compacted: forked from") == len(report["compactions"])
+        assert tree.stdout.count("HEAD") == 1, tree.stdout
         history = cli("history", "replay:test:2000", "--json", env=env)
         rows = json.loads(history.stdout)
         assert len(report["compactions"]) >= 1

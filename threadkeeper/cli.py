@@ -44,9 +44,12 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
         from rich.console import Console
         from rich.table import Table
 
-        from threadkeeper.bot.render import HELD
+        from threadkeeper.bot.render import HELD, lineage_tree
 
         messages = await pipeline.messages(args.conversation_id)
+        if args.tree:
+            Console(width=200).print(lineage_tree(args.conversation_id, rows, messages))
+            return 0
         table = Table(title=f"lineage of {args.conversation_id}: {messages:,} message{'' if messages == 1 else 's'} "
                             f"so far", caption=HELD, show_lines=False)
         for col in ("", "checkpoint", "kind", "status", "parent", "forked_from", "held", "tokens", "created"):
@@ -287,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("conversation_id", help="the conversation (slack:<team>:<channel>:<thread_ts>, console:local, …; "
                                            "threadkeeper conversations lists them)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--tree", action="store_true", help="draw the lineage as a tree: compactions' forks as branches")
     p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("conversations", help="list the stored conversations: id, last activity, messages, generation")
