@@ -311,11 +311,20 @@ def _cli_seconds(*args: str, repeats: int = 3, env: dict[str, str] | None = None
     return round(statistics.median(times), 2)
 
 
-def _console_start_seconds(repeats: int = 3) -> float:
-    """Wall seconds of a newcomer's first ``threadkeeper console`` in a fresh process: no Slack tokens, no model
-    settings, no ``REDIS_URL`` (the embedded Redis, started in an empty data directory and stopped on the way out);
-    it starts, shows its banner, reads the end of its input and exits (the median of ``repeats``)."""
+_PEAK = ("import atexit, resource, runpy, sys\n"
+         "atexit.register(lambda: sys.stderr.write(f'\\npeak_rss_kb={resource.getrusage(resource.RUSAGE_SELF)"
+         ".ru_maxrss}\\n'))\n"
+         "sys.argv = ['threadkeeper', 'console']\n"
+         "runpy.run_module('threadkeeper', run_name='__main__')\n")
+SECRET_MESSAGE = b"the password for staging is Xq9-vB7mKt2w, and the deploy key is in 1Password\n"
+
+
+def _newcomer_console(said: bytes) -> tuple[float, float]:
+    """A newcomer's ``threadkeeper console`` in a fresh process: no Slack tokens, no model settings, no ``REDIS_URL``
+    (the embedded Redis, started in an empty data directory and stopped on the way out); it starts, shows its banner,
+    answers what was ``said`` and exits at the end of its input. Its wall seconds and its peak RSS in MB."""
     import os
+    import re
     import tempfile
 
     from .embedded import find_server
@@ -323,16 +332,20 @@ def _console_start_seconds(repeats: int = 3) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
     if find_server() is None and os.environ.get("REDIS_URL"):  # no server to embed: the Redis the bench runs on
         env["REDIS_URL"] = os.environ["REDIS_URL"]
-    times = []
-    for _ in range(repeats):
-        with tempfile.TemporaryDirectory(prefix="tkbench-console-") as folder:
-            started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "threadkeeper", "console"], input=b"", capture_output=True,
-                                  check=False, timeout=120, cwd=folder, env=env)
-            times.append(time.perf_counter() - started)
-        if done.returncode != 0:
-            raise RuntimeError(f"the console did not start: {done.stderr.decode(errors='replace')[-2000:]}")
-    return round(statistics.median(times), 2)
+    with tempfile.TemporaryDirectory(prefix="tkbench-console-") as folder:
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _PEAK], input=said, capture_output=True, check=False,
+                              timeout=120, cwd=folder, env=env)
+        seconds = time.perf_counter() - started
+    peak = re.search(rb"peak_rss_kb=(\d+)", done.stderr)
+    if done.returncode != 0 or peak is None:
+        raise RuntimeError(f"the console did not start: {done.stderr.decode(errors='replace')[-2000:]}")
+    return seconds, round(int(peak.group(1)) / 1024, 1)
+
+
+def _console_start_seconds(repeats: int = 3) -> float:
+    """Wall seconds of a newcomer's first console that is given nothing to answer (the median of ``repeats``)."""
+    return round(statistics.median(_newcomer_console(b"")[0] for _ in range(repeats)), 2)
 
 
 def _text_of(value: Any) -> str:
@@ -442,7 +455,8 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
     out: dict[str, float] = {"rss_mb_baseline": _rss_mb(), "cli_help_s": _cli_seconds("--help"),
                              "cli_history_s": _cli_seconds("history", "console:bench-none", env=on_redis),
                              "cli_context_s": _cli_seconds("context", "console:bench-none", env=on_redis),
-                             "console_start_s": _console_start_seconds()}
+                             "console_start_s": _console_start_seconds(),
+                             "console_peak_rss_mb_with_secret": _newcomer_console(SECRET_MESSAGE)[1]}
     sizes = (100, 1000, 10000) if quick else (100, 1000, 10000, 100_000)
     repeats = 15 if quick else 41
     try:
@@ -556,6 +570,7 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
                                                               "write_ratio_vs_langgraph")] + [
     "compaction_ms_p50_50k", "compaction_ms_p50_200k", "compaction_cold_ms_p50_200k", "fold_us_per_message_200k",
     "note_us_per_message", "redaction_ms_4000_adversarial", "redaction_ms_40000_adversarial", "cli_help_s", "console_start_s",
+    "console_peak_rss_mb_with_secret",
     "recall_cold_ms_1000",
     "recall_warm_ms_p50_1000", "recall_cold_ms_10000", "recall_warm_ms_p50_10000", "history_cache_kb_per_1000",
     "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
@@ -566,7 +581,7 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
 
 TARGETS: dict[str, tuple[str, float]] = {
     "cli_help_s": ("<=", 1.5), "cli_history_s": ("<=", 1.5), "cli_context_s": ("<=", 1.5),
-    "console_start_s": ("<=", 4),
+    "console_start_s": ("<=", 4), "console_peak_rss_mb_with_secret": ("<=", 120),
     "preturn_ms_p50_1000": ("<=", 5), "preturn_over_raw_1000": ("<=", 3), "preturn_cold_over_raw_10000": ("<=", 1.5),
     "preturn_ms_p50_100000": ("<=", 2), "compaction_ms_p50_200k": ("<=", 100), "turns_per_second": (">=", 400),
     "concurrent_1000_wall_s": ("<=", 2.5), "concurrent_1000_errors": ("<=", 0), "rss_mb_1000": ("<=", 200),
