@@ -271,6 +271,22 @@ MUTANTS: list[Mutant] = [
     Mutant("sweep-drops-a-thread-that-got-an-item-meanwhile", "persistence/memory.py",
            "if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end", "if not s then return 0 end",
            ("tests/test_memory_sweep.py", "-k", "during_extraction")),
+    Mutant("handoff-planned-for-another-lineage-adopted", "services/handoff/compactor.py",
+           "if record.from_checkpoint_id not in history.chain or ", "if ",
+           ("tests/test_compaction_ahead.py", "-k", "no_longer_descends")),
+    Mutant("handoff-planned-ahead-never-adopted", "services/handoff/compactor.py",
+           "        if record is None:\n            return None\n        at = record.message_count\n",
+           "        if True:\n            return None\n        at = record.message_count\n",
+           ("tests/test_compaction_ahead.py", "-k", "without_calling_the_summarizer or carried")),
+    Mutant("handoff-planned-before-an-edit-adopted", "services/handoff/compactor.py",
+           "if record.changes != changes_of(notes):", "if False:",
+           ("tests/test_compaction_ahead.py", "-k", "edit_after_the_plan")),
+    Mutant("fork-leaves-a-stale-planned-handoff", "persistence/scripts.py",
+           "if KEYS[7] then redis.call('DEL', KEYS[7]) end", "",
+           ("tests/test_compaction_ahead.py", "-k", "without_calling_the_summarizer")),
+    Mutant("handoff-planned-ahead-kept-across-a-fork", "persistence/scripts.py",
+           "  if redis.call('HGET', KEYS[2], at .. ':kind') ~= 'turn' then return 0 end\n", "",
+           ("tests/test_compaction_ahead.py", "-k", "no_longer_descends")),
 ]
 
 

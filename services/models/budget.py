@@ -9,6 +9,12 @@ Defaults and why:
   without hitting the hard guard.
 * **target 0.50**: after compaction the history must sit at or under half the usable window, so
   one compaction buys at least 30% of the window of new conversation before the next.
+* **prepare 0.70**: once a committed turn leaves the history at 70% of the usable window, the next
+  compaction is planned in the background from that checkpoint, and the turn that reaches the trigger forks
+  it instead of waiting for the summarizer. It sits two turns' growth below the trigger on a small window
+  (a turn of five messages adds about 6% of an 8k window), so the plan is ready before it is needed, and
+  high enough that what arrives meanwhile leaves the handoff most of its room (measured with
+  ``threadkeeper bench``: see docs/benchmarks.md).
 * **retained user messages 0.10, pins 0.10; the handoff gets the rest of the target** (0.30 or more;
   less only when a large input arrives and needs the room): a compaction keeps the newest words of people
   verbatim and every pinned message within their shares, and the handoff fills what the target leaves, so
@@ -46,6 +52,8 @@ class BudgetError(ThreadkeeperError):
 @dataclass(frozen=True)
 class BudgetPolicy:
     trigger: float = 0.80
+    prepare: float = 0.70
+    """Past this share a committed turn has the next compaction planned ahead, in the background (0: never)."""
     target: float = 0.55
     retained_user: float = 0.05
     summary_cap: float = 0.15
@@ -75,6 +83,8 @@ class ContextBudget:
     pin_tokens: int
     recall_tokens: int = 0
     memory_tokens: int = 0
+    prepare_tokens: int = 0
+    """Past this size a committed turn has the next compaction planned ahead (0: never; see :meth:`preparing`)."""
 
     @classmethod
     def derive(cls, window_tokens: int, *, fixed_prompt_tokens: int, max_output_tokens: int | None = None,
@@ -100,6 +110,7 @@ class ContextBudget:
             pin_tokens=int(usable * policy.pins),
             recall_tokens=int(usable * policy.recall),
             memory_tokens=int(usable * policy.memory),
+            prepare_tokens=int(usable * policy.prepare),
         )
 
     def in_estimates(self, ratio: float) -> ContextBudget:
@@ -117,7 +128,15 @@ class ContextBudget:
                        summary_cap_tokens=int(self.summary_cap_tokens / ratio), pin_tokens=int(self.pin_tokens / ratio),
                        recall_tokens=int(self.recall_tokens / ratio),
                        memory_tokens=int(self.memory_tokens / ratio),
+                       prepare_tokens=total(self.prepare_tokens) if self.prepare_tokens else 0,
                        output_reserve_tokens=self.window_tokens - int(self.request_limit_tokens / ratio))
+
+    def preparing(self) -> ContextBudget | None:
+        """This budget with the preparation threshold as its trigger: the size past which the next compaction is
+        planned ahead, asked through the one rule of whether a history compacts (None: never planned ahead)."""
+        if not 0 < self.prepare_tokens < self.trigger_tokens:
+            return None
+        return replace(self, trigger_tokens=self.prepare_tokens)
 
     @property
     def request_limit_tokens(self) -> int:

@@ -192,6 +192,10 @@ class ReplyExecutor:
                     raise
                 finally:
                     heartbeat.cancel()
+                if result is not None and result.status in ("completed", "recorded") and \
+                        self.config.prepare_compaction:
+                    # after its reply: the next handoff may be planned ahead, off the path of any reply
+                    self.compactor.prepare_after(conversation_id, result.checkpoint_id, self.budget)
                 opening = None  # the next turn opens with the lease renewed
                 if result is not None:
                     results.append(result)
@@ -426,9 +430,12 @@ class ReplyExecutor:
                              ) -> tuple[History | None, CompactionReport | None]:
         if history is None:
             return None, None
-        if self.compactor.should_compact(history, incoming, self.budget):
+
+        async def waiting() -> None:  # no handoff planned ahead can be adopted now: the person is told why they wait
             await events.status(conversation, COMPACTING)
-        return await self.compactor.before_turn(conversation.id, history, incoming, self.budget, prepared.notes)
+
+        return await self.compactor.before_turn(conversation.id, history, incoming, self.budget, prepared.notes,
+                                                waiting)
 
     async def _start(self, conversation: Conversation, history: History | None, prepared: PreparedTurn,
                      incoming: list[Message]) -> TurnState:
