@@ -169,7 +169,8 @@ class Compactor:
 
     def prepare_after(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
         """A turn committed ``checkpoint_id`` (and its reply was delivered): when that leaves the history past the
-        preparation threshold (:meth:`ContextBudget.preparing`, asked through :meth:`should_compact`), plan the
+        preparation threshold (:meth:`ContextBudget.preparing`: four turns like it before the trigger, asked
+        through :meth:`should_compact`), plan the
         next compaction from that checkpoint in the background, as a job of its own under its own lease, and keep
         it for the turn that reaches the trigger (:meth:`before_turn` adopts it). Returns at once."""
         if budget.preparing() is None or conversation_id in self._preparing:
@@ -187,9 +188,10 @@ class Compactor:
     async def _prepare(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
         """Plan the next compaction from ``checkpoint_id`` and keep it (see :meth:`prepare_after`). Writes no
         checkpoint and never moves the head: a crash anywhere in it leaves the head as it was."""
-        ahead = budget.preparing()
         try:
             history = await self.checkpoints.load_history(conversation_id, checkpoint_id)
+            added = len(history.messages) - history.checkpoint.message_count  # what its last turn grew it by
+            ahead = budget.preparing(history.visible_tokens() - history.visible_tokens(added))
             if ahead is None or not self.should_compact(history, (), ahead):
                 return
             if self._planned.get(conversation_id) in history.chain:
