@@ -4,8 +4,10 @@ For each turn: take the inbox items that arrived since the last turn (:class:`Tu
 prepared, with the notes their edits, deletions and pins leave), load the head history, compact it first if it
 reached the trigger, start a turn checkpoint, add the per-turn runtime context (:class:`ContextAssembler`), call the
 model with tools (:class:`ModelLoop`), append the reply, complete the checkpoint and move the head by
-compare-and-set, then post the reply. It loops while the inbox has items and releases the lease at the end. The
-preview of the next turn (``Preview``) calls the same three collaborators, so it shows what a turn sends.
+compare-and-set, then post the reply; once it is posted, the compactor may plan the next compaction in the
+background (``Compactor.prepare_after``), so the turn that reaches the trigger does not wait for the summarizer. It
+loops while the inbox has items and releases the lease at the end. The preview of the next turn (``Preview``) calls
+the same three collaborators, so it shows what a turn sends.
 """
 
 from __future__ import annotations
