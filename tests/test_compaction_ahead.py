@@ -5,6 +5,7 @@ was planned from; otherwise it compacts as before."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fakes import Step, pipeline, scripted
@@ -42,13 +43,15 @@ def update(i: int) -> str:
             f"checked alerts and runbooks, and nothing else needs doing before the weekly review on Thursday")
 
 
-def summarized(prefix: str, client: Any, name: str) -> tuple[Any, CountingSummarizer]:
+def summarized(prefix: str, client: Any, name: str, **settings: Any) -> tuple[Any, CountingSummarizer]:
     model = scripted()
     model.default = Step(text="noted")
     summarizer = CountingSummarizer()
     register_provider(name, summarizer)
     p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": f"{name}/test",
-                                                                   "ai_fast_model_context_window_tokens": 4096})
+                                                                   "ai_fast_model_context_window_tokens": 4096,
+                                                                   **settings})
+    p.model_script = model
     return p, summarizer
 
 
@@ -157,3 +160,18 @@ async def test_an_edit_after_the_plan_makes_the_turn_compact_as_before(prefix: s
     fork = await p.checkpoints.get(CONV, result.compaction.new_checkpoint_id)
     assert "prepared_from" not in fork.meta.info and summarizer.calls > before, \
         "the summarizer reads the messages as they read now"
+
+
+async def test_nothing_is_planned_ahead_while_a_turn_awaits_resume(prefix: str, redis_client: Any) -> None:
+    p, summarizer = summarized(prefix, redis_client, "ahead-paused", ai_timeout_seconds=0.2)
+    for i in range(3):
+        await say(p, i)
+    p.model_script.push(Step(text="too late", delay=2))
+    paused = await say(p, 3)
+    assert paused[0].status == "awaiting_resume"
+    head = (await p.checkpoints.require_state(CONV)).head_checkpoint_id
+    anything = replace(p.budget, trigger_tokens=10, prepare_tokens=1)  # past any threshold
+    p.compactor.prepare_after(CONV, head, anything)
+    await p.settle()
+    assert await p.checkpoints.prepared(CONV) is None and summarizer.calls == 0, \
+        "a turn awaiting resume is never compacted, nor planned for"
