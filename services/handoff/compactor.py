@@ -75,8 +75,9 @@ class Compactor:
         self._running_notes = 0
         self._preparing: dict[str, asyncio.Task[None]] = {}
         """conversation → the job planning its next handoff ahead, while it runs in this process."""
-        self._planned: OrderedDict[str, str] = OrderedDict()
-        """conversation → the checkpoint its kept handoff was planned from here (so each epoch is planned once)."""
+        self._planned: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        """conversation → the checkpoint its kept handoff was planned from here, and when (so each epoch is planned
+        once while that plan is kept)."""
 
     # -- the running fold ----------------------------------------------------------------------
 
@@ -170,9 +171,9 @@ class Compactor:
     def prepare_after(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
         """A turn committed ``checkpoint_id`` (and its reply was delivered): when that leaves the history past the
         preparation threshold (:meth:`ContextBudget.preparing`: four turns like it before the trigger, asked
-        through :meth:`should_compact`), plan the
-        next compaction from that checkpoint in the background, as a job of its own under its own lease, and keep
-        it for the turn that reaches the trigger (:meth:`before_turn` adopts it). Returns at once."""
+        through :meth:`should_compact`), plan the next compaction from that checkpoint in the background, as a job
+        of its own under its own lease, and keep it for the turn that reaches the trigger (:meth:`before_turn`
+        adopts it). Returns at once."""
         if budget.preparing() is None or conversation_id in self._preparing:
             return
         task = asyncio.create_task(self._prepare(conversation_id, checkpoint_id, budget))
@@ -194,9 +195,10 @@ class Compactor:
             ahead = budget.preparing(history.visible_tokens() - history.visible_tokens(added))
             if ahead is None or not self.should_compact(history, (), ahead):
                 return
-            if self._planned.get(conversation_id) in history.chain:
+            planned, at = self._planned.get(conversation_id, ("", 0.0))
+            if planned in history.chain and time.monotonic() - at < PREPARED_SECONDS / 2:
                 self._planned.move_to_end(conversation_id)
-                return  # this epoch's next handoff is planned already
+                return  # this epoch's next handoff is planned already, and still kept
             token = await self.checkpoints.claim_preparation(conversation_id, PREPARING_SECONDS)
             if token is None:
                 return  # another worker plans it
@@ -233,7 +235,7 @@ class Compactor:
                   strategy=report.strategy, tokens_before=report.tokens_before, duration_ms=report.duration_ms)
 
     def _remember(self, conversation_id: str, checkpoint_id: str) -> None:
-        self._planned[conversation_id] = checkpoint_id
+        self._planned[conversation_id] = (checkpoint_id, time.monotonic())
         self._planned.move_to_end(conversation_id)
         while len(self._planned) > PLANNED_CONVERSATIONS:
             self._planned.popitem(last=False)
