@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from threadkeeper.services import Conversation, Pipeline
+from threadkeeper.services import Conversation, ModelSetupError, Pipeline
+from threadkeeper.services.memory import Source, sources_line
 
 from .render import context_text, lineage_text
 
@@ -54,10 +55,17 @@ class ConsoleEvents:
         return True  # a console reply is printed at once: nothing is ever left owed
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None, notice: str | None = None) -> None:
-        """Printed at once: always delivered (None); a notice on a line of its own before it."""
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Source] = ()) -> None:
+        """Printed at once: always delivered (None); a notice on a line of its own before it, and where the memory
+        it cites was said after it."""
         if notice:
             print(f"  ({notice})", file=self.out, flush=True)
+        await self._show(text)
+        if sources:
+            print(f"  ({sources_line(sources)})", file=self.out, flush=True)
+
+    async def _show(self, text: str) -> None:
         writing, self.writing = self.writing, None
         if writing is not None and writing.shown and text == writing.shown.strip():
             print(file=self.out, flush=True)  # already on screen as it was written
@@ -159,7 +167,8 @@ async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out
             if not await pipeline.exists(conversation_id):
                 print("(no history yet: say something first)", file=out, flush=True)
             else:
-                print(lineage_text(conversation_id, await pipeline.lineage(conversation_id)), file=out,
+                print(lineage_text(conversation_id, await pipeline.lineage(conversation_id),
+                                   await pipeline.messages(conversation_id)), file=out,
                       flush=True)
         elif command == "/context":
             if not await pipeline.exists(conversation_id):
@@ -170,4 +179,7 @@ async def _converse(pipeline: Pipeline, conversation_id: str, stdin: TextIO, out
             print(f"unknown command {text.strip()!r}; {HELP}", file=out, flush=True)
         else:
             await pipeline.submit(conversation_id, text, author=author)
-            await pipeline.run(conversation_id, events)
+            results = await pipeline.run(conversation_id, events)
+            problem = next((r.problem for r in results if r.problem), None)
+            if problem is not None:  # a setting the provider refuses for good: every next message would fail too
+                raise ModelSetupError(problem)

@@ -16,36 +16,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.bot.manifest import Surface
 from threadkeeper.services import THINKING, Conversation, Pipeline, as_conversation
+from threadkeeper.services.memory import Source, sources_line
 
 from .conversations import DIRECT, REACTED, STATUS_MESSAGE, slack_error, thread_ts
 from .format import split_reply
 from .metrics import Metrics
+from .readback import (
+    CLOCK_SKEW_SECONDS,
+    LOST,
+    READ_LAG_SECONDS,
+    bot_messages,
+    is_reply,
+    marked_part,
+    reply_marker,
+    until_read,
+)
 from .streaming import DRAFT, SlackDraft, delete_stranded, feedback_blocks
 from .workspaces import Workspaces
 
 log = logging.getLogger("threadkeeper.slack")
 
-REPLY_EVENT = "threadkeeper_reply"
-"""The metadata event type of every reply part: ``{"checkpoint": <turn>, "part": <n>}``."""
 POST_ATTEMPTS = 3
-READ_LAG_SECONDS = 8.0
-"""How long Slack's reads may lag its writes: a post whose answer was lost is looked for in the thread that long
-before it counts as not posted (and is posted again)."""
 """Posts of one part whose answer was lost, each after reading back that Slack does not show it."""
-LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-"""What a call raises when Slack's answer never arrived (it may have done what was asked)."""
-
-
-def _marker(checkpoint_id: str, part: int) -> dict[str, Any]:
-    return {"event_type": REPLY_EVENT, "event_payload": {"checkpoint": checkpoint_id, "part": part}}
+PERMALINKS_KEPT = 4096
+"""Permalinks of memory's sources a worker keeps (a message's permalink never changes)."""
 
 
 class SlackEvents:
@@ -69,6 +71,8 @@ class SlackEvents:
         """conversation → (team, user) of the person whose message the running turn answers."""
         self.drafts: dict[str, SlackDraft] = {}
         """conversation → the reply its running turn is writing."""
+        self.permalinks: dict[tuple[str, str, str], str] = {}
+        """(workspace, channel, message ts) → the message's permalink, as ``chat.getPermalink`` gave it."""
 
     async def _client(self, conversation: Conversation) -> AsyncWebClient | None:
         client = await self.workspaces.client(conversation.workspace)
@@ -166,12 +170,14 @@ class SlackEvents:
             return None
         draft = SlackDraft(client, self.pipeline, conversation.id, channel=channel,
                            thread_ts=thread,
-                           recipient=self.askers.get(conversation.id))
+                           recipient=self.askers.get(conversation.id),
+                           me=await self.workspaces.identity(conversation.workspace))
         self.drafts[conversation.id] = draft
         return draft
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None, notice: str | None = None) -> bool:
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Source] = ()) -> bool:
         """Post a turn's reply (finishing the draft it was written into, if any), each part at most once (see the
         module's description); once every part is in Slack, the turn is marked delivered (``posted``: its
         checkpoint). Returns False when a part could not be confirmed (the reply stays owed). A finished answer
@@ -184,14 +190,17 @@ class SlackEvents:
         if client is None:
             return True  # the workspace is gone: nothing can ever be posted there
         parts = split_reply(text)
-        feedback = feedback_blocks(parts[-1], checkpoint_id, notice) if kind == "completed" and parts else None
+        feedback = feedback_blocks(parts[-1], checkpoint_id, notice, await self._sources(client, conversation, sources)
+                                   ) if kind == "completed" and parts else None
         draft = self.drafts.pop(conversation.id, None)
         done = 0
-        if draft is not None and parts and await draft.finish(parts[0], feedback if len(parts) == 1 else None):
+        if draft is not None and parts and await draft.finish(
+                parts[0], feedback if len(parts) == 1 else None,
+                reply_marker(checkpoint_id, 0) if checkpoint_id else None):
             done = 1
             self.metrics.streamed.labels("stream" if draft.streaming else "update").inc()
-        elif draft is None:
-            await delete_stranded(client, self.pipeline, conversation.id)  # left by a worker that stopped mid-reply
+        elif await self._stranded(client, conversation) is None:
+            return False  # a half-written reply may be in the thread: it goes before this one is posted
         for n, part in enumerate(parts[done:], start=done):
             outcome = await self._post(client, conversation, part, blocks=feedback if n == len(parts) - 1 else None,
                                        checkpoint_id=checkpoint_id, part=n, parts=parts)
@@ -204,6 +213,26 @@ class SlackEvents:
         if checkpoint_id:
             await self.pipeline.delivered(conversation, checkpoint_id)
         return True
+
+    async def _sources(self, client: AsyncWebClient, conversation: Conversation, sources: Sequence[Source]) -> str:
+        """Where the memory a reply cites was said, each day a link to the message (``chat.getPermalink``; a message
+        Slack will not link to, say deleted since, is named without one)."""
+        links: dict[Source, str] = {}
+        for source in sources:
+            key = (conversation.workspace, source.channel, source.message_id)
+            if key not in self.permalinks:
+                try:
+                    answer = await client.chat_getPermalink(channel=source.channel, message_ts=source.message_id)
+                except SlackApiError as exc:
+                    log.info("%s: no link to memory's source %s: %s", conversation, key, exc.response.get("error"))
+                    continue
+                if len(self.permalinks) >= PERMALINKS_KEPT:
+                    self.permalinks.clear()
+                self.permalinks[key] = str(answer.get("permalink") or "")
+            if self.permalinks[key]:
+                links[source] = self.permalinks[key]
+        return sources_line(sources, channel=lambda c: f"<#{c}>",
+                            link=lambda s, label: f"<{links[s]}|{label}>" if s in links else label)
 
     async def _post(self, client: AsyncWebClient, conversation: Conversation, text: str, *, blocks: list[Any] | None,
                     checkpoint_id: str | None, part: int, parts: list[str]) -> str:
@@ -223,7 +252,7 @@ class SlackEvents:
             try:  # a direct message conversation is answered in the conversation itself, not in a thread
                 await client.chat_postMessage(channel=channel, thread_ts=thread,
                                               text=text, unfurl_links=False, blocks=blocks,
-                                              metadata=_marker(checkpoint_id, part) if checkpoint_id else None)
+                                              metadata=reply_marker(checkpoint_id, part) if checkpoint_id else None)
                 return "posted"
             except SlackApiError as exc:
                 self.metrics.errors.labels("post").inc()
@@ -251,52 +280,32 @@ class SlackEvents:
                        parts: list[str], part: int, *, since: float | None = None) -> set[int] | None:
         """The thread read back (:meth:`_shown`) until it shows ``part`` or Slack's reads had
         ``READ_LAG_SECONDS`` to catch up with a post that may have been made: never posted again sooner."""
-        waited, delay = 0.0, 0.5
-        while True:
-            shown = await self._shown(client, conversation, checkpoint_id, parts, since=since)
-            if shown is None or part in shown or waited >= READ_LAG_SECONDS:
-                return shown
-            delay = min(delay, READ_LAG_SECONDS - waited)
-            await asyncio.sleep(delay)
-            waited += delay
-            delay *= 2
+        return await until_read(lambda: self._shown(client, conversation, checkpoint_id, parts, since=since),
+                                lambda shown: part in shown, deadline=time.time() + READ_LAG_SECONDS)
 
     async def _shown(self, client: AsyncWebClient, conversation: Conversation, checkpoint_id: str | None,
                      parts: list[str], *, since: float | None = None) -> set[int] | None:
         """Which parts of the reply of ``checkpoint_id`` the thread shows: by their metadata marker, and with
         ``since`` (a turn's start: only what was posted after it) also a bot message without a marker (a
-        streamed part) by its exact text. None when the thread could not be read."""
-        channel, thread = conversation.channel, thread_ts(conversation)
+        streamed part finished before replies carried one) by its exact text. None when the thread could not be
+        read."""
         me = await self.workspaces.identity(conversation.workspace)
-        oldest = f"{since:.6f}" if since else None  # None: not sent
+        messages = await bot_messages(client, conversation, me, since=since)
+        if messages is None:
+            return None
         found: set[int] = set()
-        try:
-            if thread is None:
-                pages = await client.conversations_history(channel=channel, limit=200, include_all_metadata=True,
-                                                           oldest=oldest)
-            else:
-                pages = await client.conversations_replies(channel=channel, ts=thread, limit=200,
-                                                           include_all_metadata=True, oldest=oldest)
-            async for page in pages:
-                for m in page.get("messages") or []:
-                    if not (m.get("bot_id") or (me is not None and m.get("user") == me.user_id)):
-                        continue
-                    meta = m.get("metadata") or {}
-                    payload = meta.get("event_payload") or {}
-                    if meta.get("event_type") == REPLY_EVENT:
-                        if payload.get("checkpoint") == checkpoint_id and isinstance(payload.get("part"), int):
-                            found.add(payload["part"])
-                    elif since and m.get("text") in parts:
-                        found.add(parts.index(m["text"]))
-        except SlackApiError as exc:
-            if slack_error(exc) == "thread_not_found":
-                return found  # nothing in the thread yet (or the thread is gone): none of it is shown
-            log.warning("reading back the replies in %s failed: %s", conversation, slack_error(exc))
-            return None
-        except LOST as exc:
-            log.warning("reading back the replies in %s failed: %s: %s", conversation, type(exc).__name__, exc)
-            return None
+        for m in messages:
+            part = marked_part(m, checkpoint_id)
+            if part is not None:
+                found.add(part)
+            elif since and not is_reply(m) and m.get("text") in parts:
+                found.add(parts.index(m["text"]))
         return found
+
+    async def _stranded(self, client: AsyncWebClient, conversation: Conversation) -> bool | None:
+        """Delete the reply a stopped worker left half-written, if any (:func:`delete_stranded`)."""
+        return await delete_stranded(client, self.pipeline, conversation.id,
+                                     await self.workspaces.identity(conversation.workspace))
 
     async def recover(self, conversation: Conversation) -> bool:
         """Run by the new holder of the lease before its turns: delete a reply a stopped worker left half-written,
@@ -304,8 +313,8 @@ class SlackEvents:
         only the parts Slack does not show (by their markers). Returns False when that reply is still owed."""
         if await self.pipeline.flag(conversation, DRAFT):
             client = await self._client(conversation)
-            if client is not None:
-                await delete_stranded(client, self.pipeline, conversation.id)
+            if client is not None and await self._stranded(client, conversation) is None:
+                return False  # Slack could not be read: nothing is posted while a half-written reply may show
         owed = await self.pipeline.reply_owed(conversation)
         if owed is None:
             return True
@@ -313,7 +322,7 @@ class SlackEvents:
         if client is None:
             return True
         parts = split_reply(owed.text)
-        since = owed.committed_at - 1
+        since = owed.committed_at - CLOCK_SKEW_SECONDS
         shown = await self._shown(client, conversation, owed.checkpoint_id, parts, since=since)
         if shown is not None and len(shown) < len(parts) and time.time() - owed.committed_at < 2 * READ_LAG_SECONDS:
             # posted moments ago, perhaps: what Slack does not show yet is looked for until its reads catch up

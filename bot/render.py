@@ -13,9 +13,17 @@ def _stamp(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def lineage_text(conversation_id: str, rows: list[LineageEntry]) -> str:
-    lines = [f"lineage of {conversation_id} (oldest first, {len(rows)} checkpoints)",
-             f"  {'':4} {'checkpoint':30} {'kind':10} {'status':15} {'msgs':>6} {'tokens':>8}  {'created':19}  from"]
+def _messages(count: int) -> str:
+    """The conversation's message count as every view words it."""
+    return f"{count:,} message{'' if count == 1 else 's'} so far"
+
+
+HELD = "held: messages the history at a checkpoint holds (what a turn from it loads; fewer after a compaction)"
+
+
+def lineage_text(conversation_id: str, rows: list[LineageEntry], messages: int) -> str:
+    lines = [f"lineage of {conversation_id} ({_messages(messages)}; oldest first, {len(rows)} checkpoints; {HELD})",
+             f"  {'':4} {'checkpoint':30} {'kind':10} {'status':15} {'held':>6} {'tokens':>8}  {'created':19}  from"]
     for r in rows:
         origin = f"forked from {r.forked_from}" if r.forked_from else (f"parent {r.parent}" if r.parent else "-")
         lines.append(f"  {'HEAD' if r.is_head else '':4} {r.id:30} {r.kind.value:10} {r.status.value:15} "
@@ -29,7 +37,8 @@ def _clip(text: str, width: int) -> str:
 
 def context_text(report: ContextReport, *, width: int = 100) -> str:
     b = report.budget
-    lines = [f"context of {report.conversation_id}: {report.context_tokens:,} tokens in {len(report.context)} messages",
+    lines = [f"context of {report.conversation_id} ({_messages(report.messages)}): the next request holds "
+             f"{report.context_tokens:,} tokens in {len(report.context)} entries",
              f"budget: window {b.window_tokens:,} = output reserve {b.output_reserve_tokens:,} + fixed prompt "
              f"{b.fixed_prompt_tokens:,} + usable {b.usable_tokens:,}; trigger {b.trigger_tokens:,}, target "
              f"{b.target_tokens:,}, retained user {b.retained_user_tokens:,}, summary cap {b.summary_cap_tokens:,}, "

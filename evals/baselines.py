@@ -5,7 +5,9 @@ without any compaction, note or handoff.
 * **BM25 pick**: the messages a plain BM25 ranks best for the question (``bm25s`` with its English stopwords and
   a Snowball stemmer, default parameters), whole, best first, each one that still fits;
 * **recent + BM25**: given messages first (the graded context's own verbatim messages), then the BM25 pick of
-  the rest.
+  the rest;
+* **BM25 ±1**: the same pick, each hit whole with the message right before and right after it (an answer is
+  often the next message), the strongest of these simple picks on the public sets.
 """
 
 from __future__ import annotations
@@ -47,12 +49,18 @@ class MessagePool:
         order = sorted((i for i in range(len(self.ids)) if scores[i] > 0), key=lambda i: (-scores[i], -i))
         return [self.ids[i] for i in order]
 
-    def bm25(self, query: str, spend: int, *, first: Iterable[str] = ()) -> list[str]:
+    def bm25(self, query: str, spend: int, *, first: Iterable[str] = (), neighbours: bool = False) -> list[str]:
         """``first`` (those of them in the pool), then the BM25 pick for ``query``: each ranked message that still
-        fits within ``spend`` tokens."""
+        fits within ``spend`` tokens (``neighbours``: each hit followed by the messages right before and after it,
+        each that still fits)."""
+        ranked = self.ranked(query)
+        if neighbours:
+            place = {mid: i for i, mid in enumerate(self.ids)}
+            ranked = [self.ids[j] for mid in ranked for j in (place[mid], place[mid] - 1, place[mid] + 1)
+                      if 0 <= j < len(self.ids)]
         chosen: dict[str, None] = {}
         used = 0
-        for mid in [*first, *self.ranked(query)]:
+        for mid in [*first, *ranked]:
             tokens = self.tokens.get(mid)
             if tokens is None or mid in chosen or used + tokens > spend:
                 continue

@@ -242,8 +242,9 @@ def _content(questions: Sequence[QuestionResult], asked: bool) -> dict[str, Any]
     if asked:
         row.update({"bm25": _share([bool(q.bm25) for q in able]),
                     "recent_bm25": _share([bool(q.recent_bm25) for q in able]),
+                    "bm25_neighbours": _share([bool(q.bm25_neighbours) for q in able]),
                     "without_recall": _share([bool(q.without_recall) for q in able])})
-        baseline = max(row["bm25"], row["recent_bm25"])
+        baseline = max(row["bm25"], row["recent_bm25"], row["bm25_neighbours"])
     row["over_baseline"] = round(row["content"] / baseline, 3) if baseline else None
     return row
 

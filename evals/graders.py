@@ -186,7 +186,7 @@ _NEXT_NOTE = re.compile(r";\s+(?=\[)")
 class QuestionResult:
     """How one benchmark question fared in a context, and in the baselines at the same spend.
 
-    The content grades (``kept``, ``newest``, ``bm25``, ``recent_bm25``, ``without_recall``) mean something only
+    The content grades (``kept``, ``newest``, ``bm25``, ``recent_bm25``, ``bm25_neighbours``, ``without_recall``) mean something only
     for an ``answerable`` question: one whose evidence messages' own text holds its answer."""
 
     id: str
@@ -202,6 +202,8 @@ class QuestionResult:
     """Asked questions: the answer is in the evidence among a plain BM25 pick of whole messages at the same spend."""
     recent_bm25: bool | None = None
     """Asked questions: the same for the context's own verbatim messages plus a BM25 fill of the rest."""
+    bm25_neighbours: bool | None = None
+    """Asked questions: the same for the BM25 pick with each hit's neighbours (the strongest simple pick)."""
     without_recall: bool | None = None
     """Asked questions: the answer is in what the context holds for the evidence without its recalled messages."""
 
@@ -334,13 +336,14 @@ def grade_questions(questions: Sequence[dict[str, Any]], entries: Sequence[Conte
     out = []
     for raw in questions:
         q = Question.of(raw, texts)
-        bm25 = recent = None
+        bm25 = recent = around = None
         if pool is not None:
             own = [i for e in entries if e.role != "system" and not is_handoff(e) for i in e.source_ids if i in texts]
             bm25 = q.kept_among(pool.bm25(q.text, spend), texts)
             recent = q.kept_among(pool.bm25(q.text, spend, first=own), texts)
+            around = q.kept_among(pool.bm25(q.text, spend, neighbours=True), texts)
         out.append(QuestionResult(q.id, q.kind, q.answerable, q.kept_in(entries),
                                   bool(q.evidence) and all(e in present for e in q.evidence),
-                                  q.kept_among(newest, texts), bm25, recent,
+                                  q.kept_among(newest, texts), bm25, recent, around,
                                   None if standing is None else q.kept_in(standing)))
     return out

@@ -6,8 +6,8 @@ consolidated. Each question is asked as the first message of a new thread of tha
 context that turn would send (``Pipeline.context``, nothing written, no model called): the question is kept when
 the memory records shown that derive from its evidence messages hold the answer's content words
 (:func:`evals.graders.holds`, as the continuity eval grades what a context holds for the evidence). Beside it, at
-the same token spend: no memory (the new thread holds nothing of the others), and a plain BM25 pick of whole
-messages from all the other threads (:class:`evals.baselines.MessagePool`).
+the same token spend: no memory (the new thread holds nothing of the others), a plain BM25 pick of whole
+messages from all the other threads, and that pick with each hit's neighbours (:class:`evals.baselines.MessagePool`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ class MemoryResult:
     questions: int = 0
     answerable: int = 0
     kept: int = 0
+    stored: int = 0
+    """Answerable questions whose answer some stored record derived from the evidence holds (shown or not)."""
     bm25: int = 0
+    bm25_neighbours: int = 0
     without: int = 0
     spend: list[int] = field(default_factory=list)
     records: int = 0
@@ -106,8 +109,11 @@ async def run_memory_case(settings: Settings, case: Case, window: int, *, client
             result.shown_records.append(len(shown))
             evidence = set(question.evidence)
             held = "\n".join(r.text for r in shown if evidence & set(r.source_ids))
+            result.stored += holds(set(question.answer),
+                                   "\n".join(r.text for r in records.values() if evidence & set(r.source_ids)))
             result.kept += holds(set(question.answer), held)
             result.bm25 += question.kept_among(pool.bm25(question.text, spend), texts)
+            result.bm25_neighbours += question.kept_among(pool.bm25(question.text, spend, neighbours=True), texts)
             result.without += holds(set(question.answer), "")  # a new thread without memory holds nothing else
         return result
     finally:
@@ -140,10 +146,14 @@ def summarize_memory(results: Sequence[MemoryResult]) -> list[dict[str, Any]]:
             return n / answerable if answerable else None
 
         kept, bm25 = share(sum(r.kept for r in runs)), share(sum(r.bm25 for r in runs))
+        around = share(sum(r.bm25_neighbours for r in runs))
+        best = max(bm25 or 0.0, around or 0.0)
         rows.append({"window": window, "chats": len(runs), "sessions": sum(r.sessions for r in runs),
                      "questions": sum(r.questions for r in runs), "answerable": answerable,
-                     "memory": kept, "bm25": bm25, "no_memory": share(sum(r.without for r in runs)),
+                     "memory": kept, "in_records": share(sum(r.stored for r in runs)), "bm25": bm25, "no_memory": share(sum(r.without for r in runs)),
+                     "bm25_neighbours": around,
                      "over_bm25": kept / bm25 if kept is not None and bm25 else None,
+                     "over_best": kept / best if kept is not None and best else None,
                      "mean_spend": sum(spend) / len(spend) if spend else 0.0,
                      "records": sum(r.records for r in runs),
                      "mean_shown": sum(s for r in runs for s in r.shown_records) / len(spend) if spend else 0.0,

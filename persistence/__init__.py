@@ -41,6 +41,7 @@ from .models import (
     ToolResultPart,
     Usage,
     carried_tokens,
+    messages_so_far,
 )
 from .notes import MessageChange, Notes, NotesStore
 from .pace import Pace
@@ -52,5 +53,5 @@ __all__ = [
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "new_id", "ping", "why_unreadable",
+    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
 ]

@@ -17,7 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .errors import InvalidTransitionError, LeaseLostError, NotFoundError, StoreUnavailableError, ThreadkeeperError
-from .keys import ConversationKeys
+from .keys import ConversationKeys, directory_key
 
 DAY = 86_400
 
@@ -128,6 +128,12 @@ class RedisStore:
         if failed is not None:
             raise ThreadkeeperError(f"Redis rejected a command sent with {name.lower()}: {failed}")
         return first
+
+    def _listing(self, pipe: Any, conversation_id: str, now: float) -> None:
+        """Add to ``pipe`` what keeps the conversation in the directory (:func:`keys.directory_key`) at ``now``: sent
+        with every write that changes its state, so listing the conversations reads one sorted set, never a scan."""
+        pipe.zadd(directory_key(self.prefix), {conversation_id: now})
+        pipe.expire(directory_key(self.prefix), self.retention_seconds)
 
     async def _send(self, commands: Callable[[Any], None]) -> None:
         pipe = self.client.pipeline(transaction=False)

@@ -7,8 +7,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .errors import StoreUnavailableError, ThreadkeeperError
@@ -58,12 +59,37 @@ def connect(url: str, *, max_connections: int = 128, cluster: bool = False,
     return aioredis.Redis(connection_pool=pool)
 
 
+PROBE_SECONDS = 3.0
+"""How long the start-up check gives Redis to accept a connection (and a TLS handshake) and answer ``PING``."""
+
+
 async def ping(client: aioredis.Redis, url: str) -> None:
-    """Fail with one clear message naming ``REDIS_URL`` when Redis cannot be reached."""
+    """Fail with one clear message naming ``REDIS_URL`` when Redis cannot be reached or refuses the connection (a
+    password, a database, TLS: see :class:`StoreUnavailableError`).
+
+    The first connection is a probe made once, within :data:`PROBE_SECONDS`: what the client's retries are for (a
+    pooled connection that died) does not apply to a Redis never reached, so a wrong setting fails in seconds
+    instead of after every retry of a connect timeout."""
     try:
+        if isinstance(client, aioredis.Redis):
+            await _probe(client)
         await client.ping()
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+    except (RedisConnectionError, RedisTimeoutError, ResponseError, OSError) as exc:
         raise StoreUnavailableError(url, exc) from exc
+
+
+async def _probe(client: aioredis.Redis) -> None:
+    """One connection of the client's pool, made without retries and with a short timeout, and one ``PING``."""
+    pool = client.connection_pool
+    options = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0), "socket_connect_timeout": PROBE_SECONDS,
+               "socket_timeout": PROBE_SECONDS}
+    connection = pool.connection_class(**options)
+    try:
+        await connection.connect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        await connection.send_command("PING")
+        await connection.read_response()
+    finally:
+        await connection.disconnect()
 
 
 async def durability(client: Any) -> str:

@@ -10,16 +10,41 @@ class ThreadkeeperError(Exception):
 
 
 class StoreUnavailableError(ThreadkeeperError):
-    """Redis cannot be reached."""
+    """Redis cannot be reached, or refuses the connection ``REDIS_URL`` describes. The message is one line that
+    names ``REDIS_URL``, says which of them it is (:func:`_redis_problem`) and how to fix it."""
 
     def __init__(self, url: str, cause: BaseException | None = None) -> None:
-        detail = f": {cause}" if cause else ""
         shown = without_password(url)
-        super().__init__(
-            f"cannot reach Redis at REDIS_URL={shown}{without_password(detail)}. Start Redis or point REDIS_URL "
-            "at a reachable server (or unset REDIS_URL to use the embedded Redis)."
-        )
+        super().__init__(_redis_problem(url, shown, cause))
         self.url = shown
+
+
+def _redis_problem(url: str, shown: str, cause: BaseException | None) -> str:
+    """What went wrong connecting to ``url``, by the kind of error Redis (or the network) answered with."""
+    from urllib.parse import urlsplit
+
+    from redis.exceptions import AuthenticationError, ResponseError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    detail = without_password(str(cause).strip().splitlines()[0].rstrip(".")) if cause is not None and str(cause) \
+        else ""
+    said = f" ({detail})" if detail else ""
+    where = f"Redis at REDIS_URL={shown}"
+    parts = urlsplit(url)
+    how = "redis://:PASSWORD@host:port/0, or redis://USER:PASSWORD@host:port/0 for an ACL user"
+    if isinstance(cause, AuthenticationError):
+        if parts.password:
+            return f"{where} refused the password in REDIS_URL{said}: correct it ({how})."
+        return f"{where} requires a password{said}: put it in REDIS_URL ({how})."
+    database = parts.path.strip("/")
+    if isinstance(cause, ResponseError) and database.isdigit() and int(database) > 0:
+        return (f"{where} has no database {database}{said}: end REDIS_URL with a database that Redis has (/0 to /15 "
+                "unless its `databases` setting allows more).")
+    if isinstance(cause, (RedisTimeoutError, TimeoutError)) and parts.scheme == "rediss":
+        return (f"{where} did not complete a TLS handshake{said}: if that server does not use TLS, write redis:// "
+                "instead of rediss://; if it does, check that its host and port are right.")
+    return (f"cannot reach {where}{said}. Start Redis or point REDIS_URL at a reachable server (or unset REDIS_URL "
+            "to use the embedded Redis).")
 
 
 def without_password(text: str) -> str:

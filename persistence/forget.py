@@ -9,7 +9,7 @@ from __future__ import annotations
 from .base import RedisStore
 from .base import glob_escape as _glob_escape
 from .errors import InvalidTransitionError
-from .keys import ConversationKeys, activity_key, dead_registry_key, pending_key
+from .keys import ConversationKeys, activity_key, dead_registry_key, directory_key, pending_key
 
 
 class Forgetter(RedisStore):
@@ -30,7 +30,8 @@ class Forgetter(RedisStore):
         found = await self.keys_of(conversation_id)
         for start in range(0, len(found), 500):
             await self._call(self.client.delete(*found[start:start + 500]))
-        for registry in (pending_key(self.prefix), dead_registry_key(self.prefix), activity_key(self.prefix)):
+        for registry in (pending_key(self.prefix), dead_registry_key(self.prefix), activity_key(self.prefix),
+                         directory_key(self.prefix)):
             await self._call(self.client.zrem(registry, conversation_id))
         return len(found)
 

@@ -62,6 +62,7 @@ class Inbox(RedisStore):
 
         def then(pipe: Any) -> None:
             self._marking(pipe, conversation_id, active=True, now=now)
+            self._listing(pipe, conversation_id, now)
             if thread_of is not None:  # (the reply's own key, the thread it is in): see NotesStore.remember_thread
                 pipe.set(self.keys(thread_of[0]).thread, thread_of[1], ex=self.retention_seconds)
 

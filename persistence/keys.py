@@ -18,6 +18,9 @@
     registry; added on every append, removed by the lease holder once the conversation is drained
 ``<prefix>:activity``  sorted set  conversations by their last inbound item (what memory's extraction finds
     idle conversations by; no sweep reads it)
+``<prefix>:conversations``  sorted set  every stored conversation by the time its state last changed (what
+    ``threadkeeper conversations`` lists, most recent first, without a scan); ``<prefix>:conversations:indexed``
+    says the conversations stored before the directory existed were added to it
 ``<prefix>:dead``  sorted set  conversations holding dead letters, by when the last one was set aside
 ``<prefix>:{install:<enterprise>-<team>}``  hash  a workspace's Slack installation and bot token (installs mode)
 ``<prefix>:oauth-state:<state>``  string  an OAuth state issued by ``/slack/install`` (expires)
@@ -39,6 +42,16 @@ def pending_key(prefix: str) -> str:
 def activity_key(prefix: str) -> str:
     """Conversations by the time of their last inbound item: memory's extraction reads the idle ones."""
     return f"{prefix}:activity"
+
+
+def directory_key(prefix: str) -> str:
+    """Every stored conversation by the time its state last changed: a listing reads it instead of scanning keys."""
+    return f"{prefix}:conversations"
+
+
+def directory_built_key(prefix: str) -> str:
+    """Present once the conversations stored before the directory existed were added to it."""
+    return f"{prefix}:conversations:indexed"
 
 
 def dead_registry_key(prefix: str) -> str:

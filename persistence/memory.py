@@ -5,6 +5,8 @@ one slot of a Redis Cluster:
 
 ``<prefix>:{mem:<ws>}:rec``              hash    record id → record JSON (the live records)
 ``<prefix>:{mem:<ws>}:gen``              string  bumped on every change of the records (readers cache by it)
+``<prefix>:{mem:<ws>}:changes``          zset    record id → the generation that last wrote or removed it (the
+                                                 last ``CHANGES_KEPT`` generations: a reader catches up by them)
 ``<prefix>:{mem:<ws>}:shown|uses|last``  hash    record id → times shown, times cited, last shown or cited
 ``<prefix>:{mem:<ws>}:switch``           hash    ``workspace`` / ``channel:<id>`` → ``on`` | ``off``
 ``<prefix>:{mem:<ws>}:job:<conv>``       string  a conversation's extraction job (watermark, outcome, attempts)
@@ -24,26 +26,44 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .base import RedisStore
 from .base import glob_escape as _glob_escape
 from .errors import CorruptRecordError, ThreadkeeperError
+
+
+class RecordChangedError(ThreadkeeperError):
+    """A record a writer read was changed by another writer before its write: read again."""
+
+    def __init__(self, workspace: str) -> None:
+        super().__init__(f"a memory record of workspace {workspace} changed while it was being rewritten")
 
 Kind = Literal["fact", "decision", "constraint", "identifier", "outcome"]
 Scope = Literal["conversation", "channel", "workspace"]
 Visibility = Literal["public", "private", "dm"]
 KEPT_VERSIONS = 2
 """A scope keeps its newest consolidation and the one before it."""
+CHANGES_KEPT = 1000
+"""Generations the change log keeps: a reader further behind reads the records whole."""
 
 _WRITE = """
--- KEYS: rec, gen, gone, shown, uses, last, ver. ARGV: records count, reset usage (1|0), version JSON or '',
--- versions kept, retention seconds, expire-at (0: leave), then per record: id, JSON, marks count, marks; then the
--- ids to remove. Any record citing a tombstone: nothing is written, the tombstones hit are returned.
+-- KEYS: rec, gen, gone, shown, uses, last, ver, changes. ARGV: records count, reset usage (1|0), version JSON or '',
+-- versions kept, retention seconds, expire-at (0: leave), checks count, generations the change log keeps, then per
+-- check: id, the JSON it must still
+-- have ('' : absent); then per record: id, JSON, marks count, marks; then the ids to remove. A check that fails:
+-- nothing is written, {'changed'} is returned. Any record citing a tombstone: nothing is written, the tombstones
+-- hit are returned.
 local n = tonumber(ARGV[1])
-local i = 7
+local i = 9
+for _ = 1, tonumber(ARGV[7]) do
+  local now = redis.call('HGET', KEYS[1], ARGV[i]) or ''
+  if now ~= ARGV[i + 1] then return {'changed'} end
+  i = i + 2
+end
 local hits, fields, written = {}, {}, {}
 for _ = 1, n do
   local id, json, m = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -82,7 +102,13 @@ if ARGV[6] ~= '0' then
   redis.call('EXPIREAT', KEYS[1], ARGV[6], 'GT')
   redis.call('EXPIREAT', KEYS[1], ARGV[6], 'NX')
 end
-redis.call('INCR', KEYS[2])
+local g = redis.call('INCR', KEYS[2])
+local changed = {}
+for _, id in ipairs(written) do changed[#changed + 1] = g; changed[#changed + 1] = id end
+for _, id in ipairs(removed) do changed[#changed + 1] = g; changed[#changed + 1] = id end
+each('ZADD', KEYS[8], changed)
+redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', g - tonumber(ARGV[8]))
+redis.call('EXPIRE', KEYS[8], ARGV[5])
 return {}
 """
 _SETTLE = """
@@ -144,6 +170,12 @@ class MemoryRecord(BaseModel):
     shown: int = 0
     """How often it was shown in a turn's context."""
     last_used: float | None = None
+    _stored: str = PrivateAttr(default="")
+
+    @property
+    def stored(self) -> str:
+        """The JSON this record was read from ('' for one not read from the store)."""
+        return self._stored
 
     def parts(self) -> list[MemoryOrigin]:
         """What the record was made of: its origins when merged, else itself."""
@@ -153,7 +185,8 @@ class MemoryRecord(BaseModel):
 
     def marks(self) -> set[str]:
         """The tombstones any of which retracts (part of) this record."""
-        return {m for part in self.parts() for m in part.marks()}
+        parts: Sequence[MemoryOrigin | MemoryRecord] = self.origins or [self]
+        return {message_mark(part.channel, s) for part in parts for s in part.source_ids}
 
     def without(self, gone: set[str]) -> MemoryRecord | None:
         """The record once the sources ``gone`` are retracted: itself when none of its parts cites one, None when
@@ -202,6 +235,25 @@ class MemoryVersion(BaseModel):
     dropped: list[str] = Field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class MemoryChanges:
+    """What changed in a workspace's records after a generation (:meth:`MemoryStore.changes`)."""
+
+    generation: int
+    written: list[MemoryRecord]
+    removed: list[str]
+    gone: set[str]
+    """The tombstones now."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _numbers(values: dict[Any, Any]) -> dict[str, float]:
+    return {_text(k): float(v) for k, v in values.items()}
+
+
 class MemoryStore(RedisStore):
     """Records of memory, per workspace (see the module's description for the key layout)."""
 
@@ -227,66 +279,121 @@ class MemoryStore(RedisStore):
         return ({(k.decode() if isinstance(k, bytes) else k): (v in (b"on", "on")) for k, v in raw.items()},
                 int(generation or 0))
 
-    async def records(self, workspace: str, *, now: float | None = None) -> list[MemoryRecord]:
-        """The live records of ``workspace`` (expired ones left out) with their usage, oldest first."""
+    async def records(self, workspace: str, *, now: float | None = None, retracted: bool = False
+                      ) -> list[MemoryRecord]:
+        """The live records of ``workspace`` (expired ones left out) with their usage, oldest first, as a reader may
+        see them: without the parts whose sources are retracted (a record whose retraction was interrupted before it
+        was rewritten is never shown). ``retracted``: as stored, for the retraction that rewrites them."""
+        return (await self.snapshot(workspace, now=now, retracted=retracted)).written
+
+    async def snapshot(self, workspace: str, *, now: float | None = None, retracted: bool = False) -> MemoryChanges:
+        """:meth:`records` with the generation they are at and the tombstones now, read in one round trip."""
         base = self._base(workspace)
         pipe = self.client.pipeline(transaction=False)
         for name in ("rec", "shown", "uses", "last"):
             pipe.hgetall(f"{base}:{name}")
-        raw, shown, uses, last = await self._call(pipe.execute())
+        pipe.zrange(f"{base}:gone", 0, -1)
+        pipe.get(f"{base}:gen")
+        raw, shown, uses, last, gone_raw, generation = await self._call(pipe.execute())
+        gone = {_text(m) for m in gone_raw}
+        out = self._decoded(workspace, raw.items(), _numbers(shown), _numbers(uses), _numbers(last),
+                            set() if retracted else gone, time.time() if now is None else now)
+        out.sort(key=lambda r: (r.created_at, r.id))
+        return MemoryChanges(int(generation or 0), out, [], gone)
 
-        def decoded(values: dict[Any, Any]) -> dict[str, float]:
-            return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in values.items()}
-
-        shown, uses, last = decoded(shown), decoded(uses), decoded(last)
-        now = time.time() if now is None else now
+    def _decoded(self, workspace: str, raw: Iterable[tuple[Any, Any]], shown: dict[str, float],
+                 uses: dict[str, float], last: dict[str, float], gone: set[str], now: float) -> list[MemoryRecord]:
+        """Stored records (id, JSON) as a reader sees them: validated, expired ones left out, with their usage,
+        through the tombstones ``gone``."""
         out = []
-        for key, value in raw.items():
+        for key, value in raw:
             try:
                 record = MemoryRecord.model_validate_json(value)
             except ValidationError as exc:
-                name = key.decode() if isinstance(key, bytes) else key
-                raise CorruptRecordError(f"{self._base(workspace)}:rec field {name}",
+                raise CorruptRecordError(f"{self._base(workspace)}:rec field {_text(key)}",
                                          str(exc).splitlines()[0]) from None
+            record._stored = _text(value)
             if record.expires_at > now:
                 if record.id in last:  # usage is counted beside the record (a turn writes no record JSON)
                     record.shown += int(shown.get(record.id, 0))
                     record.uses += int(uses.get(record.id, 0))
                     record.last_used = max(record.last_used or 0.0, last[record.id])
-                out.append(record)
-        out.sort(key=lambda r: (r.created_at, r.id))
+                seen = record.without(gone) if gone else record
+                if seen is not None:
+                    out.append(seen)
         return out
 
-    async def put(self, workspace: str, records: Sequence[MemoryRecord], *, removed: Sequence[str] = ()
-                  ) -> list[str]:
+    async def changes(self, workspace: str, since: int, *, now: float | None = None) -> MemoryChanges | None:
+        """What changed in ``workspace``'s records after generation ``since``, as a reader sees it: the records
+        written since (live, through the tombstones), the ids removed or expired since, and the tombstones now;
+        None when the change log no longer reaches back that far (or the memory was forgotten): read them whole."""
+        base = self._base(workspace)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(f"{base}:gen")
+        pipe.zrangebyscore(f"{base}:changes", f"({since}", "+inf")
+        pipe.zrange(f"{base}:gone", 0, -1)
+        raw_generation, raw_ids, gone_raw = await self._call(pipe.execute())
+        generation = int(raw_generation or 0)
+        if generation < since or generation - since > CHANGES_KEPT:
+            return None
+        ids = list(dict.fromkeys(_text(i) for i in raw_ids))
+        if not ids:
+            return MemoryChanges(generation, [], [], {_text(m) for m in gone_raw})
+        pipe = self.client.pipeline(transaction=False)
+        for name in ("rec", "shown", "uses", "last"):
+            pipe.hmget(f"{base}:{name}", ids)
+        raw, shown, uses, last = await self._call(pipe.execute())
+        gone = {_text(m) for m in gone_raw}
+
+        def by_id(values: list[Any]) -> dict[str, float]:
+            return {i: float(v) for i, v in zip(ids, values, strict=True) if v is not None}
+
+        written = self._decoded(workspace, [(i, v) for i, v in zip(ids, raw, strict=True) if v is not None],
+                                by_id(shown), by_id(uses), by_id(last), gone, time.time() if now is None else now)
+        live = {r.id for r in written}
+        return MemoryChanges(generation, written, [i for i in ids if i not in live], gone)
+
+    async def put(self, workspace: str, records: Sequence[MemoryRecord], *, removed: Sequence[str] = (),
+                  unchanged: Sequence[MemoryRecord] = ()) -> list[str]:
         """Write (or overwrite) records, and delete ``removed``, unless they cite a retracted source (see
-        :meth:`_write`); the workspace's memory lives as long as its longest-lived record. The ids not written."""
+        :meth:`_write`); the workspace's memory lives as long as its longest-lived record. The ids not written.
+
+        ``unchanged``: records as :meth:`records` read them, which must still be stored exactly so (a rewrite of
+        what was read); when one changed meanwhile nothing is written and :class:`RecordChangedError` is raised,
+        so the writer reads again."""
         if not records and not removed:
             return []
-        return await self._write(workspace, list(records), list(removed), reset_usage=False)
+        return await self._write(workspace, list(records), list(removed), reset_usage=False, unchanged=unchanged)
 
     async def _write(self, workspace: str, records: list[MemoryRecord], removed: list[str], *, reset_usage: bool,
-                     scope: str | None = None, version: MemoryVersion | None = None) -> list[str]:
-        """The one write of records: in one script, each record's sources are looked up among the tombstones and
-        nothing is written when one is hit; then the records are taken without what was retracted (a merged record
-        keeps its other parts, any other goes) and the write is tried again. The ids not written, as retracted."""
+                     scope: str | None = None, version: MemoryVersion | None = None,
+                     unchanged: Sequence[MemoryRecord] = ()) -> list[str]:
+        """The one write of records: in one script, the ``unchanged`` records are compared with what is stored
+        (any difference: nothing is written, :class:`RecordChangedError`), each record's sources are looked up among
+        the tombstones and nothing is written when one is hit; then the records are taken without what was retracted
+        (a merged record keeps its other parts, any other goes) and the write is tried again. The ids not written,
+        as retracted."""
         base = self._base(workspace)
         script = self._script_text("_write", _WRITE)
         gone: set[str] = set()
         dropped: list[str] = []
         keys = [f"{base}:{name}" for name in ("rec", "gen", "gone", "shown", "uses", "last")] + \
-            [f"{base}:ver:{scope or '-'}"]
+            [f"{base}:ver:{scope or '-'}", f"{base}:changes"]
         while True:
             until = int(max(r.expires_at for r in records)) + 1 if records and not reset_usage else 0
             args: list[Any] = [len(records), "1" if reset_usage else "0",
                                version.model_dump_json() if version is not None else "", KEPT_VERSIONS,
-                               self.retention_seconds, until]
+                               self.retention_seconds, until, len(unchanged), CHANGES_KEPT]
+            for r in unchanged:
+                args += [r.id, r.stored]
             for r in records:
                 marks = sorted(r.marks())
                 args += [r.id, r.model_dump_json(), len(marks), *marks]
             hits = await self._call(script(keys=keys, args=[*args, *removed]))
             if not hits:
                 return dropped
+            if hits[0] in (b"changed", "changed"):
+                raise RecordChangedError(workspace)
             gone.update(h.decode() if isinstance(h, bytes) else h for h in hits)
             kept = []
             for r in records:
@@ -321,17 +428,14 @@ class MemoryStore(RedisStore):
         return {m.decode() if isinstance(m, bytes) else m for m in raw}
 
     async def delete(self, workspace: str, ids: Iterable[str]) -> int:
+        """Delete records (and their usage): how many of them were stored. Written through the one write of records,
+        so the change log has them."""
         ids = list(ids)
         if not ids:
             return 0
-        base = self._base(workspace)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hdel(f"{base}:rec", *ids)
-        for name in ("shown", "uses", "last"):
-            pipe.hdel(f"{base}:{name}", *ids)
-        pipe.incr(f"{base}:gen")
-        deleted = (await self._call(pipe.execute()))[0]
-        return int(deleted)
+        stored = await self._call(self.client.hmget(f"{self._base(workspace)}:rec", ids))
+        await self._write(workspace, [], list(ids), reset_usage=False)
+        return sum(1 for v in stored if v is not None)
 
     async def touch(self, workspace: str, ids: Sequence[str], *, at: float, cited: bool) -> None:
         """Count records as shown (or, ``cited``, as used by a reply), in one round trip and without rewriting them:
@@ -442,6 +546,17 @@ class MemoryStore(RedisStore):
         pipe.zrangebyscore(activity_key(self.prefix), active_after, idle_before, start=0, num=limit, withscores=True)
         _, raw = await self._call(pipe.execute())
         return [((k.decode() if isinstance(k, bytes) else k), float(s)) for k, s in raw]
+
+    async def owe(self, conversations: Sequence[tuple[str, float]]) -> int:
+        """Put conversations back in the activity registry (memory switched on where they are), each with the time of
+        its last activity, unless it is there already; how many were added."""
+        from .keys import activity_key
+
+        added = 0
+        for start in range(0, len(conversations), 1000):
+            part = dict(conversations[start:start + 1000])
+            added += int(await self._call(self.client.zadd(activity_key(self.prefix), part, nx=True)))
+        return added
 
     async def settle(self, conversation_id: str, activity: float, *, until: float | None = None) -> bool:
         """The conversation owes no extraction for the activity ``activity`` read from the registry: it leaves the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -120,6 +121,14 @@ class Message(_Record):
             elif isinstance(part, ImagePart):
                 out.append(f"[image {part.url or 'inline'}]")
         return "\n".join(out)
+
+
+def messages_so_far(messages: Sequence[Message]) -> int:
+    """How many messages a conversation has had by the end of ``messages`` (a history, or the newest part of one):
+    people's messages and replies, by the highest ``#N`` reference (a handoff carries the highest it covers, so a
+    compacted history still counts every earlier message). The one count that ``conversations``, ``history`` and
+    ``context`` show; 0 before the first turn."""
+    return max((m.ref or 0 for m in messages), default=0)
 
 
 def carried_tokens(message: Message) -> int:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from .base import _text, glob_escape, new_id
 from .cache import SegmentCache
 from .errors import CorruptRecordError, HeadConflictError, NotFoundError
-from .keys import ConversationKeys
+from .keys import ConversationKeys, directory_built_key, directory_key
 from .models import (
     Checkpoint,
     CheckpointKind,
@@ -33,6 +33,7 @@ from .models import (
     Message,
     PreparedHandoff,
     carried_tokens,
+    messages_so_far,
 )
 from .notes import Notes
 from .reading import HistoryReader
@@ -80,6 +81,12 @@ def compaction_checkpoint(conversation_id: str, *, forked_from: str, messages: S
                       token_count=sum(carried_tokens(m) for m in messages))
 
 
+_LISTED = frozenset({"CREATE", "FORK_COMMIT", "CAS_HEAD"})
+"""The writes that move a conversation up the directory (with every item arriving in its inbox): a turn starting, a
+compaction, a head moved by an operator. A turn's appends and its commit, moments after its start, do not: what a
+turn writes costs no more for the directory than one command."""
+
+
 class CheckpointStore(HistoryReader):
     """Checkpoints, the head and the conversation state of every conversation."""
 
@@ -104,7 +111,11 @@ class CheckpointStore(HistoryReader):
         that lease; a process that opened none writes unfenced (orchestration, the command line). ``extra``: keys of
         the conversation the script takes after those."""
         keys = self.keys(conversation_id)
-        return await self._run(name, [*keys.durable, keys.lease, *extra], [self._fences.get(conversation_id, ""), *args])
+        run = [*keys.durable, keys.lease, *extra], [self._fences.get(conversation_id, ""), *args]
+        if name not in _LISTED:
+            return await self._run(name, *run)
+        now = time.time()
+        return await self._run_then(name, *run, lambda pipe: self._listing(pipe, conversation_id, now))
 
     def let_go(self, conversation_id: str) -> None:
         """This process no longer writes under the lease it opened the conversation with."""
@@ -490,6 +501,55 @@ class CheckpointStore(HistoryReader):
                                      is_head=cid == state.head_checkpoint_id))
         return rows
 
+    async def recent(self, limit: int) -> tuple[list[str], int]:
+        """The ``limit`` conversations whose state changed most recently, newest first, and how many are stored:
+        read from the directory (two round trips, however many are stored). Entries older than the retention period
+        (their keys expired) leave it here; the first listing of a store written before the directory existed adds
+        its conversations to it (one scan, once)."""
+        directory = directory_key(self.prefix)
+        await self._directory_ready()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zremrangebyscore(directory, "-inf", f"({time.time() - self.retention_seconds!r}")
+        pipe.zrevrange(directory, 0, max(1, limit) - 1)
+        pipe.zcard(directory)
+        _, ids, total = await self._call(pipe.execute())
+        return [_text(i) for i in ids], int(total)
+
+    async def listed(self, beginning: str) -> list[tuple[str, float]]:
+        """The stored conversations whose id begins with ``beginning``, with the time their state last changed, read
+        from the directory (built first for a store written before it existed)."""
+        directory = directory_key(self.prefix)
+        await self._directory_ready()
+        out: list[tuple[str, float]] = []
+        async for member, score in self.client.zscan_iter(directory, match=f"{glob_escape(beginning)}*", count=1000):
+            out.append((_text(member) or "", float(score)))
+        return out
+
+    async def unlist(self, conversation_id: str) -> None:
+        """Take a conversation whose keys are gone (expired) out of the directory."""
+        await self._call(self.client.zrem(directory_key(self.prefix), conversation_id))
+
+    async def _directory_ready(self) -> None:
+        """The directory holds every stored conversation: the first reader of a store written before it existed
+        adds them (one scan, once)."""
+        if not await self._call(self.client.exists(directory_built_key(self.prefix))):
+            await self._build_directory()
+
+    async def _build_directory(self) -> None:
+        """Add the conversations stored before the directory existed, by the time their state last changed."""
+        ids = await self.conversation_ids()
+        for start in range(0, len(ids), 1000):
+            part = ids[start:start + 1000]
+            pipe = self.client.pipeline(transaction=False)
+            for cid in part:
+                pipe.hmget(self.keys(cid).state, "updated_at", "created_at")
+            times = await self._call(pipe.execute())
+            scores = {cid: float(_text(at[0]) or _text(at[1]) or 0) for cid, at in zip(part, times) if at[0] or at[1]}
+            if scores:
+                await self._call(self.client.zadd(directory_key(self.prefix), scores))
+        # as long as a conversation's keys; once it expires, the next listing looks the store over once more
+        await self._call(self.client.set(directory_built_key(self.prefix), "1", ex=self.retention_seconds))
+
     async def conversation_ids(self) -> list[str]:
         """Every conversation this store holds (under its prefix), found by scanning for their state keys."""
         pattern = f"{glob_escape(self.prefix)}:{{*}}:state"
@@ -507,12 +567,27 @@ class CheckpointStore(HistoryReader):
         while at is not None and at in rows:
             generation += rows[at].kind is CheckpointKind.COMPACTION
             at = rows[at].parent
-        messages = 0
-        if state.head_checkpoint_id is not None:
-            history = await self.load_history(conversation_id, state.head_checkpoint_id)
-            messages = max((m.ref for m in history.messages if m.ref is not None), default=0)
+        messages = await self.messages_at(conversation_id, state.head_checkpoint_id, rows)
         return ConversationSummary(id=conversation_id, last_activity=state.updated_at, messages=messages,
                                    generation=generation, head=state.head_checkpoint_id, active=state.active_turn_id)
+
+    async def messages_at(self, conversation_id: str, checkpoint_id: str | None,
+                          rows: dict[str, LineageEntry] | None = None) -> int:
+        """The conversation's messages by ``checkpoint_id`` (:func:`messages_so_far`), read from the newest
+        checkpoints of its history only: numbers grow along a history, so the newest checkpoint that holds a
+        numbered message (or the handoff that starts its epoch) has the highest."""
+        rows = rows if rows is not None else {row.id: row for row in await self.lineage(conversation_id)}
+        keys = self.keys(conversation_id)
+        at = checkpoint_id
+        while at is not None and at in rows:
+            row = rows[at]
+            parent = rows.get(row.parent) if row.kind is CheckpointKind.TURN and row.parent else None
+            own = row.message_count - (parent.message_count if parent is not None else 0)
+            found = messages_so_far(await self._segment(keys, at, own)) if own > 0 else 0
+            if found or row.kind is CheckpointKind.COMPACTION:
+                return found
+            at = row.parent
+        return 0
 
     async def conversation_exists(self, conversation_id: str) -> bool:
         return bool(await self._call(self.client.exists(self.keys(conversation_id).state)))

@@ -30,6 +30,7 @@ from threadkeeper.persistence import (
     Message,
     MessageFlags,
     NotesStore,
+    NotFoundError,
     Pace,
     Role,
     Signals,
@@ -306,12 +307,25 @@ class Pipeline:
         """Every checkpoint of the conversation, oldest first."""
         return await self.checkpoints.lineage(as_conversation(conversation).id)
 
+    async def messages(self, conversation: Conversation | str) -> int:
+        """The conversation's messages so far (``persistence.messages_so_far``): the count ``conversations``,
+        ``history`` and ``context`` all show."""
+        conversation_id = as_conversation(conversation).id
+        state = await self.checkpoints.require_state(conversation_id)
+        return await self.checkpoints.messages_at(conversation_id, state.head_checkpoint_id)
+
     async def conversations(self, limit: int) -> tuple[list[ConversationSummary], int]:
-        """The ``limit`` conversations active most recently, newest first, and how many are stored."""
-        ids = await self.checkpoints.conversation_ids()
-        states = [state for cid in ids if (state := await self.checkpoints.get_state(cid)) is not None]
-        recent = sorted(states, key=lambda state: state.updated_at, reverse=True)[:limit]
-        return [await self.checkpoints.summary(state.conversation_id) for state in recent], len(ids)
+        """The ``limit`` conversations active most recently, newest first, and how many are stored (from the store's
+        directory of conversations: what it costs grows with ``limit``, not with what is stored)."""
+        ids, total = await self.checkpoints.recent(limit)
+        rows = []
+        for cid in ids:
+            try:
+                rows.append(await self.checkpoints.summary(cid))
+            except NotFoundError:  # its keys expired or were deleted since it was listed
+                await self.checkpoints.unlist(cid)
+                total -= 1
+        return rows, total
 
     async def flag(self, conversation: Conversation | str, name: str) -> str | None:
         """A transport's fact about a conversation (a subscribed thread, the message showing a status, …)."""
@@ -399,7 +413,12 @@ class Pipeline:
         return await self.memory_store.forget_workspace(workspace)
 
     async def switch_memory(self, workspace: str, channel: str | None, on: bool) -> None:
+        """Switch memory on or off for a workspace or one of its channels. Switched on, the conversations already
+        stored there owe extraction again (the sweep had let go of them while memory was off): the idle sweep
+        extracts them without waiting for their next message."""
         await self.memory_store.set_switch(workspace, f"channel:{channel}" if channel else "workspace", on)
+        if on:
+            await self.memory_store.owe(await self.checkpoints.listed(Conversation.beginning(workspace, channel)))
 
     async def memory_seen_by(self, workspace: str, person: str) -> dict[str, list[MemoryRecord]]:
         """The live records of a workspace that a person may see now (memory's access rule, asked of the transport),

@@ -54,6 +54,11 @@ class Conversation:
                 raise ConversationIdError(f"invalid Slack {name} id {part!r} (letters, digits, '.', '-', '_')")
         return cls(f"slack:{team}:{channel}:{thread}", "slack", team, channel, thread, privacy)
 
+    @staticmethod
+    def beginning(team: str, channel: str | None = None) -> str:
+        """How the ids of a Slack workspace's conversations (of one of its channels) begin."""
+        return Conversation.slack(team, channel or "x", "x").id[:-1 if channel else -3]
+
     @classmethod
     def local(cls, id: str, privacy: Privacy = "public") -> Conversation:
         """A conversation no Slack workspace holds (the console, a replay, an eval): its own channel of the local

@@ -51,6 +51,9 @@ class FakeSlack:
         """method → seconds it takes to answer (a slow Slack)."""
         self.stalls: dict[str, asyncio.Event] = {}
         """method → an event its calls wait for; a call whose client is gone by then does nothing."""
+        self.holds: dict[str, asyncio.Event] = {}
+        """method → an event the answer to its calls waits for, after Slack did what was asked (a worker killed
+        meanwhile never hears that it was done)."""
         self.refuse_streaming = False
         """chat.startStream answers an error, as in a workspace where streaming is not available."""
         self.deleted: list[str] = []
@@ -58,6 +61,9 @@ class FakeSlack:
         self.drop_posts = 0
         """How many of the next chat.postMessage calls are accepted (the message is posted) and then answered by
         dropping the connection, as when a network fails after Slack did the work."""
+        self.drop_starts = 0
+        """How many of the next chat.startStream calls are accepted (the stream begins) and then answered by dropping
+        the connection."""
         self.read_lag = 0.0
         """Seconds a posted message takes to show in conversations.replies and conversations.history (Slack's
         reads can lag its writes)."""
@@ -178,18 +184,21 @@ class FakeSlack:
             posted = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": text, "ts": ts,
                       "blocks": params.get("blocks"), "streaming": method == "chat.startStream",
                       "_at": time.monotonic()}
-            metadata = params.get("metadata")
-            if isinstance(metadata, str):
-                metadata = json.loads(metadata)
-            if metadata:
-                posted["metadata"] = metadata
+            _set_metadata(posted, params)
             if params.get("thread_ts"):
                 self.threads.setdefault((params.get("channel", ""), params["thread_ts"]), []).append(
                     dict(posted, thread_ts=params["thread_ts"]))
             else:
                 self.channels.setdefault(params.get("channel", ""), []).append(posted)
-            if method == "chat.postMessage" and (self.drop_posts > 0 or (self.drop_every and nth % self.drop_every == 0)):
-                self.drop_posts = max(0, self.drop_posts - 1)
+            if method in self.holds:
+                await self.holds[method].wait()
+            posting = method == "chat.postMessage"
+            if (self.drop_posts > 0 or (self.drop_every and nth % self.drop_every == 0)) if posting else \
+                    self.drop_starts > 0:
+                if posting:
+                    self.drop_posts = max(0, self.drop_posts - 1)
+                else:
+                    self.drop_starts -= 1
                 self.dropped.append(ts)
                 assert request.transport is not None
                 request.transport.abort()  # posted, but the answer never reaches the caller
@@ -206,12 +215,14 @@ class FakeSlack:
                 self.deleted.append(message["ts"])
             elif method == "chat.update":
                 message.update(text=params.get("text"), blocks=params.get("blocks"))
+                _set_metadata(message, params)
             else:
                 if not message.get("streaming"):
                     return web.json_response({"ok": False, "error": "message_not_in_streaming_state"})
                 message["text"] = (message.get("text") or "") + _streamed(params)
                 if method == "chat.stopStream":
                     message.update(streaming=False, blocks=params.get("blocks"))
+                    _set_metadata(message, params)
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": message["ts"]})
         if method == "conversations.history":
             shown = [_as_listed(m, params) for m in reversed(self.channels.get(params.get("channel", ""), []))
@@ -236,6 +247,12 @@ class FakeSlack:
             more = start + limit < len(messages)
             return web.json_response({"ok": True, "messages": page, "has_more": more,
                                       "response_metadata": {"next_cursor": str(start + limit) if more else ""}})
+        if method == "chat.getPermalink":
+            channel, ts = params.get("channel", ""), params.get("message_ts", "")
+            if self.find(channel, ts) is None:
+                return web.json_response({"ok": False, "error": "message_not_found"})
+            return web.json_response({"ok": True, "channel": channel,
+                                      "permalink": f"https://fake.slack.test/archives/{channel}/p{ts.replace('.', '')}"})
         if method == "conversations.info":
             channel = params.get("channel", "")
             return web.json_response({"ok": True, "channel": {"id": channel, "is_im": channel.startswith("D"),
@@ -296,6 +313,15 @@ def _as_listed(message: dict[str, Any], params: dict[str, Any]) -> dict[str, Any
     if str(params.get("include_all_metadata", "")).lower() in ("1", "true"):
         return listed
     return {k: v for k, v in listed.items() if k != "metadata"}
+
+
+def _set_metadata(message: dict[str, Any], params: dict[str, Any]) -> None:
+    """The metadata a call gives a message (chat.postMessage, chat.update, chat.stopStream), if it gives any."""
+    metadata = params.get("metadata")
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata)
+    if metadata:
+        message["metadata"] = metadata
 
 
 def _streamed(params: dict[str, Any]) -> str:

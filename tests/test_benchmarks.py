@@ -209,6 +209,8 @@ def test_the_bm25_baseline_picks_whole_messages_best_first_within_the_spend() ->
     assert set(pool.bm25("the launch", 25)) == {"b", "a"}, "the best that fit; what no longer fits is skipped"
     assert pool.bm25("the launch", 25, first=["c"]) == ["c", "b"]
     assert pool.bm25("nothing matches", 100) == [] and MessagePool([]).bm25("x", 10) == []
+    assert pool.bm25("rocket", 60, neighbours=True) == ["d", "c"], "a hit, then the message before it (none after)"
+    assert pool.bm25("noon", 25, neighbours=True) == ["c", "b"], "the one after it no longer fits"
 
 
 def test_answer_words_are_content_words_and_numbers() -> None:

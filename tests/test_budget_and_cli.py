@@ -63,6 +63,24 @@ async def test_offline_model_answers_honestly_with_usage() -> None:
     assert reply.text == (await client.complete(messages)).text
 
 
+async def test_the_offline_model_quotes_what_its_context_holds_for_the_question() -> None:
+    """Recalled messages and memory records (under their day lines in the runtime context) and earlier messages in
+    view are quoted with their reference, author and day when they share words with the question; nothing else."""
+    runtime = ("[runtime context] now: 2024-03-20 10:00 UTC\n"
+               "[recalled from earlier in this thread: ...]\n2024-03-12:\n[#12] ana: the login bug is ABC-123\n"
+               "[#13] bo: lunch at noon\n"
+               "[memory: ...]\n2023-11-14:\n- alice: M1 staging cluster called kestrel-eu; M2 (decision) "
+               "never deploy Fridays")
+    messages = [{"role": "system", "content": "sys"}, {"role": "system", "content": runtime},
+                {"role": "user", "content": "[#40] cy: which login bug ticket, and where is the staging cluster?"}]
+    reply = (await ModelClient("offline").complete(messages)).text
+    assert "Earlier in this thread, ana (12 Mar 2024, #12): \u201cthe login bug is ABC-123\u201d" in reply
+    assert "From memory, M1: alice (14 Nov 2023): \u201cstaging cluster called kestrel-eu\u201d" in reply
+    assert "lunch" not in reply and "Fridays" not in reply and "not a language model" in reply
+    plain = [{"role": "user", "content": "cy: nothing in common here"}]
+    assert "What my context holds" not in (await ModelClient("offline").complete(plain)).text
+
+
 def test_console_works_with_piped_stdin_and_no_configuration() -> None:
     result = cli("console", stdin="hello\n/context\n/history\n/quit\n")
     assert result.returncode == 0, result.stderr
@@ -106,6 +124,21 @@ def test_an_offline_worker_never_imports_the_provider_stack() -> None:
                             env=clean_env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["completed", "False", "True"]
+
+
+@pytest.mark.parametrize("command", ["console", "run"])
+def test_the_offline_console_starts_without_the_provider_stack(command: str, tmp_path: Path) -> None:
+    """A newcomer's first start (no Slack tokens, no model settings, the embedded Redis) and first message never
+    import litellm: its import alone would take seconds of a start-up that should take one."""
+    probe = ("import sys\n"
+             "from threadkeeper.cli import main\n"
+             f"code = main([{command!r}])\n"
+             "print('exit', code, 'litellm', 'litellm' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe], input="hello, where are we?\n", capture_output=True,
+                            text=True, cwd=tmp_path, timeout=120, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert "threadkeeper> Offline model here" in result.stdout, result.stdout
+    assert result.stdout.split()[-4:] == ["exit", "0", "litellm", "False"], result.stdout
 
 
 def test_unknown_conversation_exits_non_zero() -> None:

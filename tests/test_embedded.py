@@ -113,7 +113,8 @@ def test_the_redis_packaged_for_python_serves_when_the_machine_has_none(tmp_path
 def test_a_bad_data_directory_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    result = cli("conversations", env={"THREADKEEPER_DATA_DIR": str(blocker / "data")})
+    # (the console makes the store; a command that only reads makes none, and says nothing is stored there)
+    result = cli("console", env={"THREADKEEPER_DATA_DIR": str(blocker / "data")}, stdin="")
     assert result.returncode == 2
     assert "THREADKEEPER_DATA_DIR" in result.stderr and "Traceback" not in result.stderr
 

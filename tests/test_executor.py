@@ -461,8 +461,9 @@ async def test_a_turn_a_dead_worker_left_running_is_failed_by_the_worker_that_ta
 
 
 async def test_the_bots_replies_become_notes_only_for_what_they_add(prefix, client) -> None:
-    """The offline model's replies are a template around a quote of the question: after the first, none of
-    them is a note. A reply that states something new (a real answer) is one."""
+    """The offline model's replies are a template around quotes (the question, earlier messages that match it):
+    after the first of each form, none of them is a note, and what a reply quotes never is. A reply that states
+    something new (a real answer) is one."""
     p, _ = pipeline(prefix, client, model="offline", context_window=4096)
     conversation = "console:notes"
     for i in range(12):
@@ -471,7 +472,9 @@ async def test_the_bots_replies_become_notes_only_for_what_they_add(prefix, clie
         assert [r.status for r in await p.run(conversation)] == ["completed"]
     history = await p.checkpoints.load_history(conversation)
     replies = [m for m in history.messages if m.role == "assistant"]
-    assert len(replies) == 12 and sum(1 for m in replies if m.note) == 1, [m.note for m in replies]
+    notes = [m.note for m in replies if m.note]
+    assert len(replies) == 12 and len(notes) == 2, notes
+    assert not [n for n in notes if "release" in n or "platform" in n], "quoted words stay their message's"
     people = [m for m in history.messages if m.role == "user" and not m.flags.runtime]
     assert all(m.note for m in people)
 
@@ -523,7 +526,8 @@ async def test_messages_arriving_while_each_reply_is_posted_are_answered_by_the_
     class Busy(SilentEvents):
         posted = 0
 
-        async def reply(self, conversation_id, text, *, kind, trace_id, checkpoint_id=None, notice=None):  # type: ignore[no-untyped-def]
+        async def reply(self, conversation_id, text, *, kind, trace_id, checkpoint_id=None, notice=None,  # type: ignore[no-untyped-def]
+                        sources=()):
             self.posted += 1
             if self.posted < 6:
                 await p.submit(conversation_id, f"and another thing {self.posted}", author="bob",

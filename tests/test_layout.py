@@ -16,7 +16,7 @@ CAPABILITIES = {
     "context": set(),
     "lexicon": set(),
     "safety": {"lexicon"},
-    "models": {"context"},
+    "models": {"context", "text"},
     "text": {"safety", "lexicon"},
     "recall": {"models", "text", "context", "lexicon"},
     "handoff": {"models", "safety", "text", "context", "lexicon"},
@@ -163,3 +163,12 @@ def test_every_row_of_the_mutation_table_still_names_code_that_exists_once() -> 
              if (table.ROOT / m.path).read_text().count(m.original) != 1}
     assert not stale, stale
     assert len({m.name for m in table.MUTANTS}) == len(table.MUTANTS), "each row has a name of its own"
+
+
+def test_search_has_one_term_rule() -> None:
+    """Recall, memory and the search tool index and query by ``services.text.search_terms``; only the evals' simple
+    baseline tokenizes its own way (bm25s's stock rule, on purpose: it is the baseline)."""
+    allowed = {ROOT / "evals" / "baselines.py"}
+    wrong = [f"{path.relative_to(ROOT)} tokenizes with bm25s" for folder in ("bot", "services", "persistence", "evals")
+             for path in (ROOT / folder).rglob("*.py") if path not in allowed and "bm25s.tokenize" in path.read_text()]
+    assert not wrong, "\n".join(wrong)

@@ -82,8 +82,9 @@ async def test_a_fact_told_in_one_thread_is_shown_in_a_new_thread_of_the_same_ch
     records = {r.id: r for r in await p.memory.store.records(T)}
     shown = [r for r in records.values() if r.shown == 1]
     assert shown and all(r.last_used for r in shown), "a record shown in a turn counts as shown"
-    assert await p.memory.cited(cid(PUBLIC, "1800000000.000100"), "As M1 says, kestrel-eu.",
-                                         [shown[0].id]) == 1
+    [source] = await p.memory.cited(cid(PUBLIC, "1800000000.000100"), "As M1 says, kestrel-eu.", [shown[0].id])
+    assert (source.mark, source.channel, source.message_id) == (1, PUBLIC, shown[0].source_ids[0]), \
+        "where the cited record was said, for the reply to link to"
     assert {r.id: r.uses for r in await p.memory.store.records(T)}[shown[0].id] == 1, "a cited one, as used"
     again = await p.memory.extract(a)
     assert again.outcome == "succeeded_empty", "only messages after the watermark are read"
@@ -335,3 +336,68 @@ async def test_the_command_line_decides_privacy_as_the_bot_did_and_never_from_th
     await _say(bot, unknown, ["The canary build is 812."], start=5)
     refused = await cli.extract_memory(unknown.id)
     assert refused.outcome == "failed" and "cannot tell whether channel C301" in (refused.error or "")
+
+
+async def test_memory_finds_a_record_by_the_terms_recall_uses_in_any_language(redis_client, prefix, model) -> None:
+    """Memory and recall search by one term rule (``search_terms``): words of Japanese text are found by their
+    character pairs, and a German question's function words are dropped, as recall does in a thread."""
+    p, _ = _pipeline(prefix, redis_client)
+    a = cid(PUBLIC, "1700000000.000100")
+    await _say(p, a, ["本番のデプロイは毎週金曜日に止めることに決めました。",
+                      "Die Datenbank-Migration läuft am Dienstag um 14 Uhr."])
+    assert (await p.memory.extract(a)).records == 2
+    japanese = await _shown(p, cid(PUBLIC, "1800000000.000100"), "金曜日のデプロイはどうなった？")
+    assert "M1 本番のデプロイは毎週金曜日" in japanese
+    german = await _shown(p, cid(PUBLIC, "1800000001.000100"), "Wann läuft die Migration?")
+    assert "Datenbank-Migration läuft Dienstag" in german
+
+
+def test_the_sources_line_names_each_cited_record_by_mark_channel_day_and_author() -> None:
+    from threadkeeper.services.memory import Source, sources_line
+
+    cited = [Source(2, "C200", "1700000100.000100", 1700000100.0, ("bob",)),
+             Source(1, "C100", "1700000000.000100", 1700000000.0, ("alice", "carol"))]
+    assert sources_line(cited) == "From memory: M1 #C100, 14 Nov 2023, alice, carol; M2 #C200, 14 Nov 2023, bob"
+    assert sources_line(cited[:1], link=lambda s, label: f"<{s.message_id}|{label}>") == \
+        "From memory: M2 #C200, <1700000100.000100|14 Nov 2023, bob>"
+    assert sources_line([]) == ""
+
+
+async def test_a_change_is_read_and_indexed_by_itself(redis_client, prefix, model) -> None:
+    """Once a workspace's index is built, a record added, a record deleted and a source retracted are each caught up
+    by the change log: the next read fetches the changed records only (no HGETALL but the switches) and indexes
+    only them."""
+    from fakes import counted_commands
+
+    from threadkeeper.persistence import MemoryRecord
+
+    p, st = _pipeline(prefix, redis_client)
+    where = cid(PUBLIC, "1800000000.000100")
+
+    def record(i: int, text: str) -> MemoryRecord:
+        return MemoryRecord(id=f"mem_{i:04d}", text=text, workspace=T, channel=PUBLIC,
+                            conversation=f"slack:{T}:{PUBLIC}:1700000000.{i:06d}", visibility="public",
+                            scope="channel", source_ids=[f"1700000000.{i:06d}"], authors=["alice"],
+                            said_at=1700000000 + i, created_at=1700000000 + i, expires_at=4_000_000_000)
+
+    await st.memory.put(T, [record(i, f"the service number {i} runs in region {i % 7}") for i in range(200)])
+
+    async def shown(question: str) -> tuple[str, list[str]]:
+        with counted_commands(redis_client, pipelines=True) as sent:
+            block = await p.memory.block(where, question, asker=None, cap_tokens=400)
+        return block.text, sent
+
+    await shown("which region runs service 5?")
+    index = p.memory.reading._indexes[T]
+    held = len(index.search.terms)
+    await st.memory.put(T, [record(900, "the rollback drill moved to thursday")])
+    text, sent = await shown("when is the rollback drill?")
+    assert "rollback drill moved to thursday" in text and sent.count("HGETALL") == 1, sent  # the switches only
+    assert len(index.search.terms) == held + 1, "only the new record was indexed"
+    await st.memory.delete(T, ["mem_0900"])
+    text, sent = await shown("when is the rollback drill?")
+    assert "rollback" not in text and sent.count("HGETALL") == 1
+    await st.memory.tombstone(T, [f"msg:{PUBLIC}:1700000000.000005"])  # its source deleted, nothing rewritten yet
+    text, sent = await shown("which region runs service number 5?")
+    assert "number 5 runs" not in text and sent.count("HGETALL") == 1
+    assert len(index.search.terms) == held + 1, "nothing re-indexed but what changed"

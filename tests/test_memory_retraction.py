@@ -14,7 +14,7 @@ from threadkeeper.persistence import InboxItem, MemoryRecord
 from threadkeeper.services import Conversation
 
 T = "T1"
-PUBLIC, OTHER = "C100", "C200"
+PUBLIC, OTHER, THIRD = "C100", "C200", "C300"
 ON = {"threadkeeper_memory_workspaces": T, "threadkeeper_memory_channels": "*"}
 FACTS = ["The staging cluster is called kestrel-eu and lives in eu-west-3.",
          "We decided to never deploy on Fridays, starting this week.",
@@ -154,3 +154,34 @@ async def test_forgetting_a_thread_during_its_extraction_leaves_nothing_of_it(re
     await Paused(st.memory, "put").during(p.memory.extract(a), lambda: p.forget(a))
     assert not [r for r in await _stored(st) if r.conversation == a.id]
     assert "kestrel" not in (await _shown(p, "what is the staging cluster called?"))[0]
+
+
+async def test_a_merge_landing_during_a_retraction_keeps_the_part_it_added(redis_client, prefix) -> None:
+    """The retraction read a merged record (two channels' parts) to take the first part out; before it wrote, a merge
+    added a third channel's part: the rewrite sees the change, reads again and keeps the part the merge added."""
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    a, _, older, newer = await _two_channels(p)
+    merged = await _merged(p, st)
+    c = cid(THIRD, "1700000002.000100")
+    [third] = await _say(p, c, [ROTA.replace("pages through", "pages nightly through")], start=2)
+    await p.memory.extract(c)
+    await Paused(st.memory, "put").during(_delete(p, a, older), lambda: p.memory.consolidate(T, "workspace"))
+    [left] = _rota(await _stored(st))
+    assert left.id == merged.id and set(left.source_ids) == {newer, third}, "the second and third parts are kept"
+    assert [part.source_ids for part in left.origins] == [[newer], [third]]
+
+
+async def test_a_retraction_stopped_after_its_tombstone_is_never_shown(redis_client, prefix) -> None:
+    """A process that wrote the tombstone and stopped before rewriting the records: readers see the records through
+    the tombstones, so neither a turn nor the command line shows the retracted part."""
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    a, b, older, newer = await _two_channels(p)
+    await _merged(p, st)
+    ids = await _say(p, a, FACTS, start=5)
+    await p.memory.extract(a)
+    await st.memory.tombstone(T, [f"msg:{OTHER}:{newer}", f"msg:{PUBLIC}:{ids[0]}"])  # and nothing after it
+    assert [r for r in await st.memory.records(T, now=0.0, retracted=True) if newer in r.source_ids], \
+        "still stored as it was"
+    await _only_the_older_is_left(p, st, older, newer)
+    text, _ = await _shown(p, "what is the staging cluster called?")
+    assert "kestrel" not in text

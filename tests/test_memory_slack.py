@@ -75,6 +75,39 @@ async def test_a_fact_told_in_one_thread_reaches_a_new_thread_of_its_channel_and
         await h.slack.close()
 
 
+async def test_a_reply_that_cites_memory_links_to_where_it_was_said(model, prefix, redis_client) -> None:
+    """The reply's sources line names each cited record's channel and links its day to the message, with the link
+    Slack gives (``chat.getPermalink``); a source Slack cannot link to is named without a link."""
+    h, http = await make_harness(prefix, redis_client, threadkeeper_memory_workspaces="T1",
+                                 threadkeeper_memory_channels="*")
+    try:
+        told = "1700000000.000100"
+        h.slack.threads[("C100", told)] = [{"type": "message", "user": "U1", "ts": told, "text": FACT}]
+        assert await h.post(event_body(mention("C100", told, FACT), event_id="Ev0")) == 200
+        await h.settle()
+        assert (await h.pipeline.extract_memory(f"slack:T1:C100:{told}")).records >= 1
+        model.default = Step(text="It is kestrel-eu (M1).")
+        assert await h.post(event_body(mention("C100", "1700000100.000100", ASK), event_id="EvB")) == 200
+        await h.settle()
+        [reply] = h.replies("C100")[-1:]
+        lines = [e["text"] for b in reply["blocks"] if b["type"] == "context" for e in b["elements"]]
+        assert "From memory: M1 <#C100>, <https://fake.slack.test/archives/C100/p1700000000000100|14 Nov 2023" \
+            in " ".join(lines), lines
+        assert h.slack.calls_to("chat.getPermalink") == [{"channel": "C100", "message_ts": told}]
+        h.slack.threads[("C100", told)] = []  # deleted in Slack meanwhile, and Slack says so
+        h.bot.events.permalinks.clear()
+        model.default = Step(text="Still kestrel-eu (M1).")
+        assert await h.post(event_body(mention("C100", "1700000200.000100", ASK), event_id="EvC")) == 200
+        await h.settle()
+        lines = [e["text"] for b in h.replies("C100")[-1]["blocks"] if b["type"] == "context"
+                 for e in b["elements"]]
+        assert "From memory: M1 <#C100>, 14 Nov 2023" in " ".join(lines) and "fake.slack.test" not in " ".join(lines)
+    finally:
+        await h.settle()
+        await http.close()
+        await h.slack.close()
+
+
 # -- memory controls in the Home tab --------------------------------------------------------------------------------
 
 PUBLIC = "The staging cluster is called kestrel-eu and lives in eu-west-3."

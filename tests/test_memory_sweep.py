@@ -134,3 +134,21 @@ async def test_a_failed_extraction_is_due_again_at_its_retry_and_not_before(redi
     assert await p.memory.sweep() == [], "not before its retry"
     p.memory.clock = lambda: failed.retry_at + 1
     assert [e.records for e in await p.memory.sweep()] == [1], "at its retry it is extracted"
+
+
+async def test_switching_memory_on_puts_the_threads_it_let_go_back_in_the_sweep(redis_client, prefix) -> None:
+    """Threads of a channel with memory off leave the registry at the sweep; switching the channel on puts them
+    back, so the next sweep extracts them without waiting for their next message (another channel's stay out)."""
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    await p.switch_memory(T, OFF_CHANNEL, False)
+    told = [Conversation.slack(T, channel, "1800000000.000100", "public") for channel in (OFF_CHANNEL, "C901")]
+    await p.switch_memory(T, "C901", False)
+    for c in told:
+        await p.submit(c, "The staging cluster is called kestrel-eu.", author="alice", id="1800000000.000100")
+        await p.run(c)
+    p.memory.clock = lambda: time.time() + 3600
+    assert [e.outcome for e in await p.memory.sweep()] == [], "memory off: both let go"
+    assert await redis_client.zcard(activity_key(prefix)) == 0
+    await p.switch_memory(T, OFF_CHANNEL, True)
+    assert [(e.conversation_id, e.records) for e in await p.memory.sweep()] == [(told[0].id, 1)]
+    assert await p.memory.sweep() == []

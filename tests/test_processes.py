@@ -24,6 +24,8 @@ from conftest import REDIS_URL
 from model_server import ModelServer, Reply
 from slack_fake import FakeSlack, event_body, sign
 
+from threadkeeper.bot.readback import READ_LAG_SECONDS
+from threadkeeper.bot.streaming import DRAFT, STREAM_BUFFER
 from threadkeeper.persistence import CheckpointStatus
 from threadkeeper.root import build_pipeline
 from threadkeeper.services import measure
@@ -233,6 +235,48 @@ async def test_a_worker_killed_between_commit_and_post_has_its_reply_posted_once
     assert fleet.replies(root) == ["The committed answer."], "posted exactly once"
     assert len(fleet.model.requests) == 1, "the committed turn is not run again"
     assert CheckpointStatus.FAILED not in await fleet.settled(root)
+
+
+STREAMED = " ".join(f"step{i} of the rollout plan" for i in range(24))
+"""A reply long enough to be streamed (several times ``STREAM_BUFFER``)."""
+
+
+@pytest.mark.parametrize(("method", "read_lag"), [("chat.startStream", 0.0),
+                                                  ("chat.startStream", READ_LAG_SECONDS - 1),
+                                                  ("chat.postMessage", 0.0)],
+                         ids=["streamed-reads-current", "streamed-reads-lag", "posted-then-updated-reads-current"])
+async def test_a_stream_begun_by_a_worker_killed_before_it_heard_slack_is_replaced_by_one_whole_reply(
+        fleet: Fleet, method: str, read_lag: float) -> None:
+    """Slack began the reply's stream (chat.startStream was accepted; where Slack cannot stream, the draft's
+    chat.postMessage) and the worker was killed before Slack's answer reached it, so it never learned the
+    message's ts. The worker that takes the thread over finds that half-written message in the thread, also when
+    Slack's reads show it only seconds later, and replaces it: one whole reply, nothing left streaming."""
+    assert len(STREAMED) > 4 * STREAM_BUFFER
+    streamed = method == "chat.startStream"
+    a, _ = await fleet.start(2)
+    fleet.model.default = Reply(text=STREAMED, chunk_delay=0.01)
+    fleet.slack.read_lag = read_lag
+    fleet.slack.refuse_streaming = not streamed
+    fleet.slack.holds[method] = answered = asyncio.Event()
+    root = f"17000320{int(read_lag):02d}.00010{int(streamed)}"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    assert await a.post(event_body(mention(root, "the rollout plan, please"), event_id=f"Ev-k{root}")) == 200
+    await fleet.until(lambda: bool(fleet.slack.bot_messages(CHANNEL, root)), 20, "Slack began the reply")
+    a.kill()  # its call is done in Slack; the answer is still on its way
+    await a.proc.wait()
+    [stranded] = fleet.slack.bot_messages(CHANNEL, root)
+    assert stranded["streaming"] is streamed and stranded["ts"] not in str(await fleet.stores.notes.flag(cid, DRAFT))
+    answered.set()
+    await fleet.until(lambda: fleet.replies(root) == [STREAMED], LEASE + READ_LAG_SECONDS + 20,
+                      "the survivor replaced the half-written reply with its whole reply")
+    assert CheckpointStatus.FAILED in await fleet.settled(root), "the dead worker's turn, failed on takeover"
+    [reply] = fleet.slack.bot_messages(CHANNEL, root)
+    assert reply["text"] == STREAMED and reply["streaming"] is False and reply["metadata"]["event_payload"]["part"] == 0
+    assert fleet.slack.deleted == [stranded["ts"]], "the half-written message deleted, once"
+    if streamed:
+        assert fleet.slack.calls_to("chat.stopStream")[0]["ts"] == stranded["ts"], "stopped before it was deleted"
+    assert not await fleet.stores.notes.flag(cid, DRAFT)
+    assert (await fleet.history_texts(root)).count(STREAMED) == 1
 
 
 async def test_sigterm_mid_turn_hands_the_turn_to_another_worker_within_seconds(fleet: Fleet) -> None:

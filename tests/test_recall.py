@@ -13,7 +13,8 @@ from fakes import Step, pipeline, scripted, written
 from threadkeeper.persistence import InboxItem, Notes
 from threadkeeper.services import Conversation
 from threadkeeper.services.context import calibration, visible
-from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex, search_terms
+from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
+from threadkeeper.services.text import search_terms
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",
@@ -66,7 +67,7 @@ def test_index_searches_only_what_left_the_context_and_merges_segments() -> None
         index.add(messages[chunk:chunk + 20])
         index.searchable(held={m.id for m in messages[chunk + 10:chunk + 20]})
     assert index.searchable(held=set()) == 300
-    assert len(index.segments) <= 6, "segments of similar size are merged"
+    assert len(index.search.segments) <= 6, "segments of similar size are merged"
     hits = [index.targets[pos] for _, pos in index.scores(list(search_terms("topic3")))]
     assert set(hits) == {f"x{i}" for i in range(300) if i % 7 == 3}
     index.add(messages[:5])

@@ -137,3 +137,55 @@ def test_redaction_keeps_the_words_around_a_secret() -> None:
         "hook [REDACTED SLACK TOKEN] ok"
     assert redact("AccountName=acme;AccountKey=shortTestKey42xyz;Suffix=x") == \
         "AccountName=acme;AccountKey=[REDACTED];Suffix=x"
+
+
+# Generic rules: each row fails when its rule is taken out (tests/mutations.py names which).
+SHAPES = [
+    # one case with digits in many places, beyond hex
+    ("for the mailer use q7hz2kx9w4mt3vb8np6r until friday", "q7hz2kx9w4mt3vb8np6r"),
+    ("license K7QX-9MZT-4WPL-8RNB-2VHC for the build agent", "K7QX-9MZT-4WPL-8RNB-2VHC"),
+    # a long part of both cases without digits, after a prefix
+    ("try 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 in the notebook", "QwErTyUiOpAsDfGhJkLzXcVbNmQaWsEdRf"),
+    # keys and tokens named in other languages and in plain words: hex and UUIDs found by their name
+    ("der Schlüssel für den Mailer lautet 0afae57f3ccfd9d7f5767067bc48b30f", "0afae57f3ccfd9d7f5767067bc48b30f"),
+    ("la clé du service de paiement est 6d2fabeb6add229bc199fab", "6d2fabeb6add229bc199fab"),
+    ("the mailer key is 5eb4223e-5008-46e5-be67-c7b8f2732305 for now", "5eb4223e-5008-46e5-be67-c7b8f2732305"),
+    # an assignment whose name holds a secret word and goes on to a word that is not about it
+    ("set client_secret_value=plainwordvalue and token_value: orange-tiger-sunset", "plainwordvalue"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), SHAPES, ids=[s[:16] for _, s in SHAPES])
+def test_a_secret_is_found_by_its_shape_or_its_name_whatever_its_vendor(text: str, secret: str) -> None:
+    clean = redact(text)
+    assert secret not in clean and "[REDACTED" in clean, clean
+    assert all(part not in clean for part in secret.split("-") if len(part) >= 8), clean
+
+
+def test_a_random_token_is_removed_whole_with_its_base64_parts() -> None:
+    clean = redact("here: Kq8Lm3Zx9Rt2Wv5Np7Qs4/Yb6Hj1Df0Gk2Ml9=Xc8Vb3 thanks")
+    assert clean == "here: [REDACTED HIGH ENTROPY STRING] thanks"
+
+
+# Identifiers near secret words and identifiers that look a little random: ordinary, left alone.
+LOOK_ALIKES = [
+    "the key ticket is OPS-4471",
+    "the key change is in PR-1234, the key date is 2026-12-01",
+    "jenkins credentialsId: 'deploy-bot-2024-ssh'",
+    "access_token_url=https://auth.example.com/oauth/token",
+    "GITHUB_API_KEY=\nREGION=eu-west-1",
+    "see build rc0.15.0_20231217_1420-SNAPSHOT",
+    'const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"',
+    "upgrade org.neo4j.neo4j-graphdb-api to 3.5.12",
+    "attached api-c99e353f761d318322c853c03e.gif to the ticket",
+    "la clé du problème est le cache, der Schlüssel liegt im Tresor",
+    "ssh key: ~/.ssh/id_ed25519 on the bastion; the TLS key: /etc/ssl/private/server2024.key",
+    "password: ${DB_PASSWORD} from the environment",
+    "the bootstrap-master-keying:arm64-linux=pass job is green",
+    "Request id 550e8400-e29b-41d4-a716-446655440000 failed; deploy 4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+]
+
+
+@pytest.mark.parametrize("text", LOOK_ALIKES, ids=[t[:24] for t in LOOK_ALIKES])
+def test_identifiers_near_secret_words_are_not_redacted(text: str) -> None:
+    assert redact(text) == text

@@ -5,8 +5,10 @@ the feedback buttons under a finished reply counted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 from urllib.parse import urlencode
 
 import pytest
@@ -14,7 +16,7 @@ from model_server import Reply
 from slack_fake import event_body, sign
 from test_slack_bot import CHANNEL, SECRET, make_harness, mention
 
-from threadkeeper.bot.streaming import DRAFT, STREAM_BUFFER
+from threadkeeper.bot.streaming import DRAFT, STREAM_BUFFER, DraftMark
 
 LONG = " ".join(f"step{i} of the rollout plan" for i in range(24))
 """A reply long enough to be shown before it is finished (several times ``STREAM_BUFFER``)."""
@@ -177,6 +179,83 @@ async def test_a_draft_whose_first_post_lost_its_answer_is_found_and_taken_back(
     assert h.slack.dropped and h.slack.deleted == h.slack.dropped, "the draft Slack made is taken back"
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
     assert len(h.slack.calls_to("chat.postMessage")) == 2, "the draft once, the reply once"
+
+
+@pytest.mark.parametrize("read_lag", [0.0, 2.0], ids=["reads-current", "reads-lag"])
+async def test_a_stream_whose_start_lost_its_answer_is_found_and_replaced(h, server, read_lag) -> None:
+    """Slack begins the reply's stream but the answer to chat.startStream never arrives, so its ts is unknown.
+    The stream is not started again: the bot finds the message it began in the thread (waiting for Slack's reads
+    to show it), stops and deletes it, and posts the reply whole, once."""
+    h.slack.drop_starts = 1
+    h.slack.read_lag = read_lag
+    root = "1700020800.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s9")) == 200
+    await h.settle()
+    [begun] = h.slack.dropped
+    assert h.slack.deleted == [begun], "the stream Slack began is taken back"
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
+    assert len(h.slack.calls_to("chat.startStream")) == 1 and len(h.slack.calls_to("chat.postMessage")) == 1
+    assert not await h.stores.notes.flag(cid, DRAFT)
+
+
+async def test_a_stream_whose_start_lost_its_answer_keeps_the_reply_owed_while_the_thread_cannot_be_read(
+        h, server) -> None:
+    """The stream Slack began cannot be looked for while conversations.replies fails: nothing is posted (the
+    reply stays owed, the draft flag stays), and once Slack can be read the sweep deletes the stream and posts
+    the reply, once."""
+    h.slack.drop_starts = 1
+    h.slack.failures["conversations.replies"] = 6  # two lookups, each with the client's two retries
+    root = "1700020900.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s10")) == 200
+    await h.settle()
+    [begun] = h.slack.dropped
+    assert [m["ts"] for m in h.slack.bot_messages(CHANNEL, root)] == [begun] and not h.slack.deleted
+    assert not h.slack.calls_to("chat.postMessage"), "nothing posted beside a stream that may still show"
+    assert await h.stores.notes.flag(cid, DRAFT) and await h.pipeline.inbox.pending_conversations() == [cid]
+    assert await h.bot.worker.sweep() == 1
+    await h.settle()
+    assert h.slack.deleted == [begun]
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
+    assert len(h.slack.calls_to("chat.postMessage")) == 1 and not await h.stores.notes.flag(cid, DRAFT)
+    assert await h.pipeline.inbox.pending_conversations() == []
+
+
+async def test_the_lease_is_held_while_a_stream_a_dead_worker_began_is_looked_for(prefix, redis_client) -> None:
+    """A worker asked Slack for a stream and died before the answer; Slack's reads show the stream only 7 s later.
+    The worker that takes the conversation over looks for it that long, holding the lease all the while (a 5 s
+    lease, renewed), so no other worker takes the thread over meanwhile; then it deletes the stream."""
+    h, http = await make_harness(prefix, redis_client, threadkeeper_lease_seconds=5.0)
+    try:
+        root = "1700021000.000100"
+        cid = f"slack:T1:{CHANNEL}:{root}"
+        h.slack.read_lag = 7.0
+        asked = time.time()
+        begun = await (await h.bot.workspaces.client("T1")).chat_startStream(
+            channel=CHANNEL, thread_ts=root, recipient_team_id="T1", recipient_user_id="U1", markdown_text="Half")
+        await h.stores.notes.set_flag(cid, DRAFT, DraftMark(CHANNEL, None, asked, True).value())
+        await h.pipeline.inbox.mark_pending(cid)  # the dead worker's conversation is owed
+        assert await h.bot.worker.sweep() == 1
+        deadline = time.monotonic() + 30
+        while await h.stores.leases.holder(cid) is None:
+            assert time.monotonic() < deadline, "the sweep took the conversation over"
+            await asyncio.sleep(0.05)
+        holders = set()
+        while not h.slack.deleted:
+            assert time.monotonic() < deadline, "the stream was never deleted"
+            holders.add(await h.stores.leases.holder(cid))
+            await asyncio.sleep(0.2)
+        assert time.time() - asked >= h.slack.read_lag, "found once Slack's reads showed it"
+        assert h.slack.deleted == [begun["ts"]] and None not in holders and len(holders) == 1, holders
+        await h.settle()
+        assert not h.slack.bot_messages(CHANNEL, root) and not await h.stores.notes.flag(cid, DRAFT)
+    finally:
+        await h.settle()
+        await http.close()
+        await h.slack.close()
 
 
 @pytest.mark.parametrize("refuse", [False, True], ids=["streamed", "posted-then-updated"])

@@ -345,11 +345,13 @@ async def test_forgetting_deletes_one_conversation_or_one_workspace_and_nothing_
     remaining = [k async for k in client.scan_iter(match=f"{prefix}:*")]
     assert remaining and all((k.decode() if isinstance(k, bytes) else k).startswith((f"{prefix}:{{{other}}}",
                                                                                       f"{prefix}:pending",
-                                                                                      f"{prefix}:activity"))
+                                                                                      f"{prefix}:activity",
+                                                                                      f"{prefix}:conversations"))
                              for k in remaining)
     assert await inbox.pending_conversations() == [other]
     assert await client.zscore(f"{prefix}:activity", one) is None, "nor is it left among the active"
     assert await client.zscore(f"{prefix}:activity", other) is not None
+    assert await client.zrange(f"{prefix}:conversations", 0, -1) == [other.encode()], "nor among the listed"
     assert (await store.load_history(other)).messages[0].text == "the deploy key is in the vault"
 
 

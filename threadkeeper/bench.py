@@ -22,7 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Usage, ping
-from threadkeeper.persistence.keys import dead_registry_key, pending_key
+from threadkeeper.persistence.keys import dead_registry_key, directory_built_key, directory_key, pending_key
 from threadkeeper.services import Conversation, measure
 from threadkeeper.services.handoff import Compactor
 from threadkeeper.services.recall import Recall
@@ -99,7 +99,8 @@ class _Delivered(SilentEvents):
         self.at: list[float] = []
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None, notice: str | None = None) -> bool | None:
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Any] = ()) -> bool | None:
         self.at.append(time.perf_counter())
         return None
 
@@ -266,6 +267,17 @@ async def _memory_bench(local: Settings, client: aioredis.Redis, sizes: Sequence
         turn = iter(range(10**9))
         out[f"memory_read_warm_ms_p50_{n}"] = await _median_ms(
             lambda: memory.block(where, questions[next(turn) % 3], asker=None, cap_tokens=680), repeats)
+        # One record added, then one deleted: the next read brings the index up to date by the difference (the
+        # records are still read whole from Redis: the store keeps no log of changes yet).
+        added = records[0].model_copy(update={"id": "mem_added", "text": "the rollback drill moved to thursday"})
+        await stores.memory.put(team, [added])
+        started = time.perf_counter()
+        await memory.block(where, "when is the rollback drill?", asker=None, cap_tokens=680)
+        out[f"memory_read_after_add_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)
+        await stores.memory.delete(team, ["mem_added"])
+        started = time.perf_counter()
+        await memory.block(where, "when is the rollback drill?", asker=None, cap_tokens=680)
+        out[f"memory_read_after_delete_ms_{n}"] = round((time.perf_counter() - started) * 1000, 1)
         channel = [r for r in records if r.channel == "C7"]
         started = time.perf_counter()
         consolidated(channel, now=now, max_unused_days=60)
@@ -340,6 +352,34 @@ async def _sweep_bench(local: Settings, client: aioredis.Redis, n: int, progress
             f"memory_sweep_s_{n}": round(seconds, 1)}
 
 
+async def _listing_bench(local: Settings, client: aioredis.Redis, n: int, progress: Callable[[str], None],
+                         ) -> dict[str, float]:
+    """``threadkeeper conversations`` over ``n`` stored conversations (one turn of two messages each): the 50 most
+    recent with their last activity, messages and generation, in a worker that never listed them (the median of
+    five; the first listing of a store, which adds what was stored before the directory existed, is not timed)."""
+    progress(f"listing {n:,} conversations")
+    stores = build_stores(local, client=client)
+    store = stores.checkpoints
+
+    async def one(i: int) -> None:
+        cid = f"bench:listed:{i}"
+        cp = await store.start_turn(cid, messages=[message(2 * i % 10_000), message(2 * i % 10_000 + 1, "assistant")])
+        await store.commit(cid, cp.id, expected_head=None)
+
+    for start in range(0, n, 500):
+        await asyncio.gather(*(one(i) for i in range(start, min(n, start + 500))))
+    pipeline = build_pipeline(local, stores)
+    await pipeline.conversations(50)
+    times = []
+    for _ in range(5):
+        fresh = build_pipeline(local, build_stores(local, client=client))
+        started = time.perf_counter()
+        rows, total = await fresh.conversations(50)
+        times.append(time.perf_counter() - started)
+        assert len(rows) == 50 and total >= n, (len(rows), total)
+    return {f"conversations_list_s_{n}": round(statistics.median(times), 3)}
+
+
 async def _epoch_ends(stores: Any, cid: str) -> list[Any]:
     rows = await stores.checkpoints.lineage(cid)
     return [r for r in rows if any(o.forked_from == r.id for o in rows)]
@@ -373,13 +413,42 @@ async def _median_ms(fn: Callable[[], Awaitable[Any]], repeats: int) -> float:
     return round(statistics.median(samples), 3)
 
 
-def _cli_seconds(*args: str, repeats: int = 3) -> float:
-    """Wall seconds of ``threadkeeper ARGS`` in a fresh process (the median of ``repeats``)."""
+def _cli_seconds(*args: str, repeats: int = 3, env: dict[str, str] | None = None) -> float:
+    """Wall seconds of ``threadkeeper ARGS`` in a fresh process (the median of ``repeats``), with ``env`` added to
+    this process's environment."""
+    import os
+
+    full = {**os.environ, **(env or {})}
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "threadkeeper", *args], capture_output=True, check=False, timeout=120)
+        subprocess.run([sys.executable, "-m", "threadkeeper", *args], capture_output=True, check=False, timeout=120,
+                       env=full)
         times.append(time.perf_counter() - started)
+    return round(statistics.median(times), 2)
+
+
+def _console_start_seconds(repeats: int = 3) -> float:
+    """Wall seconds of a newcomer's first ``threadkeeper console`` in a fresh process: no Slack tokens, no model
+    settings, no ``REDIS_URL`` (the embedded Redis, started in an empty data directory and stopped on the way out);
+    it starts, shows its banner, reads the end of its input and exits (the median of ``repeats``)."""
+    import os
+    import tempfile
+
+    from .embedded import find_server
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
+    if find_server() is None and os.environ.get("REDIS_URL"):  # no server to embed: the Redis the bench runs on
+        env["REDIS_URL"] = os.environ["REDIS_URL"]
+    times = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="tkbench-console-") as folder:
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "threadkeeper", "console"], input=b"", capture_output=True,
+                                  check=False, timeout=120, cwd=folder, env=env)
+            times.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise RuntimeError(f"the console did not start: {done.stderr.decode(errors='replace')[-2000:]}")
     return round(statistics.median(times), 2)
 
 
@@ -501,9 +570,12 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
     await ping(client, url)
     local = settings.model_copy(update={"threadkeeper_key_prefix": prefix, "redis_url": url})
     stores = build_stores(local, client=client)
+    # on the bench's Redis: without REDIS_URL they would find no store in the working folder and stop at once
+    on_redis = {"REDIS_URL": url, "THREADKEEPER_KEY_PREFIX": prefix}
     out: dict[str, float] = {"rss_mb_baseline": _rss_mb(), "cli_help_s": _cli_seconds("--help"),
-                             "cli_history_s": _cli_seconds("history", "console:bench-none"),
-                             "cli_context_s": _cli_seconds("context", "console:bench-none")}
+                             "cli_history_s": _cli_seconds("history", "console:bench-none", env=on_redis),
+                             "cli_context_s": _cli_seconds("context", "console:bench-none", env=on_redis),
+                             "console_start_s": _console_start_seconds()}
     sizes = (100, 1000, 10000) if quick else (100, 1000, 10000, 100_000)
     repeats = 15 if quick else 41
     try:
@@ -602,11 +674,13 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         out.update(await _memory_bench(local, client, (10_000,) if quick else (10_000, 100_000),
                                        15 if quick else 41, progress))
         out.update(await _sweep_bench(local, client, 1_000 if quick else 10_000, progress))
+        out.update(await _listing_bench(local, client, 2_000 if quick else 20_000, progress))
     finally:
         progress("cleaning up")
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             await client.delete(key)
-        await client.delete(pending_key(prefix), dead_registry_key(prefix))
+        await client.delete(pending_key(prefix), dead_registry_key(prefix), directory_key(prefix),
+                            directory_built_key(prefix))
         await client.aclose()
     return out
 
@@ -615,22 +689,26 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
                                                               "write_bytes_per_turn", "langgraph_bytes_per_turn",
                                                               "write_ratio_vs_langgraph")] + [
     "compaction_ms_p50_50k", "compaction_ms_p50_200k", "compaction_cold_ms_p50_200k", "fold_us_per_message_200k",
-    "note_us_per_message", "redaction_ms_4000_adversarial", "redaction_ms_40000_adversarial", "cli_help_s", "recall_cold_ms_1000",
+    "note_us_per_message", "redaction_ms_4000_adversarial", "redaction_ms_40000_adversarial", "cli_help_s", "console_start_s",
+    "recall_cold_ms_1000",
     "recall_warm_ms_p50_1000", "recall_cold_ms_10000", "recall_warm_ms_p50_10000", "history_cache_kb_per_1000",
     "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000", "preturn_cold_over_raw_10000", "concurrent_1000_wall_s_litellm",
     "concurrent_1000_errors_litellm", "rss_mb_1000_litellm", "memory_sweep_passes_1000",
-    "memory_sweep_commands_max_pass_1000", "reply_p95_over_p50_with_slow_summarizer"]
+    "memory_sweep_commands_max_pass_1000", "conversations_list_s_2000", "reply_p95_over_p50_with_slow_summarizer"]
 
 
 TARGETS: dict[str, tuple[str, float]] = {
     "cli_help_s": ("<=", 1.5), "cli_history_s": ("<=", 1.5), "cli_context_s": ("<=", 1.5),
+    "console_start_s": ("<=", 4),
     "preturn_ms_p50_1000": ("<=", 5), "preturn_over_raw_1000": ("<=", 3), "preturn_cold_over_raw_10000": ("<=", 1.5),
     "preturn_ms_p50_100000": ("<=", 2), "compaction_ms_p50_200k": ("<=", 100), "turns_per_second": (">=", 400),
     "concurrent_1000_wall_s": ("<=", 2.5), "concurrent_1000_errors": ("<=", 0), "rss_mb_1000": ("<=", 200),
     "recall_warm_ms_p50_10000": ("<=", 5), "recall_index_share_of_cache": ("<=", 0.30),
     "memory_read_warm_ms_p50_100000": ("<=", 5), "redaction_ms_40000_adversarial": ("<=", 500),
+    "memory_read_after_add_ms_100000": ("<=", 5), "memory_read_after_delete_ms_100000": ("<=", 5),
     "memory_sweep_commands_max_pass_1000": ("<=", 400), "memory_sweep_commands_max_pass_10000": ("<=", 400),
+    "conversations_list_s_2000": ("<=", 0.5), "conversations_list_s_20000": ("<=", 0.5),
     "reply_p95_over_p50_with_slow_summarizer": ("<=", 1.2),
 }
 """What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what

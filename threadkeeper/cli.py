@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import ThreadkeeperError
 
-from .evalcmd import cmd_eval, cmd_eval_memory, windows_list
+from .embedded import NothingStoredError
+from .evalcmd import cmd_eval, cmd_eval_memory, cmd_eval_redaction, windows_list
 from .logs import quiet_turn_lines, stderr_console
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
 from .settings import Settings, SettingsError, load_settings
@@ -43,9 +44,13 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"lineage of {args.conversation_id}", show_lines=False)
-        for col in ("", "checkpoint", "kind", "status", "parent", "forked_from", "messages", "tokens", "created"):
-            table.add_column(col, justify="right" if col in ("messages", "tokens") else "left")
+        from threadkeeper.bot.render import HELD
+
+        messages = await pipeline.messages(args.conversation_id)
+        table = Table(title=f"lineage of {args.conversation_id}: {messages:,} message{'' if messages == 1 else 's'} "
+                            f"so far", caption=HELD, show_lines=False)
+        for col in ("", "checkpoint", "kind", "status", "parent", "forked_from", "held", "tokens", "created"):
+            table.add_column(col, justify="right" if col in ("held", "tokens") else "left")
         for row in rows:
             table.add_row("HEAD" if row.is_head else "", row.id, row.kind.value, row.status.value, row.parent or "-",
                           row.forked_from or "-", f"{row.message_count:,}", f"{row.token_total:,}",
@@ -53,7 +58,7 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
         Console(width=200).print(table)
         return 0
 
-    return asyncio.run(with_pipeline(settings, work))
+    return asyncio.run(with_pipeline(settings, work, read_only=True))
 
 
 def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
@@ -79,7 +84,14 @@ def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
             print(f"(the {len(rows)} most recent of {total:,}; --limit shows more)")
         return 0
 
-    return asyncio.run(with_pipeline(settings, work))
+    try:
+        return asyncio.run(with_pipeline(settings, work, read_only=True))
+    except NothingStoredError as nothing:
+        if args.json:
+            print("[]")
+        else:
+            print(nothing)
+        return 0
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
@@ -100,6 +112,9 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    half = settings.slack_half_set()
+    if half:
+        raise SettingsError(half)
     if settings.slack_configured:
         args.socket = bool(settings.slack_app_token)
         args.http = not args.socket
@@ -134,7 +149,8 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
             print(context_text(report))
         return 0
 
-    return asyncio.run(with_pipeline(settings, work, model=args.model, context_window=args.context_window))
+    return asyncio.run(with_pipeline(settings, work, model=args.model, context_window=args.context_window,
+                                     read_only=True))
 
 
 def _arriving_lines(path: str, pipeline: Pipeline, author: str | None) -> list[list[Any]]:
@@ -367,6 +383,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated context windows (default 8192)")
     c.add_argument("--json", help="write the results as JSON here")
     c.set_defaults(func=cmd_eval_memory)
+    c = ev.add_parser("redaction", help="how many secrets of a public secret scanner's samples redaction removes, "
+                                        "and how much ordinary text it leaves alone, beside an entropy rule")
+    c.add_argument("--source", choices=("gitleaks",), default="gitleaks",
+                   help="where the samples come from: gitleaks (its rule files' true and false positives)")
+    c.add_argument("--path", required=True, help="a gitleaks checkout: a work tree or a bare git directory")
+    c.add_argument("--seed", type=int, default=1, help="seed of the secrets drawn from the rules' regexes (default 1)")
+    c.add_argument("--by-vendor", action="store_true", help="also print each vendor's share")
+    c.add_argument("--json", help="write the results as JSON here")
+    c.set_defaults(func=cmd_eval_redaction)
 
     p = sub.add_parser("bench", help="speed, write cost, compaction cost, throughput and memory on real Redis")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under a minute)")
@@ -437,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
     except ThreadkeeperError as exc:
+        log.debug("what led to the error below", exc_info=True)  # the traceback, at THREADKEEPER_LOG_LEVEL=DEBUG only
         print(f"threadkeeper: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

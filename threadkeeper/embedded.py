@@ -34,7 +34,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from threadkeeper.persistence import ThreadkeeperError
+from threadkeeper.persistence import NotFoundError, ThreadkeeperError
 
 log = logging.getLogger("threadkeeper.embedded")
 
@@ -47,6 +47,16 @@ _SOCKET_PATH_MAX = 100
 
 class EmbeddedRedisError(ThreadkeeperError):
     """The embedded Redis cannot be started (no server binary, or it failed to start)."""
+
+
+class NothingStoredError(NotFoundError):
+    """A command that only reads was run where no embedded store exists: nothing is stored there, and none is made."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(f"no conversations are stored in {data_dir} (THREADKEEPER_DATA_DIR, relative to the working "
+                         "directory): nothing has run from this folder. Run the command from the folder where "
+                         "`make run` ran, or set THREADKEEPER_DATA_DIR to that store (or REDIS_URL to your Redis)")
+        self.data_dir = data_dir
 
 
 NO_SERVER = ("REDIS_URL is not set and no Redis server was found to start the embedded one. Install one "
@@ -104,6 +114,10 @@ class EmbeddedRedis:
             return False
         finally:
             client.close()
+
+    def exists(self) -> bool:
+        """Whether a store was ever made here (the data directory exists)."""
+        return self.data_dir.is_dir()
 
     def start(self) -> str:
         """Use the server (starting it if it is not running); returns its URL."""

@@ -154,7 +154,7 @@ def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
 
     table = Table(title=title)
     benchmark = any("content" in r["asked"] for r in rows if "asked" in r)
-    cols = ("strategy", "window", "answers kept", "BM25 pick", "recent + BM25", "keep-newest",
+    cols = ("strategy", "window", "answers kept", "BM25 pick", "recent + BM25", "BM25 ±1", "keep-newest",
             "over best baseline", "without recall", "cited", "ctx tokens", "answerable / questions") if benchmark \
         else ("strategy", "window", "kept", "identifiers", "ctx tokens", "probes")
     for col in cols:
@@ -165,7 +165,7 @@ def _asked_table(rows: list[dict[str, Any]], title: str) -> None:
             continue
         if benchmark:
             table.add_row(r["strategy"], f"{r['window']:,}", _pct(a["content"]), _pct(a["bm25"]),
-                          _pct(a["recent_bm25"]), _pct(a["keep_newest"]),
+                          _pct(a["recent_bm25"]), _pct(a.get("bm25_neighbours")), _pct(a["keep_newest"]),
                           "-" if a["over_baseline"] is None else f"{a['over_baseline']:.2f}",
                           _pct(a["without_recall"]), _pct(a["cited"]), f"{a['context_tokens']:,}",
                           f"{a['answerable']:,} / {a['questions']:,}")
@@ -198,12 +198,14 @@ def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
         table = Table(title=f"memory across conversations on {args.benchmark}: {len(benchmark.cases)} chats, each "
                             "session a thread of one channel, each question asked in a new thread; answers kept on "
                             "content, baselines at the same spend")
-        for col in ("window", "memory", "BM25 pick (other threads)", "no memory", "over BM25", "tokens shown",
+        for col in ("window", "memory", "in records", "BM25 pick (other threads)", "BM25 ±1", "no memory", "over best baseline",
+                    "tokens shown",
                     "records shown", "records", "extract ms / 1k msgs", "answerable / questions"):
             table.add_column(col, justify="right")
         for r in rows:
-            table.add_row(f"{r['window']:,}", _pct(r["memory"]), _pct(r["bm25"]), _pct(r["no_memory"]),
-                          "-" if r["over_bm25"] is None else f"{r['over_bm25']:.2f}", f"{r['mean_spend']:.0f}",
+            table.add_row(f"{r['window']:,}", _pct(r["memory"]), _pct(r["in_records"]), _pct(r["bm25"]), _pct(r["bm25_neighbours"]),
+                          _pct(r["no_memory"]), "-" if r["over_best"] is None else f"{r['over_best']:.2f}",
+                          f"{r['mean_spend']:.0f}",
                           f"{r['mean_shown']:.1f}", f"{r['records']:,}", f"{r['extract_ms_per_1000_messages']:.0f}",
                           f"{r['answerable']:,} / {r['questions']:,}")
         Console(width=220).print(table)
@@ -215,3 +217,56 @@ def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
     return asyncio.run(work())
+
+
+def cmd_eval_redaction(args: argparse.Namespace, settings: Settings) -> int:
+    """``threadkeeper eval redaction``: secrets from a public rule set's samples, put in chat messages, through the
+    redaction the bot applies before anything is stored; beside a plain entropy rule at the same false-positive rate."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from threadkeeper.evals.redaction import PHRASINGS, evaluate, load_source, report
+
+    corpus = load_source(args.source, args.path, seed=args.seed)
+    result = report(evaluate(corpus))
+    ours, base = result["ours"], result["baseline"]
+    half = (len(corpus.vendors) + 1) // 2
+    console = Console(width=160)
+    table = Table(title=f"secrets removed, {args.source} samples from {args.path}: {len(corpus.secrets)} secrets of "
+                        f"{len(corpus.vendors)} vendors, each in {len(PHRASINGS)} messages; tuning vendors "
+                        f"{corpus.vendors[0]}…{corpus.vendors[half - 1]}, held out {corpus.vendors[half]}…"
+                        f"{corpus.vendors[-1]}")
+    for col in ("phrasing", "tuning", f"entropy ≥ {result['baseline_bits']:.1f} bits", "held-out",
+                f"entropy ≥ {result['baseline_bits']:.1f} bits "):
+        table.add_column(col, justify="left" if col == "phrasing" else "right")
+
+    def cell(who: dict[str, Any] | None, group: str, key: str) -> str:
+        return "-" if who is None or key not in who[group] else _pct(who[group][key]["share"])
+
+    for name in PHRASINGS:
+        table.add_row(name, *(cell(who, "phrasings", f"{h} / {name}") for h in ("tuning", "held-out")
+                              for who in (ours, base)))
+    table.add_row("all", *(cell(who, "halves", h) for h in ("tuning", "held-out") for who in (ours, base)))
+    console.print(table)
+    negatives = Table(title="negatives left intact (the baseline's threshold is the lowest that leaves as many)")
+    for col in ("negatives", "count", "redaction", "entropy baseline"):
+        negatives.add_column(col, justify="left" if col == "negatives" else "right")
+    for kind, score in ours["intact"].items():
+        negatives.add_row(kind, f"{score['n']:,}", _pct(score["share"]), cell(base, "intact", kind))
+    console.print(negatives)
+    if args.by_vendor:
+        vendors = Table(title="secrets removed by vendor")
+        for col in ("vendor", "half", "messages", "redaction", "entropy baseline"):
+            vendors.add_column(col, justify="left" if col in ("vendor", "half") else "right")
+        for vendor in corpus.vendors:
+            score = ours["vendors"][vendor]
+            vendors.add_row(vendor, "held-out" if corpus.held_out(vendor) else "tuning", f"{score['n']:,}",
+                            _pct(score["share"]), cell(base, "vendors", vendor))
+        console.print(vendors)
+    skipped = ", ".join(f"{n} ({why})" for why, n in sorted(corpus.skipped.items()))
+    print(f"samples skipped: {skipped or 0}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"source": args.source, "path": str(args.path), "seed": args.seed, "vendors": corpus.vendors,
+                       "secrets": len(corpus.secrets), "negatives": len(corpus.negatives), **result}, fh, indent=2)
+    return 0

@@ -82,7 +82,7 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         raise AssertionError(action)
 
-    return asyncio.run(with_pipeline(settings, work))
+    return asyncio.run(with_pipeline(settings, work, read_only=action in ("list", "show")))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -77,7 +77,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
               + (f" and {forgotten.records:,} memory records derived from it" if forgotten.records else ""))
         return 0
 
-    return asyncio.run(with_pipeline(settings, work))
+    return asyncio.run(with_pipeline(settings, work, read_only=True))  # nothing stored: nothing to forget
 
 
 REASONS = ("manual", "handoff", "model-upgrade")
@@ -102,7 +102,7 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
                   + (" (the head moved meanwhile: the fork was superseded)" if report.superseded else ""))
         return 1 if report.superseded else 0
 
-    return asyncio.run(with_pipeline(settings, work, model=args.target_model))
+    return asyncio.run(with_pipeline(settings, work, model=args.target_model, read_only=True))
 
 
 def _dead_letter(raw: str) -> dict[str, object]:
@@ -147,4 +147,4 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
               + (f"; {kept_total} this version cannot read are kept" if kept_total else ""))
         return 0 if not kept_total else 3
 
-    return asyncio.run(with_pipeline(settings, work))
+    return asyncio.run(with_pipeline(settings, work, read_only=True))

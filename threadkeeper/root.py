@@ -41,17 +41,20 @@ __all__ = ["Stores", "build_pipeline", "build_slack_bot", "build_stores", "check
 
 def check_models(settings: Settings) -> None:
     """At start-up: each configured model is one litellm can call, with a known window and its provider's
-    key set; otherwise stop with one line naming the variable (instead of failing every turn)."""
-    from threadkeeper.services.models._litellm import litellm
-
+    key set; otherwise stop with one line naming the variable (instead of failing every turn). The offline model is
+    no provider: with only it configured, litellm is never imported."""
     for variable, name, window in (("AI_MODEL", settings.ai_model, settings.ai_model_context_window_tokens),
                                    ("AI_FAST_MODEL", settings.fast_model, settings.fast_model_context_window_tokens)):
         if is_offline(name):
             continue
+        from threadkeeper.services.models._litellm import litellm
+
         try:
             litellm.get_llm_provider(name)
         except Exception as exc:  # litellm raises its BadRequestError for an unknown provider
-            raise SettingsError(f"{variable}={name!r} is not a model litellm can call ({str(exc).splitlines()[0][:160]})"
+            said = str(exc).splitlines()[0][:160]
+            raise SettingsError(f"{variable}={name!r} is not a model litellm can call ({said}): "
+                                "name it as litellm does, provider/model (openai/gpt-4o-mini, ollama_chat/llama3.1, …)"
                                 ) from None
         missing = [k for k in litellm.validate_environment(model=name).get("missing_keys") or []
                    if k.endswith(("_KEY", "_TOKEN"))]
@@ -89,7 +92,8 @@ def _check_reachable(variable: str, name: str) -> None:
         socket.create_connection((parts.hostname or "localhost", port), timeout=3).close()
     except OSError as exc:
         where = f"{setting}={url}" if setting else f"{url} (the default; set {names[0]} if it runs elsewhere)"
-        raise SettingsError(f"{variable}={name!r} is served from {where}, which does not answer ({exc})") from None
+        raise SettingsError(f"{variable}={name!r} is served from {where}, which does not answer ({exc}): start that "
+                            f"server, or point {setting or names[0]} at the one that serves the model") from None
 
 
 def memory_config(settings: Settings) -> MemoryConfig:
@@ -158,7 +162,7 @@ def _build_turns(settings: Settings, stores: Stores, *, model: str | None, conte
                                      variable="AI_FAST_MODEL_CONTEXT_WINDOW_TOKENS")
         fast_client = ModelClient(fast_name, timeout_seconds=settings.ai_timeout_seconds,
                                   attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds,
-                                  context_window=fast_window)
+                                  context_window=fast_window, setting="AI_FAST_MODEL")
     summarizer = Summarizer(fast_client, tokenizer, window_tokens=fast_window,
                             timeout_seconds=min(settings.ai_timeout_seconds, 60.0))
     compactor = compactor_class(checkpoints=stores.checkpoints, notes=stores.notes, tokenizer=tokenizer,
@@ -200,7 +204,7 @@ def build_slack_bot(settings: Settings, stores: Stores, pipeline: Pipeline) -> A
     fast = None
     if not is_offline(settings.fast_model):
         fast = ModelClient(settings.fast_model, timeout_seconds=min(settings.ai_timeout_seconds, 15.0),
-                           attempts=1)
+                           attempts=1, setting="AI_FAST_MODEL" if settings.ai_fast_model else "AI_MODEL")
     base_url = settings.slack_api_base_url
     oauth = None
     if settings.slack_installs:

@@ -164,6 +164,22 @@ class Settings(BaseSettings):
     def slack_configured(self) -> bool:
         return bool(self.slack_bot_token and (self.slack_app_token or self.slack_signing_secret)) or self.slack_installs
 
+    def slack_half_set(self) -> str | None:
+        """When some Slack settings are set but not enough to run the bot: one line saying which are set, which are
+        missing and what to do (``run`` stops with it rather than starting the console as if none were set)."""
+        given = [name for name, value in (("SLACK_BOT_TOKEN", self.slack_bot_token),
+                                          ("SLACK_APP_TOKEN", self.slack_app_token),
+                                          ("SLACK_SIGNING_SECRET", self.slack_signing_secret)) if value]
+        if self.slack_configured or not given:
+            return None
+        missing = [] if self.slack_bot_token else ["SLACK_BOT_TOKEN (the bot token, xoxb-…)"]
+        if not (self.slack_app_token or self.slack_signing_secret):
+            missing.append("SLACK_APP_TOKEN (Socket Mode, xapp-…) or SLACK_SIGNING_SECRET (HTTP events)")
+        named, lacking = " and ".join(given), " and ".join(missing)
+        return (f"Slack is half configured: {named} {'is' if len(given) == 1 else 'are'} set but {lacking} "
+                f"{'is' if len(missing) == 1 else 'are'} not. Set {'them' if len(missing) > 1 else 'it'} to run the "
+                f"Slack bot, or unset {named} (environment or .env) to chat in the local console")
+
 
 def export_dotenv(path: str = ".env") -> list[str]:
     """Put the ``.env`` variables that the environment does not set into it, so that the model providers

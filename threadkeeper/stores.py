@@ -78,16 +78,19 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
 
 
 @asynccontextmanager
-async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
+async def open_stores(settings: Settings, *, read_only: bool = False) -> AsyncIterator[Stores]:
     """The stores of ``settings`` with Redis checked first: the Redis at ``REDIS_URL``, or, when it is unset,
     the embedded Redis of ``THREADKEEPER_DATA_DIR`` (started if no other process runs it, and stopped on the
-    way out if no other process uses it)."""
+    way out if no other process uses it). ``read_only``: a command that only reads (or deletes) what is stored
+    makes no embedded store where there is none; it fails with :class:`NothingStoredError` instead."""
     embedded = None
     url = settings.redis_url
     if not url:
-        from .embedded import EmbeddedRedis
+        from .embedded import EmbeddedRedis, NothingStoredError
 
         embedded = EmbeddedRedis(settings.threadkeeper_data_dir)
+        if read_only and not embedded.exists():
+            raise NothingStoredError(embedded.data_dir)
         url = await asyncio.to_thread(embedded.start)
     try:
         stores = build_stores(settings, url=url)
@@ -103,18 +106,20 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
             await asyncio.to_thread(embedded.stop)
 
 
-async def with_stores(settings: Settings, work: Callable[[Stores], Awaitable[int]]) -> int:
+async def with_stores(settings: Settings, work: Callable[[Stores], Awaitable[int]], *,
+                      read_only: bool = False) -> int:
     """Run ``work`` with the stores of ``settings`` (see :func:`open_stores`), closing them afterwards."""
-    async with open_stores(settings) as stores:
+    async with open_stores(settings, read_only=read_only) as stores:
         return await work(stores)
 
 
 async def with_pipeline(settings: Settings, work: Callable[[Stores, Pipeline], Awaitable[int]], *,
-                        model: str | None = None, context_window: int | None = None) -> int:
-    """Run ``work`` with the stores and the pipeline of ``settings`` (``model`` and ``context_window`` override)."""
+                        model: str | None = None, context_window: int | None = None, read_only: bool = False) -> int:
+    """Run ``work`` with the stores and the pipeline of ``settings`` (``model`` and ``context_window`` override;
+    ``read_only``: see :func:`open_stores`)."""
     from .root import build_pipeline
 
     async def inner(stores: Stores) -> int:
         return await work(stores, build_pipeline(settings, stores, model=model, context_window=context_window))
 
-    return await with_stores(settings, inner)
+    return await with_stores(settings, inner, read_only=read_only)

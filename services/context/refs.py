@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from threadkeeper.persistence import Message
+from threadkeeper.persistence import Message, messages_so_far
 
 REF = re.compile(r"(?<![\w#])#(\d{1,9})\b")
 """A reference in text: ``#`` and the number."""
@@ -39,7 +39,7 @@ def numbered(message: Message) -> bool:
 
 def next_ref(messages: Sequence[Message]) -> int:
     """The next free number after ``messages`` (a history: its handoff carries what earlier epochs used)."""
-    return 1 + max((m.ref or 0 for m in messages), default=0)
+    return 1 + messages_so_far(messages)
 
 
 def shown(message: Message) -> bool:

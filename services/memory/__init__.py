@@ -6,9 +6,9 @@ from .config import MemoryConfig
 from .consolidation import consolidated
 from .extraction import MEMORY_ID, Extraction
 from .memory import Memory
-from .reading import CITED, MEMORY_HEADER
+from .reading import CITED, MEMORY_HEADER, Source, sources_line
 
 __all__ = [
     "CITED", "MEMORY_HEADER", "MEMORY_ID", "CachedAccess", "ChannelAccess", "Extraction", "Memory", "MemoryConfig", "NoAccess",
-    "PrivacyUnknownError", "consolidated",
+    "PrivacyUnknownError", "Source", "consolidated", "sources_line",
 ]

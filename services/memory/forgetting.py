@@ -3,12 +3,17 @@ forgotten conversation's records and extraction job, one record, a whole workspa
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from threadkeeper.persistence import Message
-from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, message_mark
+from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, RecordChangedError, message_mark
 
 from ..conversation import Conversation
+
+log = logging.getLogger("threadkeeper.memory")
+STRIP_ATTEMPTS = 20
+"""How often a retraction reads again when another writer changed a record it was rewriting."""
 
 
 class Sources(Protocol):
@@ -50,21 +55,30 @@ class Forgetting:
 
     async def _strip(self, workspace: str, marks: set[str]) -> int:
         """Take the retracted sources ``marks`` out of the stored records: a record made only of them goes, a merged
-        one keeps its other parts (the write checks the tombstones again, so a concurrent writer cannot bring one
-        back); how many records were changed or removed."""
-        records = await self.store.records(workspace, now=0.0)
-        rewritten: list[MemoryRecord] = []
-        doomed: list[str] = []
-        for r in records:
-            if not r.marks() & marks:
-                continue
-            left = r.without(marks)
-            if left is None:
-                doomed.append(r.id)
-            else:
-                rewritten.append(left)
-        await self.store.put(workspace, rewritten, removed=doomed)
-        return len(rewritten) + len(doomed)
+        one keeps its other parts. The write checks the tombstones again, so a concurrent writer cannot bring one
+        back, and that every record it rewrites is still as it was read, so a merge landing in between is never
+        undone (then it reads again). How many records were changed or removed."""
+        for _ in range(STRIP_ATTEMPTS):
+            records = await self.store.records(workspace, now=0.0, retracted=True)
+            hit = [r for r in records if r.marks() & marks]
+            rewritten: list[MemoryRecord] = []
+            doomed: list[str] = []
+            for r in hit:
+                left = r.without(marks)
+                if left is None:
+                    doomed.append(r.id)
+                else:
+                    rewritten.append(left)
+            try:
+                await self.store.put(workspace, rewritten, removed=doomed, unchanged=hit)
+            except RecordChangedError:
+                continue  # another writer changed one of them meanwhile: strip what it wrote
+            return len(rewritten) + len(doomed)
+        # Readers never see a retracted part (they read through the tombstones): what is left goes at the scope's next
+        # consolidation or the next retraction.
+        log.warning("memory of workspace %s kept changing while a retraction rewrote it; readers hide the retracted "
+                    "parts until its next consolidation", workspace)
+        return 0
 
     async def forget(self, workspace: str, record_id: str) -> bool:
         return await self.store.delete(workspace, [record_id]) > 0

@@ -21,7 +21,7 @@ from .config import MemoryConfig
 from .consolidation import Consolidator
 from .extraction import Extraction, Extractor
 from .forgetting import Forgetting
-from .reading import MemoryBlock, Reader
+from .reading import MemoryBlock, Reader, Source
 
 
 class Memory:
@@ -109,7 +109,7 @@ class Memory:
                     cap_tokens: int) -> MemoryBlock:
         return await self.reading.block(conversation, query, asker=asker, cap_tokens=cap_tokens)
 
-    async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> int:
+    async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> list[Source]:
         return await self.reading.cited(conversation, reply, shown)
 
     # -- retraction and forgetting -------------------------------------------------------------

@@ -32,6 +32,29 @@ class ModelTimeoutError(ModelError):
     """A model call did not answer in time."""
 
 
+class ModelSetupError(ModelError):
+    """The provider refuses the model's configuration for good: a key it does not accept (401) or that may not use the
+    model (403), a model it does not serve (404). Asking again cannot help, so it is never retried; the message is one
+    line naming the setting to fix."""
+
+
+_KEY_VARIABLES = {"gemini": "GEMINI_API_KEY", "vertex_ai": "GOOGLE_APPLICATION_CREDENTIALS",
+                  "bedrock": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                  "sagemaker": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"}
+"""Providers whose key is not ``<PROVIDER>_API_KEY``, as litellm reads it."""
+
+
+def key_variable(provider: str) -> str:
+    """The variable litellm reads the provider's key from."""
+    return _KEY_VARIABLES.get(provider, f"{provider.upper()}_API_KEY")
+
+
+def _said(exc: BaseException) -> str:
+    """The first line of what the provider said, without litellm's prefixes, bounded."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return text.removeprefix("litellm.").split(" - ", 1)[-1][:200]
+
+
 class ModelContextError(ModelError):
     """The provider refused the request as longer than the model's window (it counts tokens differently
     from the local estimate): the turn compacts tighter and tries once more."""
@@ -123,7 +146,8 @@ class ModelClient:
 
     def __init__(self, model: str, *, timeout_seconds: float = 60.0, attempts: int = 3,
                  max_output_tokens: int | None = None, retry_wait_seconds: float = 1.0,
-                 context_window: int | None = None, offline_model: OfflineModel | None = None) -> None:
+                 context_window: int | None = None, offline_model: OfflineModel | None = None,
+                 setting: str = "AI_MODEL") -> None:
         self.model = model
         self.local: OfflineModel | None = None
         """The in-process model that answers when ``model`` is the offline one."""
@@ -139,6 +163,8 @@ class ModelClient:
         self.attempts = max(1, attempts)
         self.max_output_tokens = max_output_tokens
         self.retry_wait_seconds = retry_wait_seconds
+        self.setting = setting
+        """The variable that names this model (``AI_MODEL``, ``AI_FAST_MODEL``), for messages about it."""
 
     @property
     def offline(self) -> bool:
@@ -203,9 +229,28 @@ class ModelClient:
             raise
         except litellm.ContextWindowExceededError as exc:
             raise ModelContextError(f"model {self.model} refused the request as too long: {exc}") from exc
+        except (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError) as exc:
+            raise self._refused(exc) from exc
         except Exception as exc:  # litellm maps provider errors to its own hierarchy
             raise ModelError(f"model {self.model} failed: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
+    def _refused(self, exc: Exception) -> ModelSetupError:
+        """The one line for a configuration the provider refuses (see :class:`ModelSetupError`)."""
+        litellm = _litellm()
+        named = f"{self.setting}={self.model!r}"
+        said = _said(exc)
+        if isinstance(exc, litellm.NotFoundError):
+            return ModelSetupError(f"{named}: the provider does not serve this model (404: {said}); set {self.setting} "
+                                   "to a model it serves")
+        try:
+            variable = key_variable(litellm.get_llm_provider(self.model)[1])
+        except Exception:  # noqa: BLE001 - a model litellm routes only with more settings: name the key generally
+            variable = "the provider's key variable"
+        status = 403 if isinstance(exc, litellm.PermissionDeniedError) else 401
+        what = "does not let the key use this model" if status == 403 else "refused the key"
+        return ModelSetupError(f"{named}: the provider {what} ({status}: {said}); set {variable} to a valid key "
+                               "(in the environment or .env)")
 
     async def _whole(self, kwargs: dict[str, Any]) -> ModelReply:
         litellm = _litellm()

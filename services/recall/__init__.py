@@ -1,7 +1,7 @@
 """Recall: the earlier messages of a thread that matter to what was just asked, searched in the durable
 history, and the search tool a real model may use to look further."""
 
-from .index import RECALL_HEADER, ConversationIndex, Recall, change_notice_id, lineage_resolver, search_terms
+from .index import RECALL_HEADER, ConversationIndex, Recall, change_notice_id, lineage_resolver
 from .search_tool import thread_search_tool
 
 __all__ = [
@@ -10,6 +10,5 @@ __all__ = [
     "Recall",
     "lineage_resolver",
     "RECALL_HEADER",
-    "search_terms",
     "thread_search_tool",
 ]

@@ -14,7 +14,8 @@ from typing import Any
 from threadkeeper.persistence import CheckpointStore, Message
 
 from ..models import Tool, ToolContext
-from .index import Recall, search_terms
+from ..text import search_terms
+from .index import Recall
 
 THREAD_SEARCH = "thread_search"
 RESULTS_HEADER = "[thread_search results: earlier messages of this thread, best matches with their neighbours]"

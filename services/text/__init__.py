@@ -1,16 +1,21 @@
 """Language-level rules every capability shares: words, stopwords by language, how informative a word is,
-compression, relative dates resolved, and the cues (asks, decisions, constraints, identifiers) a message carries."""
+compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
+constraints, identifiers) a message carries."""
 
+from .index import TermIndex
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
+from .search import search_terms
 
 __all__ = [
     "STOPWORDS",
+    "TermIndex",
     "compress",
     "information",
     "language",
     "make_note",
     "reply_additions",
     "resolve_dates",
+    "search_terms",
     "terms",
     "words",
 ]

@@ -331,7 +331,9 @@ def terms(text: str) -> frozenset[str]:
 # -- what a reply adds -------------------------------------------------------------------------
 
 _DIGITS = re.compile(r"\d+(?:[.,:]\d+)*")
-_STEM = Stemmer.Stemmer("english")
+STEMMER = Stemmer.Stemmer("english")
+"""One stemmer for every text: a short query's language cannot be told, and a word must stem the same way in a
+question as in the message that answers it (other languages mostly lose only plural endings)."""
 TEMPLATE_OVERLAP = 0.75
 """Two sentences whose words (stemmed, numbers masked) overlap this much are one form filled twice."""
 
@@ -339,15 +341,20 @@ TEMPLATE_OVERLAP = 0.75
 def shape(sentence: str) -> frozenset[str]:
     """A sentence's form: its words stemmed, numbers masked, so one template filled with other counts ("1 reply",
     "2 replies") has one shape."""
-    return frozenset(_STEM.stemWords(list(terms(_DIGITS.sub("0", sentence)))))
+    return frozenset(STEMMER.stemWords(list(terms(_DIGITS.sub("0", sentence)))))
+
+
+_QUOTED = re.compile(r"\u201c[^\u201d]{1,2000}\u201d")
+"""Words the reply quotes (between curly quotation marks): someone else's, kept by their own message's note."""
 
 
 def reply_additions(reply: str, asked: Sequence[str], earlier_replies: Sequence[str]) -> str:
     """The sentences of the bot's reply that add something: not a form its earlier replies already took (a
     template filled with other counts is boilerplate), and with a word or number that neither the messages it
-    answers nor its earlier replies hold (a quote of the question, or a repeat, adds nothing). What is left
-    becomes the reply's note."""
-    seen = [shape(s) for text in earlier_replies for s in _sentences(text)]
+    answers nor its earlier replies hold (a quote of the question, or a repeat, adds nothing). What it quotes
+    is left out first. What is left becomes the reply's note."""
+    reply = _QUOTED.sub("\u201c\u201d", reply)
+    seen = [shape(s) for text in earlier_replies for s in _sentences(_QUOTED.sub("\u201c\u201d", text))]
     known = frozenset().union(*(terms(text) for text in [*asked, *earlier_replies]))
 
     def repeated(form: frozenset[str]) -> bool:

@@ -18,7 +18,7 @@ from threadkeeper.persistence import History, Message, MessageFlags, Notes, Text
 
 from ..context import calibration, visible
 from ..conversation import Conversation
-from ..memory import MEMORY_ID, Memory
+from ..memory import MEMORY_ID, Memory, Source
 from ..models import ContextBudget, Tokenizer
 from ..recall import Recall
 from .types import RuntimeHeader, default_runtime_context
@@ -127,16 +127,17 @@ class ContextAssembler:
 
     # -- after the model answered, and when a turn commits ---------------------------------------
 
-    async def answered(self, conversation: Conversation, reply: str, runtime: Message | None) -> None:
-        """A reply that cites memory records its turn was shown raises their usage (bookkeeping: a turn never
-        fails on it)."""
+    async def answered(self, conversation: Conversation, reply: str, runtime: Message | None) -> tuple[Source, ...]:
+        """A reply that cites memory records its turn was shown raises their usage; where each cited record was
+        said, for the reply to show (a turn never fails on it)."""
         shown = [i for i in runtime.source_ids if i.startswith(MEMORY_ID)] if runtime is not None else []
         if self.memory is None or not reply or not shown:
-            return
+            return ()
         try:
-            await self.memory.cited(conversation, reply, shown)
+            return tuple(await self.memory.cited(conversation, reply, shown))
         except ThreadkeeperError as exc:
             log.warning("%s: memory usage not counted: %s", conversation, exc)
+            return ()
 
     def committed(self, conversation_id: str, messages: Sequence[Message]) -> None:
         """A turn's messages are in the durable history: the recall index this worker holds takes them."""

@@ -36,7 +36,15 @@ from threadkeeper.persistence import (
 )
 
 from ..conversation import PRIVACY, Conversation
-from ..models import RECORDS, ContextBudget, ModelContextError, ModelError, ModelTimeoutError, ToolContext
+from ..models import (
+    RECORDS,
+    ContextBudget,
+    ModelContextError,
+    ModelError,
+    ModelSetupError,
+    ModelTimeoutError,
+    ToolContext,
+)
 from ..tracing import TRACE, TURNS, event, new_trace_id
 from .assembler import ContextAssembler
 from .input import PreparedTurn, TurnInput
@@ -160,7 +168,13 @@ class ReplyExecutor:
             self.held.hold(conversation_id, opening.notes.flags)
         self._opened[conversation_id] = opening.state
         try:
-            owed = not await events.recover(conversation)
+            # Recovery may read Slack back for as long as its reads lag (a reply or a half-written draft a stopped
+            # worker left): the lease is renewed meanwhile, so no other worker takes the thread over and posts too.
+            renewing = asyncio.create_task(self._heartbeat(lease))
+            try:
+                owed = not await events.recover(conversation)
+            finally:
+                renewing.cancel()
             self._opened.pop(conversation_id, None)
             prepared = await self.input.intake.prepare(conversation) if self.input.intake is not None else None
             if prepared is not None and prepared.queued:
@@ -178,7 +192,7 @@ class ReplyExecutor:
                                                       said) if n) or None
                         delivered = await events.reply(conversation, result.reply, kind=result.status,
                                                        trace_id=result.trace_id, checkpoint_id=result.checkpoint_id,
-                                                       notice=notice)
+                                                       notice=notice, sources=result.sources)
                         owed = delivered is False
                 except _LeaseLost:
                     log.warning("lease on %s lost; another worker continues", conversation_id)
@@ -409,10 +423,10 @@ class ReplyExecutor:
             raise _ContextOverflow(str(exc)[:300]) from exc
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
-        await self.assembler.answered(conversation, reply, turn.runtime)
+        sources = await self.assembler.answered(conversation, reply, turn.runtime)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
-                              turn.usage, turn.compaction, turn.calls, spend=turn.spend)
+                              turn.usage, turn.compaction, turn.calls, spend=turn.spend, sources=sources)
         try:
             await self._commit(conversation_id, turn)
         except HeadConflictError:
@@ -425,7 +439,7 @@ class ReplyExecutor:
                         turn.checkpoint.id, conversation_id, exc)
             raise _TakenOver(conversation_id) from exc
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend, sources=sources)
 
     async def _maybe_compact(self, conversation: Conversation, history: History | None, incoming: list[Message],
                              prepared: PreparedTurn, events: TurnEvents,
@@ -525,15 +539,24 @@ class ReplyExecutor:
             await self.checkpoints.supersede(conversation_id, salvage.id)
 
     async def _fail(self, conversation_id: str, turn: TurnState, exc: BaseException, trace_id: str) -> TurnResult:
-        log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
-                      exc_info=exc)
+        if isinstance(exc, ModelError):  # its message says what the provider said; the traceback only at DEBUG
+            log.error("turn %s of %s failed (trace %s): %s", turn.checkpoint.id, conversation_id, trace_id, exc,
+                      exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
+        else:
+            log.exception("turn %s of %s failed (trace %s)", turn.checkpoint.id, conversation_id, trace_id,
+                          exc_info=exc)
         error = f"{type(exc).__name__}: {exc}"[:2000]
         await self.checkpoints.fail(conversation_id, turn.checkpoint.id, error=error, trace_id=trace_id)
         await self._record_only(conversation_id, turn)
         text = f"Sorry, something went wrong while answering (trace id {trace_id}). Please try again."
-        if isinstance(exc, ModelError):
+        problem = None
+        if isinstance(exc, ModelSetupError):  # asking again cannot help: no "try again"
+            problem = str(exc)
+            text = (f"Sorry, I cannot answer: the model provider refuses this bot's configuration (trace id "
+                    f"{trace_id}). Whoever runs the bot needs to fix it; its log says how.")
+        elif isinstance(exc, ModelError):
             text = f"Sorry, the model could not answer (trace id {trace_id}). Please try again in a moment."
         return TurnResult(conversation_id, turn.checkpoint.id, "failed", text, len(turn.items), trace_id,
-                          compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend)
+                          compaction=turn.compaction, model_calls=turn.calls, spend=turn.spend, problem=problem)
 
 

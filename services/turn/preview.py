@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from threadkeeper.persistence import Inbox, InboxItem, Message, NotesStore
+from threadkeeper.persistence import Inbox, InboxItem, Message, NotesStore, messages_so_far
 
 from ..context import ContextEntry, entries, measure, to_chat, visible
 from ..conversation import PRIVACY, Conversation
@@ -37,13 +37,17 @@ class ContextReport:
     compaction: CompactionReport | None = None
     request: list[dict[str, Any]] = field(default_factory=list)
     """The chat messages themselves, as the model would receive them (system prompt first)."""
+    messages: int = 0
+    """The conversation's messages so far (``persistence.messages_so_far``: the count ``conversations`` and
+    ``history`` show); ``context`` holds fewer entries once earlier messages were folded into a handoff."""
 
     @property
     def context_tokens(self) -> int:
         return sum(e.tokens for e in self.context)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"conversation_id": self.conversation_id, "window_tokens": self.budget.window_tokens,
+        return {"conversation_id": self.conversation_id, "messages": self.messages,
+                "window_tokens": self.budget.window_tokens,
                 "budget": self.budget.as_dict(), "would_compact": self.would_compact,
                 "context": [e.as_dict() for e in self.context], "context_tokens": self.context_tokens}
 
@@ -78,6 +82,7 @@ class Preview:
         paused = await self.checkpoints.paused_turn(conversation_id) if state is not None else None
         history = await self.checkpoints.load_history(conversation_id, head) if head is not None else None
         tokens = measure(history, fixed_prompt_tokens=self.budget.fixed_prompt_tokens)
+        so_far = messages_so_far(history.messages) if history is not None else 0
         queued = await self.inbox.peek(conversation_id, start=paused.inbox_consumed if paused else 0)
         items = self.input.bounded([*queued, *(InboxItem(message=m, reply_expected=True, author_id=asker)
                                                for m in arriving)])
@@ -107,4 +112,4 @@ class Preview:
             runtime_id = runtime.message.id
         shown = visible(messages, runtime_id)
         return ContextReport(conversation_id, self.budget, [system, *entries(shown)], tokens, would, compaction,
-                             to_chat(self.system_prompt, shown))
+                             to_chat(self.system_prompt, shown), messages=so_far)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from threadkeeper.persistence import Checkpoint, History, InboxItem, Message, Notes, ThreadkeeperError, Usage
 
 from ..conversation import Conversation
+from ..memory import Source
 from ..models import ContextBudget, Draft, ModelReply
 
 if TYPE_CHECKING:
@@ -94,11 +95,13 @@ class TurnEvents(Protocol):
     async def status(self, conversation: Conversation, text: str | None) -> None: ...
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None, notice: str | None = None) -> bool | None:
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Source] = ()) -> bool | None:
         """Deliver a turn's reply. False: it could not be delivered now (nor shown to be delivered already);
         the conversation then stays owed and ``recover`` delivers it later. None or True: delivered (or given
         up for good, say the channel is gone). ``notice``: a line shown with the reply, once (the turn compacted
-        the thread), apart from the reply's own text."""
+        the thread), apart from the reply's own text; ``sources``: where the memory records it cites were said
+        (a transport shows them as links a person can open)."""
         ...
 
     async def recover(self, conversation: Conversation) -> bool:
@@ -124,7 +127,8 @@ class SilentEvents:
         return None
 
     async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
-                    checkpoint_id: str | None = None, notice: str | None = None) -> bool | None:
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Source] = ()) -> bool | None:
         return None
 
 
@@ -176,6 +180,11 @@ class TurnResult:
     """Time the turn spent waiting for the model (bounded by ``ExecutorConfig.turn_model_seconds``)."""
     spend: Spend | None = None
     """Tokens and cost of the turn's model calls (None: it called no model)."""
+    problem: str | None = None
+    """When the turn failed because the provider refuses a setting for good (:class:`ModelSetupError`): the one line
+    naming it, for whoever runs the bot (the reply only says it cannot answer)."""
+    sources: tuple[Source, ...] = ()
+    """Where the memory records the reply cited were said, by mark."""
 
 
 @dataclass

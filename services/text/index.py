@@ -1,0 +1,140 @@
+"""The one search index: documents, each given as its search terms (:func:`.search.search_terms`), searched with BM25
+(``bm25s``). Recall indexes a thread's messages with it, memory a workspace's records.
+
+A document gets a position when it is added and keeps it; it becomes searchable when :meth:`TermIndex.searchable`
+takes it into a segment. Segments of similar size are merged as they come (a log-structured index), so adding
+documents costs in proportion to what was added, not to what is held; a removed document never scores again and
+leaves its segment at the segment's next merge. Each segment weighs terms by its own statistics."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import bm25s
+import numpy as np
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+
+NO_TERM = "\x00"
+"""The term a document without any gets (bm25s cannot index a segment without a term): no query has it."""
+
+
+@dataclass
+class _Segment:
+    positions: np.ndarray
+    retriever: bm25s.BM25
+
+
+@dataclass
+class TermIndex:
+    """Documents by position, searchable once taken into a segment."""
+
+    terms: list[tuple[str, ...]] = field(default_factory=list)
+    """Per position: the document's search terms."""
+    documents: Counter[str] = field(default_factory=Counter)
+    """Per term, how many live documents contain it (for feedback's weights)."""
+    segments: list[_Segment] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    """Positions added and not searchable yet."""
+    removed: set[int] = field(default_factory=set)
+    _alive: Any = field(default_factory=lambda: np.ones(1024, dtype=bool))
+    """Per position, whether the document is still searched (grown by doubling)."""
+    _stale: int = 0
+    """Removed documents still in a segment (they leave it at its next merge)."""
+
+    def add(self, terms: Sequence[str]) -> int:
+        """A new document, pending until :meth:`searchable`; its position."""
+        self.terms.append(tuple(terms))
+        if len(self.terms) > len(self._alive):
+            self._alive = np.concatenate([self._alive, np.ones(len(self._alive), dtype=bool)])
+        self.documents.update(set(terms))
+        self.pending.append(len(self.terms) - 1)
+        return len(self.terms) - 1
+
+    def remove(self, position: int) -> None:
+        """The document at ``position`` is searched no more."""
+        if position in self.removed:
+            return
+        self.removed.add(position)
+        self._alive[position] = False
+        self.documents.subtract(set(self.terms[position]))
+        if position in self.pending:
+            self.pending.remove(position)
+        else:
+            self._stale += 1
+
+    def searchable(self, ready: Iterable[int] | None = None) -> int:
+        """Take the pending documents ``ready`` (all of them by default) into a new segment, merging segments of
+        similar size; how many documents are searchable."""
+        taken = list(self.pending) if ready is None else [p for p in ready if p not in self.removed]
+        # (a document is removed from ``pending`` when removed, so ``taken`` holds live documents only)
+        if taken:
+            chosen = set(taken)
+            self.pending = [p for p in self.pending if p not in chosen]
+            self.segments.append(self._build(taken))
+            while len(self.segments) > 1 and len(self.segments[-2].positions) <= 2 * len(self.segments[-1].positions):
+                last, before = self.segments.pop(), self.segments.pop()
+                merged = self._build([*before.positions.tolist(), *last.positions.tolist()])
+                self._stale -= len(before.positions) + len(last.positions) - len(merged.positions)
+                self.segments.append(merged)
+        return sum(len(s.positions) for s in self.segments) - self._stale
+
+    def _build(self, positions: list[int]) -> _Segment:
+        kept = sorted(p for p in positions if p not in self.removed)
+        retriever = bm25s.BM25()
+        retriever.index([list(self.terms[p]) or [NO_TERM] for p in kept] or [[NO_TERM]], show_progress=False)
+        return _Segment(np.asarray(kept, dtype=np.int64), retriever)
+
+    def hits(self, query: Sequence[str], *, limit: int | None = None, among: Any = None) -> tuple[Any, Any]:
+        """``(scores, positions)`` (numpy) of the searchable documents that share a term with ``query``, best first
+        (ties: the later position first); ``among``: only positions this boolean array (by position) holds; with
+        ``limit``, at most that many of each segment's best."""
+        found_scores, found_positions = [], []
+        for segment in self.segments:
+            ids = segment.retriever.get_tokens_ids(list(query))
+            if not ids or not len(segment.positions):
+                continue
+            scores = segment.retriever.get_scores_from_ids(ids)
+            hit = np.flatnonzero(scores > 0)
+            positions = segment.positions[hit]
+            keep = self._alive[positions] if among is None else self._alive[positions] & among[positions]
+            hit, positions = hit[keep], positions[keep]
+            if limit is not None and len(hit) > limit:
+                best = np.argpartition(scores[hit], -limit)[-limit:]
+                hit, positions = hit[best], positions[best]
+            found_scores.append(scores[hit].astype(np.float64))
+            found_positions.append(positions)
+        if not found_scores:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        scores, positions = np.concatenate(found_scores), np.concatenate(found_positions)
+        order = np.lexsort((-positions, -scores))
+        return scores[order], positions[order]
+
+    def scores(self, query: Sequence[str], *, limit: int | None = None) -> list[tuple[float, int]]:
+        """``(score, position)`` of every searchable document that shares a term with ``query``, best first (ties:
+        the later position first); with ``limit``, at most that many of each segment's best."""
+        scores, positions = self.hits(query, limit=limit)
+        return list(zip(scores.tolist(), positions.tolist(), strict=True))
+
+    def feedback(self, best: Iterable[int], asked: Iterable[str], *, terms: int) -> list[str]:
+        """The ``terms`` terms that weigh most across the documents ``best`` (how many of them hold it, times its
+        rarity), not among ``asked``: what widens a query (RM3-style feedback)."""
+        left = set(asked)
+        size = max(1, len(self.terms) - len(self.removed))
+        weight: defaultdict[str, float] = defaultdict(float)
+        for position in best:
+            for term in set(self.terms[position]) - left:
+                if self.documents[term] > 0:
+                    weight[term] += math.log(1 + size / self.documents[term])
+        return heapq.nlargest(terms, weight, key=weight.__getitem__)
+
+    @property
+    def size(self) -> int:
+        """Live documents (searchable or pending)."""
+        return len(self.terms) - len(self.removed)
