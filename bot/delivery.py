@@ -408,10 +408,11 @@ class TurnWorker:
             log.exception("turns for %s stopped", cid)
 
     async def idle(self) -> None:
-        """Wait until no turn is running (tests, shutdown)."""
+        """Wait until no turn is running, nor what turns left running in the background (tests, shutdown)."""
         while True:
             running = [t for t in self.tasks.values() if not t.done()]
             if not running:
+                await self.pipeline.settle()
                 return
             await asyncio.gather(*running, return_exceptions=True)
 

@@ -18,7 +18,7 @@ from threadkeeper.persistence import (
     new_id,
 )
 from threadkeeper.services.context import next_ref
-from threadkeeper.services.handoff import Compactor, Ledger, Plan, RunningFold, extractive
+from threadkeeper.services.handoff import Compactor, Ledger, Narrated, Plan, RunningFold, extractive
 from threadkeeper.services.models import ContextBudget
 
 FIXED_USER_BUDGET = 20_000
@@ -76,7 +76,7 @@ class RecencyCompactor(_Baseline):
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
                    previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
-                   running: RunningFold | None = None) -> Plan:
+                   running: RunningFold | None = None, narrated: Narrated | None = None) -> Plan:
         return self._plan(messages, _newest(_plain(messages), budget.target_tokens))
 
 
@@ -87,7 +87,7 @@ class AccumulatingSummaries(_Baseline):
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
                    previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
-                   running: RunningFold | None = None) -> Plan:
+                   running: RunningFold | None = None, narrated: Narrated | None = None) -> Plan:
         records = [m for m in messages if m.flags.handoff]
         transcript = [m for m in _plain(messages) if not m.flags.handoff]
         keep = _newest(transcript, budget.target_tokens // 2)
@@ -111,7 +111,7 @@ class UserMessagesSummary(_Baseline):
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
                    previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
-                   running: RunningFold | None = None) -> Plan:
+                   running: RunningFold | None = None, narrated: Narrated | None = None) -> Plan:
         people = [m for m in _plain(messages) if m.role == "user" and not m.flags.handoff]
         keep = _newest(people, min(FIXED_USER_BUDGET, budget.target_tokens - budget.summary_cap_tokens))
         kept_ids = {m.id for m in keep}

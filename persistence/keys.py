@@ -8,6 +8,9 @@
 ``<prefix>:{<conversation>}:dead``   list  inbox items no version of this code could read (kept for operators)
 ``<prefix>:{<conversation>}:notes``  hash  mutable per-conversation facts (pins, edits, flags)
 ``<prefix>:{<conversation>}:lease``  string  the lease token (expires)
+``<prefix>:{<conversation>}:prepared``  string  the next handoff, planned ahead from a named checkpoint of the current
+    epoch (expires; a fork deletes it in the same script)
+``<prefix>:{<conversation>}:preparing``  string  the lease of the job that plans it (expires)
 ``<prefix>:{<conversation>}:thread``  string  for a reply's own id (``slack:<team>:<channel>:<reply ts>``): the
     ts of the thread it was posted in, so a deletion that names only the reply finds its thread (expires)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
@@ -112,6 +115,14 @@ class ConversationKeys:
     @property
     def lease(self) -> str:
         return f"{self.base}:lease"
+
+    @property
+    def prepared(self) -> str:
+        return f"{self.base}:prepared"
+
+    @property
+    def preparing(self) -> str:
+        return f"{self.base}:preparing"
 
     @property
     def thread(self) -> str:

@@ -270,6 +270,27 @@ def _grow(sums: array[int], runtimes: array[int], start: int, messages: list[Mes
         sums.append(total)
 
 
+class PreparedHandoff(_Record):
+    """The slow part of a conversation's next compaction, done ahead of need in the background: the summarizer's
+    narrative of the history at a fixed checkpoint of the current epoch. The turn that reaches the trigger compacts
+    with it instead of asking the summarizer while a person waits. Kept under its own key, with an expiry."""
+
+    v: int = SCHEMA_VERSION
+    from_checkpoint_id: str
+    """The checkpoint whose history it was planned for (the head then)."""
+    message_count: int
+    """How many messages that history held."""
+    last_message_id: str
+    narrative: list[dict[str, Any]] = Field(default_factory=list)
+    """The narrative entries to carry (``text``, ``source_ids``), as the summarizer's checked reply left them."""
+    strategy: str = "notes"
+    """How the narrative was made (``llm``, ``llm-partial``, ``notes-fallback``, ``notes``)."""
+    detail: str = ""
+    changes: dict[str, str | None] = Field(default_factory=dict)
+    """The edits (current text) and deletions (None) the summarizer read the messages with."""
+    created_at: float = Field(default_factory=time.time)
+
+
 class ConversationState(_Record):
     conversation_id: str
     head_checkpoint_id: str | None

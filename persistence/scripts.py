@@ -71,6 +71,7 @@ touch(ttl)
 return 1
 """
 
+# KEYS: the durable keys, the lease and (optional) the prepared handoff.
 # ARGV: id, parent, meta json, now, ttl, expected head ('' for none), outcome json, [msg json, tokens]...
 # A compaction in one atomic step: the forked checkpoint is created completed and becomes the head, or (when
 # the head moved) nothing is written and {0, actual head} is returned. A process that dies mid-compaction
@@ -92,8 +93,29 @@ append(id, 8, #ARGV)
 redis.call('HSET', K_CP, id .. ':status', 'completed', id .. ':out', outcome)
 redis.call('HSET', K_STATE, 'head', id, 'updated_at', now)
 local version = redis.call('HINCRBY', K_STATE, 'version', 1)
-touch(ttl)
+-- KEYS[7], when given: the handoff planned ahead, which this fork adopted or made stale (it starts a new epoch)
+if KEYS[7] then redis.call('DEL', KEYS[7]) end
+touch(ttl, 6)
 return {1, version, redis.call('LLEN', K_INBOX)}
+"""
+
+# KEYS: state, cp, prepared. ARGV: the checkpoint it was planned from, the record (json), its expiry (ms), the most
+# checkpoints to walk. Keeps the handoff planned ahead only while that checkpoint is the head or an ancestor of it in
+# the head's epoch (a walk up the turns' parents that stops at the epoch's first checkpoint): a plan that finished
+# after a fork, or after the head left its lineage, is never kept. Returns 1 when kept, else 0.
+KEEP_PREPARED = """
+local at = redis.call('HGET', KEYS[1], 'head')
+local steps = tonumber(ARGV[4])
+while at and at ~= '' and steps > 0 do
+  if at == ARGV[1] then
+    redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+    return 1
+  end
+  if redis.call('HGET', KEYS[2], at .. ':kind') ~= 'turn' then return 0 end
+  at = redis.call('HGET', KEYS[2], at .. ':parent')
+  steps = steps - 1
+end
+return 0
 """
 
 # ARGV: id, consumed increment, ttl, [msg json, tokens]...

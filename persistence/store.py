@@ -31,6 +31,7 @@ from .models import (
     Lease,
     LineageEntry,
     Message,
+    PreparedHandoff,
     carried_tokens,
     messages_so_far,
 )
@@ -104,12 +105,13 @@ class CheckpointStore(HistoryReader):
 
     # -- writing ------------------------------------------------------------------------------
 
-    async def _write(self, name: str, conversation_id: str, args: Sequence[Any]) -> Any:
+    async def _write(self, name: str, conversation_id: str, args: Sequence[Any], extra: Sequence[str] = ()) -> Any:
         """Run the fenced script ``name``: with the lease this process took when it opened the conversation's turns
         (:meth:`open_turn`, until :meth:`let_go`), refused with :class:`LeaseLostError` once another worker holds
-        that lease; a process that opened none writes unfenced (orchestration, the command line)."""
+        that lease; a process that opened none writes unfenced (orchestration, the command line). ``extra``: keys of
+        the conversation the script takes after those."""
         keys = self.keys(conversation_id)
-        run = [*keys.durable, keys.lease], [self._fences.get(conversation_id, ""), *args]
+        run = [*keys.durable, keys.lease, *extra], [self._fences.get(conversation_id, ""), *args]
         if name not in _LISTED:
             return await self._run(name, *run)
         now = time.time()
@@ -141,18 +143,54 @@ class CheckpointStore(HistoryReader):
                               outcome: CheckpointOutcome | None = None) -> Checkpoint:
         """Write a compaction: a new epoch whose history is ``messages``, forked from ``forked_from`` (the
         summarized checkpoint, which must be the head), created completed and made the head in one atomic
-        step. ``forked_from`` and its ancestors are not touched. Raises :class:`HeadConflictError`, having
-        written nothing, when the head moved.
+        step, which also deletes the handoff planned ahead (:meth:`keep_prepared`: adopted now, or stale once the
+        head starts a new epoch). ``forked_from`` and its ancestors are not touched. Raises
+        :class:`HeadConflictError`, having written nothing, when the head moved.
         """
         fork = compaction_checkpoint(conversation_id, forked_from=forked_from, messages=messages,
                                      covered_ids=covered_ids, info=info)
         outcome = outcome or CheckpointOutcome()
         result = await self._write("FORK_COMMIT", conversation_id,
                                    [fork.id, forked_from, fork.meta.model_dump_json(), time.time(), self.retention_seconds,
-                                  forked_from, outcome.model_dump_json(), *_message_args(messages)])
+                                    forked_from, outcome.model_dump_json(), *_message_args(messages)],
+                                   extra=[self.keys(conversation_id).prepared])
         if not int(result[0]):
             raise HeadConflictError(conversation_id, forked_from, _text(result[1]) or None)
         return fork
+
+    # -- a compaction planned ahead -------------------------------------------------------------
+
+    async def keep_prepared(self, conversation_id: str, prepared: PreparedHandoff, *, ttl_seconds: float) -> bool:
+        """Keep the handoff planned ahead for the conversation's next compaction, for ``ttl_seconds``, in place of
+        any earlier one: only while the checkpoint it was planned from is the head or an ancestor of it in the
+        head's epoch (one script; a plan that finished after a fork is not kept). Returns whether it was kept."""
+        keys = self.keys(conversation_id)
+        kept = await self._run("KEEP_PREPARED", [keys.state, keys.checkpoints, keys.prepared],
+                               [prepared.from_checkpoint_id, prepared.model_dump_json(),
+                                max(1, int(ttl_seconds * 1000)), 100_000])
+        return bool(int(kept))
+
+    async def prepared(self, conversation_id: str) -> PreparedHandoff | None:
+        """The handoff planned ahead for the conversation's next compaction, if one is kept."""
+        keys = self.keys(conversation_id)
+        raw = await self._call(self.client.get(keys.prepared))
+        if raw is None:
+            return None
+        try:
+            return PreparedHandoff.model_validate_json(raw)
+        except ValidationError as exc:
+            raise CorruptRecordError(keys.prepared, str(exc).splitlines()[0]) from None
+
+    async def claim_preparation(self, conversation_id: str, seconds: float) -> str | None:
+        """The lease of the job that plans the conversation's next handoff ahead (one worker at a time): its token,
+        or None when another holds it."""
+        return await self._take_lease(self.keys(conversation_id).preparing, seconds)
+
+    async def renew_preparation(self, conversation_id: str, token: str, seconds: float) -> bool:
+        return await self._renew_lease(self.keys(conversation_id).preparing, token, seconds)
+
+    async def release_preparation(self, conversation_id: str, token: str) -> bool:
+        return await self._release_lease(self.keys(conversation_id).preparing, token)
 
     async def _create(self, meta: CheckpointMeta, messages: Sequence[Message], inbox_consumed: int = 0) -> None:
         await self._write("CREATE", meta.conversation_id, [meta.id, meta.kind.value, meta.parent_id or "",

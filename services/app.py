@@ -199,6 +199,12 @@ class Pipeline:
         it)."""
         return await self.executor.run(as_conversation(conversation), events)
 
+    async def settle(self) -> None:
+        """Wait for what turns left running in the background: the compactions planned ahead (a worker that stops in
+        order, a command that exits, a test)."""
+        if isinstance(self._turns, Turns):  # (nothing runs before turns are built)
+            await self._turns.executor.compactor.settle()
+
     async def stop(self, conversation: Conversation | str) -> None:
         """A person asked to stop the conversation's running turn: whichever worker runs it stops it (see
         :meth:`services.turn.ReplyExecutor.stop`); nothing happens when no turn runs."""

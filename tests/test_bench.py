@@ -29,5 +29,9 @@ async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> 
     assert "targets: " in result.stdout and " of " in result.stdout and "≤ 1.5" in result.stdout, \
         "the quick run shows the targets of what it measured"
     assert metrics["write_bytes_per_turn_10000"] <= 1.5 * metrics["write_bytes_per_turn_100"]
+    assert "≤ 1.2" in result.stdout, "the slow-summarizer row shows its target"
+    assert metrics["compacting_turns_with_slow_summarizer"] >= 1
+    assert metrics["compactions_planned_ahead_with_slow_summarizer"] == metrics["compacting_turns_with_slow_summarizer"], \
+        "every compacting turn adopted the handoff planned ahead"
     leftovers = await (await real_redis()).keys(f"tkbench-{prefix}-*")
     assert leftovers == [], "the bench removes its own keys (other runs on this Redis are theirs)"

@@ -14,7 +14,9 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -26,6 +28,7 @@ from threadkeeper.bot.readback import READ_LAG_SECONDS
 from threadkeeper.bot.streaming import DRAFT, STREAM_BUFFER
 from threadkeeper.persistence import CheckpointStatus
 from threadkeeper.root import build_pipeline
+from threadkeeper.services import measure
 from threadkeeper.settings import Settings
 from threadkeeper.stores import build_stores
 
@@ -479,3 +482,105 @@ async def test_a_mention_in_a_busy_followed_thread_is_answered_within_the_model_
     texts = await fleet.history_texts(root)
     assert all(texts.count(f"step {i} of the migration is done") == 1 for i in range(8))
     assert len(fleet.replies(root)) == 2
+
+
+async def _thread_near_the_trigger(fleet: Fleet, prefix: str, cid: str, *, past: str) -> Any:
+    """A long thread recorded earlier, whose history sits past the workers' (4k window) preparation threshold
+    (``past="prepare"``, short of the trigger) or their trigger (``past="trigger"``); returns the workers' budget."""
+    fleet.window = 4096
+    budget = build_pipeline(Settings(_env_file=None, redis_url=REDIS_URL, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]
+                                     ai_model="openai/gpt-4o", ai_model_context_window_tokens=4096),
+                            fleet.stores).budget
+    seeding = build_pipeline(Settings(_env_file=None, redis_url=REDIS_URL, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]
+                                      ai_model="offline", ai_model_context_window_tokens=100_000), fleet.stores)
+    goal = budget.prepare_tokens if past == "prepare" else budget.trigger_tokens
+    for i in range(200):
+        await seeding.submit(cid, f"update {i}: service-{i} is reviewed with its owner, dashboards checked",
+                             author="Ben", id=f"{cid.rsplit(':', 1)[1][:10]}.{i + 200:06d}", reply_expected=False)
+        await seeding.run(cid)
+        history = await fleet.pipeline.checkpoints.load_history(cid)
+        if measure(history, fixed_prompt_tokens=budget.fixed_prompt_tokens) >= goal:
+            break
+    await fleet.stores.notes.set_flag(cid, "subscribed", "1")
+    return budget
+
+
+async def _nothing_orphaned(fleet: Fleet, prefix: str, cid: str) -> None:
+    """The lineage is whole (every parent and fork there, the head and its epoch completed), nothing runs, no
+    handoff planned ahead is left, and every key of the conversation expires."""
+    checkpoints = fleet.pipeline.checkpoints
+    state = await checkpoints.require_state(cid)
+    rows = {r.id: r for r in await checkpoints.lineage(cid)}
+    assert state.head_checkpoint_id in rows and not any(r.status is CheckpointStatus.RUNNING for r in rows.values())
+    for row in rows.values():
+        assert row.parent is None or row.parent in rows
+        assert row.forked_from is None or rows[row.forked_from].status is CheckpointStatus.COMPLETED
+    at: str | None = state.head_checkpoint_id
+    while at is not None:
+        assert rows[at].status is CheckpointStatus.COMPLETED, "the head's lineage holds completed checkpoints only"
+        at = rows[at].parent if rows[at].kind.value == "turn" else None
+    await checkpoints.load_history(cid)
+    assert await checkpoints.prepared(cid) is None
+    keys = [k async for k in fleet.stores.client.scan_iter(match=f"{prefix}:{{{cid}}}:*")]
+    lives = {k: await fleet.stores.client.pttl(k) for k in keys}
+    assert keys and all(ms > 0 for ms in lives.values()), f"every key of the thread expires: {lives}"
+
+
+def _summarizing(request: dict) -> bool:
+    return "handoff notes" in request["messages"][0]["content"]
+
+
+async def test_a_worker_killed_while_it_plans_a_handoff_ahead_leaves_nothing_behind(fleet: Fleet, prefix: str) -> None:
+    root = "1700035000.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    budget = await _thread_near_the_trigger(fleet, prefix, cid, past="prepare")
+    # the provider counts about what the history holds (the loopback model's default would halve every measure)
+    counted = budget.trigger_tokens + budget.fixed_prompt_tokens
+    fleet.model.push(Reply(text="First answer.", prompt_tokens=counted), Reply(text="- [#1] never kept", delay=12))
+    fleet.model.default = Reply(text="Answered after the crash.", prompt_tokens=counted)
+    a, b = await fleet.start(2)
+    assert await a.post(event_body(mention("1700035100.000100", "where are we?", root), event_id="Ev-p1")) == 200
+    await fleet.until(lambda: len(fleet.model.requests) == 2, 20, "the answer, then the summarizer planning ahead")
+    assert not _summarizing(fleet.model.requests[0]) and _summarizing(fleet.model.requests[1])
+    assert fleet.replies(root) == ["First answer."], "the reply did not wait for the plan"
+    a.kill()
+    assert await b.post(event_body(mention("1700035200.000100", "and now?", root), event_id="Ev-p2")) == 200
+    await fleet.until(lambda: fleet.replies(root) == ["First answer.", "Answered after the crash."], LEASE + 15,
+                      "the next turn answered")
+    await fleet.settled(root)
+    await _nothing_orphaned(fleet, prefix, cid)
+    assert await fleet.stores.client.pttl(fleet.pipeline.checkpoints.keys(cid).preparing) <= 30_000, \
+        "the killed worker's planning lease expires"
+    texts = await fleet.history_texts(root)
+    assert texts.count("where are we?") == 1 and texts.count("and now?") == 1
+
+
+async def test_a_worker_killed_after_adopting_a_planned_handoff_leaves_the_new_head_and_the_turn_answered(
+        fleet: Fleet, prefix: str) -> None:
+    root = "1700036000.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    budget = await _thread_near_the_trigger(fleet, prefix, cid, past="trigger")
+    planner = build_pipeline(Settings(_env_file=None, redis_url=REDIS_URL, threadkeeper_key_prefix=prefix,  # type: ignore[call-arg]
+                                      ai_model="offline", ai_model_context_window_tokens=4096), fleet.stores)
+    head = (await fleet.pipeline.checkpoints.require_state(cid)).head_checkpoint_id
+    assert head is not None
+    planner.compactor.prepare_after(cid, head, replace(budget, prepare_tokens=1))  # planned now, whatever the size
+    await planner.settle()
+    planned = await fleet.pipeline.checkpoints.prepared(cid)
+    assert planned is not None and planned.from_checkpoint_id == head
+    fleet.model.push(Reply(text="never posted", delay=12))  # the turn after its compaction, killed mid-answer
+    fleet.model.default = Reply(text="Answered after the crash.")
+    a, b = await fleet.start(2)
+    assert await a.post(event_body(mention("1700036100.000100", "where are we?", root), event_id="Ev-a1")) == 200
+    await fleet.until(lambda: len(fleet.model.requests) == 1, 20, "the turn compacted and asked the model")
+    a.kill()
+    await fleet.until(lambda: fleet.replies(root) == ["Answered after the crash."], LEASE + 15,
+                      "the survivor answered from the adopted head")
+    await fleet.settled(root)
+    await _nothing_orphaned(fleet, prefix, cid)
+    assert not any(_summarizing(r) for r in fleet.model.requests), "the adopted compaction asked no summarizer"
+    forks = [r for r in await fleet.pipeline.checkpoints.lineage(cid) if r.kind.value == "compaction"]
+    assert len(forks) == 1 and forks[0].forked_from == head
+    fork = await fleet.pipeline.checkpoints.get(cid, forks[0].id)
+    assert fork.meta.info["prepared_from"] == head
+    assert (await fleet.history_texts(root)).count("where are we?") == 1

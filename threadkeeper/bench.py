@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import random
 import statistics
 import subprocess
@@ -25,6 +26,7 @@ from threadkeeper.persistence.keys import dead_registry_key, directory_built_key
 from threadkeeper.services import Conversation, measure
 from threadkeeper.services.handoff import Compactor
 from threadkeeper.services.recall import Recall
+from threadkeeper.services.turn import SilentEvents
 
 from .bench_data import chat_text, fill, fill_epochs, filler, message, note_cost_us, redaction_ms_adversarial
 from .root import build_pipeline, build_stores
@@ -62,6 +64,121 @@ def _slow_provider(latency: float) -> str:
         "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": LATENCY_PROVIDER,
         "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
     return f"{LATENCY_PROVIDER}/slow"
+
+
+REPLY_PROVIDER = "threadkeeper-bench-reply"
+
+
+def _latency_models(chat_seconds: float, summary_seconds: float) -> tuple[str, str]:
+    """A litellm custom provider with two models: ``chat`` answers after ``chat_seconds``, ``summary`` (the
+    summarizer) after ``summary_seconds``; neither reports usage, so sizes are compared on the local estimate.
+    Returns the two model names."""
+    from threadkeeper.services.models._litellm import CustomLLM, litellm, register_provider
+
+    class Latent(CustomLLM):
+        async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+            summarizing = "summary" in model
+            await asyncio.sleep(summary_seconds if summarizing else chat_seconds)
+            text = "- the thread went on with its status updates" if summarizing else "Noted, thanks."
+            return litellm.ModelResponse(model=model, choices=[{"index": 0, "finish_reason": "stop",
+                                                                "message": {"role": "assistant", "content": text}}])
+
+    register_provider(REPLY_PROVIDER, Latent())
+    for name in ("chat", "summary"):
+        litellm.register_model({f"{REPLY_PROVIDER}/{name}": {
+            "max_input_tokens": 8_000, "max_tokens": 8_000, "max_output_tokens": 1_024, "mode": "chat",
+            "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": REPLY_PROVIDER,
+            "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
+    return f"{REPLY_PROVIDER}/chat", f"{REPLY_PROVIDER}/summary"
+
+
+class _Delivered(SilentEvents):
+    """Turn events that note when each reply is delivered."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+
+    async def reply(self, conversation: Conversation, text: str, *, kind: str, trace_id: str | None,
+                    checkpoint_id: str | None = None, notice: str | None = None,
+                    sources: Sequence[Any] = ()) -> bool | None:
+        self.at.append(time.perf_counter())
+        return None
+
+
+def _p95(values: Sequence[float]) -> float:
+    """The nearest-rank 95th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+async def _reply_latency_bench(local: Settings, client: aioredis.Redis, *, quick: bool) -> dict[str, float]:
+    """Reply latency in a long thread with a model that takes seconds and a summarizer that takes longer (8,000-token
+    window): four people's messages, then a question to the bot, then its reply, again and again. Compacting
+    turns' p95 against the others' p95 (``THREADKEEPER_PREPARE_COMPACTION=false`` gives the figure of a compaction
+    made while the person waits)."""
+    chat_seconds, summary_seconds, turns = (0.2, 0.3, 18) if quick else (2.0, 3.0, 50)
+    chat, summary = _latency_models(chat_seconds, summary_seconds)
+    settings = local.model_copy(update={"ai_model": chat, "ai_fast_model": summary, "ai_retry_attempts": 1,
+                                        "ai_model_context_window_tokens": 8_000,
+                                        "ai_fast_model_context_window_tokens": 8_000})
+    pipeline = build_pipeline(settings, build_stores(settings, client=client))
+    cid = "bench:reply:slow-summarizer"
+    budget = pipeline.budget
+    rng = random.Random(5)
+    n = 0
+
+    async def said(reply_expected: bool) -> None:
+        nonlocal n
+        n += 1
+        text = (f"update {n}: {rng.choice(_MEMORY_WORDS)} for {rng.choice(_MEMORY_WORDS)} moved to "
+                f"{rng.choice(_MEMORY_WORDS)}; ticket OPS-{rng.randrange(10_000)} has {rng.randrange(100)} items left, "
+                f"{rng.choice(_MEMORY_WORDS)} {rng.choice(_MEMORY_WORDS)} by {rng.choice(('Mon', 'Tue', 'Fri'))}")
+        await pipeline.submit(cid, ("@bot what changed? " if reply_expected else "") + text,
+                              author=f"U{n % 7}", id=f"1700000000.{n:06d}", reply_expected=reply_expected)
+
+    # the thread recorded earlier, up to 60% of the usable window (no model is asked for it)
+    while not (await pipeline.checkpoints.get_state(cid)) or measure(
+            await pipeline.checkpoints.load_history(cid), fixed_prompt_tokens=budget.fixed_prompt_tokens) \
+            < budget.usable_tokens * 0.6:
+        for _ in range(5):
+            await said(False)
+        await pipeline.run(cid)
+    # A process's first call of each model costs more (litellm sets itself up): made before the timed turns.
+    events = _Delivered()
+    await said(True)
+    await pipeline.run(cid, events)
+    for i in range(12):  # (more than a compaction keeps verbatim, so the summarizer is asked)
+        await pipeline.submit(f"{cid}:warm-up", f"warm-up message {i}: " + "the rollout went fine. " * 10, author="U1",
+                              id=f"1.{i:06d}", reply_expected=False)
+    await pipeline.run(f"{cid}:warm-up")
+    await pipeline.compact(f"{cid}:warm-up")
+    await pipeline.settle()
+    ordinary: list[float] = []
+    compacting: list[float] = []
+    adopted = 0
+    for _ in range(turns):
+        for _ in range(4):
+            await said(False)
+        await said(True)
+        started = time.perf_counter()
+        results = await pipeline.run(cid, events)
+        if not results or not events.at:
+            raise RuntimeError("the slow-summarizer bench got no reply")
+        seconds = events.at.pop() - started
+        report = results[0].compaction
+        (compacting if report is not None else ordinary).append(seconds)
+        if report is not None and report.new_checkpoint_id is not None:
+            fork = await pipeline.checkpoints.get(cid, report.new_checkpoint_id)
+            adopted += "prepared_from" in fork.meta.info
+    await pipeline.settle()
+    if not compacting or not ordinary:
+        raise RuntimeError(f"the slow-summarizer bench made {len(compacting)} compacting turns of {turns}")
+    return {"reply_p95_over_p50_with_slow_summarizer": round(_p95(compacting) / _p95(ordinary), 3),
+            "reply_s_p95_ordinary_with_slow_summarizer": round(_p95(ordinary), 3),
+            "reply_s_p95_compacting_with_slow_summarizer": round(_p95(compacting), 3),
+            "reply_s_max_compacting_with_slow_summarizer": round(max(compacting), 3),
+            "compacting_turns_with_slow_summarizer": len(compacting),
+            "compactions_planned_ahead_with_slow_summarizer": adopted}
 
 
 async def _recall_bench(local: Settings, client: aioredis.Redis, sizes: Sequence[int], repeats: int,
@@ -428,11 +545,27 @@ async def worker_metrics(url: str, prefix: str, route: str = "direct") -> dict[s
             f"rss_mb_worker_idle{suffix}": idle, f"rss_mb_1000{suffix}": _rss_mb()}
 
 
-def _worker_process_metrics(url: str, prefix: str, route: str) -> dict[str, float]:
-    code = ("import asyncio, json, sys; from threadkeeper.bench import worker_metrics; "
-            "print(json.dumps(asyncio.run(worker_metrics(sys.argv[1], sys.argv[2], sys.argv[3]))))")
-    done = subprocess.run([sys.executable, "-c", code, url, prefix, route], capture_output=True, text=True,
-                          timeout=600, check=False)
+async def process_metrics(url: str, prefix: str, route: str, quick: bool) -> dict[str, float]:
+    """What a fresh worker process measures (:func:`_worker_process_metrics`): :func:`worker_metrics`, and, in the
+    process that imports litellm anyway, after those, reply latency with a slow summarizer
+    (:func:`_reply_latency_bench`)."""
+    out = await worker_metrics(url, prefix, route)
+    if route == "litellm":
+        # pydantic-settings accepts _env_file, but its typed signature lists the fields only
+        settings = Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=prefix)  # type: ignore[call-arg]
+        client = aioredis.Redis.from_url(url)
+        try:
+            out.update(await _reply_latency_bench(settings, client, quick=quick))
+        finally:
+            await client.aclose()
+    return out
+
+
+def _worker_process_metrics(url: str, prefix: str, route: str, quick: bool) -> dict[str, float]:
+    code = ("import asyncio, json, sys; from threadkeeper.bench import process_metrics; print(json.dumps(asyncio.run("
+            "process_metrics(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == 'quick'))))")
+    done = subprocess.run([sys.executable, "-c", code, url, prefix, route, "quick" if quick else "full"],
+                          capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the worker-process bench failed: {done.stderr[-2000:]}")
     metrics: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -546,8 +679,9 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
         out["turns_per_second"] = round(turns / (time.perf_counter() - started), 1)
 
         for route in ("direct", "litellm"):
-            progress(f"1,000 concurrent conversations, in a worker process of their own ({route})")
-            out.update(_worker_process_metrics(url, prefix, route))
+            progress(f"1,000 concurrent conversations, in a worker process of their own ({route})"
+                     + (", then reply latency with a slow summarizer" if route == "litellm" else ""))
+            out.update(_worker_process_metrics(url, prefix, route, quick))
         # Last: reading 100,000 messages into this process's caches would inflate the memory figure above.
         out.update(await _recall_bench(local, client, (1_000, 10_000) if quick else (1_000, 10_000, 100_000),
                                        15 if quick else 41, progress))
@@ -576,7 +710,7 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
     "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000", "preturn_cold_over_raw_10000", "concurrent_1000_wall_s_litellm",
     "concurrent_1000_errors_litellm", "rss_mb_1000_litellm", "memory_sweep_passes_1000",
-    "memory_sweep_commands_max_pass_1000", "conversations_list_s_2000"]
+    "memory_sweep_commands_max_pass_1000", "conversations_list_s_2000", "reply_p95_over_p50_with_slow_summarizer"]
 
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -590,6 +724,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "memory_read_after_add_ms_100000": ("<=", 5), "memory_read_after_delete_ms_100000": ("<=", 5),
     "memory_sweep_commands_max_pass_1000": ("<=", 400), "memory_sweep_commands_max_pass_10000": ("<=", 400),
     "conversations_list_s_2000": ("<=", 0.5), "conversations_list_s_20000": ("<=", 0.5),
+    "reply_p95_over_p50_with_slow_summarizer": ("<=", 1.2),
 }
 """What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what
 it costs at 100 (:func:`targets`)."""

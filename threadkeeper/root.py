@@ -170,7 +170,8 @@ def _build_turns(settings: Settings, stores: Stores, *, model: str | None, conte
     memory = Memory(stores.memory, stores.checkpoints, stores.notes, tokenizer, config=memory_config(settings),
                     access=access, model=fast_client, retention_days=settings.threadkeeper_retention_days)
     config = ExecutorConfig(system_prompt=SYSTEM_PROMPT, lease_seconds=settings.threadkeeper_lease_seconds,
-                            turn_model_seconds=settings.ai_turn_seconds)
+                            turn_model_seconds=settings.ai_turn_seconds,
+                            prepare_compaction=settings.threadkeeper_prepare_compaction)
     clock = Clock()
     tool_limit = tool_tokens(budget, config)
     turn_input = TurnInput(tokenizer=tokenizer, budget=budget, clock=clock)

@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     threadkeeper_key_prefix: str = Field(default="tk", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
     threadkeeper_retention_days: float = Field(default=30.0, gt=0, le=3650)
     threadkeeper_lease_seconds: float = Field(default=120.0, ge=5, le=3600)
+    threadkeeper_prepare_compaction: bool = True
+    """Plan the next compaction in the background once a thread nears the trigger (off: the turn that reaches the
+    trigger compacts while the person waits, as before)."""
     threadkeeper_redis_max_connections: int = Field(default=128, ge=2, le=10_000)
     threadkeeper_redis_timeout_seconds: float = Field(default=5.0, ge=0, le=600)
     """How long one Redis command may take before it fails (and is retried on a new connection); 0 waits forever."""

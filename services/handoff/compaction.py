@@ -10,7 +10,8 @@ from typing import Any
 from threadkeeper.persistence import Message, Notes
 
 from ..models import ContextBudget
-from .ledger import Ledger, LedgerBuilder
+from .ledger import Ledger, LedgerBuilder, NarrativeEntry
+from .view import Narrative
 
 
 @dataclass
@@ -59,6 +60,17 @@ class CompactionReport:
                 f"folded {self.dropped_messages}; headroom {self.headroom_tokens:,}")
 
 
+@dataclass(frozen=True)
+class Narrated:
+    """The narrative the summarizer wrote for a compaction planned ahead of need (``Compactor.prepare_after``),
+    which the compaction that adopts it uses instead of asking the summarizer while a person waits."""
+
+    narrative: Narrative
+    entries: list[NarrativeEntry]
+    checkpoint_id: str
+    """The checkpoint it was planned from."""
+
+
 @dataclass
 class Plan:
     messages: list[Message]
@@ -74,6 +86,8 @@ class Plan:
     detail: str = ""
     calibration: float = 1.0
     """How the provider counted against the local estimate when the plan was made (kept with the compaction)."""
+    prepared_from: str | None = None
+    """The checkpoint it was planned from ahead of need, when a turn adopted it (see ``Compactor.prepare_after``)."""
 
 
 def target_for(budget: ContextBudget, incoming: Sequence[Message]) -> int:

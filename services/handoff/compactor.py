@@ -6,10 +6,11 @@ moves to it by compare-and-set. Nothing earlier is edited, trimmed or deleted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from pydantic import ValidationError
 
@@ -25,6 +26,7 @@ from threadkeeper.persistence import (
     Notes,
     NotesStore,
     NotFoundError,
+    PreparedHandoff,
     TextPart,
     compaction_checkpoint,
     new_id,
@@ -37,6 +39,7 @@ from ..tracing import COMPACTIONS, event
 from .compaction import (
     RUNNING_NOTES,
     CompactionReport,
+    Narrated,
     Plan,
     RunningFold,
     changes_of,
@@ -52,6 +55,12 @@ log = logging.getLogger("threadkeeper.compactor")
 
 HANDOFF_OVERHEAD = 8
 """Tokens the handoff message costs beyond its text (role, separators): kept out of its cap."""
+PREPARED_SECONDS = 24 * 3600.0
+"""How long a handoff planned ahead is kept unused (a thread quiet for longer plans again, or compacts as before)."""
+PREPARING_SECONDS = 30.0
+"""The lease of the job planning a handoff ahead, renewed every third of it while the job runs."""
+PLANNED_CONVERSATIONS = 10_000
+"""How many conversations this process remembers having planned ahead for (least recently used first out)."""
 
 
 class Compactor:
@@ -64,6 +73,11 @@ class Compactor:
         self.fixed_prompt_tokens = fixed_prompt_tokens
         self._running: OrderedDict[str, RunningFold] = OrderedDict()
         self._running_notes = 0
+        self._preparing: dict[str, asyncio.Task[None]] = {}
+        """conversation → the job planning its next handoff ahead, while it runs in this process."""
+        self._planned: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        """conversation → the checkpoint its kept handoff was planned from here, and when (so each epoch is planned
+        once while that plan is kept)."""
 
     # -- the running fold ----------------------------------------------------------------------
 
@@ -99,9 +113,13 @@ class Compactor:
     # -- hook used by the reply executor -------------------------------------------------------
 
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget, notes: Notes) -> tuple[History | None, CompactionReport | None]:
+                          budget: ContextBudget, notes: Notes, waiting: Callable[[], Awaitable[None]] | None = None,
+                          ) -> tuple[History | None, CompactionReport | None]:
         """The history the turn goes on with: ``history``, or, when it reached the trigger, its compaction, forked
-        and made the head (``notes``: the conversation's notes as the turn's edits, deletions and pins leave them)."""
+        and made the head (``notes``: the conversation's notes as the turn's edits, deletions and pins leave them).
+
+        The compaction is the handoff planned ahead (:meth:`prepare_after`) when one can be adopted, else one
+        planned now; ``waiting`` is called first when the turn has to wait for it (the transport says so)."""
         if history is None:
             return history, None
         try:
@@ -110,7 +128,11 @@ class Compactor:
             log.warning("running fold of %s skipped: %s", conversation_id, exc)
         if not self.should_compact(history, incoming, budget):
             return history, None
-        report, plan = await self._plan_and_report(conversation_id, history, incoming, budget, "trigger", notes=notes)
+        narrated = await self._adoptable(conversation_id, history, notes, waiting)
+        if narrated is None and waiting is not None:
+            await waiting()
+        report, plan = await self._plan_and_report(conversation_id, history, incoming, budget, "trigger", notes=notes,
+                                                   narrated=narrated)
         try:
             new_history = await self._write(conversation_id, history, plan, report)
         except HeadConflictError:
@@ -135,12 +157,130 @@ class Compactor:
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
                       budget: ContextBudget, notes: Notes) -> tuple[CompactionReport, History]:
         """What the compaction a turn would make now gives, written nowhere and with no model call: its report and
-        the history the turn would go on with (the fork it would write, in memory)."""
+        the history the turn would go on with (the fork it would write, in memory): the handoff planned ahead when
+        the turn would adopt it."""
+        narrated = await self._adoptable(conversation_id, history, notes)
         report, plan = await self._plan_and_report(conversation_id, history, pending, budget, "preview", dry_run=True,
-                                                   use_model=False, notes=notes)
+                                                   use_model=False, notes=notes, narrated=narrated)
         fork = compaction_checkpoint(conversation_id, forked_from=history.checkpoint.id, messages=plan.messages,
                                      covered_ids=plan.covered_ids, info=self._info(plan, report))
         return report, History.model_construct(checkpoint=fork, messages=plan.messages, chain=[fork.id])
+
+    # -- planned ahead ---------------------------------------------------------------------------
+
+    def prepare_after(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
+        """A turn committed ``checkpoint_id`` (and its reply was delivered): when that leaves the history past the
+        preparation threshold (:meth:`ContextBudget.preparing`: four turns like it before the trigger, asked
+        through :meth:`should_compact`), plan the next compaction from that checkpoint in the background, as a job
+        of its own under its own lease, and keep it for the turn that reaches the trigger (:meth:`before_turn`
+        adopts it). Returns at once."""
+        if budget.preparing() is None or conversation_id in self._preparing:
+            return
+        task = asyncio.create_task(self._prepare(conversation_id, checkpoint_id, budget))
+        self._preparing[conversation_id] = task
+        task.add_done_callback(lambda done: self._preparing.pop(conversation_id, None)
+                               if self._preparing.get(conversation_id) is done else None)
+
+    async def settle(self) -> None:
+        """Wait for the handoffs this process is planning ahead (a worker's orderly stop; tests)."""
+        while self._preparing:
+            await asyncio.gather(*self._preparing.values(), return_exceptions=True)
+
+    async def _prepare(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
+        """Plan the next compaction from ``checkpoint_id`` and keep it (see :meth:`prepare_after`). Writes no
+        checkpoint and never moves the head: a crash anywhere in it leaves the head as it was."""
+        try:
+            history = await self.checkpoints.load_history(conversation_id, checkpoint_id)
+            added = len(history.messages) - history.checkpoint.message_count  # what its last turn grew it by
+            ahead = budget.preparing(history.visible_tokens() - history.visible_tokens(added))
+            if ahead is None or not self.should_compact(history, (), ahead):
+                return
+            planned, at = self._planned.get(conversation_id, ("", 0.0))
+            if planned in history.chain and time.monotonic() - at < PREPARED_SECONDS / 2:
+                self._planned.move_to_end(conversation_id)
+                return  # this epoch's next handoff is planned already, and still kept
+            token = await self.checkpoints.claim_preparation(conversation_id, PREPARING_SECONDS)
+            if token is None:
+                return  # another worker plans it
+            heartbeat = asyncio.create_task(self._renew_preparation(conversation_id, token))
+            try:
+                await self._plan_ahead(conversation_id, history, budget)
+            finally:
+                heartbeat.cancel()
+                await self.checkpoints.release_preparation(conversation_id, token)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - planning ahead is an optimization: the turn compacts as before
+            log.warning("%s: the next handoff was not planned ahead: %s", conversation_id, exc)
+
+    async def _plan_ahead(self, conversation_id: str, history: History, budget: ContextBudget) -> None:
+        try:
+            kept = await self.checkpoints.prepared(conversation_id)
+        except CorruptRecordError:
+            kept = None  # planned again, in its place
+        if kept is not None and kept.from_checkpoint_id in history.chain:
+            self._remember(conversation_id, kept.from_checkpoint_id)
+            return
+        if await self.checkpoints.paused_turn(conversation_id) is not None:
+            return  # a turn awaiting resume is never compacted
+        notes = await self.notes.get(conversation_id)
+        report, plan = await self._plan_and_report(conversation_id, history, (), budget, "trigger", notes=notes)
+        record = PreparedHandoff(from_checkpoint_id=history.checkpoint.id, message_count=len(history.messages),
+                                 last_message_id=history.messages[-1].id if history.messages else "",
+                                 narrative=[e.model_dump(mode="json") for e in plan.ledger.narrative],
+                                 strategy=plan.strategy, detail=plan.detail, changes=changes_of(notes))
+        if await self.checkpoints.keep_prepared(conversation_id, record, ttl_seconds=PREPARED_SECONDS):
+            self._remember(conversation_id, history.checkpoint.id)
+            event(COMPACTIONS, "prepared", conversation_id=conversation_id, from_checkpoint_id=history.checkpoint.id,
+                  strategy=report.strategy, tokens_before=report.tokens_before, duration_ms=report.duration_ms)
+
+    def _remember(self, conversation_id: str, checkpoint_id: str) -> None:
+        self._planned[conversation_id] = (checkpoint_id, time.monotonic())
+        self._planned.move_to_end(conversation_id)
+        while len(self._planned) > PLANNED_CONVERSATIONS:
+            self._planned.popitem(last=False)
+
+    async def _renew_preparation(self, conversation_id: str, token: str) -> None:
+        while True:
+            await asyncio.sleep(PREPARING_SECONDS / 3)
+            if not await self.checkpoints.renew_preparation(conversation_id, token, PREPARING_SECONDS):
+                return
+
+    async def _adoptable(self, conversation_id: str, history: History, notes: Notes,
+                         waiting: Callable[[], Awaitable[None]] | None = None) -> Narrated | None:
+        """What the compaction planned ahead gives the compaction of ``history`` (the summarizer's narrative,
+        written then), when it can be adopted: the head still descends from the checkpoint it was planned from,
+        and the messages it read were not edited or deleted since. None: the compaction asks the summarizer now.
+        When this process is planning it at the moment, the turn waits for that (it finishes sooner than a
+        summarizer call started now)."""
+        planning = self._preparing.get(conversation_id)
+        if planning is not None:
+            if waiting is not None:
+                await waiting()
+            await asyncio.wait([planning])
+        try:
+            record = await self.checkpoints.prepared(conversation_id)
+        except CorruptRecordError as exc:
+            log.warning("%s: the handoff planned ahead is not adopted: %s", conversation_id, exc)
+            return None
+        if record is None:
+            return None
+        at = record.message_count
+        if record.from_checkpoint_id not in history.chain or len(history.messages) < at \
+                or (at > 0 and history.messages[at - 1].id != record.last_message_id):
+            log.info("%s: the handoff planned from %s is not adopted: the head no longer descends from it",
+                     conversation_id, record.from_checkpoint_id)
+            return None
+        if record.changes != changes_of(notes):
+            log.info("%s: the handoff planned ahead is not adopted: messages were edited or deleted since",
+                     conversation_id)
+            return None
+        try:
+            entries = [NarrativeEntry.model_validate(e) for e in record.narrative]
+        except ValidationError as exc:
+            log.warning("%s: the handoff planned ahead is not adopted: %s", conversation_id, exc)
+            return None
+        return Narrated(Narrative((), record.strategy, record.detail), entries, record.from_checkpoint_id)
 
     async def compact(self, conversation_id: str, *, budget: ContextBudget, dry_run: bool = False,
                       reason: str = "manual", with_model: bool = False) -> CompactionReport:
@@ -179,7 +319,8 @@ class Compactor:
 
     async def _plan_and_report(self, conversation_id: str, history: History, incoming: Sequence[Message],
                                budget: ContextBudget, reason: str, *, dry_run: bool = False,
-                               use_model: bool = True, notes: Notes | None = None) -> tuple[CompactionReport, Plan]:
+                               use_model: bool = True, notes: Notes | None = None,
+                               narrated: Narrated | None = None) -> tuple[CompactionReport, Plan]:
         started = time.perf_counter()
         fixed = budget.fixed_prompt_tokens
         tokens_before = measure(history, fixed_prompt_tokens=fixed)
@@ -193,7 +334,7 @@ class Compactor:
         previous = await self._previous_ledger(conversation_id, history)
         running = await self.advance(conversation_id, history, budget, previous, changes_of(notes))
         plan = await self.plan(history.messages, incoming, notes, previous, budget.in_estimates(planned),
-                               use_model=use_model, running=running)
+                               use_model=use_model, running=running, narrated=narrated)
         plan.calibration = planned
         tokens_after = plan.tokens_after if ratio == 1.0 else round(ratio * (fixed + plan.tokens_after)) - fixed
         report = CompactionReport(
@@ -221,9 +362,11 @@ class Compactor:
 
     async def plan(self, messages: Sequence[Message], incoming: Sequence[Message], notes: Notes,
                    previous: Ledger | None, budget: ContextBudget, *, use_model: bool = True,
-                   running: RunningFold | None = None) -> Plan:
+                   running: RunningFold | None = None, narrated: Narrated | None = None) -> Plan:
         """The replacement history for ``messages``; pure apart from the summarizer call. ``running``: the
-        ledger already folded over the oldest of them (used when none of those is kept)."""
+        ledger already folded over the oldest of them (used when none of those is kept). ``narrated``: the
+        narrative the summarizer wrote ahead of need for an earlier checkpoint of this epoch, used instead of
+        asking it now (the rest of the plan is made as always, over every message up to now)."""
         people = [m for m in messages if m.role == "user" and not m.flags.handoff and not m.flags.runtime]
         live = [m for m in (self._current(m, notes) for m in people) if m is not None]
         pinned_ids = {m.id for m in live if notes.pins.get(m.id, m.flags.pinned)}
@@ -248,8 +391,8 @@ class Compactor:
         deleted = {mid for mid, text in changes.items() if text is None}
         # an earlier narrative line that cites a message deleted since is not carried (nor shown to the summarizer)
         carried_before = [e for e in (previous.narrative if previous else []) if deleted.isdisjoint(e.source_ids)]
-        narrative: Narrative | None = None
-        entries: list[NarrativeEntry] = carried_before
+        narrative: Narrative | None = narrated.narrative if narrated is not None else None
+        entries: list[NarrativeEntry] = list(narrated.entries) if narrated is not None else carried_before
         tightened = 0
         while True:
             kept = self._retain(live, pinned_ids, retained_budget, pin_budget, room)
@@ -291,7 +434,8 @@ class Compactor:
                    "narrative_lines": len(entries)}
         return Plan(messages=replacement, covered_ids=covered, ledger=ledger, strategy=narrative.strategy,
                     summary_tokens=handoff.tokens, kept=len(kept), dropped=dropped, tokens_after=after,
-                    tightened=tightened, carried=carried, detail=narrative.detail)
+                    tightened=tightened, carried=carried, detail=narrative.detail,
+                    prepared_from=narrated.checkpoint_id if narrated is not None else None)
 
     def _current(self, message: Message, notes: Notes) -> Message | None:
         text = current_text(message, notes)
@@ -346,9 +490,13 @@ class Compactor:
     @staticmethod
     def _info(plan: Plan, report: CompactionReport) -> dict[str, object]:
         """What the compaction checkpoint records of its plan (the ledger the next generation continues)."""
-        return {"reason": report.reason, "strategy": plan.strategy, "tokens_before": report.tokens_before,
-                "tokens_after": plan.tokens_after, "generation": plan.ledger.generation,
-                "calibration": plan.calibration, "ledger": plan.ledger.model_dump(mode="json")}
+        info: dict[str, object] = {"reason": report.reason, "strategy": plan.strategy,
+                                   "tokens_before": report.tokens_before, "tokens_after": plan.tokens_after,
+                                   "generation": plan.ledger.generation, "calibration": plan.calibration,
+                                   "ledger": plan.ledger.model_dump(mode="json")}
+        if plan.prepared_from:
+            info["prepared_from"] = plan.prepared_from
+        return info
 
     async def _write(self, conversation_id: str, history: History, plan: Plan, report: CompactionReport, *,
                      reload: bool = True) -> History | None:

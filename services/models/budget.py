@@ -9,6 +9,16 @@ Defaults and why:
   without hitting the hard guard.
 * **target 0.50**: after compaction the history must sit at or under half the usable window, so
   one compaction buys at least 30% of the window of new conversation before the next.
+* **planned ahead four turns before the trigger, never before 0.60**: once a committed turn leaves the history
+  within four turns' growth of the trigger (at the rate its last turn grew it; the turn that reaches the trigger
+  counts as one of the four), the next compaction's narrative is planned in the background from that checkpoint,
+  and the turn that reaches the trigger adopts it instead of waiting for the summarizer. Measured with a
+  summarizer 1.5× as slow as the chat model and turns back to back (``threadkeeper bench``, see
+  docs/benchmarks.md): planned two or three turns ahead, the turn that reaches the trigger still waited for the
+  rest of the plan (its p95 2.8× and 2.0× an ordinary turn's); four turns ahead it did not (1.2×, the compaction's
+  own few milliseconds on a 0.2 s model). Earlier plans leave more of the folded messages to the notes alone (the
+  narrative is written before they arrive). A fixed share would plan hundreds of thousands of tokens early on a 1M
+  window; 0.60 bounds how early a burst of large messages can make it.
 * **retained user messages 0.10, pins 0.10; the handoff gets the rest of the target** (0.30 or more;
   less only when a large input arrives and needs the room): a compaction keeps the newest words of people
   verbatim and every pinned message within their shares, and the handoff fills what the target leaves, so
@@ -35,6 +45,9 @@ from typing import Any
 
 from threadkeeper.persistence import ThreadkeeperError
 
+PREPARE_TURNS = 4
+"""How many turns before the trigger (at the rate the last one grew the history, the turn that reaches it included)
+the next compaction is planned."""
 OFFLINE_WINDOW_TOKENS = 32_000
 """The offline model's window when ``AI_MODEL_CONTEXT_WINDOW_TOKENS`` does not say otherwise."""
 
@@ -46,6 +59,9 @@ class BudgetError(ThreadkeeperError):
 @dataclass(frozen=True)
 class BudgetPolicy:
     trigger: float = 0.80
+    prepare: float = 0.60
+    """The earliest a committed turn has the next compaction planned ahead, in the background (0: never); it is
+    planned :data:`PREPARE_TURNS` turns before the trigger (see :meth:`ContextBudget.preparing`)."""
     target: float = 0.55
     retained_user: float = 0.05
     summary_cap: float = 0.15
@@ -75,6 +91,9 @@ class ContextBudget:
     pin_tokens: int
     recall_tokens: int = 0
     memory_tokens: int = 0
+    prepare_tokens: int = 0
+    """The earliest size at which a committed turn has the next compaction planned ahead (0: never; see
+    :meth:`preparing`)."""
 
     @classmethod
     def derive(cls, window_tokens: int, *, fixed_prompt_tokens: int, max_output_tokens: int | None = None,
@@ -100,6 +119,7 @@ class ContextBudget:
             pin_tokens=int(usable * policy.pins),
             recall_tokens=int(usable * policy.recall),
             memory_tokens=int(usable * policy.memory),
+            prepare_tokens=int(usable * policy.prepare),
         )
 
     def in_estimates(self, ratio: float) -> ContextBudget:
@@ -117,7 +137,18 @@ class ContextBudget:
                        summary_cap_tokens=int(self.summary_cap_tokens / ratio), pin_tokens=int(self.pin_tokens / ratio),
                        recall_tokens=int(self.recall_tokens / ratio),
                        memory_tokens=int(self.memory_tokens / ratio),
+                       prepare_tokens=total(self.prepare_tokens) if self.prepare_tokens else 0,
                        output_reserve_tokens=self.window_tokens - int(self.request_limit_tokens / ratio))
+
+    def preparing(self, growth: int = 0) -> ContextBudget | None:
+        """This budget with the preparation threshold as its trigger: the size past which the next compaction is
+        planned ahead, asked through the one rule of whether a history compacts (None: never planned ahead). It is
+        :data:`PREPARE_TURNS` turns of ``growth`` (what the last turn added) below the trigger, and never below
+        ``prepare_tokens``."""
+        if not 0 < self.prepare_tokens < self.trigger_tokens:
+            return None
+        threshold = max(self.prepare_tokens, self.trigger_tokens - PREPARE_TURNS * max(0, growth))
+        return replace(self, trigger_tokens=min(threshold, self.trigger_tokens - 1))
 
     @property
     def request_limit_tokens(self) -> int:

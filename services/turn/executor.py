@@ -4,8 +4,10 @@ For each turn: take the inbox items that arrived since the last turn (:class:`Tu
 prepared, with the notes their edits, deletions and pins leave), load the head history, compact it first if it
 reached the trigger, start a turn checkpoint, add the per-turn runtime context (:class:`ContextAssembler`), call the
 model with tools (:class:`ModelLoop`), append the reply, complete the checkpoint and move the head by
-compare-and-set, then post the reply. It loops while the inbox has items and releases the lease at the end. The
-preview of the next turn (``Preview``) calls the same three collaborators, so it shows what a turn sends.
+compare-and-set, then post the reply; once it is posted, the compactor may plan the next compaction in the
+background (``Compactor.prepare_after``), so the turn that reaches the trigger does not wait for the summarizer. It
+loops while the inbox has items and releases the lease at the end. The preview of the next turn (``Preview``) calls
+the same three collaborators, so it shows what a turn sends.
 """
 
 from __future__ import annotations
@@ -206,6 +208,10 @@ class ReplyExecutor:
                     raise
                 finally:
                     heartbeat.cancel()
+                if result is not None and result.status in ("completed", "recorded") and \
+                        self.config.prepare_compaction:
+                    # after its reply: the next handoff may be planned ahead, off the path of any reply
+                    self.compactor.prepare_after(conversation_id, result.checkpoint_id, self.budget)
                 opening = None  # the next turn opens with the lease renewed
                 if result is not None:
                     results.append(result)
@@ -440,9 +446,12 @@ class ReplyExecutor:
                              ) -> tuple[History | None, CompactionReport | None]:
         if history is None:
             return None, None
-        if self.compactor.should_compact(history, incoming, self.budget):
+
+        async def waiting() -> None:  # no handoff planned ahead can be adopted now: the person is told why they wait
             await events.status(conversation, COMPACTING)
-        return await self.compactor.before_turn(conversation.id, history, incoming, self.budget, prepared.notes)
+
+        return await self.compactor.before_turn(conversation.id, history, incoming, self.budget, prepared.notes,
+                                                waiting)
 
     async def _start(self, conversation: Conversation, history: History | None, prepared: PreparedTurn,
                      incoming: list[Message]) -> TurnState:

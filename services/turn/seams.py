@@ -3,7 +3,7 @@ model client. The composition root (``threadkeeper.root``) passes the real ones;
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from threadkeeper.persistence import (
@@ -83,9 +83,18 @@ class Compactor(Protocol):
         """Whether the turn about to run compacts first (the one rule the executor and ``context`` ask)."""
 
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget, notes: Notes) -> tuple[History | None, CompactionReport | None]:
+                          budget: ContextBudget, notes: Notes, waiting: Callable[[], Awaitable[None]] | None = None,
+                          ) -> tuple[History | None, CompactionReport | None]:
         """The history the turn uses: ``history``, or its compaction when ``should_compact`` (read with ``notes``,
-        the conversation's notes as the turn's edits, deletions and pins leave them)."""
+        the conversation's notes as the turn's edits, deletions and pins leave them): the one planned ahead when it
+        can be adopted, else one made now, after calling ``waiting``."""
+
+    def prepare_after(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
+        """A turn committed ``checkpoint_id`` and its reply was delivered: plan the next compaction ahead, in the
+        background, when the history is past the preparation threshold."""
+
+    async def settle(self) -> None:
+        """Wait for the work :meth:`prepare_after` started."""
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
                       budget: ContextBudget, notes: Notes) -> tuple[CompactionReport, History]:

@@ -4,7 +4,7 @@ transport's intake and events), its configuration, the state of a turn in progre
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -32,8 +32,15 @@ class NoCompaction:
         return False
 
     async def before_turn(self, conversation_id: str, history: History | None, incoming: Sequence[Message],
-                          budget: ContextBudget, notes: Notes) -> tuple[History | None, CompactionReport | None]:
+                          budget: ContextBudget, notes: Notes, waiting: Callable[[], Awaitable[None]] | None = None,
+                          ) -> tuple[History | None, CompactionReport | None]:
         return history, None
+
+    def prepare_after(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
+        return None
+
+    async def settle(self) -> None:
+        return None
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
                       budget: ContextBudget, notes: Notes) -> tuple[CompactionReport, History]:
@@ -188,6 +195,10 @@ class ExecutorConfig:
     tool_output_fraction: float = 0.05
     """Tool output is cut to this fraction of the usable window."""
     commit_attempts: int = 3
+    prepare_compaction: bool = True
+    """Plan the next compaction in the background once a committed turn leaves the history past the preparation
+    threshold, so the turn that reaches the trigger adopts it instead of waiting for the summarizer
+    (``THREADKEEPER_PREPARE_COMPACTION``)."""
     turn_model_seconds: float = 300.0
     """The most model time one turn may spend over all its calls and retries; past it, the turn is saved as
     it is (awaiting resume) like a call that timed out."""

@@ -1,0 +1,177 @@
+"""Compaction planned ahead of need, on the real Redis: a committed turn past the preparation threshold has the
+summarizer's part of the next handoff written in the background; the turn that reaches the trigger adopts it by the
+same fork and compare-and-set, without calling the summarizer, when the head still descends from the checkpoint it
+was planned from; otherwise it compacts as before."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fakes import Step, pipeline, scripted
+from litellm import CustomLLM, ModelResponse
+
+from threadkeeper.persistence import CheckpointKind, History, InboxItem
+from threadkeeper.services.models._litellm import register_provider
+
+CONV = "slack:T1:C9:1700000000.000400"
+
+
+class CountingSummarizer(CustomLLM):
+    """A summarizer that writes one narrative line citing the first message it is given, and counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.inputs: list[str] = []
+
+    async def acompletion(self, model: str, messages: list, *args, **kwargs) -> ModelResponse:  # type: ignore[override]
+        self.calls += 1
+        body = messages[-1]["content"]
+        self.inputs.append(body)
+        new = body.split("\n\nNew messages:\n")[-1].splitlines()
+        first = next((ln for ln in new if ln.startswith("[") and "] " in ln), "")
+        ident = first[1:].split("]", 1)[0]
+        text = f"- [{ident}] the thread reviewed its status updates" if ident else "- nothing to report"
+        return ModelResponse(model=model, choices=[{"index": 0, "message": {"role": "assistant", "content": text},
+                                                    "finish_reason": "stop"}],
+                             usage={"prompt_tokens": len(body) // 4, "completion_tokens": 20, "total_tokens": 0})
+
+
+def update(i: int) -> str:
+    return (f"status update {i}: the rollout of service-{i} went fine and its dashboards look calm, the owners "
+            f"checked alerts and runbooks, and nothing else needs doing before the weekly review on Thursday")
+
+
+def summarized(prefix: str, client: Any, name: str, **settings: Any) -> tuple[Any, CountingSummarizer]:
+    model = scripted()
+    model.default = Step(text="noted")
+    summarizer = CountingSummarizer()
+    register_provider(name, summarizer)
+    p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": f"{name}/test",
+                                                                   "ai_fast_model_context_window_tokens": 4096,
+                                                                   **settings})
+    p.model_script = model
+    return p, summarizer
+
+
+async def say(p: Any, i: int, text: str | None = None) -> list[Any]:
+    """One person's message that asks for a reply, and the turn that answers it (and what it left running)."""
+    await p.submit(CONV, text or update(i), author="alice", id=f"1700.{i:06d}")
+    results = await p.run(CONV)
+    await p.settle()
+    return list(results)
+
+
+async def until_planned(p: Any) -> tuple[int, Any]:
+    """Turns until a handoff is planned ahead; returns the next message number and the record."""
+    for i in range(200):
+        await say(p, i)
+        record = await p.checkpoints.prepared(CONV)
+        if record is not None:
+            return i + 1, record
+    raise AssertionError("no handoff was planned ahead in 200 turns")
+
+
+async def until_compacted(p: Any, start: int, texts: dict[int, str] | None = None) -> tuple[int, Any]:
+    for i in range(start, start + 200):
+        results = await say(p, i, (texts or {}).get(i))
+        if results and results[0].compaction is not None:
+            return i, results[0]
+    raise AssertionError("no turn compacted in 200 turns")
+
+
+def epoch_root(history: History) -> str:
+    return history.chain[0]
+
+
+async def test_a_compacting_turn_adopts_the_handoff_planned_ahead_without_calling_the_summarizer(
+        prefix: str, redis_client: Any) -> None:
+    p, summarizer = summarized(prefix, redis_client, "ahead-adopt")
+    start, record = await until_planned(p)
+    head = (await p.checkpoints.load_history(CONV)).checkpoint.id
+    assert record.from_checkpoint_id == head and record.strategy == "llm", "planned from the head, by the summarizer"
+    assert not p.compactor.should_compact(await p.checkpoints.load_history(CONV), [], p.budget), \
+        "planned before the trigger was reached"
+    planned_calls = summarizer.calls
+    i, result = await until_compacted(p, start)
+    assert summarizer.calls == planned_calls, "the compacting turn (and every turn before it) asked no summarizer"
+    history = await p.checkpoints.load_history(CONV)
+    root = await p.checkpoints.get(CONV, epoch_root(history))
+    assert root.kind is CheckpointKind.COMPACTION and root.id == result.compaction.new_checkpoint_id
+    assert root.meta.info["prepared_from"] == record.from_checkpoint_id
+    assert root.meta.forked_from != record.from_checkpoint_id, "forked from the head it replaced, a later one"
+    assert root.meta.info["strategy"] == "llm" and "the thread reviewed its status updates" in history.messages[0].text
+    assert await p.checkpoints.prepared(CONV) is None, "the fork took the planned handoff with it"
+    lineage = {r.id: r for r in await p.checkpoints.lineage(CONV)}
+    assert lineage[root.meta.forked_from].status.value == "completed"
+    assert result.reply == "noted"
+
+
+async def test_a_handoff_planned_from_a_checkpoint_the_head_no_longer_descends_from_is_not_adopted(
+        prefix: str, redis_client: Any) -> None:
+    p, summarizer = summarized(prefix, redis_client, "ahead-stale")
+    start, record = await until_planned(p)
+    first = await p.compact(CONV)  # a new epoch: what was planned for the old one no longer applies
+    assert first.new_checkpoint_id is not None and await p.checkpoints.prepared(CONV) is None
+    assert not await p.checkpoints.keep_prepared(CONV, record, ttl_seconds=60), \
+        "a plan for a checkpoint the head does not descend from is not kept"
+    # Planted as a worker of another version might have left it: planned from the old epoch's head, and naming
+    # the messages the new head holds, so only its lineage tells it apart.
+    history = await p.checkpoints.load_history(CONV)
+    stale = record.model_copy(update={"message_count": len(history.messages),
+                                      "last_message_id": history.messages[-1].id})
+    await redis_client.set(p.checkpoints.keys(CONV).prepared, stale.model_dump_json(), ex=60)
+    p.executor.config.prepare_compaction = False  # nothing planned for the new epoch takes the stale plan's place
+    before = summarizer.calls
+    _, result = await until_compacted(p, start)
+    fork = await p.checkpoints.get(CONV, result.compaction.new_checkpoint_id)
+    assert "prepared_from" not in fork.meta.info, "compacted as before"
+    assert summarizer.calls > before, "the summarizer was asked while the turn waited"
+
+
+async def test_messages_arriving_after_the_plan_are_carried_into_the_adopted_compaction(
+        prefix: str, redis_client: Any) -> None:
+    p, summarizer = summarized(prefix, redis_client, "ahead-carry")
+    start, record = await until_planned(p)
+    texts = {start: "Ticket ZEBRA-4411 tracks the new billing export; Priya owns it until March 3."}
+    i, result = await until_compacted(p, start, {**texts, **{n: update(n) for n in range(start + 1, start + 200)}})
+    history = await p.checkpoints.load_history(CONV)
+    root = await p.checkpoints.get(CONV, epoch_root(history))
+    assert root.meta.info["prepared_from"] == record.from_checkpoint_id
+    arrived = [f"1700.{n:06d}" for n in range(start, i + 1)]
+    kept = {m.id for m in history.messages}
+    assert f"1700.{i:06d}" in kept, "the message that reached the trigger is in the new epoch"
+    assert all(mid in kept or mid in root.meta.covered_ids for mid in arrived[:-1]), \
+        "every message that arrived after the plan is kept verbatim or folded into the handoff"
+    assert f"1700.{start:06d}" in root.meta.covered_ids or f"1700.{start:06d}" in kept
+    assert "ZEBRA-4411" in history.messages[0].text or f"1700.{start:06d}" in kept, \
+        "what arrived after the plan is in the handoff's notes, not lost"
+    assert "the thread reviewed its status updates" in history.messages[0].text, "the planned narrative is used"
+
+
+async def test_an_edit_after_the_plan_makes_the_turn_compact_as_before(prefix: str, redis_client: Any) -> None:
+    p, summarizer = summarized(prefix, redis_client, "ahead-edit")
+    start, record = await until_planned(p)
+    edited = p.message("status update 1: rolled back, see INC-88", author="alice", id="1700.000001")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
+    before = summarizer.calls
+    _, result = await until_compacted(p, start)
+    fork = await p.checkpoints.get(CONV, result.compaction.new_checkpoint_id)
+    assert "prepared_from" not in fork.meta.info and summarizer.calls > before, \
+        "the summarizer reads the messages as they read now"
+
+
+async def test_nothing_is_planned_ahead_while_a_turn_awaits_resume(prefix: str, redis_client: Any) -> None:
+    p, summarizer = summarized(prefix, redis_client, "ahead-paused", ai_timeout_seconds=0.2)
+    for i in range(3):
+        await say(p, i)
+    p.model_script.push(Step(text="too late", delay=2))
+    paused = await say(p, 3)
+    assert paused[0].status == "awaiting_resume"
+    head = (await p.checkpoints.require_state(CONV)).head_checkpoint_id
+    anything = replace(p.budget, trigger_tokens=10, prepare_tokens=1)  # past any threshold
+    p.compactor.prepare_after(CONV, head, anything)
+    await p.settle()
+    assert await p.checkpoints.prepared(CONV) is None and summarizer.calls == 0, \
+        "a turn awaiting resume is never compacted, nor planned for"
