@@ -7,6 +7,7 @@ from typing import Any
 
 from threadkeeper.persistence import LineageEntry
 from threadkeeper.services import ContextReport
+from threadkeeper.services.context import HANDOFF_HEADER
 from threadkeeper.services.recall import RECALL_HEADER
 
 
@@ -36,6 +37,35 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+BAR_PARTS = (("prompt", "▓"), ("handoff", "█"), ("recall & memory", "▒"), ("recent", "░"), ("free", "·"),
+             ("reply", "-"))
+"""The parts of the window the budget bar shows, each with its character: the system prompt, the handoff (the
+standing context), the runtime context (time, recall, memory), the recent messages, what is free, and the room kept
+for the reply."""
+
+
+def budget_bar(report: ContextReport, *, width: int = 60) -> list[str]:
+    """The window as a bar of ``width`` characters, each part in proportion to its tokens (any part that has tokens
+    at least one character), and its legend."""
+    used = {name: 0 for name, _ in BAR_PARTS}
+    for i, entry in enumerate(report.context):
+        if entry.role == "system":
+            used["prompt" if i == 0 else "recall & memory"] += entry.tokens
+        elif entry.text.startswith(HANDOFF_HEADER):
+            used["handoff"] += entry.tokens
+        else:
+            used["recent"] += entry.tokens
+    window = report.budget.window_tokens
+    used["reply"] = report.budget.output_reserve_tokens
+    used["free"] = max(0, window - sum(used.values()))
+    total = max(window, sum(used.values()), 1)
+    cells = {name: max(1, round(width * tokens / total)) if tokens else 0 for name, tokens in used.items()}
+    cells["free"] = max(0, cells["free"] - (sum(cells.values()) - width))  # rounding: the free part absorbs it
+    bar = "".join(mark * cells[name] for name, mark in BAR_PARTS)
+    legend = "  ".join(f"{mark} {name} {used[name]:,}" for name, mark in BAR_PARTS if used[name])
+    return [f"[{bar}] {window:,} tokens", legend]
+
+
 def context_text(report: ContextReport, *, width: int = 100) -> str:
     b = report.budget
     lines = [f"context of {report.conversation_id} ({_messages(report.messages)}): the next request holds "
@@ -45,7 +75,8 @@ def context_text(report: ContextReport, *, width: int = 100) -> str:
              f"{b.target_tokens:,}, retained user {b.retained_user_tokens:,}, summary cap {b.summary_cap_tokens:,}, "
              f"recall {b.recall_tokens:,}",
              f"history now: {report.history_tokens:,} tokens"
-             + (" (the next turn compacts first; shown after compaction)" if report.would_compact else "")]
+             + (" (the next turn compacts first; shown after compaction)" if report.would_compact else ""),
+             *budget_bar(report)]
     for i, entry in enumerate(report.context):
         head, _, recalled = entry.text.partition(f"\n{RECALL_HEADER}\n") if entry.role == "system" else \
             (entry.text, "", "")

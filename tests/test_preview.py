@@ -79,3 +79,23 @@ async def test_a_preview_shows_the_change_notices_the_turn_sends(model, prefix, 
     before = len(model.requests)
     await p.run(CONV)
     assert preview.request == next(r["messages"] for r in model.requests[before:] if r["kind"] == "turn")
+
+
+async def test_the_budget_bar_shows_each_part_of_the_window_in_proportion(redis_client, prefix) -> None:
+    """``context`` draws the window as a bar: the system prompt, the recent messages, the room kept for the reply
+    and what is free, each in proportion (any part with tokens at least one character), the legend in tokens."""
+    from threadkeeper.bot.render import budget_bar, context_text
+
+    p, _ = pipeline(prefix, redis_client, context_window=8192)
+    await p.submit("console:bar", "the release train leaves from platform 9 " * 40, author="ana", id="1.1")
+    report = await p.context("console:bar")
+    bar, legend = budget_bar(report, width=60)
+    cells = bar[1:bar.index("]")]
+    assert len(cells) == 60 and set(cells) <= {"▓", "░", "·", "-", "▒", "█"}
+    prompt, recent = report.context[0].tokens, sum(e.tokens for e in report.context[1:] if e.role != "system")
+    reply = report.budget.output_reserve_tokens
+    assert f"▓ prompt {prompt:,}" in legend and f"░ recent {recent:,}" in legend and f"- reply {reply:,}" in legend
+    free = 8192 - sum(e.tokens for e in report.context) - reply
+    assert f"· free {free:,}" in legend and abs(cells.count("·") - round(60 * free / 8192)) <= 1
+    assert cells.count("░") == max(1, round(60 * recent / 8192))
+    assert bar in context_text(report), "the context command shows it"
