@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from factories import msg
 from fakes import Step, pipeline, scripted, written
-from litellm import CustomLLM, ModelResponse
+from summarizers import RecordingSummarizer
 
 from threadkeeper.persistence import (
     CheckpointKind,
@@ -40,28 +40,18 @@ from threadkeeper.services.safety import redact
 from threadkeeper.services.text import terms
 
 
-class EchoSummarizer(CustomLLM):
+class EchoSummarizer(RecordingSummarizer):
     """A summarizer that invents nothing: it repeats the earlier narrative and keeps the first new message."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-        self.inputs: list[str] = []
-
-    async def acompletion(self, model: str, messages: list, *args, **kwargs) -> ModelResponse:  # type: ignore[override]
-        self.calls += 1
-        body = messages[-1]["content"]
-        self.inputs.append(body)
+    def narrative(self, body: str) -> str:
         earlier, new = body.split("\n\nNew messages:\n")
         lines = [ln for ln in earlier.splitlines()[1:] if ln.startswith("- [")]
         first = new.splitlines()[0] if new.strip() else ""
         if first.startswith("[") and "Ticket" in first:
             ident, rest = first[1:].split("] ", 1)
             lines.append(f"- [{ident}] {rest.split(': ', 1)[1]}")
-        text = "\n".join(lines) or "- nothing to report"
-        return ModelResponse(model=model, choices=[{"index": 0, "message": {"role": "assistant", "content": text},
-                                                    "finish_reason": "stop"}],
-                             usage={"prompt_tokens": len(body) // 4, "completion_tokens": 20, "total_tokens": 0})
+        return "\n".join(lines) or "- nothing to report"
+
 
 CONV = "slack:T1:C9:1700000000.000300"
 GOLDEN = Path(__file__).parent / "golden"

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from fakes import Step, pipeline, scripted
-from litellm import CustomLLM, ModelResponse
+from summarizers import RecordingSummarizer
 
 from threadkeeper.persistence import CheckpointKind, History, InboxItem
 from threadkeeper.services.models._litellm import register_provider
@@ -17,25 +17,14 @@ from threadkeeper.services.models._litellm import register_provider
 CONV = "slack:T1:C9:1700000000.000400"
 
 
-class CountingSummarizer(CustomLLM):
+class CountingSummarizer(RecordingSummarizer):
     """A summarizer that writes one narrative line citing the first message it is given, and counts its calls."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-        self.inputs: list[str] = []
-
-    async def acompletion(self, model: str, messages: list, *args, **kwargs) -> ModelResponse:  # type: ignore[override]
-        self.calls += 1
-        body = messages[-1]["content"]
-        self.inputs.append(body)
+    def narrative(self, body: str) -> str:
         new = body.split("\n\nNew messages:\n")[-1].splitlines()
         first = next((ln for ln in new if ln.startswith("[") and "] " in ln), "")
         ident = first[1:].split("]", 1)[0]
-        text = f"- [{ident}] the thread reviewed its status updates" if ident else "- nothing to report"
-        return ModelResponse(model=model, choices=[{"index": 0, "message": {"role": "assistant", "content": text},
-                                                    "finish_reason": "stop"}],
-                             usage={"prompt_tokens": len(body) // 4, "completion_tokens": 20, "total_tokens": 0})
+        return f"- [{ident}] the thread reviewed its status updates" if ident else "- nothing to report"
 
 
 def update(i: int) -> str:

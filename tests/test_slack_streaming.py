@@ -181,19 +181,25 @@ async def test_a_draft_whose_first_post_lost_its_answer_is_found_and_taken_back(
     assert len(h.slack.calls_to("chat.postMessage")) == 2, "the draft once, the reply once"
 
 
+async def _start_lost(h, server, root: str, event_id: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """A mention answered with a streamed reply whose chat.startStream answer never arrives: the conversation, and
+    the ts of the stream Slack began."""
+    h.slack.drop_starts = 1
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id=event_id)) == 200
+    await h.settle()
+    [begun] = h.slack.dropped
+    return f"slack:T1:{CHANNEL}:{root}", begun
+
+
 @pytest.mark.parametrize("read_lag", [0.0, 2.0], ids=["reads-current", "reads-lag"])
 async def test_a_stream_whose_start_lost_its_answer_is_found_and_replaced(h, server, read_lag) -> None:
     """Slack begins the reply's stream but the answer to chat.startStream never arrives, so its ts is unknown.
     The stream is not started again: the bot finds the message it began in the thread (waiting for Slack's reads
     to show it), stops and deletes it, and posts the reply whole, once."""
-    h.slack.drop_starts = 1
     h.slack.read_lag = read_lag
     root = "1700020800.000100"
-    cid = f"slack:T1:{CHANNEL}:{root}"
-    server.push(Reply(text=LONG, chunk_delay=0.01))
-    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s9")) == 200
-    await h.settle()
-    [begun] = h.slack.dropped
+    cid, begun = await _start_lost(h, server, root, "Ev-s9")
     assert h.slack.deleted == [begun], "the stream Slack began is taken back"
     assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == [LONG]
     assert len(h.slack.calls_to("chat.startStream")) == 1 and len(h.slack.calls_to("chat.postMessage")) == 1
@@ -205,14 +211,9 @@ async def test_a_stream_whose_start_lost_its_answer_keeps_the_reply_owed_while_t
     """The stream Slack began cannot be looked for while conversations.replies fails: nothing is posted (the
     reply stays owed, the draft flag stays), and once Slack can be read the sweep deletes the stream and posts
     the reply, once."""
-    h.slack.drop_starts = 1
     h.slack.failures["conversations.replies"] = 6  # two lookups, each with the client's two retries
     root = "1700020900.000100"
-    cid = f"slack:T1:{CHANNEL}:{root}"
-    server.push(Reply(text=LONG, chunk_delay=0.01))
-    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s10")) == 200
-    await h.settle()
-    [begun] = h.slack.dropped
+    cid, begun = await _start_lost(h, server, root, "Ev-s10")
     assert [m["ts"] for m in h.slack.bot_messages(CHANNEL, root)] == [begun] and not h.slack.deleted
     assert not h.slack.calls_to("chat.postMessage"), "nothing posted beside a stream that may still show"
     assert await h.stores.notes.flag(cid, DRAFT) and await h.pipeline.inbox.pending_conversations() == [cid]
