@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from .base import RedisStore
+from .base import RedisStore, _text
 from .base import glob_escape as _glob_escape
 from .errors import CorruptRecordError, ThreadkeeperError
 
@@ -52,13 +52,13 @@ CHANGES_KEPT = 1000
 
 _WRITE = """
 -- KEYS: rec, gen, gone, shown, uses, last, ver, changes. ARGV: records count, reset usage (1|0), version JSON or '',
--- versions kept, retention seconds, expire-at (0: leave), checks count, generations the change log keeps, then per
--- check: id, the JSON it must still
+-- versions kept, retention seconds, expire-at (0: leave), checks count, generations the change log keeps, the first
+-- generation of a new workspace, then per check: id, the JSON it must still
 -- have ('' : absent); then per record: id, JSON, marks count, marks; then the ids to remove. A check that fails:
 -- nothing is written, {'changed'} is returned. Any record citing a tombstone: nothing is written, the tombstones
 -- hit are returned.
 local n = tonumber(ARGV[1])
-local i = 9
+local i = 10
 for _ = 1, tonumber(ARGV[7]) do
   local now = redis.call('HGET', KEYS[1], ARGV[i]) or ''
   if now ~= ARGV[i + 1] then return {'changed'} end
@@ -102,6 +102,7 @@ if ARGV[6] ~= '0' then
   redis.call('EXPIREAT', KEYS[1], ARGV[6], 'GT')
   redis.call('EXPIREAT', KEYS[1], ARGV[6], 'NX')
 end
+redis.call('SET', KEYS[2], ARGV[9], 'NX')
 local g = redis.call('INCR', KEYS[2])
 local changed = {}
 for _, id in ipairs(written) do changed[#changed + 1] = g; changed[#changed + 1] = id end
@@ -246,8 +247,12 @@ class MemoryChanges:
     """The tombstones now."""
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _first_generation() -> int:
+    """Where a workspace's generations start: the time in microseconds. A workspace forgotten and written again starts
+    past every generation a reader may still hold of it (they moved on by one per write, far slower than one per
+    microsecond), so that reader finds itself more than the change log's reach behind and reads the records whole,
+    never the forgotten ones. (Exact in Redis, Lua and a sorted set's scores: below 2^53.)"""
+    return int(time.time() * 1_000_000)
 
 
 def _numbers(values: dict[Any, Any]) -> dict[str, float]:
@@ -289,7 +294,9 @@ class MemoryStore(RedisStore):
     async def snapshot(self, workspace: str, *, now: float | None = None, retracted: bool = False) -> MemoryChanges:
         """:meth:`records` with the generation they are at and the tombstones now, read in one round trip."""
         base = self._base(workspace)
-        pipe = self.client.pipeline(transaction=False)
+        # one transaction: the generation is the one the records are at (a write landing between the reads would
+        # otherwise be counted as read, and a reader catching up from it would never fetch it)
+        pipe = self.client.pipeline(transaction=True)
         for name in ("rec", "shown", "uses", "last"):
             pipe.hgetall(f"{base}:{name}")
         pipe.zrange(f"{base}:gone", 0, -1)
@@ -332,10 +339,11 @@ class MemoryStore(RedisStore):
         pipe.get(f"{base}:gen")
         pipe.zrangebyscore(f"{base}:changes", f"({since}", "+inf")
         pipe.zrange(f"{base}:gone", 0, -1)
-        raw_generation, raw_ids, gone_raw = await self._call(pipe.execute())
+        pipe.exists(f"{base}:changes")
+        raw_generation, raw_ids, gone_raw, logged = await self._call(pipe.execute())
         generation = int(raw_generation or 0)
-        if generation < since or generation - since > CHANGES_KEPT:
-            return None
+        if generation < since or generation - since > CHANGES_KEPT or (generation > since and not logged):
+            return None  # behind what the log holds, or the log expired or was forgotten: read them whole
         ids = list(dict.fromkeys(_text(i) for i in raw_ids))
         if not ids:
             return MemoryChanges(generation, [], [], {_text(m) for m in gone_raw})
@@ -383,7 +391,7 @@ class MemoryStore(RedisStore):
             until = int(max(r.expires_at for r in records)) + 1 if records and not reset_usage else 0
             args: list[Any] = [len(records), "1" if reset_usage else "0",
                                version.model_dump_json() if version is not None else "", KEPT_VERSIONS,
-                               self.retention_seconds, until, len(unchanged), CHANGES_KEPT]
+                               self.retention_seconds, until, len(unchanged), CHANGES_KEPT, _first_generation()]
             for r in unchanged:
                 args += [r.id, r.stored]
             for r in records:
@@ -419,6 +427,7 @@ class MemoryStore(RedisStore):
         pipe.zadd(f"{base}:gone", {m: now for m in marks})
         pipe.zremrangebyscore(f"{base}:gone", "-inf", now - self.retention_seconds)
         pipe.expire(f"{base}:gone", self.retention_seconds)
+        pipe.set(f"{base}:gen", _first_generation(), nx=True)
         pipe.incr(f"{base}:gen")
         await self._call(pipe.execute())
 
@@ -453,7 +462,8 @@ class MemoryStore(RedisStore):
         await self._call(pipe.execute())
 
     async def forget_workspace(self, workspace: str) -> int:
-        """Delete every key of the workspace's memory; how many went."""
+        """Delete every key of the workspace's memory; how many went. Its generation starts again from the time of
+        its next write (see :data:`_FIRST_GENERATION`), past any a reader in another worker may still hold."""
         found = [k async for k in self.client.scan_iter(match=f"{_glob_escape(self._base(workspace))}:*",
                                                         count=1000)]
         for start in range(0, len(found), 500):

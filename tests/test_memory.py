@@ -401,3 +401,24 @@ async def test_a_change_is_read_and_indexed_by_itself(redis_client, prefix, mode
     text, sent = await shown("which region runs service number 5?")
     assert "number 5 runs" not in text and sent.count("HGETALL") == 1
     assert len(index.search.terms) == held + 1, "nothing re-indexed but what changed"
+
+
+async def test_a_workspace_forgotten_by_another_worker_is_never_shown_from_a_held_index(redis_client, prefix,
+                                                                                      model) -> None:
+    """A worker holds the workspace's index; another worker forgets the workspace and a new record is written. The
+    first worker's next read does not catch up by the change log from its old generation (that would keep the
+    forgotten records): it finds itself past the log's reach and reads the workspace whole."""
+    p, st = _pipeline(prefix, redis_client)
+    a = cid(PUBLIC, "1700000000.000100")
+    await _say(p, a, FACTS)
+    await p.memory.extract(a)
+    assert "kestrel-eu" in await _shown(p, cid(PUBLIC, "1800000000.000100"), "what is the staging cluster called?")
+    held = p.memory.reading._indexes[T].generation
+    await st.memory.forget_workspace(T)  # by another worker: this one's index is not dropped
+    for n in range(min(held + 2, 50)):  # written again, more often than the generations this worker holds
+        await st.memory.delete(T, [f"mem_none_{n}"])
+    b = cid(PUBLIC, "1700000500.000100")
+    await _say(p, b, ["The billing outage is tracked in ticket OPS-9000."], start=20)
+    await p.memory.extract(b)
+    text = await _shown(p, cid(PUBLIC, "1800000001.000100"), "what is the staging cluster called? which ticket?")
+    assert "OPS-9000" in text and "kestrel" not in text

@@ -323,7 +323,8 @@ class Reader:
         if index is not None and index.generation == generation:
             return index
         changes = None if index is None else await self.store.changes(workspace, index.generation, now=self.clock())
-        if index is None or changes is None:
+        if index is None or changes is None or index.search.size < len(index.search.removed) // 2:
+            # (also once positions whose records went outnumber the live ones two to one: built anew, compact)
             index = self._indexes[workspace] = _Index()
             index.update(await self.store.snapshot(workspace, now=self.clock()))
         else:
@@ -339,8 +340,8 @@ class Reader:
             return []
         await self.store.touch(conversation.workspace, list(cited), at=self.clock(), cited=True)
         index = self._indexes.get(conversation.workspace)
-        records = {r.id: r for r in ([index.records[i] for i in index.at.values()] if index is not None else
-                                     await self.store.records(conversation.workspace, now=self.clock()))}
+        records = {i: index.records[index.at[i]] for i in cited if i in index.at} if index is not None else \
+            {r.id: r for r in await self.store.records(conversation.workspace, now=self.clock())}
         out = []
         for record_id, mark in cited.items():
             record = records.get(record_id)
