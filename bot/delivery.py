@@ -225,6 +225,10 @@ class SlackEvents:
                     answer = await client.chat_getPermalink(channel=source.channel, message_ts=source.message_id)
                 except SlackApiError as exc:
                     log.info("%s: no link to memory's source %s: %s", conversation, key, exc.response.get("error"))
+                    self.permalinks[key] = ""  # Slack will not link to it: named without a link from now on
+                    continue
+                except LOST as exc:  # a link is not worth holding the reply for: named without one this time
+                    log.info("%s: no answer for memory's source %s: %s", conversation, key, type(exc).__name__)
                     continue
                 if len(self.permalinks) >= PERMALINKS_KEPT:
                     self.permalinks.clear()
