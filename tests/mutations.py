@@ -434,6 +434,10 @@ MUTANTS: list[Mutant] = [
     Mutant("handoff-planned-ahead-kept-across-a-fork", "persistence/scripts.py",
            "  if redis.call('HGET', KEYS[2], at .. ':kind') ~= 'turn' then return 0 end\n", "",
            ("tests/test_compaction_ahead.py", "-k", "no_longer_descends")),
+    Mutant("cold-recall-index-built-on-the-event-loop", "services/recall/index.py",
+           "            await asyncio.to_thread(_add_all, built, batches)\n",
+           "            _add_all(built, batches)\n",
+           ("tests/test_event_loop.py",)),
 ]
 
 

@@ -18,10 +18,16 @@ The index lives in the worker, per conversation, and is incremental:
   folds them they are indexed as one new segment. Segments of similar size are merged (a log-structured
   layout), so the work per message is logarithmic and a warm query touches a handful of segments.
 * Edited messages are recalled in their current text and found by either text; deleted ones never.
+* Nothing heavy runs on the worker's event loop: indexing more than :data:`OFF_LOOP` messages at once (a worker's
+  first turn in a long thread, an earlier epoch read after a fork, a merge of large segments) runs in a thread
+  while the loop acknowledges events and runs other conversations' turns. One conversation's index is read and
+  changed by one caller at a time (a lock per conversation); a committed turn's messages that arrive while it is
+  busy are taken from the history by the next turn instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import Counter, OrderedDict
@@ -71,6 +77,8 @@ DAY_TOKENS = 8
 ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
+OFF_LOOP = 1_000
+"""Indexing more messages than this at once runs in a thread, off the event loop (about 0.1 s of work)."""
 _CHANGE = re.compile(r"^(?P<target>.+):(?P<kind>edit|delete):[^:]+$")
 
 
@@ -207,9 +215,13 @@ class ConversationIndex:
             out |= self.names.get(word, set())
         return out
 
-    def searchable(self, held: set[str]) -> int:
+    def ready(self, held: AbstractSet[str]) -> list[int]:
+        """The pending positions whose messages the context no longer holds (those :meth:`searchable` takes)."""
+        return [p for p in self.search.pending if self.targets[p] not in held]
+
+    def searchable(self, held: AbstractSet[str]) -> int:
         """Index the pending messages the context no longer holds; returns how many are searchable."""
-        return self.search.searchable([p for p in self.search.pending if self.targets[p] not in held])
+        return self.search.searchable(self.ready(held))
 
     def scores(self, query: Sequence[str]) -> list[tuple[float, int]]:
         """``(score, position)`` of every searchable message that shares a term with ``query``, best first."""
@@ -243,29 +255,48 @@ class Recall:
         self.max_messages = max_messages
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._leads: dict[tuple[str, int], int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        """Per conversation: held while its index is read or changed (the heavy part in a thread)."""
 
     def loaded(self, conversation_id: str) -> ConversationIndex | None:
         return self._indexes.get(conversation_id)
 
     def observe(self, conversation_id: str, messages: Sequence[Message]) -> None:
-        """Index a committed turn's messages, when this worker holds the conversation's index."""
+        """Index a committed turn's messages, when this worker holds the conversation's index and nothing else
+        uses it now (else the next turn takes them from its history: they are in it)."""
         index = self._indexes.get(conversation_id)
-        if index is not None:
+        lock = self._locks.get(conversation_id)
+        if index is not None and not (lock is not None and lock.locked()):
             index.add(messages)
+
+    def _lock(self, conversation_id: str) -> asyncio.Lock:
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = self._locks[conversation_id] = asyncio.Lock()
+        return lock
 
     async def sync(self, conversation_id: str, history: History) -> ConversationIndex:
         """The conversation's index, brought up to ``history``: earlier epochs read from Redis once each."""
+        async with self._lock(conversation_id):
+            return await self._synced(conversation_id, history)
+
+    async def _synced(self, conversation_id: str, history: History) -> ConversationIndex:
+        """:meth:`sync` under the conversation's lock. A worker with no index builds it whole in a thread and holds
+        it only once built; so does one that has many messages to add."""
         index = self._indexes.get(conversation_id)
-        if index is None:
-            index = self._indexes[conversation_id] = ConversationIndex()
+        built = index or ConversationIndex()
+        earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=built.roots,
+                                                        forks=built.epochs)
+        batches = [epoch.messages for epoch in reversed(earlier)] + [history.messages]
+        # (the head's messages are mostly indexed already when this worker holds the index)
+        if sum(len(b) for b in batches[:-1]) + (len(history.messages) if index is None else 0) > OFF_LOOP:
+            await asyncio.to_thread(_add_all, built, batches)
+        else:
+            _add_all(built, batches)
+        self._indexes[conversation_id] = built
         self._indexes.move_to_end(conversation_id)
-        earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=index.roots,
-                                                        forks=index.epochs)
-        for epoch in reversed(earlier):
-            index.add(epoch.messages)
-        index.add(history.messages)
         self._evict()
-        return index
+        return built
 
     async def resolve(self, conversation_id: str, history: History, cited: str) -> Message | None:
         """The message ``cited`` names (``#N``, ``N`` or its id) anywhere in the conversation's lineage."""
@@ -278,8 +309,11 @@ class Recall:
     def _evict(self) -> None:
         total = sum(i.size for i in self._indexes.values())
         while total > self.max_messages and len(self._indexes) > 1:
-            _, dropped = self._indexes.popitem(last=False)
+            dropped_id, dropped = self._indexes.popitem(last=False)
             total -= dropped.size
+            lock = self._locks.get(dropped_id)
+            if lock is not None and not lock.locked():
+                del self._locks[dropped_id]
 
     async def recall(self, conversation_id: str, history: History | None, context: Sequence[Message],
                      incoming: Sequence[Message], cap_tokens: int, *, focus_tokens: int = 0,
@@ -318,9 +352,20 @@ class Recall:
         them."""
         if history is None or not query or cap_tokens <= 64:
             return Recalled([], "", 0)
-        index = await self.sync(conversation_id, history)
+        async with self._lock(conversation_id):  # nothing changes the index while it is searched
+            return await self._search(conversation_id, history, context, query, cap_tokens, notes=notes, keep=keep,
+                                      header=header, widen=widen, named=named, focus_tokens=focus_tokens)
+
+    async def _search(self, conversation_id: str, history: History, context: Sequence[Message], query: Sequence[str],
+                      cap_tokens: int, *, notes: Notes | None, keep: Callable[[Message], bool] | None, header: str,
+                      widen: bool, named: AbstractSet[str], focus_tokens: int) -> Recalled:
+        index = await self._synced(conversation_id, history)
         held = {m.id for m in context if not index.shortened(m)}
-        searchable = index.searchable(held)
+        ready = index.ready(held)
+        if index.search.indexing(len(ready)) > OFF_LOOP:  # (a merge of large segments, say)
+            searchable = await asyncio.to_thread(index.search.searchable, ready)
+        else:
+            searchable = index.search.searchable(ready)
         ranked = index.scores(query) if searchable else []
         if keep is not None:
             ranked = [(score, pos) for score, pos in ranked if keep(index.messages[pos])]
@@ -475,6 +520,12 @@ class Recall:
                 day = line_day
             out.append(line)
         return "\n".join(out)
+
+
+def _add_all(index: ConversationIndex, batches: Sequence[Sequence[Message]]) -> None:
+    """Add ``batches`` to ``index`` in order (in a thread when there are many: no other caller uses it then)."""
+    for batch in batches:
+        index.add(batch)
 
 
 def _within(costs: Sequence[tuple[str, int]], room: int) -> list[str]:

@@ -77,13 +77,27 @@ class TermIndex:
         if taken:
             chosen = set(taken)
             self.pending = [p for p in self.pending if p not in chosen]
-            self.segments.append(self._build(taken))
-            while len(self.segments) > 1 and len(self.segments[-2].positions) <= 2 * len(self.segments[-1].positions):
-                last, before = self.segments.pop(), self.segments.pop()
+            # built aside and put in place at once: a reader never sees a segment list half merged
+            segments = [*self.segments, self._build(taken)]
+            while len(segments) > 1 and len(segments[-2].positions) <= 2 * len(segments[-1].positions):
+                last, before = segments.pop(), segments.pop()
                 merged = self._build([*before.positions.tolist(), *last.positions.tolist()])
                 self._stale -= len(before.positions) + len(last.positions) - len(merged.positions)
-                self.segments.append(merged)
+                segments.append(merged)
+            self.segments = segments
         return sum(len(s.positions) for s in self.segments) - self._stale
+
+    def indexing(self, ready: int) -> int:
+        """How many documents :meth:`searchable` would index for ``ready`` new ones (its merges included): its cost."""
+        if not ready:
+            return 0
+        sizes = [*(len(s.positions) for s in self.segments), ready]
+        work = ready
+        while len(sizes) > 1 and sizes[-2] <= 2 * sizes[-1]:
+            merged = sizes.pop() + sizes.pop()
+            sizes.append(merged)
+            work += merged
+        return work
 
     def _build(self, positions: list[int]) -> _Segment:
         kept = sorted(p for p in positions if p not in self.removed)

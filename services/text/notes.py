@@ -13,6 +13,7 @@ English-only; text in scripts without spaces (Japanese, Chinese, Korean) is kept
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
@@ -331,9 +332,20 @@ def terms(text: str) -> frozenset[str]:
 # -- what a reply adds -------------------------------------------------------------------------
 
 _DIGITS = re.compile(r"\d+(?:[.,:]\d+)*")
-STEMMER = Stemmer.Stemmer("english")
-"""One stemmer for every text: a short query's language cannot be told, and a word must stem the same way in a
-question as in the message that answers it (other languages mostly lose only plural endings)."""
+_STEMMERS = threading.local()
+
+
+def stem(found: Sequence[str]) -> list[str]:
+    """``found`` stemmed by the one stemming rule for every text, English: a short query's language cannot be told,
+    and a word must stem the same way in a question as in the message that answers it (other languages mostly lose
+    only plural endings). One stemmer per thread: a PyStemmer object may be used by one thread at a time, and an
+    index is built off the event loop (see :mod:`services.recall`)."""
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
+    return list(stemmer.stemWords(list(found)))
+
+
 TEMPLATE_OVERLAP = 0.75
 """Two sentences whose words (stemmed, numbers masked) overlap this much are one form filled twice."""
 
@@ -341,7 +353,7 @@ TEMPLATE_OVERLAP = 0.75
 def shape(sentence: str) -> frozenset[str]:
     """A sentence's form: its words stemmed, numbers masked, so one template filled with other counts ("1 reply",
     "2 replies") has one shape."""
-    return frozenset(STEMMER.stemWords(list(terms(_DIGITS.sub("0", sentence)))))
+    return frozenset(stem(list(terms(_DIGITS.sub("0", sentence)))))
 
 
 _QUOTED = re.compile(r"\u201c[^\u201d]{1,2000}\u201d")

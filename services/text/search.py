@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from .notes import STEMMER, STOPWORDS, language, words
+from .notes import STOPWORDS, language, stem, words
 
 _SEPARATED = re.compile(r"\w[-_./:@#]+\w").search
 _PARTS = re.compile(r"[^\W_]+").findall
@@ -27,4 +27,4 @@ def search_terms(text: str) -> tuple[str, ...]:
     # A compound token (URL, path, ticket key, hyphenated name) is also found by its parts, as search engines'
     # word-delimiter filters do: "auth-gateway-overview" answers "auth-gateway" and "overview".
     parts = [p for w in found if _SEPARATED(w) for p in _PARTS(w) if len(p) > 1 and p not in _STOP_PARTS]
-    return tuple(STEMMER.stemWords(found + parts))
+    return tuple(stem(found + parts))
