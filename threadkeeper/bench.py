@@ -29,6 +29,7 @@ from threadkeeper.services.recall import Recall
 from threadkeeper.services.turn import SilentEvents
 
 from .bench_data import chat_text, fill, fill_epochs, filler, message, note_cost_us, redaction_ms_adversarial
+from .bench_turns import turn_process_metrics
 from .root import build_pipeline, build_stores
 from .settings import Settings
 
@@ -682,6 +683,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
             progress(f"1,000 concurrent conversations, in a worker process of their own ({route})"
                      + (", then reply latency with a slow summarizer" if route == "litellm" else ""))
             out.update(_worker_process_metrics(url, prefix, route, quick))
+        out.update(turn_process_metrics(url, prefix, quick, progress))
         # Last: reading 100,000 messages into this process's caches would inflate the memory figure above.
         out.update(await _recall_bench(local, client, (1_000, 10_000) if quick else (1_000, 10_000, 100_000),
                                        15 if quick else 41, progress))
@@ -710,7 +712,10 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
     "recall_index_kb_per_1000", "recall_index_share_of_cache", "turns_per_second", "concurrent_1000_wall_s",
     "concurrent_1000_errors", "rss_mb_1000", "preturn_cold_over_raw_10000", "concurrent_1000_wall_s_litellm",
     "concurrent_1000_errors_litellm", "rss_mb_1000_litellm", "memory_sweep_passes_1000",
-    "memory_sweep_commands_max_pass_1000", "conversations_list_s_2000", "reply_p95_over_p50_with_slow_summarizer"]
+    "memory_sweep_commands_max_pass_1000", "conversations_list_s_2000", "reply_p95_over_p50_with_slow_summarizer",
+    "cold_worker_preturn_ms_5000", "cold_worker_ack_ms_max_5000", "cold_worker_other_reply_over_alone_5000",
+    "executor_cpu_ms_5000", "alternating_preturn_ms_p50_5000", "cache_measured_over_bound",
+    "rotation_preturn_ms_p50_10x1000", "rotation_preturn_ms_p99_10x1000", "rotation_rss_mb_10x1000"]
 
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -725,6 +730,12 @@ TARGETS: dict[str, tuple[str, float]] = {
     "memory_sweep_commands_max_pass_1000": ("<=", 400), "memory_sweep_commands_max_pass_10000": ("<=", 400),
     "conversations_list_s_2000": ("<=", 0.5), "conversations_list_s_20000": ("<=", 0.5),
     "reply_p95_over_p50_with_slow_summarizer": ("<=", 1.2),
+    "cold_worker_preturn_ms_100000": ("<=", 150), "cold_worker_ack_ms_max_100000": ("<=", 100),
+    "cold_worker_other_reply_over_alone_100000": ("<=", 1.1),
+    "executor_cpu_ms_10000": ("<=", 5), "executor_cpu_ms_100000": ("<=", 10),
+    "rotation_preturn_ms_p50_100x10000": ("<=", 5), "rotation_preturn_ms_p99_100x10000": ("<=", 50),
+    "rotation_rss_mb_100x10000": ("<=", 400), "alternating_preturn_ms_p50_100000": ("<=", 10),
+    "cache_measured_over_bound": ("<=", 1),
 }
 """What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what
 it costs at 100 (:func:`targets`)."""

@@ -101,10 +101,26 @@ def chat_text(rng: random.Random, words: int) -> str:
     return " ".join(f"w{int(rng.paretovariate(0.8)) % 20_000}" for _ in range(words))
 
 
+_CHAT: list[Message] = []
+_CHAT_RNG = random.Random(7)
+
+
+def chat_messages(count: int) -> list[Message]:
+    """The first ``count`` messages of one chat (:func:`chat_text`, five people), as committed turns store them: made
+    once per process, so many conversations of the same messages are written quickly."""
+    while len(_CHAT) < count:
+        i, rng = len(_CHAT), _CHAT_RNG
+        text = chat_text(rng, rng.randint(8, 40))
+        _CHAT.append(committed(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],
+                                       author=f"U{i % 5}", tokens=0, created_at=1_700_000_000.0 + i, ref=i + 1)))
+    return _CHAT[:count]
+
+
 async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_epoch: int = 250,
-                       per_turn: int = 10) -> str:
-    """A conversation of ``messages`` chat messages over compaction epochs of ``per_epoch`` each."""
-    rng = random.Random(7)
+                      per_turn: int = 10) -> str:
+    """A conversation of ``messages`` chat messages (:func:`chat_messages`) over compaction epochs of ``per_epoch``
+    each."""
+    chat = chat_messages(messages)
     head: str | None = None
     for start in range(0, messages, per_turn):
         if head is not None and start % per_epoch == 0:
@@ -113,12 +129,7 @@ async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_ep
             fork = await store.fork_compaction(cid, forked_from=head, messages=[handoff], covered_ids=[])
             head = fork.id
         cp = await store.start_turn(cid, parent_id=head, from_head=False)
-        batch = []
-        for i in range(start, min(start + per_turn, messages)):
-            text = chat_text(rng, rng.randint(8, 40))
-            batch.append(committed(Message(id=f"{1700000000 + i}.000100", role="user", parts=[TextPart(text=text)],
-                                           author=f"U{i % 5}", tokens=0, created_at=1_700_000_000.0 + i, ref=i + 1)))
-        await store.append(cid, cp.id, batch)
+        await store.append(cid, cp.id, chat[start:start + per_turn])
         await store.commit(cid, cp.id, expected_head=head)
         head = cp.id
     assert head is not None
