@@ -18,7 +18,7 @@ async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> 
     await client.aclose()
     out = tmp_path / "bench.json"
     result = cli("bench", "--quick", "--json", str(out), env={"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix},
-                 timeout=300)
+                 timeout=420)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(out.read_text())
     missing = [k for k in REQUIRED if k not in metrics]
