@@ -438,6 +438,9 @@ MUTANTS: list[Mutant] = [
            "            await asyncio.to_thread(_add_all, built, batches)\n",
            "            _add_all(built, batches)\n",
            ("tests/test_event_loop.py",)),
+    Mutant("indexing-work-leaves-out-merges", "services/text/index.py",
+           "            work += merged\n", "            work += 0\n",
+           ("tests/test_recall.py", "-k", "known_before_it_is_done")),
 ]
 
 

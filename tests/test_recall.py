@@ -14,7 +14,7 @@ from threadkeeper.persistence import InboxItem, Notes
 from threadkeeper.services import Conversation
 from threadkeeper.services.context import calibration, visible
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
-from threadkeeper.services.text import search_terms
+from threadkeeper.services.text import TermIndex, search_terms
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",
@@ -72,6 +72,26 @@ def test_index_searches_only_what_left_the_context_and_merges_segments() -> None
     assert set(hits) == {f"x{i}" for i in range(300) if i % 7 == 3}
     index.add(messages[:5])
     assert index.size == 300, "a message is indexed once"
+
+
+def test_the_work_of_making_documents_searchable_is_known_before_it_is_done() -> None:
+    """What decides whether indexing runs off the event loop: the documents a step indexes, its merges included."""
+    class Counting(TermIndex):
+        built = 0
+
+        def _build(self, positions: list[int]):  # type: ignore[no-untyped-def]
+            self.built += len(positions)
+            return super()._build(positions)
+
+    index = Counting()
+    for size in (40, 30, 20, 10, 5, 80, 1, 300):
+        for i in range(size):
+            index.add([f"t{i % 13}", f"u{size}"])
+        expected, index.built = index.indexing(len(index.pending)), 0
+        index.searchable()
+        assert expected == index.built, (size, expected, index.built)
+    assert len(index.segments) < 8, "it merged"
+    assert index.indexing(0) == 0
 
 
 def test_the_widened_query_finds_what_shares_no_word_with_the_question_after_every_direct_hit() -> None:
