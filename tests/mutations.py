@@ -441,6 +441,10 @@ MUTANTS: list[Mutant] = [
     Mutant("indexing-work-leaves-out-merges", "services/text/index.py",
            "            work += merged\n", "            work += 0\n",
            ("tests/test_recall.py", "-k", "known_before_it_is_done")),
+    Mutant("long-fold-on-the-event-loop", "services/handoff/compactor.py",
+           "                await asyncio.to_thread(running.builder.fold, fresh, running.changes)\n",
+           "                running.builder.fold(fresh, running.changes)\n",
+           ("tests/test_event_loop.py", "-k", "folding")),
 ]
 
 

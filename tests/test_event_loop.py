@@ -101,3 +101,36 @@ async def _replies(h, count: int, since: float, *, channel_thread: str | None = 
 
 def _in(h, thread_ts: str) -> list[dict]:  # type: ignore[no-untyped-def]
     return [r for r in h.replies() if r.get("thread_ts") == thread_ts]
+
+
+async def test_folding_a_long_epoch_into_the_running_ledger_leaves_the_event_loop_free(prefix) -> None:
+    """A worker's first turn in an epoch of thousands of messages (a large window) folds them into the running ledger
+    in a thread: the loop keeps running meanwhile, and the ledger is the one a fold on the loop makes."""
+    from factories import msg
+    from fakes import pipeline
+
+    from threadkeeper.persistence import Checkpoint, History
+    from threadkeeper.services.handoff import Ledger, LedgerBuilder
+
+    p, _ = pipeline(prefix, context_window=32_000)
+    compactor = p.executor.compactor
+    messages = [msg(f"update {i}: the deploy of build {1000 + i} to eu-west-{i % 3} finished; p99 {i % 700} ms, "
+                    f"ticket OPS-{i} owned by person{i % 11}", id=f"170000{i:04d}.000100", author=f"U{i % 5}")
+                for i in range(4_000)]
+    history = History.model_construct(checkpoint=Checkpoint.model_construct(), messages=messages, chain=["root"])
+    loop = asyncio.get_running_loop()
+    gaps: list[float] = []
+    folding = asyncio.create_task(compactor.advance("c", history, p.budget, previous=Ledger(), changes={}))
+    last = loop.time()
+    started = last
+    while not folding.done():
+        await asyncio.sleep(0.005)
+        gaps.append(loop.time() - last)
+        last = loop.time()
+    running = folding.result()
+    took = loop.time() - started
+    print(f"fold of {len(running.consumed)} messages: {took:.2f} s; the loop's longest wait {max(gaps):.3f} s")
+    assert len(running.consumed) > 1_000
+    assert max(gaps) <= took / 2, (max(gaps), took)
+    alone = LedgerBuilder(None, count=p.tokenizer.count).fold(messages[:len(running.consumed)], {})
+    assert running.builder.ledger == alone.ledger

@@ -35,6 +35,7 @@ from threadkeeper.persistence import (
 from ..context import calibration, current_text, label, measure, next_ref, visible
 from ..models import ContextBudget, Tokenizer, bound_text
 from ..safety import redact
+from ..text import OFF_LOOP
 from ..tracing import COMPACTIONS, event
 from .compaction import (
     RUNNING_NOTES,
@@ -101,8 +102,16 @@ class Compactor:
         end = foldable(history.messages, 2 * budget.retained_user_tokens)
         if end > len(running.consumed):
             fresh = history.messages[len(running.consumed):end]
-            running.builder.fold(fresh, running.changes)
+            if len(fresh) > OFF_LOOP:  # (a worker's first turn in an epoch of a large window): off the event loop
+                # This fold is out of ``_running`` until it is done, and callers that hold one use it at once
+                # (``plan`` clones it first), so no other caller reads it meanwhile.
+                await asyncio.to_thread(running.builder.fold, fresh, running.changes)
+            else:
+                running.builder.fold(fresh, running.changes)
             running.consumed.extend(m.id for m in fresh)
+        replaced = self._running.pop(conversation_id, None)  # (another caller's, put while this one folded)
+        if replaced is not None:
+            self._running_notes -= len(replaced.builder.ledger.notes)
         self._running[conversation_id] = running
         self._running_notes += len(running.builder.ledger.notes)
         while self._running_notes > RUNNING_NOTES and len(self._running) > 1:  # the least recently used leave

@@ -46,7 +46,7 @@ from threadkeeper.persistence import (
 
 from ..context import current_text, label, parse, refs
 from ..models import MESSAGE_OVERHEAD, Tokenizer, ToolContext, bound_text
-from ..text import STOPWORDS, TermIndex, compress, language, search_terms
+from ..text import OFF_LOOP, STOPWORDS, TermIndex, compress, language, search_terms
 
 log = logging.getLogger("threadkeeper.recall")
 
@@ -77,8 +77,6 @@ DAY_TOKENS = 8
 ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
-OFF_LOOP = 1_000
-"""Indexing more messages than this at once runs in a thread, off the event loop (about 0.1 s of work)."""
 _CHANGE = re.compile(r"^(?P<target>.+):(?P<kind>edit|delete):[^:]+$")
 
 

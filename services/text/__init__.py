@@ -2,11 +2,12 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .index import TermIndex
+from .index import OFF_LOOP, TermIndex
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
 from .search import search_terms
 
 __all__ = [
+    "OFF_LOOP",
     "STOPWORDS",
     "TermIndex",
     "compress",

@@ -21,6 +21,9 @@ import numpy as np
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
+OFF_LOOP = 1_000
+"""Work over more documents or messages than this at once (about 0.1 s or more) runs in a thread, off the worker's
+event loop: indexing them (:mod:`services.recall`) and folding them into a running ledger (:mod:`services.handoff`)."""
 NO_TERM = "\x00"
 """The term a document without any gets (bm25s cannot index a segment without a term): no query has it."""
 
