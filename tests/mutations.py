@@ -445,6 +445,10 @@ MUTANTS: list[Mutant] = [
            "                await asyncio.to_thread(running.builder.fold, fresh, running.changes)\n",
            "                running.builder.fold(fresh, running.changes)\n",
            ("tests/test_event_loop.py", "-k", "folding")),
+    Mutant("memory-index-built-on-the-event-loop", "services/memory/reading.py",
+           "                await asyncio.to_thread(index.update, snapshot)\n",
+           "                index.update(snapshot)\n",
+           ("tests/test_event_loop.py", "-k", "memory_index")),
 ]
 
 

@@ -4,6 +4,7 @@ the usage a reply's citations add."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from bisect import bisect_left, insort
@@ -18,7 +19,7 @@ from threadkeeper.persistence.memory import MemoryChanges, MemoryRecord, MemoryS
 
 from ..conversation import Conversation
 from ..models import Tokenizer
-from ..text import TermIndex, search_terms
+from ..text import OFF_LOOP, TermIndex, search_terms
 from .access import Access, reaches_workspace
 from .config import day_of
 
@@ -242,6 +243,8 @@ class Reader:
                  clock: Callable[[], float] = time.time) -> None:
         self.store, self.tokenizer, self.gate, self.clock = store, tokenizer, gate, clock
         self._indexes: dict[str, _Index] = {}
+        self._dropped: dict[str, int] = {}
+        """Per workspace, how often its index was dropped (an index built meanwhile is not kept)."""
 
     async def block(self, conversation: Conversation, query: str, *, asker: str | None,
                     cap_tokens: int) -> MemoryBlock:
@@ -325,8 +328,15 @@ class Reader:
         changes = None if index is None else await self.store.changes(workspace, index.generation, now=self.clock())
         if index is None or changes is None or index.search.size < len(index.search.removed) // 2:
             # (also once positions whose records went outnumber the live ones two to one: built anew, compact)
-            index = self._indexes[workspace] = _Index()
-            index.update(await self.store.snapshot(workspace, now=self.clock()))
+            dropped = self._dropped.get(workspace, 0)
+            snapshot = await self.store.snapshot(workspace, now=self.clock())
+            index = _Index()
+            if len(snapshot.written) > OFF_LOOP:  # built aside, in a thread: the event loop goes on meanwhile
+                await asyncio.to_thread(index.update, snapshot)
+            else:
+                index.update(snapshot)
+            if self._dropped.get(workspace, 0) == dropped:  # (not forgotten meanwhile)
+                self._indexes[workspace] = index
         else:
             index.apply(changes)
         return index
@@ -353,3 +363,4 @@ class Reader:
     def drop(self, workspace: str) -> None:
         """Forget the workspace's index (its records are being forgotten)."""
         self._indexes.pop(workspace, None)
+        self._dropped[workspace] = self._dropped.get(workspace, 0) + 1

@@ -23,7 +23,8 @@ logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index buil
 
 OFF_LOOP = 1_000
 """Work over more documents or messages than this at once (about 0.1 s or more) runs in a thread, off the worker's
-event loop: indexing them (:mod:`services.recall`) and folding them into a running ledger (:mod:`services.handoff`)."""
+event loop: indexing them (:mod:`services.recall`, :mod:`services.memory`) and folding them into a running ledger
+(:mod:`services.handoff`)."""
 NO_TERM = "\x00"
 """The term a document without any gets (bm25s cannot index a segment without a term): no query has it."""
 
