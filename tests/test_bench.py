@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from conftest import REDIS_URL, real_redis
 from test_budget_and_cli import cli
 
-from threadkeeper.bench import REQUIRED
+from threadkeeper.bench import REQUIRED, checked
 
 
 @pytest.mark.redis
 async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> None:
     client = await real_redis()
     await client.aclose()
-    out = tmp_path / "bench.json"
-    result = cli("bench", "--quick", "--json", str(out), env={"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix},
+    out, svg = tmp_path / "bench.json", tmp_path / "bench.svg"
+    result = cli("bench", "--quick", "--json", str(out), "--plot", str(svg), env={"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix},
                  timeout=300)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(out.read_text())
@@ -33,5 +34,7 @@ async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> 
     assert metrics["compacting_turns_with_slow_summarizer"] >= 1
     assert metrics["compactions_planned_ahead_with_slow_summarizer"] == metrics["compacting_turns_with_slow_summarizer"], \
         "every compacting turn adopted the handoff planned ahead"
+    drawn = {"".join(t.itertext()) for t in ET.parse(svg).iter("{http://www.w3.org/2000/svg}text")}
+    assert {t.metric for t in checked(metrics)} <= drawn, "the picture has a row for each metric with a target"
     leftovers = await (await real_redis()).keys(f"tkbench-{prefix}-*")
     assert leftovers == [], "the bench removes its own keys (other runs on this Redis are theirs)"
