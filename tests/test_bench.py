@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import redis
 from conftest import REDIS_URL, real_redis
 from test_budget_and_cli import cli
 
@@ -38,3 +39,39 @@ async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> 
     assert {t.metric for t in checked(metrics)} <= drawn, "the picture has a row for each metric with a target"
     leftovers = await (await real_redis()).keys(f"tkbench-{prefix}-*")
     assert leftovers == [], "the bench removes its own keys (other runs on this Redis are theirs)"
+
+
+@pytest.mark.redis
+async def test_the_newcomers_console_without_a_redis_server_uses_a_prefix_of_its_own_and_removes_it(
+        prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine with no ``redis-server`` to embed, the bench's console rows run on the bench's Redis: in an empty
+    store of their own (never the default prefix, where someone's data may be) that is gone afterwards."""
+    from threadkeeper import bench, embedded
+
+    client = await real_redis()
+    default = "tk:{console:*"
+    before = set(await client.keys(default))
+    seen: list[list[bytes]] = []
+    remove = bench._remove_keys
+
+    def spied(url: str, own: str) -> None:
+        with redis.Redis.from_url(url) as sync:
+            seen.append(sync.keys(f"{own}:*"))
+        remove(url, own)
+
+    monkeypatch.setattr(embedded, "find_server", lambda: None)
+    monkeypatch.setattr(bench, "_remove_keys", spied)
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)  # as in a bench run under REDIS_URL=…
+    try:
+        seconds, peak = bench._newcomer_console(b"the deploy is on friday\n", url=REDIS_URL, prefix=prefix)
+        assert seconds > 0 and peak > 0
+        assert len(seen) == 1 and any(b"{console:local}" in k for k in seen[0]), \
+            "the console stored its conversation under its own prefix on the bench's Redis"
+        assert all(k.startswith(f"{prefix}:console-".encode()) for k in seen[0])
+        assert set(await client.keys(default)) == before, "nothing written under the default prefix"
+        assert await client.keys(f"{prefix}:*") == [], "and nothing of its own left behind"
+    finally:
+        stray = [*(set(await client.keys(default)) - before), *await client.keys(f"{prefix}:*")]
+        if stray:
+            await client.delete(*stray)
+        await client.aclose()
