@@ -7,7 +7,7 @@ Threadkeeper's figure first, in one strong colour with its value written on it, 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,8 @@ def _pyplot() -> Any:
 def _save(fig: Figure, out: str, *, below: float = 0) -> None:
     """Writes the figure (leaving ``below``, a share of its height, for a legend there) in the suffix's format."""
     fig.tight_layout(rect=(0, below, 1, 1))
-    fig.savefig(out, dpi=120, bbox_inches="tight", metadata={"Date": None} if out.lower().endswith((".svg", ".pdf")) else None)
+    dated = out.lower().endswith((".svg", ".pdf"))  # (without a date, the same figures give the same file)
+    fig.savefig(out, dpi=120, bbox_inches="tight", metadata={"Date": None} if dated else None)
 
 
 def _share(value: Any) -> float:
@@ -109,10 +110,10 @@ def continuity(rows: Sequence[dict[str, Any]], out: str, *, title: str) -> None:
     benchmark = any("standing" in r for r in rows)
     reference = names[0]  # the baselines are at this strategy's spend
 
-    def per_window(strategy: str, value: Any) -> list[float]:
+    def per_window(strategy: str, value: Callable[[dict[str, Any]], Any]) -> list[float]:
         return [_share(value(at[(strategy, w)])) if (strategy, w) in at else float("nan") for w in windows]
 
-    def strategy_series(value: Any) -> list[Series]:
+    def strategy_series(value: Callable[[dict[str, Any]], Any]) -> list[Series]:
         others = iter(_STRATEGIES * len(names))
         return [(name, per_window(name, value), _OURS if name == PROJECT else next(others), None) for name in names]
 
@@ -130,7 +131,7 @@ def continuity(rows: Sequence[dict[str, Any]], out: str, *, title: str) -> None:
             for key, name in (("bm25", "BM25 pick"), ("recent_bm25", "recent + BM25"),
                               ("bm25_neighbours", "BM25 ±1"), ("keep_newest", "keep-newest")):
                 asked.append(_baseline(name, f"{name} (at {reference}'s spend)",
-                                       per_window(reference, lambda r, k=key: r.get("asked", {}).get(k))))
+                                       per_window(reference, lambda r: r.get("asked", {}).get(key))))
         else:
             asked = strategy_series(lambda r: r.get("asked", {}).get("retention", {}).get("overall"))
         panels.append(("each question asked as the next message, recall included", asked))
