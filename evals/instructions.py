@@ -273,8 +273,9 @@ async def _run(item: Item) -> Outcome:
 
 def _reason(result: str) -> str:
     text = result.split("rejected entry 0: ", 1)[-1]
-    for key, label in (("future behaviour", "an instruction"), ("about the assistant", "about the assistant"),
-                       ("not a statement", "not stated as a fact"), ("does not say", "not what the message says"),
+    for key, label in (("future behaviour", "an instruction"), ("not a statement", "not a statement of fact"),
+                       ("does not state it", "asked of the assistant, not stated"),
+                       ("not a person's message", "not a person's message"), ("does not say", "not what the message says"),
                        ("do not say", "not what the message says"), ("secret", "holds a secret"),
                        ("which the cited", "a value the message lacks"), ("500", "too long")):
         if key in text:
