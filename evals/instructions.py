@@ -10,7 +10,8 @@ per language): sentences that hold a word of standing scope ("always", "nie", "j
 that the treebank's annotators marked as no imperative and with no second person, and that end in no question mark.
 
 Every text is posted as one person's message and goes through the bot's own code: the ledger a compaction folds
-(:class:`LedgerBuilder`), the handoff it renders (:func:`render_handoff`) and the ``record_state`` tool a model calls
+(:class:`LedgerBuilder`), the narrative it writes without a summarizer (:func:`extractive`), the handoff it renders
+(:func:`render_handoff`) and the ``record_state`` tool a model calls
 to record it as a fact, citing that message. What is counted:
 
 - **as the assistant's own**: some 12 characters of the message appear in the handoff outside a quotation that names
@@ -40,8 +41,8 @@ from typing import Any
 
 from threadkeeper.persistence import Message, MessageFlags, TextPart
 from threadkeeper.persistence.errors import ThreadkeeperError
-from threadkeeper.services.handoff import LedgerBuilder, record_state_tool, render_handoff
-from threadkeeper.services.models import ToolContext
+from threadkeeper.services.handoff import LedgerBuilder, NarrativeEntry, extractive, record_state_tool, render_handoff
+from threadkeeper.services.models import Tokenizer, ToolContext
 
 from .checkout import Checkout, CheckoutError
 
@@ -254,14 +255,18 @@ class Outcome:
     """Why ``record_state`` refused it ("" when it accepted)."""
 
 
-async def _run(item: Item) -> Outcome:
+async def _run(item: Item, tokenizer: Tokenizer) -> Outcome:
     own, asked = False, False
     for addressed in (False, True):
         m = _message(item.text, addressed=addressed)
         ledger = LedgerBuilder().fold([m]).build()
         if not addressed:
             asked = any(a.standing for a in ledger.asks)
-        handoff = render_handoff(ledger, [], {}, cap_tokens=20_000, count=lambda t: len(t) // 4 + 1, now=AT + 60)
+        # the narrative a compaction writes without a summarizer (or when it fails)
+        narrative = [NarrativeEntry(text=line.text, source_ids=list(line.source_ids))
+                     for line in extractive([m], 2_000, tokenizer).lines]
+        handoff = render_handoff(ledger, narrative, {}, cap_tokens=20_000, count=lambda t: len(t) // 4 + 1,
+                                 now=AT + 60)
         own = own or unquoted(item.text, handoff.text)
     ctx = ToolContext(conversation_id="eval", checkpoint_id="eval", messages=[_message(item.text, addressed=True)])
     result = await record_state_tool().handler(
@@ -307,8 +312,9 @@ def evaluate(corpus: Corpus, *, progress: Callable[[int], None] | None = None) -
 
     async def run_all() -> list[Outcome]:
         out = []
+        tokenizer = Tokenizer("gpt-4o")
         for i, item in enumerate(corpus.items):
-            out.append(await _run(item))
+            out.append(await _run(item, tokenizer))
             if progress is not None:
                 progress(i + 1)
         return out

@@ -487,6 +487,17 @@ MUTANTS: list[Mutant] = [
     Mutant("memory-takes-fewer-notes-than-its-share-says", "services/memory/extraction.py",
            "        total = whole_cost(notes, self.tokenizer.count)", "        total = sum(n.tokens for n in notes)",
            ("tests/test_memory.py", "-k", "finds_a_record_by_the_terms")),
+    Mutant("extractive-narrative-carries-a-persons-words-unquoted", "services/handoff/narrative.py",
+           'text = f"{m.author}: {quote(said)}" if person', 'text = f"{m.author}: {said}" if person',
+           ("tests/test_instructions.py", "-k", "quotes_them_under_their_name")),
+    Mutant("extractive-narrative-cuts-a-quotation-open", "services/handoff/narrative.py",
+           """        said = sentence if len(sentence) <= room else sentence[:room - 1] + "…"
+        text = f"{m.author}: {quote(said)}" if person else said  # a person's words, quoted whole
+""", """        said = sentence
+        text = f"{m.author}: {quote(said)}" if person else said  # a person's words, quoted whole
+        text = text if len(text) <= 300 else text[:299] + "…"
+""",
+           ("tests/test_instructions.py", "-k", "quotes_them_under_their_name")),
 ]
 
 
