@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from threadkeeper.persistence import ThreadkeeperError
 
 from .embedded import NothingStoredError
-from .evalcmd import cmd_eval, cmd_eval_memory, cmd_eval_redaction, windows_list
+from .evalcmd import cmd_eval, cmd_eval_instructions, cmd_eval_memory, cmd_eval_redaction, windows_list
 from .logs import WorkProgress, quiet_turn_lines
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
 from .settings import Settings, SettingsError, load_settings
@@ -392,6 +392,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--by-vendor", action="store_true", help="also print each vendor's share")
     c.add_argument("--json", help="write the results as JSON here")
     c.set_defaults(func=cmd_eval_redaction)
+    c = ev.add_parser("instructions", help="where instructions from a public prompt-injection set, and look-alike "
+                                           "facts, end up: as a person's quoted words, as the assistant's own, or "
+                                           "as facts record_state accepts; beside a cue-word baseline")
+    c.add_argument("--source", choices=("cyberseceval",), default="cyberseceval",
+                   help="where the instructions come from: cyberseceval (Meta's prompt-injection sets, 18 languages)")
+    c.add_argument("--path", required=True, help="a PurpleLlama checkout: a work tree or a bare git directory")
+    c.add_argument("--facts", action="append", default=[], required=True, metavar="DIR",
+                   help="a Universal Dependencies treebank checkout (UD_English-EWT, UD_German-GSD, …) whose "
+                        "sentences give the look-alike facts; repeat it for each language")
+    c.add_argument("--by-language", action="store_true", help="also print each language's shares")
+    c.add_argument("--json", help="write the results as JSON here")
+    c.set_defaults(func=cmd_eval_instructions)
 
     p = sub.add_parser("bench", help="speed, write cost, compaction cost, throughput and memory on real Redis")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under a minute)")

@@ -267,3 +267,58 @@ def cmd_eval_redaction(args: argparse.Namespace, settings: Settings) -> int:
             json.dump({"source": args.source, "path": str(args.path), "seed": args.seed, "vendors": corpus.vendors,
                        "secrets": len(corpus.secrets), "negatives": len(corpus.negatives), **result}, fh, indent=2)
     return 0
+
+
+def cmd_eval_instructions(args: argparse.Namespace, settings: Settings) -> int:
+    """``threadkeeper eval instructions``: instructions aimed at an assistant, from a public prompt-injection set, and
+    look-alike facts, each posted as a person's message through the ledger, the handoff and ``record_state``; beside
+    a cue-word baseline at the same false-positive rate."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from threadkeeper.evals.instructions import FACT, KINDS, evaluate, load_source, report
+
+    corpus = load_source(args.source, args.path, args.facts)
+    with WorkProgress("instructions eval", len(corpus.items)) as bar:
+        result = report(evaluate(corpus, progress=lambda done: bar.update(done)))
+    console = Console(width=170)
+    table = Table(title=f"where a person's words go: {len(corpus.items):,} texts from {', '.join(corpus.sources)}; "
+                        f"cue-word baseline flags at ≥ {result['baseline_k']} cues (facts kept: bot "
+                        f"{_pct(result['facts_kept'])}, baseline {_pct(result['baseline_facts_kept'])})")
+    for col in ("texts", "half", "n", "as the assistant's own", "not recognised", "baseline: not flagged",
+                "accepted by record_state", "baseline: accepted"):
+        table.add_column(col, justify="left" if col in ("texts", "half") else "right")
+    for kind in KINDS:
+        for half in ("tuning", "held-out", "all"):
+            row = result["groups"].get(f"{half} / {kind}")
+            if row is None:
+                continue
+            fact = kind == FACT
+            # for facts the columns read the other way: "not recognised" is a fact kept as a fact
+            table.add_row(kind if half == "tuning" else "", half, f"{row['n']:,}", _pct(row["as_own"]),
+                          _pct(row["not_recognised"]) + (" kept" if fact else ""),
+                          _pct(row["baseline_not_flagged"]) + (" kept" if fact else ""),
+                          _pct(row["accepted_by_record_state"]), _pct(row["baseline_not_flagged"]))
+    console.print(table)
+    if args.by_language:
+        languages = Table(title="by language (all halves)")
+        for col in ("language", "texts", "n", "as the assistant's own", "not recognised", "accepted by record_state",
+                    "baseline: not flagged"):
+            languages.add_column(col, justify="left" if col in ("language", "texts") else "right")
+        for key, row in sorted(result["languages"].items()):
+            language, kind = key.split(" / ", 1)
+            languages.add_row(language, kind, f"{row['n']:,}", _pct(row["as_own"]), _pct(row["not_recognised"]),
+                              _pct(row["accepted_by_record_state"]), _pct(row["baseline_not_flagged"]))
+        console.print(languages)
+    refused = {kind: result["groups"][f"all / {kind}"]["refused_because"] for kind in KINDS
+               if f"all / {kind}" in result["groups"]}
+    print("record_state refused, by reason: " + "; ".join(
+        f"{kind}: " + (", ".join(f"{why} {n}" for why, n in sorted(reasons.items())) or "none")
+        for kind, reasons in refused.items()))
+    skipped = ", ".join(f"{n} ({why})" for why, n in sorted(corpus.skipped.items()))
+    print(f"treebank sentences and files skipped: {skipped or 0}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"source": args.source, "path": str(args.path), "facts": [str(f) for f in args.facts],
+                       "sources": corpus.sources, "texts": len(corpus.items), **result}, fh, indent=2)
+    return 0
