@@ -434,6 +434,23 @@ MUTANTS: list[Mutant] = [
     Mutant("handoff-planned-ahead-kept-across-a-fork", "persistence/scripts.py",
            "  if redis.call('HGET', KEYS[2], at .. ':kind') ~= 'turn' then return 0 end\n", "",
            ("tests/test_compaction_ahead.py", "-k", "no_longer_descends")),
+    Mutant("recall-ignores-the-questions-meaning", "services/text/index.py",
+           "        if meaning is None or not nearest:\n", "        if True:\n",
+           ("tests/test_dense_recall.py", "-k", "only_by_meaning and fakeredis-openai")),
+    Mutant("stored-vectors-never-read-back", "services/recall/index.py",
+           "stored = await self.vectors.get(conversation_id, wanted) if self.vectors is not None else {}",
+           "stored: dict[str, bytes] = {}",
+           ("tests/test_dense_recall.py", "-k", "cold_worker and fakeredis")),
+    Mutant("every-turn-embeds-the-whole-thread-again", "services/recall/index.py",
+           "index.unembedded = [p for p in index.unembedded if not search.embedded(p) and p not in search.removed]",
+           "index.unembedded = list(range(index.size))",
+           ("tests/test_dense_recall.py", "-k", "cold_worker and fakeredis")),
+    Mutant("a-failing-embedding-model-fails-the-turn", "services/recall/index.py",
+           "except (EmbeddingError, StoreUnavailableError) as exc:", "except StoreUnavailableError as exc:",
+           ("tests/test_dense_recall.py", "-k", "failing and fakeredis and 401")),
+    Mutant("vectors-of-another-length-taken", "services/recall/index.py",
+           "            if size is not None and rows.shape[1] != size:\n", "            if False:\n",
+           ("tests/test_dense_recall.py", "-k", "failing and fakeredis and dimensions")),
 ]
 
 
