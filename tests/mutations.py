@@ -451,6 +451,9 @@ MUTANTS: list[Mutant] = [
     Mutant("vectors-of-another-length-taken", "services/recall/index.py",
            "            if size is not None and rows.shape[1] != size:\n", "            if False:\n",
            ("tests/test_dense_recall.py", "-k", "failing and fakeredis and dimensions")),
+    Mutant("embedding-model-not-checked-at-start", "threadkeeper/root.py",
+           "    if settings.ai_embedding_model:\n        _check_embedding_model(", "    if False:\n        _check_embedding_model(",
+           ("tests/test_bad_settings.py", "-k", "embedding")),
 ]
 
 
