@@ -78,7 +78,18 @@ async def test_a_message_sharing_no_word_with_the_question_is_recalled_only_by_m
 
 async def test_a_turn_embeds_only_the_question_and_a_cold_worker_reads_the_stored_vectors(
         server: ModelServer, model, prefix, client) -> None:
-    p, stores = _pipeline(prefix, client, "openai/toy-embed")
+    await _embedded_once(server, prefix, client)
+
+
+async def test_vectors_live_in_the_conversations_slot_of_a_redis_cluster(
+        server: ModelServer, model, prefix, cluster_client) -> None:
+    await _embedded_once(server, prefix, cluster_client)
+    key = ConversationKeys(prefix, CONV)
+    assert cluster_client.keyslot(key.vectors) == cluster_client.keyslot(key.state)
+
+
+async def _embedded_once(server: ModelServer, prefix: str, client) -> None:  # type: ignore[no-untyped-def]
+    p, _ = _pipeline(prefix, client, "openai/toy-embed")
     await _thread(p)
     await p.submit(CONV, QUESTION, author="carol", id="1700.009000")
     await p.run(CONV)
