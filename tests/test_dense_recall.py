@@ -13,12 +13,28 @@ from model_server import ModelServer, Reply
 
 from threadkeeper.persistence import ConversationKeys
 from threadkeeper.services.recall import RECALL_HEADER
+from threadkeeper.services.text import TermIndex, fuse
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACT = "Kate signed up for a ceramics course at the studio on Elm street."
 QUESTION = "what new hobby has she taken up lately?"
 """Shares no search term with the fact: only its meaning (hobby ~ ceramics in the toy model) reaches it."""
 ROUTES = {"openai": ("openai/toy-embed", "/v1/embeddings"), "ollama": ("ollama/toy-embed", "/api/embed")}
+
+
+def test_fusion_ranks_by_both_and_meaning_reaches_only_searchable_live_documents() -> None:
+    index = TermIndex()
+    for terms in (["pottery"], ["lunch"], ["lunch", "room"], ["kiln"], ["lunch"]):
+        index.add(terms)
+    index.searchable([0, 1, 2, 3])  # the last is still in the context: not searchable
+    index.embed([0, 1, 2, 3, 4], [[1, 0], [0, 1], [0.1, 1], [0.9, 0.1], [1, 0]])
+    index.remove(3)
+    assert index.ranked(["lunch"]) == index.scores(["lunch"]), "without a vector: BM25 alone, exactly"
+    _, near = index.nearest([1, 0], limit=10)
+    assert near.tolist() == [0, 2, 1], "removed and pending documents are never reached"
+    fused = [p for _, p in index.ranked(["lunch"], [1, 0], nearest=10)]
+    assert fused[0] in (1, 2) and 0 in fused, "a document only meaning finds is fused in"
+    assert fuse([5, 6], [6, 7]) == [(1 / 62 + 1 / 61, 6), (1 / 61, 5), (1 / 62, 7)]
 
 
 def _filler(n: int) -> list[str]:

@@ -214,7 +214,7 @@ class TermIndex:
 
 def fuse(*rankings: Sequence[int], k: int = RRF_K) -> list[tuple[float, int]]:
     """Reciprocal rank fusion of rankings of positions (each best first): ``(fused score, position)`` best first
-    (ties: the one ranked first in the earliest ranking)."""
+    (ties: in the order first seen, the first ranking's before the second's)."""
     score: dict[int, float] = {}
     for ranking in rankings:
         for rank, position in enumerate(ranking, start=1):
