@@ -86,6 +86,8 @@ class ModelServer:
     """Every embedding request is answered with this reply's ``status`` and ``error`` body while it is set."""
     embed_wrong: int | None = None
     """Answer embeddings of this many dimensions instead (a misconfigured server)."""
+    embed_delay: float = 0.0
+    """Seconds to wait before answering an embedding request (a hung server: longer than the client's timeout)."""
 
     def push(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -169,9 +171,11 @@ class ModelServer:
         await response.write_eof()
         return response
 
-    def _vectors(self, request: web.Request, texts: list[str]) -> list[list[float]] | web.Response:
+    async def _vectors(self, request: web.Request, texts: list[str]) -> list[list[float]] | web.Response:
         self.paths.append(request.path)
         self.embedded.append(texts)
+        if self.embed_delay:
+            await asyncio.sleep(self.embed_delay)
         if self.embed_error is not None:
             return web.json_response(self.embed_error.error or {"error": {"message": "refused"}},
                                      status=self.embed_error.status)
@@ -180,7 +184,7 @@ class ModelServer:
     async def _openai_embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
         texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
-        vectors = self._vectors(request, texts)
+        vectors = await self._vectors(request, texts)
         if isinstance(vectors, web.Response):
             return vectors
         def encoded(v: list[float]) -> object:  # the OpenAI SDK asks for base64 unless told otherwise
@@ -194,7 +198,7 @@ class ModelServer:
     async def _ollama_embed(self, request: web.Request) -> web.Response:
         body = json.loads(await request.text())
         texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
-        vectors = self._vectors(request, texts)
+        vectors = await self._vectors(request, texts)
         if isinstance(vectors, web.Response):
             return vectors
         return web.json_response({"model": body.get("model", "test"), "embeddings": vectors,

@@ -49,9 +49,9 @@ def model():
     return m
 
 
-def _pipeline(prefix, client, embedding: str | None):  # type: ignore[no-untyped-def]
+def _pipeline(prefix, client, embedding: str | None, **settings):  # type: ignore[no-untyped-def]
     p, stores = pipeline(prefix, client, context_window=4096,
-                         settings={"ai_embedding_model": embedding} if embedding else {})
+                         settings={**settings, **({"ai_embedding_model": embedding} if embedding else {})})
     return p, stores
 
 
@@ -129,26 +129,29 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("failure", ["down", "401", "dimensions"])
+@pytest.mark.parametrize("failure", ["down", "401", "dimensions", "hung"])
 async def test_a_failing_embedding_model_logs_one_line_and_the_turn_recalls_by_words(
         failure: str, server: ModelServer, model, prefix, client, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    p, _ = _pipeline(prefix, client, "openai/toy-embed")
+    timeout = 1.0 if failure == "hung" else 5.0
+    p, _ = _pipeline(prefix, client, "openai/toy-embed", ai_timeout_seconds=timeout)
     await _thread(p)
     if failure == "down":
         monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{_closed_port()}/v1")
     elif failure == "401":
         server.embed_error = Reply(status=401, error={"error": {"message": "Incorrect API key provided",
                                                                 "type": "invalid_request_error"}})
-    else:
+    elif failure == "dimensions":
         server.embed_wrong = 64
+    else:
+        server.embed_delay = 30
     question = "what was in the status update 7 about pastries?"
     words_only, _ = _pipeline(prefix, client, None)
     expected = await _recalled(words_only, question)
     assert "status update 7" in expected
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="threadkeeper"):
-        failing, _ = _pipeline(prefix, client, "openai/toy-embed")  # as cold as ``words_only``: the same segments
+        failing, _ = _pipeline(prefix, client, "openai/toy-embed", ai_timeout_seconds=timeout)  # as cold as words_only
         assert await _recalled(failing, question) == expected, "recall by words alone, exactly"
         caplog.clear()
         await p.submit(CONV, question, author="carol", id="1700.009000")
@@ -158,5 +161,6 @@ async def test_a_failing_embedding_model_logs_one_line_and_the_turn_recalls_by_w
     assert any(RECALL_HEADER in t and "status update 7:" in t for t in sent)
     lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
     assert len(lines) == 1 and "AI_EMBEDDING_MODEL='openai/toy-embed'" in lines[0], lines
-    said = {"down": "does not answer", "401": "refused the key", "dimensions": "64 dimensions"}[failure]
+    said = {"down": "does not answer", "401": "refused the key", "dimensions": "64 dimensions",
+            "hung": "did not answer within 1s"}[failure]
     assert said in lines[0] and "\n" not in lines[0]

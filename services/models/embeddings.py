@@ -5,8 +5,10 @@ call, through litellm, imported on first use: a worker without an embedding mode
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,6 +39,9 @@ class EmbeddingClient:
         self._model = model
         self.timeout_seconds = timeout_seconds
         self.setting = setting
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="threadkeeper-embed")
+        """The calls' own threads: a server that hangs holds these (until litellm's own timeout), never the event
+        loop's default executor; calls waiting for a thread time out like a call that does not answer."""
 
     @property
     def model(self) -> str:
@@ -50,10 +55,10 @@ class EmbeddingClient:
         try:
             # litellm's synchronous call, on a thread: its bookkeeping after a response makes blocking requests of
             # its own (Ollama's model info, once per model), which must not stop the event loop.
-            response = await asyncio.wait_for(
-                asyncio.to_thread(litellm.embedding, model=self.model, input=list(texts), timeout=self.timeout_seconds,
-                                  max_retries=0),
-                timeout=self.timeout_seconds)
+            call = functools.partial(litellm.embedding, model=self.model, input=list(texts),
+                                     timeout=self.timeout_seconds, max_retries=0)
+            response = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._threads, call),
+                                              timeout=self.timeout_seconds)
         except (asyncio.TimeoutError, litellm.Timeout):
             raise EmbeddingError(f"{named}: the embedding model did not answer within {self.timeout_seconds:g}s"
                                  ) from None
