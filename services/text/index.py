@@ -183,14 +183,19 @@ class TermIndex:
         mask = self._alive[:n] & self._taken[:n] & self._embedded[:n]
         if among is not None:
             mask &= among[:n]
-        positions = np.flatnonzero(mask)
-        if not len(positions):
+        reached = int(mask.sum())
+        if not reached:
             return np.zeros(0), np.zeros(0, dtype=np.int64)
         query = np.asarray(meaning, dtype=np.float32).reshape(-1)
-        scores = self._vectors[positions] @ (query / max(float(np.linalg.norm(query)), 1e-12))
-        if len(positions) > limit:
-            best = np.argpartition(scores, -limit)[-limit:]
-            scores, positions = scores[best], positions[best]
+        # einsum, not BLAS: a threaded BLAS on a busy machine took 15-25 ms for what one core does in 1 ms (10,000
+        # vectors of 384 dimensions); ``[:n]`` is a view, nothing is copied
+        similar = np.einsum("ij,j->i", self._vectors[:n], query / max(float(np.linalg.norm(query)), 1e-12))
+        similar[~mask] = -np.inf
+        if reached > limit:
+            positions = np.argpartition(similar, -limit)[-limit:]
+        else:
+            positions = np.flatnonzero(mask)
+        scores = similar[positions]
         order = np.lexsort((-positions, -scores))
         return scores[order].astype(np.float64), positions[order]
 
