@@ -5,10 +5,8 @@ call, through litellm, imported on first use: a worker without an embedding mode
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,9 +37,7 @@ class EmbeddingClient:
         self._model = model
         self.timeout_seconds = timeout_seconds
         self.setting = setting
-        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="threadkeeper-embed")
-        """The calls' own threads: a server that hangs holds these (until litellm's own timeout), never the event
-        loop's default executor; calls waiting for a thread time out like a call that does not answer."""
+        self._ready = False
 
     @property
     def model(self) -> str:
@@ -53,12 +49,13 @@ class EmbeddingClient:
         litellm = _litellm()
         named = f"{self.setting}={self.model!r}"
         try:
-            # litellm's synchronous call, on a thread: its bookkeeping after a response makes blocking requests of
-            # its own (Ollama's model info, once per model), which must not stop the event loop.
-            call = functools.partial(litellm.embedding, model=self.model, input=list(texts),
-                                     timeout=self.timeout_seconds, max_retries=0)
-            response = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._threads, call),
-                                              timeout=self.timeout_seconds)
+            if not self._ready:  # once, on a thread: registering asks Ollama about the model with a blocking request
+                await asyncio.wait_for(asyncio.to_thread(_known_to_litellm, litellm, self.model),
+                                       timeout=self.timeout_seconds)
+                self._ready = True
+            response = await asyncio.wait_for(
+                litellm.aembedding(model=self.model, input=list(texts), timeout=self.timeout_seconds, max_retries=0),
+                timeout=self.timeout_seconds)
         except (asyncio.TimeoutError, litellm.Timeout):
             raise EmbeddingError(f"{named}: the embedding model did not answer within {self.timeout_seconds:g}s"
                                  ) from None
@@ -69,11 +66,25 @@ class EmbeddingClient:
         except Exception as exc:  # noqa: BLE001 - litellm maps providers' errors to its own hierarchy, or not at all
             refused_connection = _connection_error(exc)
             if refused_connection is not None:
-                raise EmbeddingError(f"{named}: the embedding server does not answer ({refused_connection})") from None
+                said = refused_connection.strerror or str(refused_connection)
+                raise EmbeddingError(f"{named}: the embedding server does not answer ({said[:200]})") from None
             if getattr(exc, "status_code", None) in (401, 403, 404):
                 raise EmbeddingError(str(refused(exc, self.model, self.setting))) from None
             raise EmbeddingError(f"{named}: the embedding call failed ({type(exc).__name__}: {_said(exc)})") from None
         return _rows(response, len(texts), named)
+
+
+def _known_to_litellm(litellm: Any, model: str) -> None:
+    """An Ollama model litellm's price map does not list is registered there at no cost (it runs locally): litellm's
+    bookkeeping after each response would otherwise ask the Ollama server for the model's details with a blocking
+    request, on the event loop (a blocking call litellm makes on its async path)."""
+    try:
+        provider = litellm.get_llm_provider(model)[1]
+    except Exception:  # noqa: BLE001 - a model litellm cannot route fails on its call, with its own line
+        return
+    if provider == "ollama" and model not in litellm.model_cost:
+        litellm.register_model({model: {"litellm_provider": "ollama", "mode": "embedding", "input_cost_per_token": 0.0,
+                                         "output_cost_per_token": 0.0}})
 
 
 def _rows(response: Any, count: int, named: str) -> Any:
@@ -102,14 +113,14 @@ def _rows(response: Any, count: int, named: str) -> Any:
 def _connection_error(exc: BaseException) -> OSError | None:
     """The connection failure behind ``exc`` (litellm reports some providers' refused connections as a server
     error), if any."""
-    seen: set[int] = set()
+    seen: list[OSError] = []
     cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
+    while cause is not None and not any(cause is s for s in seen) and len(seen) < 20:
         if isinstance(cause, OSError):
-            return cause
-        seen.add(id(cause))
+            seen.append(cause)
         cause = cause.__cause__ or cause.__context__
-    return None
+    # the one that says what happened in words (some clients wrap it in one that prints their settings)
+    return next((e for e in seen if e.strerror), seen[0] if seen else None)
 
 
 def _get(item: Any, name: str) -> Any:

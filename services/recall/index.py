@@ -166,9 +166,8 @@ class ConversationIndex:
     """The authors a word names: each word of a person's name, and the names people address them by."""
     _capitalized: Counter[str] = field(default_factory=Counter)
     _vocative: Counter[tuple[str, str]] = field(default_factory=Counter)
-    unembedded: list[int] = field(default_factory=list)
-    """Positions without a vector yet (with an embedding model); ``asked``: those whose stored vector was read for."""
     asked: set[int] = field(default_factory=set)
+    """With an embedding model: the positions whose stored vector was read for (once each)."""
 
     def add(self, messages: Iterable[Message]) -> int:
         added = 0
@@ -186,7 +185,6 @@ class ConversationIndex:
             if change is None:
                 self._learn_names(author, m.text)
             self.position[m.id] = self.search.add(search_terms(m.text))
-            self.unembedded.append(self.position[m.id])
             self.messages.append(m)
             self.authors.append(author)
             self.targets.append(change[0] if change else m.id)
@@ -352,10 +350,10 @@ class Recall:
             return hashlib.blake2b(f"{embedder.model}\0{text}".encode(), digest_size=12).hexdigest()
 
         search = index.search
-        index.unembedded = [p for p in index.unembedded if not search.embedded(p) and p not in search.removed]
-        texts = {p: index.messages[p].text[:EMBED_CHARS] for p in index.unembedded}
+        waiting = search.unembedded()
+        texts = {p: index.messages[p].text[:EMBED_CHARS] for p in waiting}
         questions = [m.text[:EMBED_CHARS] for m in asked]
-        unread = [p for p in index.unembedded if p not in index.asked]
+        unread = [p for p in waiting if p not in index.asked]
         wanted = list(dict.fromkeys([*(key(texts[p]) for p in unread), *(key(q) for q in questions)]))
         stored = await self.vectors.get(conversation_id, wanted) if self.vectors is not None else {}
         index.asked.update(unread)
@@ -366,7 +364,7 @@ class Recall:
             size = size or len(vector)
             if len(vector) == size:  # (another length: stored for a model of that name before; embedded anew)
                 found[field_] = vector
-        new = list(dict.fromkeys([*questions, *(texts[p] for p in reversed(index.unembedded)
+        new = list(dict.fromkeys([*questions, *(texts[p] for p in reversed(waiting)
                                                 if key(texts[p]) not in found)]))
         new = [t for t in new if key(t) not in found]
         if len(new) > len(questions) + EMBED_BATCH:
@@ -380,10 +378,9 @@ class Recall:
             found.update(made)
             if self.vectors is not None:
                 await self.vectors.put(conversation_id, {k: v.astype("<f2").tobytes() for k, v in made.items()})
-        ready = [p for p in index.unembedded if key(texts[p]) in found]
+        ready = [p for p in waiting if key(texts[p]) in found]
         if ready:
             search.embed(ready, np.stack([found[key(texts[p])] for p in ready]))
-        index.unembedded = [p for p in index.unembedded if not search.embedded(p)]
         mine = [found[key(q)] for q in questions if key(q) in found]
         return np.mean(mine, axis=0) if mine else None
 

@@ -159,8 +159,11 @@ class TermIndex:
         """The length of the documents' vectors (None until the first is given)."""
         return None if self._vectors is None else int(self._vectors.shape[1])
 
-    def embedded(self, position: int) -> bool:
-        return bool(self._embedded[position])
+    def unembedded(self) -> list[int]:
+        """The live documents (searchable or pending) without a vector, by position."""
+        n = len(self.terms)
+        found: list[int] = np.flatnonzero(self._alive[:n] & ~self._embedded[:n]).tolist()
+        return found
 
     def embed(self, positions: Sequence[int], vectors: Any) -> None:
         """Give the documents at ``positions`` their vectors (rows of ``vectors``, made unit length); every vector
