@@ -281,6 +281,10 @@ def _version() -> str:
         return "(not installed)"
 
 
+PLOT_HELP = ("draw {what} to this file: .png, .svg or .pdf (needs matplotlib, the plot extra; checked before the "
+             "run)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="threadkeeper", description="A Slack bot that never loses the thread.")
     parser.add_argument("--version", action="version", version=f"threadkeeper {_version()}")
@@ -362,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also ask every question as the next message and grade the context built for it, "
                         "recall included (default on; --no-ask grades only the standing context)")
     c.add_argument("--json", help="write the results as JSON here")
-    c.add_argument("--plot", help="draw retention against window size to this PNG")
+    c.add_argument("--plot", metavar="FILE", help=PLOT_HELP.format(what="the share kept per window, each strategy "
+                                                                        "and baseline beside threadkeeper"))
     c.add_argument("--model", help="a real model to run the threads with (enables --judge-model)")
     c.add_argument("--judge-model", help="grade answers to each probe's question with this model")
     c.set_defaults(func=cmd_eval)
@@ -375,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--windows", type=windows_list, default=[8192],
                    help="comma-separated context windows (default 8192)")
     c.add_argument("--json", help="write the results as JSON here")
+    c.add_argument("--plot", metavar="FILE", help=PLOT_HELP.format(what="the share answered per window, memory "
+                                                                        "beside BM25 and no memory"))
     c.set_defaults(func=cmd_eval_memory)
     c = ev.add_parser("redaction", help="how many secrets of a public secret scanner's samples redaction removes, "
                                         "and how much ordinary text it leaves alone, beside an entropy rule")
@@ -389,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="speed, write cost, compaction cost, throughput and memory on real Redis")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under a minute)")
     p.add_argument("--json", help="write the metrics as JSON here")
+    p.add_argument("--plot", metavar="FILE", help=PLOT_HELP.format(what="each metric that has a target against it"))
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")
