@@ -2,7 +2,7 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .index import OFF_LOOP, TermIndex
+from .index import OFF_LOOP, TermIndex, fuse
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
 from .search import search_terms
 
@@ -10,6 +10,7 @@ __all__ = [
     "OFF_LOOP",
     "STOPWORDS",
     "TermIndex",
+    "fuse",
     "compress",
     "information",
     "language",
