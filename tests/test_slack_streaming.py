@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 from model_server import Reply
-from slack_fake import event_body, sign
+from slack_fake import BOT_USER, event_body, sign
 from test_slack_bot import CHANNEL, SECRET, make_harness, mention
 
 from threadkeeper.bot.streaming import DRAFT, STREAM_BUFFER, DraftMark
@@ -257,6 +257,49 @@ async def test_the_lease_is_held_while_a_stream_a_dead_worker_began_is_looked_fo
         await h.settle()
         await http.close()
         await h.slack.close()
+
+
+@pytest.mark.parametrize("place", ["assistant-thread", "thread-under-the-bots-answer", "dm-top-level"])
+async def test_only_a_message_where_the_reply_goes_is_taken_for_a_half_written_one(prefix, redis_client,
+                                                                                  place) -> None:
+    """On the assistant surface a direct message holds the bot's own messages of several kinds. A worker asked for
+    a reply's message (a stream in a thread of the DM, a post at its top level) and died before Slack answered;
+    moments before, the bot's message the thread hangs from was made (an assistant thread's opening message,
+    subtype ``assistant_app_thread``, or the bot's own answer someone replied to), and the bot answered in
+    another thread of the DM, broadcast to its top level. The worker that takes the conversation over deletes
+    the half-written message and nothing else."""
+    h, http = await make_harness(prefix, redis_client, threadkeeper_slack_surface="assistant")
+    slack, dm = h.slack, "D7"
+    try:
+        client = await h.bot.workspaces.client("T1")
+        asked = time.time()
+        root = f"{asked:.6f}"  # made moments after the reply was asked for
+        parent = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": "How can I help?", "ts": root,
+                  "thread_ts": root}
+        if place != "thread-under-the-bots-answer":
+            parent["subtype"] = "assistant_app_thread"
+        other = "1700000950.000100"
+        elsewhere = await client.chat_postMessage(channel=dm, thread_ts=other, text="another thread")
+        if place != "dm-top-level":
+            cid = f"slack:T1:{dm}:{root}"
+            slack.threads[(dm, root)] = [parent]
+            begun = await client.chat_startStream(channel=dm, thread_ts=root, markdown_text="Half")
+        else:
+            cid = f"slack:T1:{dm}:dm"
+            begun = await client.chat_postMessage(channel=dm, text="Half")
+            broadcast = {**parent, "subtype": "thread_broadcast", "ts": elsewhere["ts"], "thread_ts": other}
+            slack.channels[dm] += [parent, broadcast]  # listed newest first: before the half-written message
+        await h.stores.notes.set_flag(cid, DRAFT, DraftMark(dm, None, asked, place != "dm-top-level").value())
+        await h.pipeline.inbox.mark_pending(cid)
+        assert await h.bot.worker.sweep() == 1
+        await h.settle()
+        assert slack.deleted == [begun["ts"]], "the half-written message, and no other"
+        assert not await h.stores.notes.flag(cid, DRAFT)
+        assert slack.find(dm, root) is not None and slack.find(dm, elsewhere["ts"]) is not None
+    finally:
+        await h.settle()
+        await http.close()
+        await slack.close()
 
 
 @pytest.mark.parametrize("refuse", [False, True], ids=["streamed", "posted-then-updated"])
