@@ -23,6 +23,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.bot.manifest import Surface
+from threadkeeper.persistence import LeaseLostError
 from threadkeeper.services import THINKING, Conversation, Pipeline, as_conversation
 from threadkeeper.services.memory import Source, sources_line
 
@@ -88,13 +89,13 @@ class SlackEvents:
         something slower than thinking (compacting, searching). Which message carries the reaction and which is
         the status message are kept in Redis, so whichever worker ends the conversation's work next (after a
         restart too) removes them. ``None``: the work is over."""
-        if text is None and conversation.id in self.drafts:  # the turns ended without finishing it
-            await self.drafts.pop(conversation.id).discard()
         channel = conversation.channel
-        client = await self._client(conversation)
-        if client is None:
-            return
         try:
+            if text is None and conversation.id in self.drafts:  # the turns ended without finishing it
+                await self.drafts.pop(conversation.id).discard()
+            client = await self._client(conversation)
+            if client is None:
+                return
             if await self.pipeline.flag(conversation, "assistant") == "1":
                 await client.assistant_threads_setStatus(channel_id=channel, thread_ts=conversation.thread,
                                                          status=text or "")
@@ -115,6 +116,8 @@ class SlackEvents:
             log.info("status update in %s failed: %s", conversation, slack_error(exc))
         except LOST as exc:
             log.info("status update in %s got no answer: %s: %s", conversation, type(exc).__name__, exc)
+        except LeaseLostError:  # its flags are refused: the worker holding the lease now shows the work
+            log.info("status update in %s: another worker holds the conversation now", conversation)
 
     async def _session(self, client: AsyncWebClient, conversation: Conversation, text: str | None) -> bool:
         """On the agent surface, the thread's agent session says whether the bot works on it (Slack shows a stop

@@ -67,6 +67,9 @@ class FakeSlack:
         self.read_lag = 0.0
         """Seconds a posted message takes to show in conversations.replies and conversations.history (Slack's
         reads can lag its writes)."""
+        self.drops: dict[str, int] = {}
+        """method (chat.appendStream, chat.stopStream, chat.update, chat.delete) → how many of its next calls are
+        done (as far as they can be) and then answered by dropping the connection."""
         self.drop_every: int | None = None
         """Every n-th chat.postMessage call (1 = the first) is accepted and then its connection dropped."""
         self.failures: dict[str, int] = {}
@@ -206,24 +209,13 @@ class FakeSlack:
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": ts,
                                       "message": {"text": text}})
         if method in ("chat.appendStream", "chat.stopStream", "chat.update", "chat.delete"):
-            found = self.find(params.get("channel", ""), params.get("ts", ""))
-            if found is None:
-                return web.json_response({"ok": False, "error": "message_not_found"})
-            where, message = found
-            if method == "chat.delete":
-                where.remove(message)
-                self.deleted.append(message["ts"])
-            elif method == "chat.update":
-                message.update(text=params.get("text"), blocks=params.get("blocks"))
-                _set_metadata(message, params)
-            else:
-                if not message.get("streaming"):
-                    return web.json_response({"ok": False, "error": "message_not_in_streaming_state"})
-                message["text"] = (message.get("text") or "") + _streamed(params)
-                if method == "chat.stopStream":
-                    message.update(streaming=False, blocks=params.get("blocks"))
-                    _set_metadata(message, params)
-            return web.json_response({"ok": True, "channel": params.get("channel"), "ts": message["ts"]})
+            answer = self._edit(method, params)
+            if self.drops.get(method, 0) > 0:
+                self.drops[method] -= 1
+                assert request.transport is not None
+                request.transport.abort()  # done, but the answer never reaches the caller
+                return web.Response(status=204)
+            return web.json_response(answer)
         if method == "conversations.history":
             shown = [_as_listed(m, params) for m in reversed(self.channels.get(params.get("channel", ""), []))
                      if self._readable(m)]
@@ -269,6 +261,27 @@ class FakeSlack:
             url = str(self.server.make_url("/socket")).replace("http://", "ws://")
             return web.json_response({"ok": True, "url": url})
         return web.json_response({"ok": True})
+
+    def _edit(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Do what chat.appendStream, chat.stopStream, chat.update or chat.delete asks; the answer."""
+        found = self.find(params.get("channel", ""), params.get("ts", ""))
+        if found is None:
+            return {"ok": False, "error": "message_not_found"}
+        where, message = found
+        if method == "chat.delete":
+            where.remove(message)
+            self.deleted.append(message["ts"])
+        elif method == "chat.update":
+            message.update(text=params.get("text"), blocks=params.get("blocks"))
+            _set_metadata(message, params)
+        else:
+            if not message.get("streaming"):
+                return {"ok": False, "error": "message_not_in_streaming_state"}
+            message["text"] = (message.get("text") or "") + _streamed(params)
+            if method == "chat.stopStream":
+                message.update(streaming=False, blocks=params.get("blocks"))
+                _set_metadata(message, params)
+        return {"ok": True, "channel": params.get("channel"), "ts": message["ts"]}
 
     def _readable(self, message: dict[str, Any]) -> bool:
         return time.monotonic() - message.get("_at", 0.0) >= self.read_lag

@@ -165,7 +165,7 @@ class ReplyExecutor:
         released = settled = False
         self._turning.add(conversation_id)
         if self.held is not None:
-            self.held.hold(conversation_id, opening.notes.flags)
+            self.held.hold(conversation_id, opening.notes.flags, opening.lease.token)
         self._opened[conversation_id] = opening.state
         try:
             # Recovery may read Slack back for as long as its reads lag (a reply or a half-written draft a stopped
@@ -173,6 +173,10 @@ class ReplyExecutor:
             renewing = asyncio.create_task(self._heartbeat(lease))
             try:
                 owed = not await events.recover(conversation)
+            except LeaseLostError as exc:  # another worker holds the conversation now: it delivers what is owed
+                log.warning("%s: %s", conversation_id, exc)
+                released = True
+                return results
             finally:
                 renewing.cancel()
             self._opened.pop(conversation_id, None)
@@ -194,7 +198,7 @@ class ReplyExecutor:
                                                        trace_id=result.trace_id, checkpoint_id=result.checkpoint_id,
                                                        notice=notice, sources=result.sources)
                         owed = delivered is False
-                except _LeaseLost:
+                except (_LeaseLost, LeaseLostError):  # a refused write of the turn, or of its reply's flags
                     log.warning("lease on %s lost; another worker continues", conversation_id)
                     released = True
                     break
@@ -241,12 +245,14 @@ class ReplyExecutor:
             self._stops.discard(conversation_id)
             self._opened.pop(conversation_id, None)
             self.checkpoints.let_go(conversation_id)
-            if self.held is not None:
-                self.held.let_go(conversation_id)
-            if not released:
-                if not settled:
-                    await events.status(conversation, None)
-                await self.leases.release(lease)
+            try:
+                if not released:
+                    if not settled:  # its flags' writes still fenced by the lease it releases next
+                        await events.status(conversation, None)
+                    await self.leases.release(lease)
+            finally:
+                if self.held is not None:
+                    self.held.let_go(conversation_id)
         return results
 
     async def _settle(self, conversation: Conversation, events: TurnEvents, *, paused: bool,
