@@ -315,14 +315,14 @@ MUTANTS: list[Mutant] = [
     Mutant("lost-post-sent-again-before-slacks-reads-catch-up", "bot/delivery.py",
            "                lost = True  # Slack may have posted it, and may not show it yet",
            "                lost = False",
-           ("tests/test_delivery.py", "-k", "reads_lag")),
+           ("tests/test_delivery.py", "tests/test_processes.py", "-k", "reads_lag or (exactly_once_with and late)")),
     Mutant("stream-begun-before-the-draft-flag-says-so", "bot/streaming.py",
            "                await self._ask(stream=True)\n"
            "                await self.stream.append(markdown_text=self.shown)  # chat.startStream\n",
            "                await self.stream.append(markdown_text=self.shown)  # chat.startStream\n"
            "                await self._ask(stream=True)\n",
            ("tests/test_slack_streaming.py", "tests/test_processes.py", "-k",
-            "start_lost or (stream_begun and reads-current)")),
+            "start_lost or (stream_begun and reads-current) or (exactly_once_with and kill)")),
     Mutant("stranded-stream-given-up-before-slacks-reads-catch-up", "bot/streaming.py",
            "deadline=mark.since + READ_LAG_SECONDS)", "deadline=mark.since)",
            ("tests/test_slack_streaming.py", "tests/test_processes.py", "-k",

@@ -54,6 +54,9 @@ class FakeSlack:
         self.holds: dict[str, asyncio.Event] = {}
         """method → an event the answer to its calls waits for, after Slack did what was asked (a worker killed
         meanwhile never hears that it was done)."""
+        self.answer_delays: dict[str, float] = {}
+        """method (chat.postMessage, chat.startStream) → seconds its answer takes after Slack did what was asked (a
+        worker killed meanwhile never hears the message's ts)."""
         self.refuse_streaming = False
         """chat.startStream answers an error, as in a workspace where streaming is not available."""
         self.deleted: list[str] = []
@@ -195,6 +198,8 @@ class FakeSlack:
                 self.channels.setdefault(params.get("channel", ""), []).append(posted)
             if method in self.holds:
                 await self.holds[method].wait()
+            if self.answer_delays.get(method):
+                await asyncio.sleep(self.answer_delays[method])
             posting = method == "chat.postMessage"
             if (self.drop_posts > 0 or (self.drop_every and nth % self.drop_every == 0)) if posting else \
                     self.drop_starts > 0:
