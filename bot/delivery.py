@@ -23,6 +23,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from threadkeeper.bot.manifest import Surface
+from threadkeeper.persistence import LeaseLostError
 from threadkeeper.services import THINKING, Conversation, Pipeline, as_conversation
 from threadkeeper.services.memory import Source, sources_line
 
@@ -88,13 +89,13 @@ class SlackEvents:
         something slower than thinking (compacting, searching). Which message carries the reaction and which is
         the status message are kept in Redis, so whichever worker ends the conversation's work next (after a
         restart too) removes them. ``None``: the work is over."""
-        if text is None and conversation.id in self.drafts:  # the turns ended without finishing it
-            await self.drafts.pop(conversation.id).discard()
         channel = conversation.channel
-        client = await self._client(conversation)
-        if client is None:
-            return
         try:
+            if text is None and conversation.id in self.drafts:  # the turns ended without finishing it
+                await self.drafts.pop(conversation.id).discard()
+            client = await self._client(conversation)
+            if client is None:
+                return
             if await self.pipeline.flag(conversation, "assistant") == "1":
                 await client.assistant_threads_setStatus(channel_id=channel, thread_ts=conversation.thread,
                                                          status=text or "")
@@ -115,6 +116,8 @@ class SlackEvents:
             log.info("status update in %s failed: %s", conversation, slack_error(exc))
         except LOST as exc:
             log.info("status update in %s got no answer: %s: %s", conversation, type(exc).__name__, exc)
+        except LeaseLostError:  # its flags are refused: the worker holding the lease now shows the work
+            log.info("status update in %s: another worker holds the conversation now", conversation)
 
     async def _session(self, client: AsyncWebClient, conversation: Conversation, text: str | None) -> bool:
         """On the agent surface, the thread's agent session says whether the bot works on it (Slack shows a stop
@@ -190,8 +193,8 @@ class SlackEvents:
         if client is None:
             return True  # the workspace is gone: nothing can ever be posted there
         parts = split_reply(text)
-        feedback = feedback_blocks(parts[-1], checkpoint_id, notice, await self._sources(client, conversation, sources)
-                                   ) if kind == "completed" and parts else None
+        feedback = await self._blocks(client, conversation, parts, checkpoint_id, notice, sources) \
+            if kind == "completed" else None
         draft = self.drafts.pop(conversation.id, None)
         done = 0
         if draft is not None and parts and await draft.finish(
@@ -201,15 +204,34 @@ class SlackEvents:
             self.metrics.streamed.labels("stream" if draft.streaming else "update").inc()
         elif await self._stranded(client, conversation) is None:
             return False  # a half-written reply may be in the thread: it goes before this one is posted
-        for n, part in enumerate(parts[done:], start=done):
+        if not await self._deliver(client, conversation, parts, checkpoint_id, feedback, shown=set(range(done))):
+            return False
+        if not done:
+            self.metrics.streamed.labels("post").inc()
+        return True
+
+    async def _blocks(self, client: AsyncWebClient, conversation: Conversation, parts: list[str],
+                      checkpoint_id: str | None, notice: str | None, sources: Sequence[Source]) -> list[Any] | None:
+        """What a finished answer's last part shows (:func:`feedback_blocks`: its text, the notice, where the
+        memory it cited was said, the feedback buttons): the one rule for every delivery of a reply, whether the
+        turn's worker posts it or the next holder of the lease does (from what the turn stored)."""
+        if not parts:
+            return None
+        return feedback_blocks(parts[-1], checkpoint_id, notice, await self._sources(client, conversation, sources))
+
+    async def _deliver(self, client: AsyncWebClient, conversation: Conversation, parts: list[str],
+                       checkpoint_id: str | None, feedback: list[Any] | None, *, shown: set[int]) -> bool:
+        """Post the parts of the reply not in ``shown`` (``feedback`` under the last), each at most once
+        (:meth:`_post`), and mark the reply delivered. False when a part stays owed."""
+        for n, part in enumerate(parts):
+            if n in shown:
+                continue
             outcome = await self._post(client, conversation, part, blocks=feedback if n == len(parts) - 1 else None,
                                        checkpoint_id=checkpoint_id, part=n, parts=parts)
             if outcome == "owed":
                 return False
             if outcome == "refused":
                 break  # Slack refused it for good (the channel is gone, the bot was removed): not retried
-        if not done:
-            self.metrics.streamed.labels("post").inc()
         if checkpoint_id:
             await self.pipeline.delivered(conversation, checkpoint_id)
         return True
@@ -340,18 +362,8 @@ class SlackEvents:
         log.warning("delivering the reply of %s that an earlier worker committed but never confirmed "
                     "(%d of %d parts shown)", owed.checkpoint_id, len(shown), len(parts))
         self.metrics.recovered.inc()
-        feedback = feedback_blocks(parts[-1], owed.checkpoint_id)
-        for n, part in enumerate(parts):
-            if n in shown:
-                continue
-            outcome = await self._post(client, conversation, part, blocks=feedback if n == len(parts) - 1 else None,
-                                       checkpoint_id=owed.checkpoint_id, part=n, parts=parts)
-            if outcome == "owed":
-                return False
-            if outcome == "refused":
-                break
-        await self.pipeline.delivered(conversation, owed.checkpoint_id)
-        return True
+        feedback = await self._blocks(client, conversation, parts, owed.checkpoint_id, owed.notice, owed.sources)
+        return await self._deliver(client, conversation, parts, owed.checkpoint_id, feedback, shown=shown)
 
 
 class TurnWorker:

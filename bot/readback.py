@@ -63,10 +63,27 @@ def is_own(message: dict[str, Any], me: Identity | None) -> bool:
                                (me.bot_id is not None and message.get("bot_id") == me.bot_id))
 
 
+REPLY_SUBTYPES = (None, "bot_message")
+"""The subtypes a reply's message may have: none (an app's post) or a bot's. Others are messages Slack made of an
+event (``assistant_app_thread``: the message an assistant thread opens with; ``thread_broadcast``; a join)."""
+
+
+def in_place(message: dict[str, Any], thread: str | None) -> bool:
+    """Whether ``message`` is where a reply goes: in the thread ``thread`` (not the message it hangs from), or, with
+    ``thread`` None, at a direct message's top level (not a reply in one of its threads shown there); and a plain
+    message (:data:`REPLY_SUBTYPES`), not one Slack made of an event such as an assistant thread's opening
+    message. Only such a message can be a reply's part or a half-written reply."""
+    if message.get("subtype") not in REPLY_SUBTYPES:
+        return False
+    if thread is None:
+        return message.get("thread_ts") in (None, message.get("ts"))
+    return message.get("thread_ts") == thread and message.get("ts") != thread
+
+
 async def bot_messages(client: AsyncWebClient, conversation: Conversation, me: Identity | None, *,
                        since: float | None = None) -> list[dict[str, Any]] | None:
-    """The bots' messages where ``conversation``'s replies go (this bot's by its user id, and any with a bot id),
-    with their metadata; ``since``: only those posted after that moment. None when Slack could not be read; none
+    """The bots' messages where ``conversation``'s replies go (:func:`in_place`; this bot's by its user id, and any
+    with a bot id), with their metadata; ``since``: only those posted after that moment. None when Slack could not be read; none
     at all when the thread is not there (yet)."""
     channel, thread = conversation.channel, thread_ts(conversation)
     oldest = f"{since:.6f}" if since else None  # None: not sent
@@ -79,8 +96,8 @@ async def bot_messages(client: AsyncWebClient, conversation: Conversation, me: I
             pages = await client.conversations_replies(channel=channel, ts=thread, limit=200,
                                                        include_all_metadata=True, oldest=oldest)
         async for page in pages:
-            found += [m for m in page.get("messages") or []
-                      if m.get("bot_id") or (me is not None and m.get("user") == me.user_id)]
+            found += [m for m in page.get("messages") or [] if in_place(m, thread) and
+                      (m.get("bot_id") or (me is not None and m.get("user") == me.user_id))]
     except SlackApiError as exc:
         if slack_error(exc) == "thread_not_found":
             return []  # nothing in the thread yet (or the thread is gone)

@@ -36,6 +36,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
+from threadkeeper.persistence import LeaseLostError
 from threadkeeper.services import Conversation, as_conversation
 
 from .conversations import STATUS_MESSAGE
@@ -113,7 +114,8 @@ async def delete_stranded(client: AsyncWebClient, notes: Flags, conversation_id:
         bool | None:
     """Delete a reply left half-written by a worker that stopped mid-reply (or whose first call's answer was lost):
     stopped if it streams, then deleted. Returns whether there was one; None when there may be one that Slack
-    could not be read for (the flag stays, and whoever works on the conversation next looks again)."""
+    could not be read for, or whose deletion's answer was lost (the flag stays, the reply is not posted, and
+    whoever works on the conversation next looks again)."""
     mark = DraftMark.parse(await notes.flag(conversation_id, DRAFT))
     if mark is None:
         return False
@@ -127,13 +129,16 @@ async def delete_stranded(client: AsyncWebClient, notes: Flags, conversation_id:
         if mark.stream:
             try:  # never left streaming, whatever the deletion does
                 await client.chat_stopStream(channel=mark.channel, ts=ts)
-            except SlackApiError:
-                pass  # not streaming (any more): deleted below either way
+            except (SlackApiError, *LOST):
+                pass  # not streaming (any more), or no answer: deleted below either way
         try:
             await client.chat_delete(channel=mark.channel, ts=ts)
         except SlackApiError as exc:
             if exc.response.get("error") != "message_not_found":
                 log.info("%s: deleting a half-written reply failed: %s", conversation_id, exc.response.get("error"))
+        except LOST as exc:  # it may still show: the flag stays, and whoever works on it next deletes it again
+            log.info("%s: deleting a half-written reply got no answer (%s)", conversation_id, type(exc).__name__)
+            return None
     await notes.set_flag(conversation_id, DRAFT, "")
     return True
 
@@ -218,6 +223,10 @@ class SlackDraft:
             log.info("%s: showing the reply as it is written stopped: no answer (%s)", self.conversation_id,
                      type(exc).__name__)
             self.stopped = self.unsure = True  # a first call's message, if Slack made it, is found when discarded
+        except LeaseLostError:  # the draft flag was refused: another worker holds the conversation now
+            log.info("%s: showing the reply as it is written stopped: another worker holds the conversation now",
+                     self.conversation_id)
+            self.stopped = True  # nothing is asked of Slack without the flag saying so
 
     async def _start(self) -> None:
         if await delete_stranded(self.client, self.notes, self.conversation_id, self.me) is None:

@@ -25,6 +25,7 @@ from .models import (
     CheckpointMeta,
     CheckpointOutcome,
     CheckpointStatus,
+    CitedSource,
     ConversationState,
     ConversationSummary,
     History,
@@ -50,7 +51,7 @@ from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
 from .vectors import VectorStore
 
 __all__ = [
-    "Forgetter", "durability", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
+    "Forgetter", "durability", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CitedSource", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",

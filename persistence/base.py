@@ -94,6 +94,16 @@ class RedisStore:
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise StoreUnavailableError(self.url, exc) from exc
 
+    async def _fenced(self, name: str, conversation_id: str, token: str, args: Sequence[Any],
+                      extra: Sequence[str] = (), then: Callable[[Any], None] | None = None) -> Any:
+        """Run the fenced script ``name`` (one written on ``scripts._FENCED``) on the conversation's keys as the
+        holder of the lease ``token``: refused with :class:`LeaseLostError` when another worker holds the lease
+        now ("" writes unfenced: a process that opened no turn, such as the command line). ``extra``: keys of the
+        conversation the script takes after its lease; ``then``: commands sent with it (:meth:`_run_then`)."""
+        keys = self.keys(conversation_id)
+        run = [*keys.durable, keys.lease, *extra], [token, *args]
+        return await (self._run(name, *run) if then is None else self._run_then(name, *run, then))
+
     @property
     def clustered(self) -> bool:
         """Whether the client talks to a Redis Cluster (keys of different slots may live on different nodes)."""

@@ -174,6 +174,17 @@ class Usage(_Record):
     cached_tokens: int = 0
 
 
+class CitedSource(_Record):
+    """Where a memory record a turn's reply cited was said: its mark in the reply (``M1`` → 1), the message's
+    channel and id, when and by whom (``services.memory.Source`` as a turn stores it)."""
+
+    mark: int
+    channel: str
+    message_id: str
+    said_at: float
+    authors: tuple[str, ...] = ()
+
+
 class CheckpointOutcome(_Record):
     """What is recorded when a checkpoint stops running."""
 
@@ -187,6 +198,10 @@ class CheckpointOutcome(_Record):
     trace_id: str | None = None
     resume: dict[str, Any] | None = None
     """For ``awaiting_resume``: what the turn needs to continue (reason, pending tool call)."""
+    notice: str | None = None
+    """What a completed turn's reply tells the person under it (that the turn folded earlier messages, …)."""
+    sources: tuple[CitedSource, ...] = ()
+    """Where the memory its reply cited was said: whoever delivers the reply shows them under it."""
 
 
 class Checkpoint(_Record):

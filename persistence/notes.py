@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
-from redis.typing import EncodableT
 
 from .base import RedisStore
 from .errors import CorruptRecordError
@@ -75,19 +74,27 @@ def effect_fields(items: Sequence[InboxItem]) -> dict[str, str]:
 class NotesStore(RedisStore):
     """The notes of conversations. While this process holds a conversation's lease, its transport flags are the ones
     the turn's opening read with the lease (:meth:`hold`): its reads of them cost nothing, and its writes go to Redis
-    and to that copy. Only the lease holder writes the flags a turn reads (what it shows, what it delivered);
-    those written with an item (:meth:`Inbox.append`) are read by the opening that follows."""
+    and to that copy. Only the lease holder writes the flags a turn reads (what it shows, what it delivered), and
+    its writes are fenced by that lease like its checkpoints' (``scripts.SET_NOTES``): once another worker holds
+    it, they are refused (:class:`LeaseLostError`), so a worker that lost the lease never overwrites what the new
+    holder recorded (the half-written reply it is about to ask Slack for, above all). Those written with an item
+    (:meth:`Inbox.append`) are read by the opening that follows."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._held: dict[str, dict[str, str]] = {}
+        self._tokens: dict[str, str] = {}
+        """conversation → the lease token its writes carry while held."""
 
-    def hold(self, conversation_id: str, flags: Mapping[str, str]) -> None:
-        """Serve the conversation's flags from ``flags`` (read with its lease) until :meth:`let_go`."""
+    def hold(self, conversation_id: str, flags: Mapping[str, str], token: str = "") -> None:
+        """Serve the conversation's flags from ``flags`` (read with its lease) and fence its notes' writes by the
+        lease ``token`` until :meth:`let_go`."""
         self._held[conversation_id] = dict(flags)
+        self._tokens[conversation_id] = token
 
     def let_go(self, conversation_id: str) -> None:
         self._held.pop(conversation_id, None)
+        self._tokens.pop(conversation_id, None)
 
     def heard(self, conversation_id: str, flags: Mapping[str, str]) -> None:
         """Flags this process wrote another way (with an inbox item): the held copy follows."""
@@ -137,12 +144,10 @@ class NotesStore(RedisStore):
         return raw.decode() if isinstance(raw, bytes) else raw
 
     async def _set(self, conversation_id: str, fields: Mapping[str, str]) -> None:
-        key = self.keys(conversation_id).notes
-        pipe = self.client.pipeline(transaction=True)
-        values: dict[EncodableT, EncodableT] = {k: v for k, v in fields.items()}
-        pipe.hset(key, mapping=values)
-        pipe.expire(key, self.retention_seconds)
-        await self._call(pipe.execute())
+        """Set ``fields`` of the notes in one script, fenced by the lease this process holds the conversation
+        with (none: unfenced)."""
+        args = [self.retention_seconds, *(x for pair in fields.items() for x in pair)]
+        await self._fenced("SET_NOTES", conversation_id, self._tokens.get(conversation_id, ""), args)
 
     async def remember_view(self, workspace: str, user: str, view: str, *, seconds: int = 86_400) -> None:
         """What a person has open in Slack now (a channel, a message), as the transport said it: a hint for the

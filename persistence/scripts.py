@@ -5,8 +5,9 @@ A script refuses with an error whose first word is its kind (``NOTFOUND``, ``TRA
 
 All scripts take ``KEYS = ConversationKeys.durable`` (state, cp, msgs, order, inbox, notes) so
 they touch only keys sharing one hash tag, and refresh the retention TTL of all of them. Those that write a
-checkpoint or move the head are fenced (``_FENCED``): they also take the lease and the writer's token, and refuse
-(``LEASE``) a writer whose lease another worker holds.
+checkpoint, move the head or set the conversation's notes are fenced (``_FENCED``, run by
+``RedisStore._fenced``): they also take the lease and the writer's token, and refuse (``LEASE``) a writer whose
+lease another worker holds.
 """
 
 from __future__ import annotations
@@ -195,6 +196,15 @@ redis.call('HSET', K_STATE, 'head', new, 'updated_at', now)
 local version = redis.call('HINCRBY', K_STATE, 'version', 1)
 touch(ttl)
 return {1, version}
+"""
+
+# ARGV: ttl, [field, value]... Sets fields of the conversation's notes (the transport's flags, a turn's edits,
+# deletions and pins): fenced like a checkpoint, so a worker whose lease another took writes none of them.
+SET_NOTES = _FENCED + """
+for i = 2, #ARGV, 2 do redis.call('HSET', K_NOTES, ARGV[i], ARGV[i + 1]) end
+local ttl = tonumber(ARGV[1])
+if ttl and ttl > 0 then redis.call('EXPIRE', K_NOTES, ttl) end
+return 1
 """
 
 _SEGMENT = """

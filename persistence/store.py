@@ -110,12 +110,9 @@ class CheckpointStore(HistoryReader):
         (:meth:`open_turn`, until :meth:`let_go`), refused with :class:`LeaseLostError` once another worker holds
         that lease; a process that opened none writes unfenced (orchestration, the command line). ``extra``: keys of
         the conversation the script takes after those."""
-        keys = self.keys(conversation_id)
-        run = [*keys.durable, keys.lease, *extra], [self._fences.get(conversation_id, ""), *args]
-        if name not in _LISTED:
-            return await self._run(name, *run)
-        now = time.time()
-        return await self._run_then(name, *run, lambda pipe: self._listing(pipe, conversation_id, now))
+        token, now = self._fences.get(conversation_id, ""), time.time()
+        return await self._fenced(name, conversation_id, token, args, extra,
+                                  (lambda pipe: self._listing(pipe, conversation_id, now)) if name in _LISTED else None)
 
     def let_go(self, conversation_id: str) -> None:
         """This process no longer writes under the lease it opened the conversation with."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from threadkeeper.persistence import (
     CheckpointKind,
+    CheckpointOutcome,
     CheckpointStatus,
     CheckpointStore,
     ConversationSummary,
@@ -39,7 +40,7 @@ from threadkeeper.persistence import (
 
 from .conversation import PRIVACY, Conversation
 from .handoff import CompactionReport, Compactor
-from .memory import Extraction, Memory
+from .memory import Extraction, Memory, Source
 from .models import ContextBudget, Tokenizer
 from .recall import Recall
 from .turn import Clock, ContextReport, Intake, Model, Preview, ReplyExecutor, TurnEvents, TurnResult
@@ -72,6 +73,10 @@ class OwedReply:
     checkpoint_id: str
     text: str
     committed_at: float
+    notice: str | None = None
+    """What the reply tells the person under it, as its turn stored it."""
+    sources: tuple[Source, ...] = ()
+    """Where the memory it cited was said, as its turn stored it."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +252,9 @@ class Pipeline:
         if last.role != "assistant" or not last.text.strip() or \
                 any(p.type in ("tool_call", "tool_result") for p in last.parts):
             return None  # a turn that only recorded messages
-        return OwedReply(head.id, last.text, head.meta.created_at)
+        shown = head.outcome or CheckpointOutcome()
+        return OwedReply(head.id, last.text, head.meta.created_at, shown.notice,
+                         tuple(Source.of(s) for s in shown.sources))
 
     async def delivered(self, conversation: Conversation | str, checkpoint_id: str) -> None:
         """The transport confirmed the reply of ``checkpoint_id`` delivered whole."""

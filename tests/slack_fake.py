@@ -54,6 +54,9 @@ class FakeSlack:
         self.holds: dict[str, asyncio.Event] = {}
         """method → an event the answer to its calls waits for, after Slack did what was asked (a worker killed
         meanwhile never hears that it was done)."""
+        self.answer_delays: dict[str, float] = {}
+        """method (chat.postMessage, chat.startStream) → seconds its answer takes after Slack did what was asked (a
+        worker killed meanwhile never hears the message's ts)."""
         self.refuse_streaming = False
         """chat.startStream answers an error, as in a workspace where streaming is not available."""
         self.deleted: list[str] = []
@@ -67,6 +70,9 @@ class FakeSlack:
         self.read_lag = 0.0
         """Seconds a posted message takes to show in conversations.replies and conversations.history (Slack's
         reads can lag its writes)."""
+        self.drops: dict[str, int] = {}
+        """method (chat.appendStream, chat.stopStream, chat.update, chat.delete) → how many of its next calls are
+        done (as far as they can be) and then answered by dropping the connection."""
         self.drop_every: int | None = None
         """Every n-th chat.postMessage call (1 = the first) is accepted and then its connection dropped."""
         self.failures: dict[str, int] = {}
@@ -192,6 +198,8 @@ class FakeSlack:
                 self.channels.setdefault(params.get("channel", ""), []).append(posted)
             if method in self.holds:
                 await self.holds[method].wait()
+            if self.answer_delays.get(method):
+                await asyncio.sleep(self.answer_delays[method])
             posting = method == "chat.postMessage"
             if (self.drop_posts > 0 or (self.drop_every and nth % self.drop_every == 0)) if posting else \
                     self.drop_starts > 0:
@@ -206,24 +214,13 @@ class FakeSlack:
             return web.json_response({"ok": True, "channel": params.get("channel"), "ts": ts,
                                       "message": {"text": text}})
         if method in ("chat.appendStream", "chat.stopStream", "chat.update", "chat.delete"):
-            found = self.find(params.get("channel", ""), params.get("ts", ""))
-            if found is None:
-                return web.json_response({"ok": False, "error": "message_not_found"})
-            where, message = found
-            if method == "chat.delete":
-                where.remove(message)
-                self.deleted.append(message["ts"])
-            elif method == "chat.update":
-                message.update(text=params.get("text"), blocks=params.get("blocks"))
-                _set_metadata(message, params)
-            else:
-                if not message.get("streaming"):
-                    return web.json_response({"ok": False, "error": "message_not_in_streaming_state"})
-                message["text"] = (message.get("text") or "") + _streamed(params)
-                if method == "chat.stopStream":
-                    message.update(streaming=False, blocks=params.get("blocks"))
-                    _set_metadata(message, params)
-            return web.json_response({"ok": True, "channel": params.get("channel"), "ts": message["ts"]})
+            answer = self._edit(method, params)
+            if self.drops.get(method, 0) > 0:
+                self.drops[method] -= 1
+                assert request.transport is not None
+                request.transport.abort()  # done, but the answer never reaches the caller
+                return web.Response(status=204)
+            return web.json_response(answer)
         if method == "conversations.history":
             shown = [_as_listed(m, params) for m in reversed(self.channels.get(params.get("channel", ""), []))
                      if self._readable(m)]
@@ -269,6 +266,27 @@ class FakeSlack:
             url = str(self.server.make_url("/socket")).replace("http://", "ws://")
             return web.json_response({"ok": True, "url": url})
         return web.json_response({"ok": True})
+
+    def _edit(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Do what chat.appendStream, chat.stopStream, chat.update or chat.delete asks; the answer."""
+        found = self.find(params.get("channel", ""), params.get("ts", ""))
+        if found is None:
+            return {"ok": False, "error": "message_not_found"}
+        where, message = found
+        if method == "chat.delete":
+            where.remove(message)
+            self.deleted.append(message["ts"])
+        elif method == "chat.update":
+            message.update(text=params.get("text"), blocks=params.get("blocks"))
+            _set_metadata(message, params)
+        else:
+            if not message.get("streaming"):
+                return {"ok": False, "error": "message_not_in_streaming_state"}
+            message["text"] = (message.get("text") or "") + _streamed(params)
+            if method == "chat.stopStream":
+                message.update(streaming=False, blocks=params.get("blocks"))
+                _set_metadata(message, params)
+        return {"ok": True, "channel": params.get("channel"), "ts": message["ts"]}
 
     def _readable(self, message: dict[str, Any]) -> bool:
         return time.monotonic() - message.get("_at", 0.0) >= self.read_lag

@@ -108,6 +108,41 @@ async def test_a_reply_that_cites_memory_links_to_where_it_was_said(model, prefi
         await h.slack.close()
 
 
+async def test_a_reply_a_dead_worker_committed_is_delivered_with_the_same_blocks(model, prefix, redis_client) -> None:
+    """A turn whose reply cites memory commits and its worker dies before posting it: the worker that delivers it
+    posts what the turn's own worker would have, the sources line and the feedback buttons under the reply."""
+    h, http = await make_harness(prefix, redis_client, threadkeeper_memory_workspaces="T1",
+                                 threadkeeper_memory_channels="*")
+    try:
+        told = "1700000000.000100"
+        h.slack.threads[("C100", told)] = [{"type": "message", "user": "U1", "ts": told, "text": FACT}]
+        assert await h.post(event_body(mention("C100", told, FACT), event_id="Ev0")) == 200
+        await h.settle()
+        assert (await h.pipeline.extract_memory(f"slack:T1:C100:{told}")).records >= 1
+        model.default = Step(text="It is kestrel-eu (M1).")
+
+        async def killed(*args, **kwargs) -> None:  # type: ignore[no-untyped-def]  # dies right after the commit
+            raise ConnectionResetError("killed")
+
+        h.bot.events.reply = killed  # type: ignore[method-assign]
+        assert await h.post(event_body(mention("C100", "1700000100.000100", ASK), event_id="EvB")) == 200
+        await h.settle()
+        del h.bot.events.reply
+        assert not [r for r in h.replies("C100") if "kestrel-eu" in str(r["text"])]
+        assert await h.bot.worker.sweep() == 1
+        await h.settle()
+        [reply] = [r for r in h.replies("C100") if "kestrel-eu" in str(r["text"])]
+        kinds = [b["type"] for b in reply["blocks"]]
+        lines = [e["text"] for b in reply["blocks"] if b["type"] == "context" for e in b["elements"]]
+        assert "From memory: M1 <#C100>, <https://fake.slack.test/archives/C100/p1700000000000100|14 Nov 2023" \
+            in " ".join(lines), lines
+        assert kinds == ["markdown", "context", "context_actions"], kinds
+    finally:
+        await h.settle()
+        await http.close()
+        await h.slack.close()
+
+
 # -- memory controls in the Home tab --------------------------------------------------------------------------------
 
 PUBLIC = "The staging cluster is called kestrel-eu and lives in eu-west-3."

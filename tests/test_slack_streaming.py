@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 from model_server import Reply
-from slack_fake import event_body, sign
+from slack_fake import BOT_USER, event_body, sign
 from test_slack_bot import CHANNEL, SECRET, make_harness, mention
 
 from threadkeeper.bot.streaming import DRAFT, STREAM_BUFFER, DraftMark
@@ -225,6 +225,37 @@ async def test_a_stream_whose_start_lost_its_answer_keeps_the_reply_owed_while_t
     assert await h.pipeline.inbox.pending_conversations() == []
 
 
+@pytest.mark.parametrize("lost", ["chat.stopStream", "chat.delete"])
+async def test_a_half_written_reply_whose_deletion_lost_its_answer_keeps_the_reply_owed_then_posts_it_once(
+        h, server, lost) -> None:
+    """A worker died writing a streamed reply; the next message's turn first stops and deletes that stream, and
+    Slack's answer to the stop (or to the deletion) is lost, on every attempt. Nothing escapes the worker: a stop
+    whose answer was lost is followed by the deletion all the same; while a deletion is unconfirmed nothing is
+    posted (the draft flag stays, the conversation stays owed), and the sweep deletes what is left and answers,
+    once."""
+    root = "1700021200.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    client = await h.bot.workspaces.client("T1")
+    begun = await client.chat_startStream(channel=CHANNEL, thread_ts=root, recipient_team_id="T1",
+                                          recipient_user_id="U1", markdown_text="Half of a repl")
+    await h.stores.notes.set_flag(cid, DRAFT, DraftMark(CHANNEL, begun["ts"], time.time(), True).value())
+    h.slack.drops[lost] = 2  # the call and the client's retry after the dropped connection
+    server.push(Reply(text="Short answer."))
+    assert await h.post(event_body(mention(root, "quick one"), event_id="Ev-s12")) == 200
+    await h.settle()
+    assert h.slack.drops[lost] == 0 and h.slack.deleted == [begun["ts"]]
+    if lost == "chat.delete":
+        assert not h.slack.calls_to("chat.postMessage"), "nothing posted while the deletion is unconfirmed"
+        assert await h.stores.notes.flag(cid, DRAFT) and await h.pipeline.inbox.pending_conversations() == [cid]
+        assert await h.bot.worker.sweep() == 1
+        await h.settle()
+    assert [m["text"] for m in h.slack.bot_messages(CHANNEL, root)] == ["Short answer."]
+    assert len(h.slack.calls_to("chat.postMessage")) == 1 and not await h.stores.notes.flag(cid, DRAFT)
+    assert await h.pipeline.inbox.pending_conversations() == []
+    text = await (await h.http.get("/metrics")).text()
+    assert metric(text, 'threadkeeper_errors_total{where="worker"}') == 0, "nothing escaped the worker"
+
+
 async def test_the_lease_is_held_while_a_stream_a_dead_worker_began_is_looked_for(prefix, redis_client) -> None:
     """A worker asked Slack for a stream and died before the answer; Slack's reads show the stream only 7 s later.
     The worker that takes the conversation over looks for it that long, holding the lease all the while (a 5 s
@@ -257,6 +288,73 @@ async def test_the_lease_is_held_while_a_stream_a_dead_worker_began_is_looked_fo
         await h.settle()
         await http.close()
         await h.slack.close()
+
+
+async def test_a_worker_whose_lease_another_took_begins_no_stream_and_leaves_the_draft_flag_alone(
+        h, server, redis_client, prefix) -> None:
+    """The draft flag is fenced by the conversation's lease like the turn's checkpoints: a worker whose lease
+    another worker took while its model was still thinking cannot record a draft, so it asks Slack for no stream,
+    and the new holder's record of the reply it is writing stands; its turn is not committed and nothing is
+    posted."""
+    root = "1700021100.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    server.push(Reply(text=LONG, delay=1.5, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s11")) == 200
+    deadline = time.monotonic() + 20
+    while not server.requests:
+        assert time.monotonic() < deadline, "the turn reached the model"
+        await asyncio.sleep(0.02)
+    theirs = DraftMark(CHANNEL, None, time.time(), True).value()
+    await redis_client.set(f"{prefix}:{{{cid}}}:lease", "another-workers-token", px=60_000)  # taken over
+    await redis_client.hset(f"{prefix}:{{{cid}}}:notes", f"flag:{DRAFT}", json.dumps(theirs))
+    await h.settle()
+    assert not h.slack.calls_to("chat.startStream") and not h.slack.calls_to("chat.postMessage")
+    assert await redis_client.hget(f"{prefix}:{{{cid}}}:notes", f"flag:{DRAFT}") == json.dumps(theirs).encode()
+    rows = await h.pipeline.checkpoints.lineage(cid)
+    assert all(r.status.value != "completed" for r in rows), "its turn was not committed"
+
+
+@pytest.mark.parametrize("place", ["assistant-thread", "thread-under-the-bots-answer", "dm-top-level"])
+async def test_only_a_message_where_the_reply_goes_is_taken_for_a_half_written_one(prefix, redis_client,
+                                                                                  place) -> None:
+    """On the assistant surface a direct message holds the bot's own messages of several kinds. A worker asked for
+    a reply's message (a stream in a thread of the DM, a post at its top level) and died before Slack answered;
+    moments before, the bot's message the thread hangs from was made (an assistant thread's opening message,
+    subtype ``assistant_app_thread``, or the bot's own answer someone replied to), and the bot answered in
+    another thread of the DM, broadcast to its top level. The worker that takes the conversation over deletes
+    the half-written message and nothing else."""
+    h, http = await make_harness(prefix, redis_client, threadkeeper_slack_surface="assistant")
+    slack, dm = h.slack, "D7"
+    try:
+        client = await h.bot.workspaces.client("T1")
+        asked = time.time()
+        root = f"{asked:.6f}"  # made moments after the reply was asked for
+        parent = {"type": "message", "user": BOT_USER, "bot_id": "BBOT", "text": "How can I help?", "ts": root,
+                  "thread_ts": root}
+        if place != "thread-under-the-bots-answer":
+            parent["subtype"] = "assistant_app_thread"
+        other = "1700000950.000100"
+        elsewhere = await client.chat_postMessage(channel=dm, thread_ts=other, text="another thread")
+        if place != "dm-top-level":
+            cid = f"slack:T1:{dm}:{root}"
+            slack.threads[(dm, root)] = [parent]
+            begun = await client.chat_startStream(channel=dm, thread_ts=root, markdown_text="Half")
+        else:
+            cid = f"slack:T1:{dm}:dm"
+            begun = await client.chat_postMessage(channel=dm, text="Half")
+            broadcast = {**parent, "subtype": "thread_broadcast", "ts": elsewhere["ts"], "thread_ts": other}
+            slack.channels[dm] += [parent, broadcast]  # listed newest first: before the half-written message
+        await h.stores.notes.set_flag(cid, DRAFT, DraftMark(dm, None, asked, place != "dm-top-level").value())
+        await h.pipeline.inbox.mark_pending(cid)
+        assert await h.bot.worker.sweep() == 1
+        await h.settle()
+        assert slack.deleted == [begun["ts"]], "the half-written message, and no other"
+        assert not await h.stores.notes.flag(cid, DRAFT)
+        assert slack.find(dm, root) is not None and slack.find(dm, elsewhere["ts"]) is not None
+    finally:
+        await h.settle()
+        await http.close()
+        await slack.close()
 
 
 @pytest.mark.parametrize("refuse", [False, True], ids=["streamed", "posted-then-updated"])

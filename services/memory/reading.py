@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from threadkeeper.persistence import CitedSource
 from threadkeeper.persistence.memory import MemoryChanges, MemoryRecord, MemoryStore
 
 from ..conversation import Conversation
@@ -39,6 +40,15 @@ class Source:
     message_id: str
     said_at: float
     authors: tuple[str, ...]
+
+    def stored(self) -> CitedSource:
+        """As a turn stores it with its reply (:class:`persistence.CitedSource`)."""
+        return CitedSource(mark=self.mark, channel=self.channel, message_id=self.message_id, said_at=self.said_at,
+                           authors=self.authors)
+
+    @classmethod
+    def of(cls, stored: CitedSource) -> Source:
+        return cls(stored.mark, stored.channel, stored.message_id, stored.said_at, tuple(stored.authors))
 
 
 def sources_line(sources: Sequence[Source], *, channel: Callable[[str], str] = lambda c: f"#{c}",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,7 @@ from .types import (
 
 if TYPE_CHECKING:
     from ..handoff import CompactionReport
+    from ..memory import Source
 
 log = logging.getLogger("threadkeeper.executor")
 
@@ -74,6 +75,13 @@ _APPROVAL = re.compile(r"^\s*(yes|y|approve[d]?|ok|okay|go ahead|do it|confirm(e
 
 class _ContextOverflow(Exception):
     """The provider refused a turn's request as too long; the turn was superseded and took nothing."""
+
+
+def notice(compaction: CompactionReport | None, said: str | None) -> str | None:
+    """What a turn's reply tells the person under it (the one rule, stored with the turn so every delivery of the
+    reply shows it): that the turn folded earlier messages, and what the transport said (``said``: a thread still
+    being read, say)."""
+    return " ".join(n for n in (compaction.notice() if compaction else None, said) if n) or None
 
 
 class _LeaseLost(Exception):
@@ -165,7 +173,7 @@ class ReplyExecutor:
         released = settled = False
         self._turning.add(conversation_id)
         if self.held is not None:
-            self.held.hold(conversation_id, opening.notes.flags)
+            self.held.hold(conversation_id, opening.notes.flags, opening.lease.token)
         self._opened[conversation_id] = opening.state
         try:
             # Recovery may read Slack back for as long as its reads lag (a reply or a half-written draft a stopped
@@ -173,6 +181,10 @@ class ReplyExecutor:
             renewing = asyncio.create_task(self._heartbeat(lease))
             try:
                 owed = not await events.recover(conversation)
+            except LeaseLostError as exc:  # another worker holds the conversation now: it delivers what is owed
+                log.warning("%s: %s", conversation_id, exc)
+                released = True
+                return results
             finally:
                 renewing.cancel()
             self._opened.pop(conversation_id, None)
@@ -186,15 +198,13 @@ class ReplyExecutor:
                 # or a slow Slack never lets another worker take the thread over mid-turn (and both answer it).
                 heartbeat = asyncio.create_task(self._heartbeat(lease))
                 try:
-                    result = await self._turn_with_retries(conversation, events, lease, opening)
+                    result = await self._turn_with_retries(conversation, events, lease, opening, said)
                     if result is not None and result.reply:
-                        notice = " ".join(n for n in (result.compaction.notice() if result.compaction else None,
-                                                      said) if n) or None
                         delivered = await events.reply(conversation, result.reply, kind=result.status,
                                                        trace_id=result.trace_id, checkpoint_id=result.checkpoint_id,
-                                                       notice=notice, sources=result.sources)
+                                                       notice=result.notice, sources=result.sources)
                         owed = delivered is False
-                except _LeaseLost:
+                except (_LeaseLost, LeaseLostError):  # a refused write of the turn, or of its reply's flags
                     log.warning("lease on %s lost; another worker continues", conversation_id)
                     released = True
                     break
@@ -241,12 +251,14 @@ class ReplyExecutor:
             self._stops.discard(conversation_id)
             self._opened.pop(conversation_id, None)
             self.checkpoints.let_go(conversation_id)
-            if self.held is not None:
-                self.held.let_go(conversation_id)
-            if not released:
-                if not settled:
-                    await events.status(conversation, None)
-                await self.leases.release(lease)
+            try:
+                if not released:
+                    if not settled:  # its flags' writes still fenced by the lease it releases next
+                        await events.status(conversation, None)
+                    await self.leases.release(lease)
+            finally:
+                if self.held is not None:
+                    self.held.let_go(conversation_id)
         return results
 
     async def _settle(self, conversation: Conversation, events: TurnEvents, *, paused: bool,
@@ -299,7 +311,7 @@ class ReplyExecutor:
     # -- one turn ------------------------------------------------------------------------------
 
     async def _turn_with_retries(self, conversation: Conversation, events: TurnEvents, lease: Lease,
-                                 opening: Opening | None) -> TurnResult | None:
+                                 opening: Opening | None, said: str | None = None) -> TurnResult | None:
         conversation_id = conversation.id
         overflowed = False
         for attempt in range(self.config.commit_attempts):
@@ -309,7 +321,7 @@ class ReplyExecutor:
                 if opening is None:
                     raise _LeaseLost(conversation_id)
             try:
-                return await self._turn(conversation, events, opening, overflowed)
+                return await self._turn(conversation, events, opening, overflowed, said)
             except LeaseLostError as exc:  # another worker holds the lease now: nothing more is written here
                 log.warning("%s: %s", conversation_id, exc)
                 raise _LeaseLost(conversation_id) from exc
@@ -336,12 +348,13 @@ class ReplyExecutor:
             log.warning("%s: tighter compaction not done: %s", conversation_id, exc)
 
     async def _turn(self, conversation: Conversation, events: TurnEvents, opening: Opening, overflowed: bool = False,
-                    ) -> TurnResult | None:
-        """One turn under its own trace id, logged as one line (``threadkeeper.turn``)."""
+                    said: str | None = None) -> TurnResult | None:
+        """One turn under its own trace id, logged as one line (``threadkeeper.turn``). ``said``: what the transport
+        tells the person under the reply (:func:`notice`)."""
         conversation_id = conversation.id
         token = TRACE.set(new_trace_id())
         try:
-            result = await self._run_turn(conversation, events, opening, overflowed)
+            result = await self._run_turn(conversation, events, opening, overflowed, said)
             if result is not None:
                 spend = result.spend
                 report = result.compaction
@@ -357,7 +370,7 @@ class ReplyExecutor:
             TRACE.reset(token)
 
     async def _run_turn(self, conversation: Conversation, events: TurnEvents, opening: Opening,
-                        overflowed: bool = False) -> TurnResult | None:
+                        overflowed: bool = False, said: str | None = None) -> TurnResult | None:
         conversation_id = conversation.id
         state, active = opening.state, opening.active
         paused: Checkpoint | None = None
@@ -424,11 +437,12 @@ class ReplyExecutor:
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and answered
             return await self._fail(conversation_id, turn, exc, trace_id)
         sources = await self.assembler.answered(conversation, reply, turn.runtime)
+        said = notice(turn.compaction, said)
         if status == "awaiting_resume":
             return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id,
-                              turn.usage, turn.compaction, turn.calls, spend=turn.spend, sources=sources)
+                              turn.usage, turn.compaction, turn.calls, spend=turn.spend, sources=sources, notice=said)
         try:
-            await self._commit(conversation_id, turn)
+            await self._commit(conversation_id, turn, said, sources)
         except HeadConflictError:
             await self.checkpoints.supersede(conversation_id, turn.checkpoint.id)
             raise
@@ -439,7 +453,8 @@ class ReplyExecutor:
                         turn.checkpoint.id, conversation_id, exc)
             raise _TakenOver(conversation_id) from exc
         return TurnResult(conversation_id, turn.checkpoint.id, status, reply, len(items), trace_id, turn.usage,
-                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend, sources=sources)
+                          turn.compaction, turn.calls, turn.inbox_left, turn.model_seconds, turn.spend, sources=sources,
+                          notice=said)
 
     async def _maybe_compact(self, conversation: Conversation, history: History | None, incoming: list[Message],
                              prepared: PreparedTurn, events: TurnEvents,
@@ -494,9 +509,14 @@ class ReplyExecutor:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    async def _commit(self, conversation_id: str, turn: TurnState) -> None:
+    async def _commit(self, conversation_id: str, turn: TurnState, said: str | None = None,
+                      sources: Sequence[Source] = ()) -> None:
+        """Commit the turn; with its reply, what is shown under it (``said``, ``sources``), so whoever delivers the
+        reply (this worker, or the next holder of the lease after a crash) shows the same."""
+        outcome = self.loop.outcome(turn).model_copy(update={"notice": said,
+                                                              "sources": tuple(s.stored() for s in sources)})
         done = await self.checkpoints.commit(conversation_id, turn.checkpoint.id, expected_head=turn.expected_head,
-                                             outcome=self.loop.outcome(turn), messages=turn.final)
+                                             outcome=outcome, messages=turn.final)
         turn.inbox_left = done.inbox_left
         self.assembler.committed(conversation_id, [*turn.incoming, *turn.final])
 

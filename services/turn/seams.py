@@ -71,7 +71,8 @@ class HeldFlags(Protocol):
     """Where a conversation's transport flags are served from the copy its turn's opening read, while this process
     holds its lease (``persistence.NotesStore``)."""
 
-    def hold(self, conversation_id: str, flags: Mapping[str, str]) -> None: ...
+    def hold(self, conversation_id: str, flags: Mapping[str, str], token: str = "") -> None:
+        """Serve ``flags`` (read with the lease ``token``) and fence the flags' writes by that lease."""
 
     def let_go(self, conversation_id: str) -> None: ...
 

@@ -185,6 +185,8 @@ class TurnResult:
     naming it, for whoever runs the bot (the reply only says it cannot answer)."""
     sources: tuple[Source, ...] = ()
     """Where the memory records the reply cited were said, by mark."""
+    notice: str | None = None
+    """What the reply tells the person under it (``executor.notice``)."""
 
 
 @dataclass
