@@ -365,8 +365,8 @@ def test_the_sources_line_names_each_cited_record_by_mark_channel_day_and_author
 
 async def test_a_change_is_read_and_indexed_by_itself(redis_client, prefix, model) -> None:
     """Once a workspace's index is built, a record added, a record deleted and a source retracted are each caught up
-    by the change log: the next read fetches the changed records only (no HGETALL but the switches) and indexes
-    only them."""
+    by the change log: the next read fetches the changed records only (no HGETALL but the switches and the edited
+    sources' versions) and indexes only them."""
     from fakes import counted_commands
 
     from threadkeeper.persistence import MemoryRecord
@@ -392,14 +392,14 @@ async def test_a_change_is_read_and_indexed_by_itself(redis_client, prefix, mode
     held = len(index.search.terms)
     await st.memory.put(T, [record(900, "the rollback drill moved to thursday")])
     text, sent = await shown("when is the rollback drill?")
-    assert "rollback drill moved to thursday" in text and sent.count("HGETALL") == 1, sent  # the switches only
+    assert "rollback drill moved to thursday" in text and sent.count("HGETALL") == 2, sent  # switches, versions
     assert len(index.search.terms) == held + 1, "only the new record was indexed"
     await st.memory.delete(T, ["mem_0900"])
     text, sent = await shown("when is the rollback drill?")
-    assert "rollback" not in text and sent.count("HGETALL") == 1
+    assert "rollback" not in text and sent.count("HGETALL") == 2
     await st.memory.tombstone(T, [f"msg:{PUBLIC}:1700000000.000005"])  # its source deleted, nothing rewritten yet
     text, sent = await shown("which region runs service number 5?")
-    assert "number 5 runs" not in text and sent.count("HGETALL") == 1
+    assert "number 5 runs" not in text and sent.count("HGETALL") == 2
     assert len(index.search.terms) == held + 1, "nothing re-indexed but what changed"
 
 
