@@ -28,6 +28,7 @@ Knows no Slack and no model: what a record says and who may see it is decided in
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -395,8 +396,9 @@ class MemoryStore(RedisStore):
         pipe.get(f"{base}:gen")
         raw, shown, uses, last, gone_raw, edited, generation = await self._call(pipe.execute())
         gone = _tombstones(gone_raw, edited)
-        out = self._decoded(workspace, raw.items(), _numbers(shown), _numbers(uses), _numbers(last),
-                            {} if retracted else gone, time.time() if now is None else now)
+        # read off the event loop: a large workspace's records take seconds to validate
+        out = await asyncio.to_thread(self._decoded, workspace, list(raw.items()), _numbers(shown), _numbers(uses),
+                                      _numbers(last), {} if retracted else gone, time.time() if now is None else now)
         out.sort(key=lambda r: (r.created_at, r.id))
         return MemoryChanges(int(generation or 0), out, [], gone)
 

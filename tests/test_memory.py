@@ -422,3 +422,58 @@ async def test_a_workspace_forgotten_by_another_worker_is_never_shown_from_a_hel
     await p.memory.extract(b)
     text = await _shown(p, cid(PUBLIC, "1800000001.000100"), "what is the staging cluster called? which ticket?")
     assert "OPS-9000" in text and "kestrel" not in text
+
+
+async def test_building_a_large_workspaces_index_leaves_the_event_loop_free(redis_client, prefix, model) -> None:
+    """A worker's first read of a large workspace builds its index whole (seconds at 100,000 records): meanwhile
+    the worker's other coroutines (an event's ack) run as usual, and readers asking at once share the one build."""
+    import asyncio
+    import gc
+    import time
+
+    from threadkeeper.persistence import MemoryRecord
+
+    p, st = _pipeline(prefix, redis_client)
+    words = "kestrel falcon osprey rollback drill region ticket outage billing gateway latency pager".split()
+    records = [MemoryRecord(id=f"mem_{i:05d}", text=f"the {words[i % 12]} service {i} runs {words[i * 7 % 12]} "
+                            f"checks in region {i % 13} with owner team{i % 31}", workspace=T, channel=PUBLIC,
+                            conversation=f"slack:{T}:{PUBLIC}:1700000000.{i:06d}", visibility="public",
+                            scope="channel", source_ids=[f"1700000000.{i:06d}"], authors=["alice"],
+                            said_at=1700000000 + i, created_at=1700000000 + i, expires_at=4_000_000_000)
+               for i in range(6000)]
+    for start in range(0, len(records), 1000):
+        await st.memory.put(T, records[start:start + 1000])
+    where = cid(PUBLIC, "1800000000.000100")
+    snapshots = []
+    snapshot = st.memory.snapshot
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        snapshots.append(args)
+        return await snapshot(*args, **kwargs)
+
+    st.memory.snapshot = counted
+    ticks: list[float] = []
+    reading = True
+
+    async def ack() -> None:  # what an event's ack needs: the loop, every few milliseconds
+        while reading:
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0.002)
+
+    # (the collector's full passes stop every thread, the loop's too, however the index is built: out of the way)
+    gc.collect()
+    gc.freeze()
+    acks = asyncio.ensure_future(ack())
+    started = time.perf_counter()
+    try:
+        blocks = await asyncio.gather(*(p.memory.block(where, "which region runs the kestrel service 48?",
+                                                       asker=None, cap_tokens=400) for _ in range(3)))
+    finally:
+        took = time.perf_counter() - started
+        reading = False
+        await acks
+        gc.unfreeze()
+    assert all("kestrel service 48 " in b.text for b in blocks)
+    assert len(snapshots) == 1, "the readers asking at once share one build"
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert len(ticks) >= 10 and max(gaps) < max(0.15, took / 6), (took, len(ticks), max(gaps))

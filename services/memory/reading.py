@@ -4,6 +4,7 @@ the usage a reply's citations add."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from bisect import bisect_left, insort
@@ -244,6 +245,8 @@ class Reader:
                  clock: Callable[[], float] = time.time) -> None:
         self.store, self.tokenizer, self.gate, self.clock = store, tokenizer, gate, clock
         self._indexes: dict[str, _Index] = {}
+        self._builds: dict[str, asyncio.Future[_Index]] = {}
+        """Workspace → its index being built whole (every reader meanwhile waits for that one build)."""
 
     async def block(self, conversation: Conversation, query: str, *, asker: str | None,
                     cap_tokens: int) -> MemoryBlock:
@@ -327,10 +330,26 @@ class Reader:
         changes = None if index is None else await self.store.changes(workspace, index.generation, now=self.clock())
         if index is None or changes is None or index.search.size < len(index.search.removed) // 2:
             # (also once positions whose records went outnumber the live ones two to one: built anew, compact)
-            index = self._indexes[workspace] = _Index()
-            index.update(await self.store.snapshot(workspace, now=self.clock()))
-        else:
+            return await self._built(workspace)
+        if changes.generation > index.generation:  # (another reader may have caught it up meanwhile)
             index.apply(changes)
+        return index
+
+    async def _built(self, workspace: str) -> _Index:
+        """The workspace's index read and built whole, off the event loop (at 100,000 records it takes seconds: the
+        worker's other work, acks included, goes on meanwhile); readers asking while it is built share that build."""
+        build = self._builds.get(workspace)
+        if build is None:
+            build = self._builds[workspace] = asyncio.ensure_future(self._build(workspace))
+            build.add_done_callback(lambda done: self._builds.pop(workspace, None) if
+                                    self._builds.get(workspace) is done else None)
+        return await asyncio.shield(build)
+
+    async def _build(self, workspace: str) -> _Index:
+        snapshot = await self.store.snapshot(workspace, now=self.clock())
+        index = _Index()
+        await asyncio.to_thread(index.update, snapshot)
+        self._indexes[workspace] = index
         return index
 
     async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> list[Source]:
