@@ -381,6 +381,11 @@ MUTANTS: list[Mutant] = [
     Mutant("memory-index-built-once-per-reader", "services/memory/reading.py",
            "        build = self._builds.get(workspace)\n", "        build = None\n",
            ("tests/test_memory.py", "-k", "event_loop_free")),
+    Mutant("search-term-weighed-by-its-segment", "services/text/index.py",
+           "(stamp, idf * ns / (K1 * (1 - B + B * self._lengths[ps] / average) + ns))",
+           "(stamp, math.log(1 + (len(segment.positions) - len(ps) + 0.5) / (len(ps) + 0.5)) * ns"
+           " / (K1 * (1 - B + B * self._lengths[ps] / average) + ns))",
+           ("tests/test_search_index.py",)),
     Mutant("merged-record-forgets-its-parts", "services/memory/consolidation.py",
            "        twin.origins = [*parts, *(p for p in r.parts() if p.id not in {q.id for q in parts})]\n", "",
            ("tests/test_memory_retraction.py", "-k", "merged or merge")),
