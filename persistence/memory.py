@@ -62,7 +62,7 @@ _WRITE = """
 -- or '', versions kept, retention seconds, expire-at (0: leave), checks count, generations the change log keeps, the
 -- first generation of a new workspace, then per check: id, the JSON it must still have ('' : absent); then per
 -- record: id, JSON, marks count, marks each with the version of the text it cites; then the ids to remove. A check
--- that fails: nothing is written, {'changed'} is returned. Any record citing a retracted version (a tombstone whose
+-- that fails: nothing is written, {'changed'} is returned; written: {'done', how many of the ids to remove were stored}. Any record citing a retracted version (a tombstone whose
 -- edited version is not the one cited): nothing is written, each tombstone hit is returned with the version now
 -- ('' : deleted).
 local n = tonumber(ARGV[1])
@@ -99,7 +99,10 @@ local function each(cmd, key, items)
   end
 end
 each('HSET', KEYS[1], fields)
-each('HDEL', KEYS[1], removed)
+local deleted = 0
+for s = 1, #removed, 1000 do
+  deleted = deleted + redis.call('HDEL', KEYS[1], unpack(removed, s, math.min(s + 999, #removed)))
+end
 local reset = removed
 if ARGV[2] == '1' then
   reset = {}
@@ -124,7 +127,7 @@ for _, id in ipairs(removed) do changed[#changed + 1] = g; changed[#changed + 1]
 each('ZADD', KEYS[8], changed)
 redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', g - tonumber(ARGV[8]))
 redis.call('EXPIRE', KEYS[8], ARGV[5])
-return {}
+return {'done', deleted}
 """
 _TOMBSTONE = """
 -- KEYS: gone, edited, gen. ARGV: now, retention seconds, the first generation of a new workspace, the version of the
@@ -467,16 +470,17 @@ class MemoryStore(RedisStore):
         so the writer reads again."""
         if not records and not removed:
             return []
-        return await self._write(workspace, list(records), list(removed), reset_usage=False, unchanged=unchanged)
+        return (await self._write(workspace, list(records), list(removed), reset_usage=False,
+                                  unchanged=unchanged))[0]
 
     async def _write(self, workspace: str, records: list[MemoryRecord], removed: list[str], *, reset_usage: bool,
                      scope: str | None = None, version: MemoryVersion | None = None,
-                     unchanged: Sequence[MemoryRecord] = ()) -> list[str]:
+                     unchanged: Sequence[MemoryRecord] = ()) -> tuple[list[str], int]:
         """The one write of records: in one script, the ``unchanged`` records are compared with what is stored
         (any difference: nothing is written, :class:`RecordChangedError`), each record's sources are looked up among
         the tombstones and nothing is written when one is hit; then the records are taken without what was retracted
         (a merged record keeps its other parts, any other goes) and the write is tried again. The ids not written,
-        as retracted. A record left with nothing current that lost only parts citing an edited message's earlier
+        as retracted, and how many of ``removed`` were stored (counted by the write itself). A record left with nothing current that lost only parts citing an edited message's earlier
         text is not written and not removed either: what is stored of it stays, which readers show as suspect until
         its conversation is extracted again."""
         base = self._base(workspace)
@@ -496,8 +500,8 @@ class MemoryStore(RedisStore):
                 cited = sorted(r.cites().items())
                 args += [r.id, r.model_dump_json(), len(cited), *(x for pair in cited for x in pair)]
             hits = await self._call(script(keys=keys, args=[*args, *removed]))
-            if not hits:
-                return dropped
+            if hits[0] in (b"done", "done"):
+                return dropped, int(hits[1])
             if hits[0] in (b"changed", "changed"):
                 raise RecordChangedError(workspace)
             hit = [_text(h) for h in hits]
@@ -548,9 +552,8 @@ class MemoryStore(RedisStore):
         ids = list(ids)
         if not ids:
             return 0
-        stored = await self._call(self.client.hmget(f"{self._base(workspace)}:rec", ids))
-        await self._write(workspace, [], list(ids), reset_usage=False)
-        return sum(1 for v in stored if v is not None)
+        # (counted by the write that deletes them: a delete running beside it never counts a record twice)
+        return (await self._write(workspace, [], list(dict.fromkeys(ids)), reset_usage=False))[1]
 
     async def touch(self, workspace: str, ids: Sequence[str], *, at: float, cited: bool) -> None:
         """Count records as shown (or, ``cited``, as used by a reply), in one round trip and without rewriting them:
@@ -644,8 +647,8 @@ class MemoryStore(RedisStore):
         """One consolidation, atomically: its records written (their usage is folded into them: the counters start
         again), the removed ones deleted, the version pushed (the previous version kept); a record citing a retracted
         source is not written (see :meth:`_write`). The ids not written, as retracted."""
-        return await self._write(workspace, list(records), list(removed), reset_usage=True, scope=scope,
-                                 version=version)
+        return (await self._write(workspace, list(records), list(removed), reset_usage=True, scope=scope,
+                                  version=version))[0]
 
     # -- idle conversations --------------------------------------------------------------------
 

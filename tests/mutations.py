@@ -386,6 +386,12 @@ MUTANTS: list[Mutant] = [
            "(stamp, math.log(1 + (len(segment.positions) - len(ps) + 0.5) / (len(ps) + 0.5)) * ns"
            " / (K1 * (1 - B + B * self._lengths[ps] / average) + ns))",
            ("tests/test_search_index.py",)),
+    Mutant("memory-delete-counts-what-it-looked-at", "persistence/memory.py",
+           "        return (await self._write(workspace, [], list(dict.fromkeys(ids)), reset_usage=False))[1]",
+           "        stored = await self._call(self.client.hmget(f'{self._base(workspace)}:rec', ids))\n"
+           "        await self._write(workspace, [], list(ids), reset_usage=False)\n"
+           "        return sum(1 for v in stored if v is not None)",
+           ("tests/test_memory_retraction.py", "-k", "count_it_once")),
     Mutant("merged-record-forgets-its-parts", "services/memory/consolidation.py",
            "        twin.origins = [*parts, *(p for p in r.parts() if p.id not in {q.id for q in parts})]\n", "",
            ("tests/test_memory_retraction.py", "-k", "merged or merge")),
