@@ -157,6 +157,12 @@ def message_mark(channel: str, message_id: str) -> str:
     return f"msg:{channel}:{message_id}"
 
 
+def any_channel_mark(message_id: str) -> str:
+    """A source message's tombstone by its id alone: what a record merged before merged records kept their parts cites
+    (it does not know which channel each of its sources was in), so a retraction in any channel reaches it."""
+    return f"id:{message_id}"
+
+
 def text_version(text: str) -> str:
     """The version of a source message's text a record cites (and an edit's tombstone names as the one now)."""
     return hashlib.sha1(text.encode()).hexdigest()[:12]
@@ -191,13 +197,19 @@ class MemoryOrigin(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)
     """Source id → the version of its text this part was derived from (:func:`text_version`); a source without one
     (a part written before versions were kept) is retracted by any tombstone of it."""
+    any_channel: bool = Field(default=False, exclude=True)
+    """The whole of a record merged before merged records kept their parts: its sources' channels are unknown, so it
+    also cites each by id alone (:func:`any_channel_mark`)."""
 
     def marks(self) -> set[str]:
-        return {message_mark(self.channel, s) for s in self.source_ids}
+        return set(self.cites())
 
     def cites(self) -> dict[str, str]:
         """Its tombstones, each with the version of the text it cites ('' : unknown)."""
-        return {message_mark(self.channel, s): self.versions.get(s, "") for s in self.source_ids}
+        out = {message_mark(self.channel, s): self.versions.get(s, "") for s in self.source_ids}
+        if self.any_channel:
+            out.update({any_channel_mark(s): "" for s in self.source_ids})
+        return out
 
 
 class MemoryRecord(BaseModel):
@@ -245,12 +257,12 @@ class MemoryRecord(BaseModel):
         """What the record was made of: its origins when merged, else itself."""
         return self.origins or [MemoryOrigin(id=self.id, text=self.text, conversation=self.conversation,
                                              channel=self.channel, source_ids=self.source_ids, authors=self.authors,
-                                             said_at=self.said_at, versions=self.versions)]
+                                             said_at=self.said_at, versions=self.versions,
+                                             any_channel=bool(self.merged_from))]
 
     def marks(self) -> set[str]:
         """The tombstones any of which retracts (part of) this record."""
-        parts: Sequence[MemoryOrigin | MemoryRecord] = self.origins or [self]
-        return {message_mark(part.channel, s) for part in parts for s in part.source_ids}
+        return {m for part in self.parts() for m in part.marks()}
 
     def cites(self) -> dict[str, str]:
         """Each tombstone of its parts with the version of the text the part cites (a source two parts cite at two

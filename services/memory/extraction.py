@@ -30,7 +30,6 @@ from threadkeeper.persistence.memory import (
     MemoryVersion,
     Scope,
     Visibility,
-    message_mark,
 )
 
 from ..conversation import PRIVACY, Conversation
@@ -41,7 +40,7 @@ from ..text import extract as x
 from ..text import terms
 from .access import Access
 from .config import DAY, MemoryConfig, day_of
-from .forgetting import source_version, strip
+from .forgetting import source_marks, source_version, strip
 from .lease import held
 
 log = logging.getLogger("threadkeeper.memory")
@@ -176,7 +175,7 @@ class Extractor:
         retracted = set(await self.store.put(where.workspace, records))  # a source retracted meanwhile: not written
         records = [r for r in records if r.id not in retracted]
         if again:  # what was derived from their earlier text goes (what cites the text now was just written)
-            await strip(self.store, where.workspace, {message_mark(where.channel, m.id) for m in again})
+            await strip(self.store, where.workspace, {k for m in again for k in source_marks(where.channel, m.id)})
         job.outcome = "succeeded" if records else "succeeded_empty"
         job.records = len(records)
         return Extraction(cid, job.outcome, len(records), len(new), calls), job

@@ -8,7 +8,14 @@ import logging
 from typing import Protocol
 
 from threadkeeper.persistence import Message
-from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, RecordChangedError, message_mark, text_version
+from threadkeeper.persistence.memory import (
+    MemoryRecord,
+    MemoryStore,
+    RecordChangedError,
+    any_channel_mark,
+    message_mark,
+    text_version,
+)
 
 from ..conversation import Conversation
 from ..handoff import prose
@@ -40,9 +47,9 @@ class Forgetting:
         """A source message was deleted: its tombstone first (from then on no writer writes a record citing it), then
         every record derived from it goes, a merged one only losing that part; how many records lost it."""
         where = conversation
-        mark = message_mark(where.channel, message_id)
-        await self.store.tombstone(where.workspace, [mark])
-        return await strip(self.store, where.workspace, {mark})
+        marks = source_marks(where.channel, message_id)
+        await self.store.tombstone(where.workspace, sorted(marks))
+        return await strip(self.store, where.workspace, marks)
 
     async def revise(self, conversation: Conversation, message: Message) -> int:
         """A source message was edited (``message`` with its new text): its tombstone names the new text's version
@@ -51,9 +58,9 @@ class Forgetting:
         part stays, shown as suspect, until the conversation is extracted again (the edit puts it back in the idle
         sweep's registry, and extraction reads an edited message again). How many records lost a part."""
         where = conversation
-        mark = message_mark(where.channel, message.id)
-        await self.store.tombstone(where.workspace, [mark], version=source_version(message))
-        return await strip(self.store, where.workspace, {mark}, edited=False)
+        marks = source_marks(where.channel, message.id)
+        await self.store.tombstone(where.workspace, sorted(marks), version=source_version(message))
+        return await strip(self.store, where.workspace, marks, edited=False)
 
     async def forget_conversation(self, conversation: Conversation) -> int:
         """A conversation is being forgotten: every message it said is retracted (tombstoned, then taken out of the
@@ -61,7 +68,7 @@ class Forgetting:
         Call it before the conversation's messages are deleted."""
         where, conversation_id = conversation, conversation.id
         messages, _ = await self.sources.messages(conversation_id)
-        marks = {message_mark(where.channel, m.id) for m in messages}
+        marks = {mark for m in messages for mark in source_marks(where.channel, m.id)}
         await self.store.tombstone(where.workspace, sorted(marks))
         await self.store.forget_job(where.workspace, conversation_id)
         return await strip(self.store, where.workspace, marks)
@@ -72,6 +79,12 @@ class Forgetting:
     async def forget_workspace(self, workspace: str) -> int:
         self.cache.drop(workspace)
         return await self.store.forget_workspace(workspace)
+
+
+def source_marks(channel: str, message_id: str) -> set[str]:
+    """The tombstones of a retracted source message: by its channel, and by its id alone (what records merged before
+    merged records kept their parts cite)."""
+    return {message_mark(channel, message_id), any_channel_mark(message_id)}
 
 
 def source_version(message: Message) -> str:
