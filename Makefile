@@ -23,7 +23,15 @@ define setup
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
 	  { echo "Threadkeeper needs Python 3.11 or newer: run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
 	@echo "Setting up $(VENV): installing Threadkeeper and what it needs (a minute or two the first time; later runs skip this)"
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# A failed venv (Debian and Ubuntu ship Python without ensurepip) is removed, so the next run does not find a
+	@# $(VENV) without pip; each way this step fails is one line that says what to do.
+	@test -x $(BIN)/python || out=$$($(PYTHON) -m venv $(VENV) 2>&1) || { rm -rf $(VENV); \
+	  case "$$out" in *ensurepip*) echo "$(PYTHON) cannot make a virtualenv: its venv module has no ensurepip (Debian/Ubuntu: sudo apt-get install python3-venv), then run make again";; \
+	  *) echo "$(PYTHON) -m venv $(VENV) failed: $$(printf '%s\n' "$$out" | grep . | tail -n 1)";; esac; exit 1; }
+	@$(BIN)/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+	  { echo "$(VENV) was made with a Python older than 3.11: remove it (make clean) and run make again"; exit 1; }
+	@$(BIN)/python -m pip --version > /dev/null 2>&1 || $(BIN)/python -m ensurepip > /dev/null 2>&1 || \
+	  { echo "$(VENV) has no pip and its Python cannot install one: remove it (make clean) and run make again"; exit 1; }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	@# the distribution was called "threadkeeper" before it was threadkeeper-slack: never keep both
 	@$(BIN)/python -m pip uninstall --quiet --yes threadkeeper > /dev/null 2>&1 || true

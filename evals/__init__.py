@@ -14,7 +14,6 @@ from .continuity import (
            DEFAULT_WINDOWS,
            Case,
            load_cases,
-           plot,
            run_matrix,
            summarize,
 )
@@ -24,4 +23,4 @@ from .strategies import STRATEGIES
 
 __all__ = ["BENCHMARKS", "BENCHMARK_WINDOWS", "DEFAULT_WINDOWS", "STRATEGIES", "Benchmark", "BenchmarkInputError",
            "Case", "generate_thread", "grade", "grade_questions", "keep_newest", "load_benchmark", "load_cases",
-           "normalize_evidence", "plot", "present_ids", "run_matrix", "skipped_text", "summarize"]
+           "normalize_evidence", "present_ids", "run_matrix", "skipped_text", "summarize"]

@@ -337,28 +337,3 @@ async def run_matrix(settings: Settings, cases: Sequence[Case], strategies: Sequ
                     progress(f"{case.name} {strategy} {window}")
     return results
 
-
-def plot(rows: Sequence[dict[str, Any]], out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        points = sorted((r["window"], r["standing"]["content"] if "standing" in r else r["retention"]["overall"])
-                        for r in rows if r["strategy"] == strategy)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=strategy)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted({r["window"] for r in rows}))
-    ax.get_xaxis().set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{int(v):,}"))
-    ax.set_xlabel("context window (tokens)")
-    ax.set_ylabel("answers kept (standing context)" if rows and "standing" in rows[0]
-                  else "probes kept (overall retention)")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title("Long-thread continuity by strategy")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)

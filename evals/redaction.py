@@ -21,7 +21,6 @@ import importlib
 import math
 import random
 import re
-import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +29,8 @@ from typing import Any
 
 from threadkeeper.persistence.errors import ThreadkeeperError
 from threadkeeper.services.safety import redact
+
+from .checkout import Checkout, CheckoutError
 
 RULES = "cmd/generate/config/rules"
 HARD = "identifiers near secret words"
@@ -76,31 +77,24 @@ class Corpus:
 class _Checkout:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.tree = (path / RULES).is_dir()
-        if not self.tree and not (path / "HEAD").is_file():
-            raise RedactionInputError(f"{path} holds no {RULES}/ and is no git directory: give a gitleaks checkout")
-
-    def _git(self, *args: str) -> str:
-        git_dir = self.path / ".git" if (self.path / ".git").exists() else self.path
-        done = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RedactionInputError(f"git {' '.join(args[:2])} failed in {self.path}: {done.stderr.strip()}")
-        return done.stdout
+        try:
+            self.checkout = Checkout(path, needs=RULES)
+        except CheckoutError as exc:
+            raise RedactionInputError(f"{exc}: give a gitleaks checkout") from exc
 
     def rule_files(self) -> list[tuple[str, str]]:
-        if self.tree:
-            files = sorted((self.path / RULES).glob("*.go"))
-            return [(f.stem, f.read_text(encoding="utf-8")) for f in files]
-        names = sorted(n for n in self._git("ls-tree", "--name-only", "HEAD", f"{RULES}/").split() if n.endswith(".go"))
-        return [(Path(n).stem, self._git("show", f"HEAD:{n}")) for n in names]
+        try:
+            return [(Path(n).stem, self.checkout.read(n)) for n in self.checkout.files(RULES, ".go")]
+        except CheckoutError as exc:
+            raise RedactionInputError(str(exc)) from exc
 
     def commits(self, limit: int) -> list[tuple[str, str]]:
         """(hash, subject) of the newest commits, when the checkout has its history."""
-        if self.tree and not (self.path / ".git").exists():
+        if self.checkout.tree and not (self.path / ".git").exists():
             return []
         try:
-            out = self._git("log", f"-{limit}", "--no-merges", "--format=%H %s")
-        except RedactionInputError:
+            out = self.checkout.git("log", f"-{limit}", "--no-merges", "--format=%H %s")
+        except CheckoutError:
             return []
         return [(line[:40], line[41:]) for line in out.splitlines() if len(line) > 41]
 

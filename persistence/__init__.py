@@ -47,11 +47,12 @@ from .notes import MessageChange, Notes, NotesStore
 from .pace import Pace
 from .signals import Signals
 from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
+from .vectors import VectorStore
 
 __all__ = [
     "Forgetter", "durability", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
+    "ToolResultPart", "Usage", "VectorStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
 ]

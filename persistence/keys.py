@@ -13,6 +13,8 @@
 ``<prefix>:{<conversation>}:preparing``  string  the lease of the job that plans it (expires)
 ``<prefix>:{<conversation>}:thread``  string  for a reply's own id (``slack:<team>:<channel>:<reply ts>``): the
     ts of the thread it was posted in, so a deletion that names only the reply finds its thread (expires)
+``<prefix>:{<conversation>}:vectors``  hash  ``<model and text digest>`` → a message's embedding (float16), when an
+    embedding model is configured (expires with the conversation)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
 ``<prefix>:pending``  sorted set  conversations with work owed (queued items, a reply not yet delivered): the sweep's
     registry; added on every append, removed by the lease holder once the conversation is drained
@@ -127,6 +129,10 @@ class ConversationKeys:
     @property
     def thread(self) -> str:
         return f"{self.base}:thread"
+
+    @property
+    def vectors(self) -> str:
+        return f"{self.base}:vectors"
 
     def dedup(self, key: str) -> str:
         return f"{self.base}:dedup:{key}"

@@ -1,11 +1,16 @@
-"""A loopback model server for tests: OpenAI-compatible (``/v1/chat/completions``) and Ollama-compatible
-(``/api/chat``), logging every request, answering from a script (text, tool calls, usage, finish reason or an
-error), whole or streamed (server-sent events for OpenAI, JSON lines for Ollama) as the request asks."""
+"""A loopback model server for tests: OpenAI-compatible (``/v1/chat/completions``, ``/v1/embeddings``) and
+Ollama-compatible (``/api/chat``, ``/api/embed``), logging every request, answering chat from a script (text, tool
+calls, usage, finish reason or an error), whole or streamed (server-sent events for OpenAI, JSON lines for Ollama) as
+the request asks, and embeddings with a deterministic toy model (:func:`toy_embedding`)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import re
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -40,6 +45,30 @@ class Reply:
         return [w if i == 0 else " " + w for i, w in enumerate(words) if w or i == 0]
 
 
+SYNONYMS = {word: concept for concept, words in {
+    "craft": "hobby hobbies pastime pottery ceramics clay kiln",
+    "vehicle": "car cars vehicle automobile sedan",
+    "money": "budget cost costs price spend euros dollars",
+}.items() for word in words.split()}
+"""Words the toy model places together: a question and a message that share none of their words but a concept are
+near each other (what BM25 cannot see)."""
+_STOP = frozenset("the and for are was what which did does she her his him they them you your our with from this "
+                  "that have has had any about".split())
+
+
+def toy_embedding(text: str, dims: int = 256) -> list[float]:
+    """A deterministic embedding: each content word (by its concept in :data:`SYNONYMS`) hashed into one of ``dims``
+    signed buckets, plus a small constant component (no text is the zero vector)."""
+    vector = [0.0] * dims
+    vector[0] = 0.05
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        if len(word) < 3 or word in _STOP:
+            continue
+        digest = hashlib.blake2b(SYNONYMS.get(word, word).encode(), digest_size=8).digest()
+        vector[1 + int.from_bytes(digest[:4], "little") % (dims - 1)] += 1.0 if digest[4] & 1 else -1.0
+    return vector
+
+
 @dataclass
 class ModelServer:
     replies: deque[Reply] = field(default_factory=deque)
@@ -50,6 +79,15 @@ class ModelServer:
     _runner: web.AppRunner | None = None
     sent: list[tuple[float, str]] = field(default_factory=list)
     """(monotonic time, text) of every streamed text chunk, so a test can tell what arrived before what."""
+    embedded: list[list[str]] = field(default_factory=list)
+    """The texts of each embedding request, in order."""
+    embed_dims: int = 256
+    embed_error: Reply | None = None
+    """Every embedding request is answered with this reply's ``status`` and ``error`` body while it is set."""
+    embed_wrong: int | None = None
+    """Answer embeddings of this many dimensions instead (a misconfigured server)."""
+    embed_delay: float = 0.0
+    """Seconds to wait before answering an embedding request (a hung server: longer than the client's timeout)."""
 
     def push(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -133,11 +171,47 @@ class ModelServer:
         await response.write_eof()
         return response
 
+    async def _vectors(self, request: web.Request, texts: list[str]) -> list[list[float]] | web.Response:
+        self.paths.append(request.path)
+        self.embedded.append(texts)
+        if self.embed_delay:
+            await asyncio.sleep(self.embed_delay)
+        if self.embed_error is not None:
+            return web.json_response(self.embed_error.error or {"error": {"message": "refused"}},
+                                     status=self.embed_error.status)
+        return [toy_embedding(t, self.embed_wrong or self.embed_dims) for t in texts]
+
+    async def _openai_embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
+        vectors = await self._vectors(request, texts)
+        if isinstance(vectors, web.Response):
+            return vectors
+        def encoded(v: list[float]) -> object:  # the OpenAI SDK asks for base64 unless told otherwise
+            return base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() \
+                if body.get("encoding_format") == "base64" else v
+        return web.json_response({"object": "list", "model": body.get("model", "test"),
+                                  "data": [{"object": "embedding", "index": i, "embedding": encoded(v)}
+                                           for i, v in enumerate(vectors)],
+                                  "usage": {"prompt_tokens": 3 * len(texts), "total_tokens": 3 * len(texts)}})
+
+    async def _ollama_embed(self, request: web.Request) -> web.Response:
+        body = json.loads(await request.text())
+        texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
+        vectors = await self._vectors(request, texts)
+        if isinstance(vectors, web.Response):
+            return vectors
+        return web.json_response({"model": body.get("model", "test"), "embeddings": vectors,
+                                  "prompt_eval_count": 3 * len(texts)})
+
     async def start(self) -> ModelServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/chat/completions", self._openai)
         app.router.add_post("/api/chat", self._ollama)
+        app.router.add_post("/v1/embeddings", self._openai_embeddings)
+        app.router.add_post("/embeddings", self._openai_embeddings)
+        app.router.add_post("/api/embed", self._ollama_embed)
         self._runner = web.AppRunner(app, handler_cancellation=True)  # a caller that hangs up ends its request
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

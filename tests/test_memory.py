@@ -243,6 +243,23 @@ async def test_the_memory_eval_replays_sessions_as_threads_and_grades_new_thread
     assert [k async for k in redis_client.scan_iter(match="tkmem-*")] == [], "the run removes its keys"
 
 
+def test_the_memory_eval_command_writes_its_rows_and_their_picture(tmp_path) -> None:
+    import json
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    from test_budget_and_cli import REDIS_URL, cli
+
+    out, svg = tmp_path / "memory.json", tmp_path / "memory.svg"
+    result = cli("eval", "memory", "--benchmark", "realtalk", "--path", str(Path(__file__).parent / "data" / "realtalk"),
+                 "--json", str(out), "--plot", str(svg), env={"REDIS_URL": REDIS_URL})
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(out.read_text())["results"]
+    drawn = ["".join(t.itertext()) for t in ET.parse(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert {"threadkeeper memory", "no memory", "8,192"} <= set(drawn) and f"{row['memory']:.0%}" in drawn
+    assert f"plot written to {svg}\n" in result.stderr
+
+
 async def test_the_model_pass_keeps_only_records_its_sources_support(redis_client, prefix, model) -> None:
     import json
 

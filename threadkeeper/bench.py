@@ -17,7 +17,7 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
@@ -436,10 +436,13 @@ _PEAK = ("import atexit, resource, runpy, sys\n"
 SECRET_MESSAGE = b"the password for staging is Xq9-vB7mKt2w, and the deploy key is in 1Password\n"
 
 
-def _newcomer_console(said: bytes) -> tuple[float, float]:
+def _newcomer_console(said: bytes, *, url: str, prefix: str) -> tuple[float, float]:
     """A newcomer's ``threadkeeper console`` in a fresh process: no Slack tokens, no model settings, no ``REDIS_URL``
     (the embedded Redis, started in an empty data directory and stopped on the way out); it starts, shows its banner,
-    answers what was ``said`` and exits at the end of its input. Its wall seconds and its peak RSS in MB."""
+    answers what was ``said`` and exits at the end of its input. Its wall seconds and its peak RSS in MB.
+
+    On a machine with no ``redis-server`` to embed, the console runs on the bench's Redis at ``url`` instead, under a
+    key prefix of its own below ``prefix`` (an empty store, as a newcomer's is), whose keys are removed afterwards."""
     import os
     import re
     import tempfile
@@ -447,22 +450,40 @@ def _newcomer_console(said: bytes) -> tuple[float, float]:
     from .embedded import find_server
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "AI_", "THREADKEEPER_", "REDIS"))}
-    if find_server() is None and os.environ.get("REDIS_URL"):  # no server to embed: the Redis the bench runs on
-        env["REDIS_URL"] = os.environ["REDIS_URL"]
-    with tempfile.TemporaryDirectory(prefix="tkbench-console-") as folder:
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", _PEAK], input=said, capture_output=True, check=False,
-                              timeout=120, cwd=folder, env=env)
-        seconds = time.perf_counter() - started
+    own = None
+    if find_server() is None:
+        own = f"{prefix}:console-{uuid.uuid4().hex[:8]}"
+        env.update({"REDIS_URL": url, "THREADKEEPER_KEY_PREFIX": own})
+    try:
+        with tempfile.TemporaryDirectory(prefix="tkbench-console-") as folder:
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", _PEAK], input=said, capture_output=True, check=False,
+                                  timeout=120, cwd=folder, env=env)
+            seconds = time.perf_counter() - started
+    finally:
+        if own is not None:
+            _remove_keys(url, own)
     peak = re.search(rb"peak_rss_kb=(\d+)", done.stderr)
     if done.returncode != 0 or peak is None:
         raise RuntimeError(f"the console did not start: {done.stderr.decode(errors='replace')[-2000:]}")
     return seconds, round(int(peak.group(1)) / 1024, 1)
 
 
-def _console_start_seconds(repeats: int = 3) -> float:
+def _remove_keys(url: str, prefix: str) -> None:
+    """Removes every key under ``prefix`` from the Redis at ``url`` (the bench's own, and only those)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+def _console_start_seconds(*, url: str, prefix: str, repeats: int = 3) -> float:
     """Wall seconds of a newcomer's first console that is given nothing to answer (the median of ``repeats``)."""
-    return round(statistics.median(_newcomer_console(b"")[0] for _ in range(repeats)), 2)
+    return round(statistics.median(_newcomer_console(b"", url=url, prefix=prefix)[0] for _ in range(repeats)), 2)
 
 
 def _text_of(value: Any) -> str:
@@ -588,8 +609,9 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
     out: dict[str, float] = {"rss_mb_baseline": _rss_mb(), "cli_help_s": _cli_seconds("--help"),
                              "cli_history_s": _cli_seconds("history", "console:bench-none", env=on_redis),
                              "cli_context_s": _cli_seconds("context", "console:bench-none", env=on_redis),
-                             "console_start_s": _console_start_seconds(),
-                             "console_peak_rss_mb_with_secret": _newcomer_console(SECRET_MESSAGE)[1]}
+                             "console_start_s": _console_start_seconds(url=url, prefix=prefix),
+                             "console_peak_rss_mb_with_secret": _newcomer_console(SECRET_MESSAGE, url=url,
+                                                                                  prefix=prefix)[1]}
     sizes = (100, 1000, 10000) if quick else (100, 1000, 10000, 100_000)
     repeats = 15 if quick else 41
     try:
@@ -730,17 +752,35 @@ TARGETS: dict[str, tuple[str, float]] = {
 it costs at 100 (:func:`targets`)."""
 
 
+class Target(NamedTuple):
+    """One measured metric beside its target."""
+
+    metric: str
+    value: float
+    op: str
+    """``<=`` or ``>=``"""
+    bound: float
+    shown: str
+    """the target as a person reads it"""
+
+    @property
+    def met(self) -> bool:
+        return self.value <= self.bound if self.op == "<=" else self.value >= self.bound
+
+
+def checked(metrics: dict[str, float]) -> list[Target]:
+    """Each measured metric that has a target, in :data:`TARGETS`' order, with the write-cost ratio last."""
+    out = [Target(name, metrics[name], op, bound, f"{'≤' if op == '<=' else '≥'} {bound:g}")
+           for name, (op, bound) in TARGETS.items() if name in metrics]
+    if "write_bytes_per_turn_10000" in metrics and "write_bytes_per_turn_100" in metrics:
+        out.append(Target("write_bytes_per_turn_10000", metrics["write_bytes_per_turn_10000"], "<=",
+                          1.5 * metrics["write_bytes_per_turn_100"], "≤ 1.5 × the 100-message figure"))
+    return out
+
+
 def targets(metrics: dict[str, float]) -> dict[str, tuple[str, bool]]:
     """Each measured metric that has a target: the target as shown, and whether this run met it."""
-    out: dict[str, tuple[str, bool]] = {}
-    for name, (op, bound) in TARGETS.items():
-        if name in metrics:
-            value = metrics[name]
-            out[name] = (f"{'≤' if op == '<=' else '≥'} {bound:g}", value <= bound if op == "<=" else value >= bound)
-    if "write_bytes_per_turn_10000" in metrics and "write_bytes_per_turn_100" in metrics:
-        out["write_bytes_per_turn_10000"] = ("≤ 1.5 × the 100-message figure", metrics["write_bytes_per_turn_10000"]
-                                             <= 1.5 * metrics["write_bytes_per_turn_100"])
-    return out
+    return {t.metric: (t.shown, t.met) for t in checked(metrics)}
 
 
 async def peer_note(settings: Settings) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from threadkeeper.persistence import ThreadkeeperError
 
 from .embedded import NothingStoredError
-from .evalcmd import cmd_eval, cmd_eval_memory, cmd_eval_redaction, windows_list
+from .evalcmd import cmd_eval, cmd_eval_instructions, cmd_eval_memory, cmd_eval_redaction, windows_list
 from .logs import WorkProgress, quiet_turn_lines
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
 from .settings import Settings, SettingsError, load_settings
@@ -281,6 +281,10 @@ def _version() -> str:
         return "(not installed)"
 
 
+PLOT_HELP = ("draw {what} to this file: .png, .svg or .pdf (needs matplotlib, the plot extra; checked before the "
+             "run)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="threadkeeper", description="A Slack bot that never loses the thread.")
     parser.add_argument("--version", action="version", version=f"threadkeeper {_version()}")
@@ -362,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also ask every question as the next message and grade the context built for it, "
                         "recall included (default on; --no-ask grades only the standing context)")
     c.add_argument("--json", help="write the results as JSON here")
-    c.add_argument("--plot", help="draw retention against window size to this PNG")
+    c.add_argument("--plot", metavar="FILE", help=PLOT_HELP.format(what="the share kept per window, each strategy "
+                                                                        "and baseline beside threadkeeper"))
     c.add_argument("--model", help="a real model to run the threads with (enables --judge-model)")
     c.add_argument("--judge-model", help="grade answers to each probe's question with this model")
     c.set_defaults(func=cmd_eval)
@@ -375,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--windows", type=windows_list, default=[8192],
                    help="comma-separated context windows (default 8192)")
     c.add_argument("--json", help="write the results as JSON here")
+    c.add_argument("--plot", metavar="FILE", help=PLOT_HELP.format(what="the share answered per window, memory "
+                                                                        "beside BM25 and no memory"))
     c.set_defaults(func=cmd_eval_memory)
     c = ev.add_parser("redaction", help="how many secrets of a public secret scanner's samples redaction removes, "
                                         "and how much ordinary text it leaves alone, beside an entropy rule")
@@ -385,10 +392,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--by-vendor", action="store_true", help="also print each vendor's share")
     c.add_argument("--json", help="write the results as JSON here")
     c.set_defaults(func=cmd_eval_redaction)
+    c = ev.add_parser("instructions", help="where instructions from a public prompt-injection set, and look-alike "
+                                           "facts, end up: as a person's quoted words, as the assistant's own, or "
+                                           "as facts record_state accepts; beside a cue-word baseline")
+    c.add_argument("--source", choices=("cyberseceval",), default="cyberseceval",
+                   help="where the instructions come from: cyberseceval (Meta's prompt-injection sets, 18 languages)")
+    c.add_argument("--path", required=True, help="a PurpleLlama checkout: a work tree or a bare git directory")
+    c.add_argument("--facts", action="append", default=[], required=True, metavar="DIR",
+                   help="a Universal Dependencies treebank checkout (UD_English-EWT, UD_German-GSD, …) whose "
+                        "sentences give the look-alike facts; repeat it for each language")
+    c.add_argument("--by-language", action="store_true", help="also print each language's shares")
+    c.add_argument("--json", help="write the results as JSON here")
+    c.set_defaults(func=cmd_eval_instructions)
 
     p = sub.add_parser("bench", help="speed, write cost, compaction cost, throughput and memory on real Redis")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under a minute)")
     p.add_argument("--json", help="write the metrics as JSON here")
+    p.add_argument("--plot", metavar="FILE", help=PLOT_HELP.format(what="each metric that has a target against it"))
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("compact", help="compact a conversation now (internal: for orchestration and operators)")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 from typing import Any
 
 from .logs import WorkProgress, quiet_turn_lines, stderr_console
+from .plots import check_plot
 from .settings import Settings, SettingsError
 from .stores import open_stores
 
@@ -31,7 +31,6 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         DEFAULT_WINDOWS,
         load_benchmark,
         load_cases,
-        plot,
         run_matrix,
         skipped_text,
         summarize,
@@ -40,9 +39,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.services import ModelClient
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if args.plot and importlib.util.find_spec("matplotlib") is None:  # said before the run, not after it
-        raise SettingsError("--plot needs matplotlib, which is not installed: pip install 'threadkeeper-slack[plot]' "
-                            "(make install includes it), or leave out --plot")
+    check_plot(args.plot)
     if args.model:
         settings = settings.model_copy(update={"ai_model": args.model})
     generated = args.benchmark == "generated"
@@ -73,11 +70,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
                                            progress=lambda label: bar.update(advance=1, what=label))
         rows = summarize(results)
         if benchmark is not None:
-            _benchmark_table(rows, f"continuity on {args.benchmark}: {len(cases)} chats, {benchmark.questions} "
-                                   "questions; the standing context, answers kept on content")
+            heading = f"continuity on {args.benchmark}: {len(cases)} chats, {benchmark.questions} questions"
+            _benchmark_table(rows, f"{heading}; the standing context, answers kept on content")
             print(skipped_text(benchmark.skipped))
         else:
-            _probe_table(rows, f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes")
+            heading = f"continuity: {len(cases)} threads, {sum(len(c.probes) for c in cases)} probes"
+            _probe_table(rows, heading)
         if any("asked" in r for r in rows):
             _asked_table(rows, "each question asked as the next message: the context built for it (recall included), "
                                "answers kept on content, baselines at the same spend")
@@ -94,7 +92,9 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
                 json.dump(report, fh, indent=2)
             stderr_console().print(f"results written to {args.json}")
         if args.plot:
-            plot(rows, args.plot)
+            from . import plots
+
+            plots.continuity(rows, args.plot, title=f"{heading}, model {settings.ai_model}")
             stderr_console().print(f"plot written to {args.plot}")
         return 0
 
@@ -175,6 +175,7 @@ def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.evals import load_benchmark, skipped_text
     from threadkeeper.evals.memory import run_memory, summarize_memory
 
+    check_plot(args.plot)
     benchmark = load_benchmark(args.benchmark, args.path, limit=args.limit)
 
     async def work() -> int:
@@ -202,6 +203,14 @@ def cmd_eval_memory(args: argparse.Namespace, settings: Settings) -> int:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump({"benchmark": args.benchmark, "path": str(args.path), "windows": args.windows,
                            "results": rows, "chats": [c.name for c in benchmark.cases]}, fh, indent=2)
+            stderr_console().print(f"results written to {args.json}")
+        if args.plot:
+            from . import plots
+
+            chats = len(benchmark.cases)
+            plots.memory(rows, args.plot, title=f"memory across conversations on {args.benchmark}, {chats} "
+                                                f"chat{'' if chats == 1 else 's'}")
+            stderr_console().print(f"plot written to {args.plot}")
         return 0
 
     return asyncio.run(work())
@@ -257,4 +266,59 @@ def cmd_eval_redaction(args: argparse.Namespace, settings: Settings) -> int:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"source": args.source, "path": str(args.path), "seed": args.seed, "vendors": corpus.vendors,
                        "secrets": len(corpus.secrets), "negatives": len(corpus.negatives), **result}, fh, indent=2)
+    return 0
+
+
+def cmd_eval_instructions(args: argparse.Namespace, settings: Settings) -> int:
+    """``threadkeeper eval instructions``: instructions aimed at an assistant, from a public prompt-injection set, and
+    look-alike facts, each posted as a person's message through the ledger, the handoff and ``record_state``; beside
+    a cue-word baseline at the same false-positive rate."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from threadkeeper.evals.instructions import FACT, KINDS, evaluate, load_source, report
+
+    corpus = load_source(args.source, args.path, args.facts)
+    with WorkProgress("instructions eval", len(corpus.items)) as bar:
+        result = report(evaluate(corpus, progress=lambda done: bar.update(done)))
+    console = Console(width=170)
+    table = Table(title=f"where a person's words go: {len(corpus.items):,} texts from {', '.join(corpus.sources)}; "
+                        f"cue-word baseline flags at ≥ {result['baseline_k']} cues (facts kept: bot "
+                        f"{_pct(result['facts_kept'])}, baseline {_pct(result['baseline_facts_kept'])})")
+    for col in ("texts", "half", "n", "as the assistant's own", "not recognised", "baseline: not flagged",
+                "accepted by record_state", "baseline: accepted"):
+        table.add_column(col, justify="left" if col in ("texts", "half") else "right")
+    for kind in KINDS:
+        for half in ("tuning", "held-out", "all"):
+            row = result["groups"].get(f"{half} / {kind}")
+            if row is None:
+                continue
+            fact = kind == FACT
+            # for facts the columns read the other way: "not recognised" is a fact kept as a fact
+            table.add_row(kind if half == "tuning" else "", half, f"{row['n']:,}", _pct(row["as_own"]),
+                          _pct(row["not_recognised"]) + (" kept" if fact else ""),
+                          _pct(row["baseline_not_flagged"]) + (" kept" if fact else ""),
+                          _pct(row["accepted_by_record_state"]), _pct(row["baseline_not_flagged"]))
+    console.print(table)
+    if args.by_language:
+        languages = Table(title="by language (all halves)")
+        for col in ("language", "texts", "n", "as the assistant's own", "not recognised", "accepted by record_state",
+                    "baseline: not flagged"):
+            languages.add_column(col, justify="left" if col in ("language", "texts") else "right")
+        for key, row in sorted(result["languages"].items()):
+            language, kind = key.split(" / ", 1)
+            languages.add_row(language, kind, f"{row['n']:,}", _pct(row["as_own"]), _pct(row["not_recognised"]),
+                              _pct(row["accepted_by_record_state"]), _pct(row["baseline_not_flagged"]))
+        console.print(languages)
+    refused = {kind: result["groups"][f"all / {kind}"]["refused_because"] for kind in KINDS
+               if f"all / {kind}" in result["groups"]}
+    print("record_state refused, by reason: " + "; ".join(
+        f"{kind}: " + (", ".join(f"{why} {n}" for why, n in sorted(reasons.items())) or "none")
+        for kind, reasons in refused.items()))
+    skipped = ", ".join(f"{n} ({why})" for why, n in sorted(corpus.skipped.items()))
+    print(f"treebank sentences and files skipped: {skipped or 0}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"source": args.source, "path": str(args.path), "facts": [str(f) for f in args.facts],
+                       "sources": corpus.sources, "texts": len(corpus.items), **result}, fh, indent=2)
     return 0

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from threadkeeper.persistence import ThreadkeeperError, why_unreadable
 
-from .logs import WorkProgress, quiet_turn_lines
+from .logs import WorkProgress, quiet_turn_lines, stderr_console
+from .plots import check_plot
 from .settings import Settings
 from .stores import Stores, with_pipeline
 
@@ -21,8 +22,9 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .bench import peer_note, run_bench, targets
+    from .bench import checked, peer_note, run_bench
 
+    check_plot(args.plot)
     quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the table says what happened
 
     async def work() -> tuple[dict[str, float], str]:
@@ -36,18 +38,24 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     table.add_column("value", justify="right")
     table.add_column("target")
     table.add_column("")
-    checked = targets(metrics)
+    rows = checked(metrics)
+    by_metric = {t.metric: t for t in rows}
     for key, value in metrics.items():
-        target, met = checked.get(key, ("", True))
-        table.add_row(key, f"{value:,}", target, ("met" if met else "MISSED") if target else "")
+        t = by_metric.get(key)
+        table.add_row(key, f"{value:,}", t.shown if t else "", ("met" if t.met else "MISSED") if t else "")
     Console(width=120).print(table)
-    missed = [k for k, (_, met) in checked.items() if not met]
-    print(f"targets: {len(checked) - len(missed)} of {len(checked)} met" + (f"; missed: {', '.join(missed)}" if missed
-                                                                            else ""))
+    missed = [t.metric for t in rows if not t.met]
+    print(f"targets: {len(rows) - len(missed)} of {len(rows)} met" + (f"; missed: {', '.join(missed)}" if missed
+                                                                      else ""))
     print(f"langgraph-checkpoint-redis not measured: {peer}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(metrics, fh, indent=2)
+    if args.plot:
+        from . import plots
+
+        plots.bench(rows, args.plot, title="threadkeeper bench" + (" (quick)" if args.quick else ""))
+        stderr_console().print(f"plot written to {args.plot}")
     return 0
 
 

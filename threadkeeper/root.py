@@ -28,7 +28,7 @@ from threadkeeper.services import (
 )
 from threadkeeper.services.handoff import Compactor, Summarizer, record_state_tool
 from threadkeeper.services.memory import ChannelAccess, Memory, MemoryConfig
-from threadkeeper.services.models import MESSAGE_OVERHEAD, OfflineModel
+from threadkeeper.services.models import MESSAGE_OVERHEAD, EmbeddingClient, OfflineModel
 from threadkeeper.services.recall import Recall, lineage_resolver, thread_search_tool
 from threadkeeper.services.turn import Clock, ContextAssembler, ModelLoop, NoteEffects, Preview, TurnInput, tool_tokens
 
@@ -66,6 +66,27 @@ def check_models(settings: Settings) -> None:
         except BudgetError as exc:
             raise SettingsError(str(exc)) from None
         _check_reachable(variable, name)
+    if settings.ai_embedding_model:
+        _check_embedding_model(settings.ai_embedding_model)
+
+
+def _check_embedding_model(name: str) -> None:
+    """``AI_EMBEDDING_MODEL``: a model litellm can route, its key set, its server (when it has a base URL) answering."""
+    from threadkeeper.services.models._litellm import litellm
+
+    variable = "AI_EMBEDDING_MODEL"
+    try:
+        litellm.get_llm_provider(name)
+    except Exception as exc:  # litellm raises its BadRequestError for an unknown provider
+        said = str(exc).splitlines()[0][:160]
+        raise SettingsError(f"{variable}={name!r} is not a model litellm can call ({said}): name it as litellm does, "
+                            "provider/model (openai/text-embedding-3-small, ollama/nomic-embed-text, …)") from None
+    missing = [k for k in litellm.validate_environment(model=name).get("missing_keys") or []
+               if k.endswith(("_KEY", "_TOKEN"))]
+    if missing:
+        raise SettingsError(f"{variable}={name!r} needs {', '.join(missing)} set (in the environment or .env): "
+                            "the provider's key")
+    _check_reachable(variable, name)
 
 
 _BASE_URLS = {"openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"), "ollama": ("OLLAMA_API_BASE",),
@@ -147,7 +168,9 @@ def _build_turns(settings: Settings, stores: Stores, *, model: str | None, conte
     client = ModelClient(model_name, timeout_seconds=settings.ai_timeout_seconds, max_output_tokens=max_output,
                          attempts=settings.ai_retry_attempts, retry_wait_seconds=retry_wait_seconds,
                          context_window=window, offline_model=offline_model)
-    recall = Recall(stores.checkpoints, stores.notes, tokenizer)
+    embedder = EmbeddingClient(settings.ai_embedding_model, timeout_seconds=min(settings.ai_timeout_seconds, 15.0)) \
+        if settings.ai_embedding_model else None
+    recall = Recall(stores.checkpoints, stores.notes, tokenizer, embedder=embedder, vectors=stores.vectors)
     registry = ToolRegistry([record_state_tool(lineage_resolver(recall, stores.checkpoints)), *(tools or [])])
     if offers_tools(model_name):
         registry.register(thread_search_tool(recall, stores.checkpoints, lambda: tool_tokens(budget, config)))

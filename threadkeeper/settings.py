@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     ai_turn_seconds: float = Field(default=300.0, gt=0, le=7200)
     """The most model time one turn may spend over all its calls and retries."""
     ai_retry_attempts: int = Field(default=3, ge=1, le=10)
+    ai_embedding_model: str | None = None
+    """Any litellm embedding model (``openai/text-embedding-3-small``, ``ollama/nomic-embed-text``, …): recall then
+    fuses BM25 with the question's nearest messages by meaning. Unset (the default): recall by words alone."""
 
     slack_bot_token: str | None = None
     slack_app_token: str | None = None
@@ -93,7 +96,7 @@ class Settings(BaseSettings):
     threadkeeper_slack_history_interval_seconds: float = Field(default=60.0, gt=0, le=3600)
     """Seconds between two reads of a workspace's threads when limited (Slack's posted limit: 60)."""
 
-    @field_validator("redis_url", "ai_fast_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
+    @field_validator("redis_url", "ai_fast_model", "ai_embedding_model", "slack_bot_token", "slack_app_token", "slack_signing_secret",
                      "slack_api_base_url", "slack_client_id", "slack_client_secret", "slack_redirect_uri",
                      "threadkeeper_encryption_key", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from threadkeeper.persistence import (
     NotesStore,
     Pace,
     Signals,
+    VectorStore,
     connect,
     ping,
 )
@@ -48,6 +49,7 @@ class Stores:
     memory: MemoryStore
     signals: Signals
     pace: Pace
+    vectors: VectorStore
     where: str = "Redis at REDIS_URL"
     """What the stores run on, for people: ``Redis at REDIS_URL`` or the embedded Redis and its data directory."""
 
@@ -74,7 +76,8 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
     return Stores(client=client, checkpoints=checkpoints, inbox=Inbox(client, **common),
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
                   forget=Forgetter(client, **common), memory=MemoryStore(client, **common),
-                  signals=Signals(client, **common), pace=Pace(client, **common))
+                  signals=Signals(client, **common), pace=Pace(client, **common),
+                  vectors=VectorStore(client, **common))
 
 
 @asynccontextmanager

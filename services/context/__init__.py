@@ -4,7 +4,7 @@ and the measure every budget is compared on (the local estimate calibrated by th
 
 from .measure import CALIBRATION_BOUNDS, calibration, measure
 from .refs import REF, label, next_ref, parse
-from .render import HANDOFF_HEADER, ContextEntry, current_text, entries, to_chat, visible
+from .render import HANDOFF_HEADER, ContextEntry, current_text, entries, quote, to_chat, visible
 
 __all__ = [
     "CALIBRATION_BOUNDS",
@@ -17,6 +17,7 @@ __all__ = [
     "measure",
     "next_ref",
     "parse",
+    "quote",
     "REF",
     "to_chat",
     "visible",

@@ -22,6 +22,13 @@ HANDOFF_HEADER = "[Threadkeeper handoff"
 offline model and the evals recognise it by."""
 
 
+def quote(text: str) -> str:
+    """Words a person wrote, as a handoff shows them: between quotation marks on the line that names them, so that
+    nothing inside can pass for the handoff's own structure or for a rule of its own (a curly quotation mark of the
+    writer's becomes a straight one, so a quotation ends only where the handoff ends it)."""
+    return "“" + text.replace("“", '"').replace("”", '"') + "”"
+
+
 @dataclass(frozen=True)
 class ContextEntry:
     """One message of the next request, as reported by ``context``, ``replay`` and the console."""

@@ -7,7 +7,7 @@ from .compaction import CompactionReport, Narrated, Plan, RunningFold, changes_o
 from .compactor import Compactor
 from .ledger import Ask, Decision, Ledger, LedgerBuilder, ModelFact, NarrativeEntry, load_ledger, prose
 from .narrative import Summarizer, extractive
-from .notebook import NoteEntry, TermStats, is_identifier, note_cost, select
+from .notebook import NoteEntry, TermStats, is_identifier, note_cost, select, whole_cost
 from .state_tool import record_state_tool, validate_entry
 from .view import render_handoff
 
@@ -38,4 +38,5 @@ __all__ = [
     "suspects",
     "TermStats",
     "validate_entry",
+    "whole_cost",
 ]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from threadkeeper.persistence import Message
 
-from ..context import refs
+from ..context import quote, refs
 from ..models import HANDOFF_PROMPT, HANDOFF_UPDATE, ModelClient, ModelError, Tokenizer
 from ..safety import holds_secret, is_instruction, redact, rejected, secrets_in
 from ..text import extract as x
@@ -84,9 +84,10 @@ def extractive(messages: Sequence[Message], cap_tokens: int, tokenizer: Tokenize
         t = x.terms(sentence)
         if any(t and len(t & s) / len(t | s) > 0.8 for s in seen):
             continue
-        text = f"{m.author + ': ' if m.author and m.role == 'user' else ''}{sentence}"
-        if len(text) > 300:
-            text = text[:299] + "…"
+        person = bool(m.author) and m.role == "user"
+        room = 300 - (len(m.author or "") + 4 if person else 0)  # a line of at most 300 characters
+        said = sentence if len(sentence) <= room else sentence[:room - 1] + "…"
+        text = f"{m.author}: {quote(said)}" if person else said  # a person's words, quoted whole
         cost = tokenizer.count(text) + len(m.id) // 3 + 4
         if used + cost > cap_tokens:
             continue

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..context import quote
 from ..text import extract as x
 from ..text import terms
 
@@ -101,7 +102,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]").sea
 def note_line(cited: str, author: str, text: str, *, edited: bool = False) -> str:
     """A note on a line of its own (an edited message's note always is); ``cited``: its ``#N`` or id."""
     mark = " (edited after it was written; current text)" if edited else ""
-    return f"- {'SUSPECT ' if edited else ''}[{cited}] {author or 'someone'}{mark}: {text}"
+    return f"- {'SUSPECT ' if edited else ''}[{cited}] {author or 'someone'}{mark}: {quote(text)}"
 
 
 def note_cost(entry: NoteEntry, count: Callable[[str], int], label: Callable[[str], str] = str) -> int:
@@ -109,12 +110,18 @@ def note_cost(entry: NoteEntry, count: Callable[[str], int], label: Callable[[st
     cited)."""
     if entry.edited:
         return count(note_line(label(entry.id), entry.author, entry.text, edited=True)) + 1
-    return count(f"; [{label(entry.id)}] {entry.text}")
+    return count(f"; [{label(entry.id)}] {quote(entry.text)}")
 
 
 def author_cost(author: str, count: Callable[[str], int]) -> int:
     """What starting an author's line of the day costs: ``- author: `` and the line break."""
     return count(f"- {author}:") + 1
+
+
+def whole_cost(entries: Iterable[NoteEntry], count: Callable[[str], int]) -> int:
+    """At most what :func:`select` spends to take every one of ``entries``: each note with a day heading and its
+    author's lead-in."""
+    return sum((e.tokens or note_cost(e, count)) + DAY_HEADING_TOKENS + author_cost(e.author, count) for e in entries)
 
 
 def day(at: float) -> str:

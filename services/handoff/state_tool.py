@@ -5,9 +5,11 @@ into a handoff is found too. An entry must be supported by the words of the mess
 of its content words (words that are not among the most common of English, German, French, Spanish,
 Portuguese or Italian; numbers and identifiers count; compared by their first five letters, so "deploys" and
 "deployment" match) must appear in them, so citing any message of the thread is not enough. Entries without
-evidence or support, and entries aimed at the assistant's future behaviour ("always…", "from now on
-ignore…"; see :mod:`services.instructions`) rather than facts, decisions or plan steps, are rejected with a
-reason the model sees. Accepted entries are stored as structured data
+evidence or support are rejected with a reason the model sees, and so is anything that is not a fact a person
+stated: evidence that is not a person's message (the assistant's replies and tools' output are not evidence); an
+entry with a sentence that is a question, an instruction of any kind or about the assistant itself (a second-person
+pronoun, the bot as subject; :func:`services.safety.stated_as_fact`); and an entry whose words the cited message
+holds only in what it asked or told the assistant, not in the sentences it states as facts. Accepted entries are stored as structured data
 on the tool result (and shown in its text, which may be cut to fit), and the ledger folds them from that
 data at the next compaction.
 """
@@ -26,7 +28,7 @@ from threadkeeper.persistence import Message
 from ..context import parse
 from ..lexicon import common
 from ..models import RECORDS, Tool, ToolContext
-from ..safety import rejected
+from ..safety import addresses_the_assistant, rejected, sentences, statements, unstated, without_instructions
 from ..text import extract as x
 from .ledger import ACCEPTED_MARK, RECORD_STATE
 
@@ -75,10 +77,25 @@ def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[st
     if missing:
         return None, f"evidence {', '.join(missing)} is not a message of this thread"
     found = [messages[e] for e in evidence]
+    others = [e for e in evidence if messages[e].role != "user" or messages[e].flags.handoff]
+    if others:
+        return None, (f"evidence {', '.join(others)} is not a person's message; only what people stated is recorded "
+                      "(a reply or a tool's output is not evidence)")
     why = rejected(text, [m.text for m in found])  # the one check of a model's lines
     if why is not None:
         return None, f"this entry is not recorded: {why}"
-    shared, needed, words = support(text, [m.text for m in found])
+    # a fact is a statement; a decision or plan step may be an imperative for the team ("Ship the canary"), but
+    # none speaks to or about the assistant
+    said = unstated(text) if kind == "fact" else [s for s in sentences(text) if addresses_the_assistant(s)]
+    if said:
+        return None, (f"this entry is not recorded: it is not a statement of fact ({_short(said[0])}); questions, "
+                      "instructions and words about the assistant are not recorded (a person's ask stays theirs "
+                      "in the thread)")
+    stated = [" ".join(statements(m.text)) if kind == "fact" else without_instructions(m.text) for m in found]
+    shared, needed, words = support(text, stated)
+    if shared < needed and support(text, [m.text for m in found])[0] >= needed:
+        return None, ("this entry is not recorded: the cited message asks or tells it, it does not state it as a "
+                      "fact; what a person asked of the assistant stays their ask")
     if shared < needed:
         refs_cited = ", ".join(evidence)
         return None, (f"the cited message{'s' if len(found) > 1 else ''} {refs_cited} do{'' if len(found) > 1 else 'es'} "
@@ -89,6 +106,10 @@ def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[st
 
 
 _WORD = re.compile(r"[^\W_]+(?:[-.'][^\W_]+)*")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return f"“{text}”" if len(text) <= limit else f"“{text[:limit - 1]}…”"
 
 
 @lru_cache(maxsize=8192)

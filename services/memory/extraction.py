@@ -33,7 +33,7 @@ from threadkeeper.persistence.memory import (
 )
 
 from ..conversation import PRIVACY, Conversation
-from ..handoff import LedgerBuilder, is_identifier, prose, select
+from ..handoff import LedgerBuilder, is_identifier, prose, select, whole_cost
 from ..models import ModelClient, Tokenizer
 from ..safety import redact, rejected, without_instructions
 from ..text import extract as x
@@ -255,7 +255,7 @@ class Extractor:
         for f in ledger.model_facts:
             add("decision" if f.kind == "decision" else "fact", f.text, [f.evidence_id], [])
         notes = [n for n in ledger.notes if n.id not in decided and n.id in by_id]
-        total = sum(n.tokens or self.tokenizer.count(n.text) for n in notes)
+        total = whole_cost(notes, self.tokenizer.count)  # what ``select`` spends, headings and lead-ins included
         chosen = select(notes, ledger.stats, cap_tokens=max(64, int(total * self.config.notes_share)), now=now,
                         count=self.tokenizer.count).notes if notes else []
         for n in chosen:

@@ -11,6 +11,7 @@ from .budget import (
     resolve_max_output,
     resolve_window,
 )
+from .embeddings import Embedder, EmbeddingClient, EmbeddingError
 from .llm import (
     Draft,
     ModelClient,
@@ -33,6 +34,9 @@ __all__ = [
     "BudgetPolicy",
     "ContextBudget",
     "Draft",
+    "Embedder",
+    "EmbeddingClient",
+    "EmbeddingError",
     "HANDOFF_PROMPT",
     "HANDOFF_UPDATE",
     "is_offline",

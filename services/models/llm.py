@@ -55,6 +55,26 @@ def _said(exc: BaseException) -> str:
     return text.removeprefix("litellm.").split(" - ", 1)[-1][:200]
 
 
+def refused(exc: Exception, model: str, setting: str) -> ModelSetupError:
+    """The one line for a configuration the provider refuses (see :class:`ModelSetupError`): ``model`` as named by the
+    variable ``setting``."""
+    litellm = _litellm()
+    named = f"{setting}={model!r}"
+    said = _said(exc)
+    code = getattr(exc, "status_code", None)  # (litellm maps some providers' 401 to another class)
+    if isinstance(exc, litellm.NotFoundError) or code == 404:
+        return ModelSetupError(f"{named}: the provider does not serve this model (404: {said}); set {setting} "
+                               "to a model it serves")
+    try:
+        variable = key_variable(litellm.get_llm_provider(model)[1])
+    except Exception:  # noqa: BLE001 - a model litellm routes only with more settings: name the key generally
+        variable = "the provider's key variable"
+    status = 403 if isinstance(exc, litellm.PermissionDeniedError) or code == 403 else 401
+    what = "does not let the key use this model" if status == 403 else "refused the key"
+    return ModelSetupError(f"{named}: the provider {what} ({status}: {said}); set {variable} to a valid key "
+                           "(in the environment or .env)")
+
+
 class ModelContextError(ModelError):
     """The provider refused the request as longer than the model's window (it counts tokens differently
     from the local estimate): the turn compacts tighter and tries once more."""
@@ -236,21 +256,7 @@ class ModelClient:
         raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
 
     def _refused(self, exc: Exception) -> ModelSetupError:
-        """The one line for a configuration the provider refuses (see :class:`ModelSetupError`)."""
-        litellm = _litellm()
-        named = f"{self.setting}={self.model!r}"
-        said = _said(exc)
-        if isinstance(exc, litellm.NotFoundError):
-            return ModelSetupError(f"{named}: the provider does not serve this model (404: {said}); set {self.setting} "
-                                   "to a model it serves")
-        try:
-            variable = key_variable(litellm.get_llm_provider(self.model)[1])
-        except Exception:  # noqa: BLE001 - a model litellm routes only with more settings: name the key generally
-            variable = "the provider's key variable"
-        status = 403 if isinstance(exc, litellm.PermissionDeniedError) else 401
-        what = "does not let the key use this model" if status == 403 else "refused the key"
-        return ModelSetupError(f"{named}: the provider {what} ({status}: {said}); set {variable} to a valid key "
-                               "(in the environment or .env)")
+        return refused(exc, self.model, self.setting)
 
     async def _whole(self, kwargs: dict[str, Any]) -> ModelReply:
         litellm = _litellm()

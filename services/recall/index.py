@@ -18,10 +18,17 @@ The index lives in the worker, per conversation, and is incremental:
   folds them they are indexed as one new segment. Segments of similar size are merged (a log-structured
   layout), so the work per message is logarithmic and a warm query touches a handful of segments.
 * Edited messages are recalled in their current text and found by either text; deleted ones never.
+
+When an embedding model is configured (``AI_EMBEDDING_MODEL``), the question is also searched by meaning: its
+embedding's nearest messages are fused with the BM25 ranking (:meth:`TermIndex.ranked`). Each message is embedded
+once and its vector stored beside the conversation (:class:`VectorStore`), so a turn embeds the question and the
+messages new since the last turn, in one request; a cold worker reads the stored vectors. When the embedding model
+fails, the turn logs one line and recalls by words alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections import Counter, OrderedDict
@@ -29,6 +36,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
 
 from threadkeeper.persistence import (
     CheckpointStore,
@@ -36,10 +46,12 @@ from threadkeeper.persistence import (
     Message,
     Notes,
     NotesStore,
+    StoreUnavailableError,
+    VectorStore,
 )
 
 from ..context import current_text, label, parse, refs
-from ..models import MESSAGE_OVERHEAD, Tokenizer, ToolContext, bound_text
+from ..models import MESSAGE_OVERHEAD, Embedder, EmbeddingError, Tokenizer, ToolContext, bound_text
 from ..text import STOPWORDS, TermIndex, compress, language, search_terms
 
 log = logging.getLogger("threadkeeper.recall")
@@ -64,6 +76,13 @@ NEIGHBOUR_TOKENS = 96
 LONG_TOKENS = 96
 """A hit shown as its note is shown as its passages that match the question instead when it is longer than this."""
 MAX_HITS = 96
+NEAREST = MAX_HITS
+"""With an embedding model: the messages nearest the question by meaning that are fused with the BM25 hits."""
+EMBED_BATCH = 256
+"""The most messages a turn embeds besides the question (newest first): a thread stored before an embedding model
+was configured is embedded over its next turns, not all in one."""
+EMBED_CHARS = 4000
+"""What of a message is embedded (embedding models take a few thousand tokens at most)."""
 MIN_LINE_TOKENS = 24
 """Below this much room left, no further line is tried."""
 DAY_TOKENS = 8
@@ -147,6 +166,8 @@ class ConversationIndex:
     """The authors a word names: each word of a person's name, and the names people address them by."""
     _capitalized: Counter[str] = field(default_factory=Counter)
     _vocative: Counter[tuple[str, str]] = field(default_factory=Counter)
+    asked: set[int] = field(default_factory=set)
+    """With an embedding model: the positions whose stored vector was read for (once each)."""
 
     def add(self, messages: Iterable[Message]) -> int:
         added = 0
@@ -211,9 +232,10 @@ class ConversationIndex:
         """Index the pending messages the context no longer holds; returns how many are searchable."""
         return self.search.searchable([p for p in self.search.pending if self.targets[p] not in held])
 
-    def scores(self, query: Sequence[str]) -> list[tuple[float, int]]:
-        """``(score, position)`` of every searchable message that shares a term with ``query``, best first."""
-        return self.search.scores(query, limit=MAX_HITS * 4)
+    def scores(self, query: Sequence[str], meaning: Any = None) -> list[tuple[float, int]]:
+        """``(score, position)`` of every searchable message that shares a term with ``query``, best first; given
+        ``meaning`` (the question's embedding), fused with the :data:`NEAREST` messages nearest it."""
+        return self.search.ranked(query, meaning, limit=MAX_HITS * 4, nearest=NEAREST)
 
     def feedback(self, ranked: Sequence[tuple[float, int]], query: Sequence[str]) -> list[str]:
         """Terms to widen ``query`` with: those that weigh most across its best hits (RM3-style feedback)."""
@@ -236,10 +258,14 @@ class Recall:
     """Per-worker recall indexes over conversations' durable histories (bounded, least recently used out)."""
 
     def __init__(self, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer, *,
-                 max_messages: int = 200_000) -> None:
+                 max_messages: int = 200_000, embedder: Embedder | None = None,
+                 vectors: VectorStore | None = None) -> None:
         self.checkpoints = checkpoints
         self.notes = notes
         self.tokenizer = tokenizer
+        self.embedder = embedder
+        """With an embedding model: recall fuses BM25 with the question's nearest messages by meaning."""
+        self.vectors = vectors
         self.max_messages = max_messages
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._leads: dict[tuple[str, int], int] = {}
@@ -302,16 +328,70 @@ class Recall:
             named |= index.named(m.text)
             if m.author and _FIRST_PERSON.search(m.text):  # "what did I say about…": the asker's own messages
                 named.add(m.author)
+        meaning = await self._meaning(conversation_id, index, asked) if self.embedder is not None else None
         return await self.search(conversation_id, history, context, query, cap_tokens, widen=True, named=named,
-                                 focus_tokens=focus_tokens, notes=notes)
+                                 focus_tokens=focus_tokens, notes=notes, meaning=meaning)
+
+    async def _meaning(self, conversation_id: str, index: ConversationIndex, asked: Sequence[Message]) -> Any:
+        """The question's embedding (the mean of its messages'), after giving the index's messages without a vector
+        theirs: read from the store once each, the rest embedded with the question in one request (at most
+        :data:`EMBED_BATCH`, newest first) and stored. None, with one log line, when the embedding model fails."""
+        embedder = self.embedder
+        assert embedder is not None
+        try:
+            return await self._embed(conversation_id, index, asked, embedder)
+        except (EmbeddingError, StoreUnavailableError) as exc:
+            log.warning("recall by words alone this turn: %s", exc)
+            return None
+
+    async def _embed(self, conversation_id: str, index: ConversationIndex, asked: Sequence[Message],
+                     embedder: Embedder) -> Any:
+        def key(text: str) -> str:
+            return hashlib.blake2b(f"{embedder.model}\0{text}".encode(), digest_size=12).hexdigest()
+
+        search = index.search
+        waiting = search.unembedded()
+        texts = {p: index.messages[p].text[:EMBED_CHARS] for p in waiting}
+        questions = [m.text[:EMBED_CHARS] for m in asked]
+        unread = [p for p in waiting if p not in index.asked]
+        wanted = list(dict.fromkeys([*(key(texts[p]) for p in unread), *(key(q) for q in questions)]))
+        stored = await self.vectors.get(conversation_id, wanted) if self.vectors is not None else {}
+        index.asked.update(unread)
+        found: dict[str, Any] = {}
+        size = search.dimensions
+        for field_, raw in stored.items():
+            vector = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+            size = size or len(vector)
+            if len(vector) == size:  # (another length: stored for a model of that name before; embedded anew)
+                found[field_] = vector
+        new = list(dict.fromkeys([*questions, *(texts[p] for p in reversed(waiting)
+                                                if key(texts[p]) not in found)]))
+        new = [t for t in new if key(t) not in found]
+        if len(new) > len(questions) + EMBED_BATCH:
+            new = [t for t in new if t in questions] + [t for t in new if t not in questions][:EMBED_BATCH]
+        if new:
+            rows = await embedder.embed(new)
+            if size is not None and rows.shape[1] != size:
+                raise EmbeddingError(f"AI_EMBEDDING_MODEL={embedder.model!r}: the embedding server answered vectors of "
+                                     f"{rows.shape[1]} dimensions, this thread's earlier ones have {size}")
+            made = {key(t): row for t, row in zip(new, rows, strict=True)}
+            found.update(made)
+            if self.vectors is not None:
+                await self.vectors.put(conversation_id, {k: v.astype("<f2").tobytes() for k, v in made.items()})
+        ready = [p for p in waiting if key(texts[p]) in found]
+        if ready:
+            search.embed(ready, np.stack([found[key(texts[p])] for p in ready]))
+        mine = [found[key(q)] for q in questions if key(q) in found]
+        return np.mean(mine, axis=0) if mine else None
 
     async def search(self, conversation_id: str, history: History | None, context: Sequence[Message],
                      query: Sequence[str], cap_tokens: int, *, notes: Notes | None = None,
                      keep: Callable[[Message], bool] | None = None, header: str = RECALL_HEADER,
                      widen: bool = False, named: AbstractSet[str] = frozenset(),
-                     focus_tokens: int = 0) -> Recalled:
+                     focus_tokens: int = 0, meaning: Any = None) -> Recalled:
         """Messages the context does not hold that match ``query`` (search terms) and ``keep``, best first,
-        rendered within ``cap_tokens`` under ``header``. Recall and the ``thread_search`` tool share it.
+        rendered within ``cap_tokens`` under ``header``. Recall and the ``thread_search`` tool share it. ``meaning``:
+        the question's embedding, whose nearest messages are fused with the BM25 hits.
 
         With ``widen`` (recall), room left after the direct hits goes to the widened query's hits. A message a
         handoff cites is still a candidate: a handoff line holds a few of its words, the recalled line all of
@@ -321,7 +401,7 @@ class Recall:
         index = await self.sync(conversation_id, history)
         held = {m.id for m in context if not index.shortened(m)}
         searchable = index.searchable(held)
-        ranked = index.scores(query) if searchable else []
+        ranked = index.scores(query, meaning) if searchable else []
         if keep is not None:
             ranked = [(score, pos) for score, pos in ranked if keep(index.messages[pos])]
         if not ranked:

@@ -1,17 +1,31 @@
 """What may never be stored or sent as the assistant's own words: secrets (redacted) and standing instructions
 (kept only as what a person said)."""
 
-from .instructions import is_instruction, split_instructions, without_instructions
+from .instructions import (
+    addresses_the_assistant,
+    is_instruction,
+    sentences,
+    split_instructions,
+    stated_as_fact,
+    statements,
+    unstated,
+    without_instructions,
+)
 from .lines import holds_secret, rejected, values
 from .redact import redact, secrets_in
 
 __all__ = [
+    "addresses_the_assistant",
     "holds_secret",
     "is_instruction",
     "redact",
     "rejected",
     "secrets_in",
+    "sentences",
     "split_instructions",
+    "stated_as_fact",
+    "statements",
+    "unstated",
     "values",
     "without_instructions",
 ]

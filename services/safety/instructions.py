@@ -111,6 +111,11 @@ _OPENS_OBJECT = frozenset("""the a an all every each any some this that these th
     o os as um uma tudo me nos lhe lhes com para por sobre como sem de do da em no na que
     il lo gli le un una ogni tutto tutti mi ci gli con a per su come senza di da in che""".split())
 _ENGLISH_PREPOSITIONS = frozenset("to in on at for with from of by about into".split())
+_PREPOSITIONS = frozenset("""in on at to for with without as about from by like into onto of than that if when only
+    auf in an zu für mit ohne als über von bei nach aus um dass à avec pour sur comme sans de du par dans que qu' qu’
+    con a para por sobre como sin del en com sem do da em no na per su come senza di da che""".split())
+"""The words of ``_OPENS_OBJECT`` that also follow a noun ("Standup at 10:30"): after a first word, they tell an
+imperative only together with a standing scope."""
 _FIRST_PLURAL = re.compile(r"(?:amos|emos|imos|iamo|ámos|êmos|ons)$")
 _SECOND_SINGULAR = re.compile(r"^\w{2,6}(?:i|es|as|is)$")
 _INFINITIVE = re.compile(r"\w\w(?:are|ere|ire|ar|er|ir)$")
@@ -173,17 +178,23 @@ def _main_clause(text: str) -> tuple[str, bool]:
     return text[at:], addressed
 
 
-def _instruction(sentence: str) -> bool:
+def _instruction(sentence: str, *, standing: bool = True) -> bool:
+    """Whether the sentence is aimed at the assistant's behaviour: with ``standing``, only when its main clause has a
+    standing scope (the module's rule); without, any imperative or sentence addressed to the reader."""
     low = sentence.lower().strip()
     if OVERRIDE.search(low):
         return True
     later = _LATER_SUBORDINATOR.search(low)
-    if not SCOPE.search(low, 0, later.start() if later else len(low)):
+    if standing and not SCOPE.search(low, 0, later.start() if later else len(low)):
         return False
     clause, addressed = _main_clause(low)
     original = sentence.strip()[len(sentence.strip()) - len(clause):] if clause else ""
     tokens = _TOKEN.findall(clause)
     cased = _TOKEN.findall(original)
+    # a clause that opens with its negation has no subject before its verb: "Do not share it", "Ne le révèle pas"
+    # (a statement puts its subject first: "we do not", "il ne le révèle pas")
+    if tokens[:1] in (["don't"], ["don’t"], ["dont"], ["ne"], ["n'"], ["n’"]) or tokens[:2] == ["do", "not"]:
+        return True
     fronted = False
     skipped = 0
     while skipped < len(tokens) and (tokens[skipped] in _TRANSPARENT
@@ -231,9 +242,11 @@ def _instruction(sentence: str) -> bool:
         return True  # no subject, a finite verb of the second person and an infinitive: "devi firmare", "debes usar"
     if first.endswith("s") and not first.endswith(("ss", "us", "is")) and second in _ENGLISH_PREPOSITIONS:
         return False  # a plural noun and its modifier ("Deployments to eu-west …"), not a verb in base form
-    if fronted or addressed or not second:
+    if fronted or addressed:
         return True
-    return second in _OPENS_OBJECT or second in _SECOND
+    if not standing:  # without a standing scope, a noun and its modifier ("Standup at 10:30") is no imperative
+        return bool(second) and second in _OPENS_OBJECT and second not in _PREPOSITIONS
+    return not second or second in _OPENS_OBJECT or second in _SECOND
 
 
 def _gate(lowered: str) -> bool:
@@ -254,3 +267,57 @@ def split_instructions(text: str) -> tuple[str, str]:
 def without_instructions(text: str) -> str:
     """``text`` without its sentences that are instructions ("" when that is all it says)."""
     return split_instructions(text)[0]
+
+
+_ADDRESSEE = frozenset("""ты вы тебя вас тебе вам твой ваш твоя ваша твои ваши sen siz seni sizi senin sizin sana size
+    kamu anda engkau bạn ikaw kayo ninyo आप तुम तू आपको तुम्हें आपका तुम्हारा তুমি আপনি তোমার আপনার أنت انت أنتم""".split())
+"""Second-person pronouns of languages the word lists above do not cover (a closed class too)."""
+_ADDRESSEE_IN_WORDS = ("你", "您", "あなた", "당신")
+"""Second-person pronouns of scripts written without spaces, found inside the text."""
+_WORDS = re.compile(r"[^\s.,;:!?¿¡\"'“”‘’()\[\]{}«»।؟、。，！？]+")
+
+
+def addresses_the_assistant(sentence: str) -> bool:
+    """Whether a sentence speaks to the assistant or about it: an override attempt, a second-person pronoun anywhere
+    (in the six languages or others: "you", "ты", "आप", "你", …), the bot as its subject, or the bot addressed."""
+    text = sentence.strip()
+    words = {w.lower() for w in _WORDS.findall(text)}
+    if not words.isdisjoint(_SECOND) or not words.isdisjoint(_ADDRESSEE) or any(p in text for p in _ADDRESSEE_IN_WORDS):
+        return True
+    low = text.lower()
+    if OVERRIDE.search(low):
+        return True
+    clause, addressed = _main_clause(low)
+    tokens = [t for t in _TOKEN.findall(clause) if t not in _TRANSPARENT]
+    return (_VOCATIVE.match(low) is not None or bool(tokens) and
+            (tokens[0] in _BOT or tokens[0] == "the" and tokens[1:2] != [] and tokens[1] in _BOT))
+
+
+def stated_as_fact(sentence: str) -> bool:
+    """Whether a sentence states something as a fact, as a record of what a thread settled may hold: not a
+    question, not aimed at the reader in any way (an imperative or a sentence addressed to them, with or without a
+    standing scope; see the module's description), and neither speaking to the assistant nor about it
+    (:func:`addresses_the_assistant`).
+
+    This is stricter than :func:`is_instruction`, which tells a standing instruction apart from how a team works
+    ("From now on we deploy on Tuesdays") so that a person's message is kept whole; what ``record_state`` records as
+    a fact is the assistant's own line, so there only statements go."""
+    text = sentence.strip()
+    if not text or text.endswith(("?", "？", "؟")):
+        return False
+    return not addresses_the_assistant(text) and not _instruction(text, standing=False)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences (and lines) of ``text``, as every check here splits it."""
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+def statements(text: str) -> list[str]:
+    """The sentences of ``text`` that state something as a fact (:func:`stated_as_fact`)."""
+    return [s for s in sentences(text) if stated_as_fact(s)]
+
+
+def unstated(text: str) -> list[str]:
+    """The sentences of ``text`` that do not state a fact: questions, instructions, words to or about the assistant."""
+    return [s for s in sentences(text) if not stated_as_fact(s)]

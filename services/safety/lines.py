@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from .instructions import is_instruction
+from .instructions import split_instructions
 from .redact import redact
 
 VALUES = re.compile(r"https?://[^\s<>|)]+|(?<![\w./:#@-])[\w./:#@-]*\d[\w./:#@-]*")
@@ -43,7 +43,7 @@ def rejected(text: str, sources: Sequence[str], *, secrets: Collection[str] = ()
     against its whole input); ``secrets``: values redacted from the input, which no line may repeat."""
     if not sources:
         return "it cites no message it comes from"
-    if is_instruction(text):
+    if split_instructions(text)[1]:  # any of its sentences, not only the first
         return INSTRUCTION
     allowed = (checked_against if checked_against is not None else "\n".join(sources)).lower()
     made_up = [v for v in values(text) if v.lower() not in allowed]

@@ -2,13 +2,14 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .index import TermIndex
+from .index import TermIndex, fuse
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
 from .search import search_terms
 
 __all__ = [
     "STOPWORDS",
     "TermIndex",
+    "fuse",
     "compress",
     "information",
     "language",
