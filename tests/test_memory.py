@@ -446,6 +446,7 @@ async def test_building_a_large_workspaces_index_leaves_the_event_loop_free(redi
     the worker's other coroutines (an event's ack) run as usual, and readers asking at once share the one build."""
     import asyncio
     import gc
+    import threading
     import time
 
     from threadkeeper.persistence import MemoryRecord
@@ -469,6 +470,14 @@ async def test_building_a_large_workspaces_index_leaves_the_event_loop_free(redi
         return await snapshot(*args, **kwargs)
 
     st.memory.snapshot = counted
+    decoded_in: list[int] = []
+    decode = st.memory._decoded
+
+    def decoding(*args, **kwargs):  # type: ignore[no-untyped-def]
+        decoded_in.append(threading.get_ident())
+        return decode(*args, **kwargs)
+
+    st.memory._decoded = decoding
     ticks: list[float] = []
     reading = True
 
@@ -492,5 +501,6 @@ async def test_building_a_large_workspaces_index_leaves_the_event_loop_free(redi
         gc.unfreeze()
     assert all("kestrel service 48 " in b.text for b in blocks)
     assert len(snapshots) == 1, "the readers asking at once share one build"
+    assert decoded_in and threading.get_ident() not in decoded_in, "the records are validated off the loop too"
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
     assert len(ticks) >= 10 and max(gaps) < max(0.15, took / 6), (took, len(ticks), max(gaps))
