@@ -14,18 +14,25 @@ one slot of a Redis Cluster:
 ``<prefix>:{mem:<ws>}:ver:<scope>``      list    the scope's consolidation versions, newest first (two kept)
 ``<prefix>:{mem:<ws>}:gone``             zset    tombstones: ``msg:<channel>:<id>`` of a deleted, edited or forgotten
                                                  source message → when it was retracted, kept for the retention period
+``<prefix>:{mem:<ws>}:edited``           hash    the tombstone of an edited (not deleted) source → the version of its
+                                                 text now (:func:`text_version`): that version is not retracted
 
+A record cites each source at the version of its text it was derived from. A tombstone retracts every version of its
+message but the one ``edited`` names (none for a deletion): a record derived from an edited message's new text is
+current, one derived from its old text is not (readers show it SUSPECT until its conversation is extracted again).
 Every write of records (an extraction's, a consolidation's, a retraction's rewrite) runs in one script that first
-looks up each record's sources among the tombstones: a record derived from a retracted source is never written.
+looks up each record's sources among the tombstones: a record derived from a retracted version is never written.
 
 Knows no Slack and no model: what a record says and who may see it is decided in ``services.memory``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,12 +58,13 @@ CHANGES_KEPT = 1000
 """Generations the change log keeps: a reader further behind reads the records whole."""
 
 _WRITE = """
--- KEYS: rec, gen, gone, shown, uses, last, ver, changes. ARGV: records count, reset usage (1|0), version JSON or '',
--- versions kept, retention seconds, expire-at (0: leave), checks count, generations the change log keeps, the first
--- generation of a new workspace, then per check: id, the JSON it must still
--- have ('' : absent); then per record: id, JSON, marks count, marks; then the ids to remove. A check that fails:
--- nothing is written, {'changed'} is returned. Any record citing a tombstone: nothing is written, the tombstones
--- hit are returned.
+-- KEYS: rec, gen, gone, shown, uses, last, ver, changes, edited. ARGV: records count, reset usage (1|0), version JSON
+-- or '', versions kept, retention seconds, expire-at (0: leave), checks count, generations the change log keeps, the
+-- first generation of a new workspace, then per check: id, the JSON it must still have ('' : absent); then per
+-- record: id, JSON, marks count, marks each with the version of the text it cites; then the ids to remove. A check
+-- that fails: nothing is written, {'changed'} is returned; written: {'done', how many of the ids to remove were stored}. Any record citing a retracted version (a tombstone whose
+-- edited version is not the one cited): nothing is written, each tombstone hit is returned with the version now
+-- ('' : deleted).
 local n = tonumber(ARGV[1])
 local i = 10
 for _ = 1, tonumber(ARGV[7]) do
@@ -68,10 +76,16 @@ local hits, fields, written = {}, {}, {}
 for _ = 1, n do
   local id, json, m = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   i = i + 3
-  for k = i, i + m - 1 do
-    if redis.call('ZSCORE', KEYS[3], ARGV[k]) then hits[#hits + 1] = ARGV[k] end
+  for k = i, i + 2 * m - 1, 2 do
+    if redis.call('ZSCORE', KEYS[3], ARGV[k]) then
+      local now = redis.call('HGET', KEYS[9], ARGV[k])
+      if not now or now ~= ARGV[k + 1] then
+        hits[#hits + 1] = ARGV[k]
+        hits[#hits + 1] = now or ''
+      end
+    end
   end
-  i = i + m
+  i = i + 2 * m
   fields[#fields + 1] = id
   fields[#fields + 1] = json
   written[#written + 1] = id
@@ -85,7 +99,10 @@ local function each(cmd, key, items)
   end
 end
 each('HSET', KEYS[1], fields)
-each('HDEL', KEYS[1], removed)
+local deleted = 0
+for s = 1, #removed, 1000 do
+  deleted = deleted + redis.call('HDEL', KEYS[1], unpack(removed, s, math.min(s + 999, #removed)))
+end
 local reset = removed
 if ARGV[2] == '1' then
   reset = {}
@@ -110,7 +127,22 @@ for _, id in ipairs(removed) do changed[#changed + 1] = g; changed[#changed + 1]
 each('ZADD', KEYS[8], changed)
 redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', g - tonumber(ARGV[8]))
 redis.call('EXPIRE', KEYS[8], ARGV[5])
-return {}
+return {'done', deleted}
+"""
+_TOMBSTONE = """
+-- KEYS: gone, edited, gen. ARGV: now, retention seconds, the first generation of a new workspace, the version of the
+-- text now ('' : deleted), then the marks. Tombstones past the retention period go, with their versions.
+local now, keep = tonumber(ARGV[1]), tonumber(ARGV[2])
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - keep)
+for s = 1, #old, 1000 do redis.call('HDEL', KEYS[2], unpack(old, s, math.min(s + 999, #old))) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - keep)
+for k = 5, #ARGV do
+  redis.call('ZADD', KEYS[1], now, ARGV[k])
+  if ARGV[4] == '' then redis.call('HDEL', KEYS[2], ARGV[k]) else redis.call('HSET', KEYS[2], ARGV[k], ARGV[4]) end
+end
+for k = 1, 2 do redis.call('EXPIRE', KEYS[k], keep) end
+redis.call('SET', KEYS[3], ARGV[3], 'NX')
+return redis.call('INCR', KEYS[3])
 """
 _SETTLE = """
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -125,6 +157,31 @@ def message_mark(channel: str, message_id: str) -> str:
     return f"msg:{channel}:{message_id}"
 
 
+def any_channel_mark(message_id: str) -> str:
+    """A source message's tombstone by its id alone: what a record merged before merged records kept their parts cites
+    (it does not know which channel each of its sources was in), so a retraction in any channel reaches it."""
+    return f"id:{message_id}"
+
+
+def text_version(text: str) -> str:
+    """The version of a source message's text a record cites (and an edit's tombstone names as the one now)."""
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+Tombstones = Mapping[str, "str | None"]
+"""Tombstone → the version of its message's text now (an edited message), or None (deleted: every version)."""
+
+
+def _retracted(cited: Mapping[str, str], gone: Tombstones) -> bool:
+    """Whether a part citing these ``mark → version`` is retracted: one of its marks has a tombstone that does not
+    keep the version it cites."""
+    return any(m in gone and gone[m] != v for m, v in cited.items())
+
+
+def _deleted(cited: Mapping[str, str], gone: Tombstones) -> bool:
+    return any(m in gone and gone[m] is None for m in cited)
+
+
 class MemoryOrigin(BaseModel):
     """One of the records a merged record was made of, as it was: what the merged record falls back to when
     another of its sources is retracted."""
@@ -137,9 +194,22 @@ class MemoryOrigin(BaseModel):
     source_ids: list[str]
     authors: list[str] = Field(default_factory=list)
     said_at: float
+    versions: dict[str, str] = Field(default_factory=dict)
+    """Source id → the version of its text this part was derived from (:func:`text_version`); a source without one
+    (a part written before versions were kept) is retracted by any tombstone of it."""
+    any_channel: bool = Field(default=False, exclude=True)
+    """The whole of a record merged before merged records kept their parts: its sources' channels are unknown, so it
+    also cites each by id alone (:func:`any_channel_mark`)."""
 
     def marks(self) -> set[str]:
-        return {message_mark(self.channel, s) for s in self.source_ids}
+        return set(self.cites())
+
+    def cites(self) -> dict[str, str]:
+        """Its tombstones, each with the version of the text it cites ('' : unknown)."""
+        out = {message_mark(self.channel, s): self.versions.get(s, "") for s in self.source_ids}
+        if self.any_channel:
+            out.update({any_channel_mark(s): "" for s in self.source_ids})
+        return out
 
 
 class MemoryRecord(BaseModel):
@@ -166,6 +236,11 @@ class MemoryRecord(BaseModel):
     merged_from: list[str] = Field(default_factory=list)
     origins: list[MemoryOrigin] = Field(default_factory=list)
     """A merged record's parts (itself first), each with its sources; empty for a record never merged."""
+    versions: dict[str, str] = Field(default_factory=dict)
+    """Source id → the version of its text the record was derived from (see :attr:`MemoryOrigin.versions`)."""
+    suspect: bool = Field(default=False, exclude=True)
+    """As a reader sees it: every part it has left cites an edited message's earlier text (never stored: it is seen
+    through the tombstones)."""
     uses: int = 0
     """How often a reply cited it."""
     shown: int = 0
@@ -182,29 +257,54 @@ class MemoryRecord(BaseModel):
         """What the record was made of: its origins when merged, else itself."""
         return self.origins or [MemoryOrigin(id=self.id, text=self.text, conversation=self.conversation,
                                              channel=self.channel, source_ids=self.source_ids, authors=self.authors,
-                                             said_at=self.said_at)]
+                                             said_at=self.said_at, versions=self.versions,
+                                             any_channel=bool(self.merged_from))]
 
     def marks(self) -> set[str]:
         """The tombstones any of which retracts (part of) this record."""
-        parts: Sequence[MemoryOrigin | MemoryRecord] = self.origins or [self]
-        return {message_mark(part.channel, s) for part in parts for s in part.source_ids}
+        return {m for part in self.parts() for m in part.marks()}
 
-    def without(self, gone: set[str]) -> MemoryRecord | None:
-        """The record once the sources ``gone`` are retracted: itself when none of its parts cites one, None when
-        every part does, else a merged record that keeps only the other parts (its text, conversation and time
-        those of the first part kept, its sources and authors theirs)."""
-        parts = self.parts()
-        kept = [p for p in parts if not p.marks() & gone]
-        if len(kept) == len(parts):
-            return self
+    def cites(self) -> dict[str, str]:
+        """Each tombstone of its parts with the version of the text the part cites (a source two parts cite at two
+        versions: the one first cited; a tombstone keeps at most one of them)."""
+        out: dict[str, str] = {}
+        for part in self.parts():
+            for mark, version in part.cites().items():
+                out.setdefault(mark, version)
+        return out
+
+    def without(self, gone: Tombstones) -> MemoryRecord | None:
+        """The record once the tombstones ``gone`` retract what they retract: itself when none of its parts cites a
+        retracted version, None when every part does, else a merged record that keeps only the other parts (its text,
+        conversation and time those of the first part kept, its sources and authors theirs)."""
+        return self._keeping([p for p in self.parts() if not _retracted(p.cites(), gone)], suspect=False)
+
+    def seen(self, gone: Tombstones) -> MemoryRecord | None:
+        """The record as a reader sees it through the tombstones ``gone``: without its retracted parts; when only
+        parts citing an edited message's earlier text are left, those, marked :attr:`suspect`; None when nothing is
+        left (every source deleted)."""
+        current = self.without(gone)
+        if current is not None:
+            return current
+        return self._keeping([p for p in self.parts() if not _deleted(p.cites(), gone)], suspect=True)
+
+    def edited_only(self, gone: Tombstones) -> bool:
+        """Whether no part of the record cites a deleted message (what retracts it is only edits)."""
+        return not any(_deleted(p.cites(), gone) for p in self.parts())
+
+    def _keeping(self, kept: list[MemoryOrigin], *, suspect: bool) -> MemoryRecord | None:
         if not kept:
             return None
+        if len(kept) == len(self.parts()):
+            return self if self.suspect == suspect else self.model_copy(update={"suspect": suspect})
         lead = kept[0]
         return self.model_copy(update={
             "text": lead.text, "conversation": lead.conversation, "channel": lead.channel, "said_at": lead.said_at,
             "source_ids": list(dict.fromkeys(s for p in kept for s in p.source_ids)),
             "authors": list(dict.fromkeys(a for p in kept for a in p.authors)),
-            "merged_from": [p.id for p in kept if p.id != self.id], "origins": kept if len(kept) > 1 else []})
+            "versions": {s: v for p in reversed(kept) for s, v in p.versions.items()},
+            "merged_from": [p.id for p in kept if p.id != self.id], "origins": kept if len(kept) > 1 else [],
+            "suspect": suspect})
 
 
 class ExtractionJob(BaseModel):
@@ -223,6 +323,8 @@ class ExtractionJob(BaseModel):
     error: str | None = None
     model_calls_day: str = ""
     model_calls: int = 0
+    revised: dict[str, str] = Field(default_factory=dict)
+    """Edited message id → the version of its text extraction read (another version now: it is read again)."""
 
 
 class MemoryVersion(BaseModel):
@@ -243,8 +345,8 @@ class MemoryChanges:
     generation: int
     written: list[MemoryRecord]
     removed: list[str]
-    gone: set[str]
-    """The tombstones now."""
+    gone: dict[str, str | None]
+    """The tombstones now (see :data:`Tombstones`)."""
 
 
 def _first_generation() -> int:
@@ -253,6 +355,11 @@ def _first_generation() -> int:
     microsecond), so that reader finds itself more than the change log's reach behind and reads the records whole,
     never the forgotten ones. (Exact in Redis, Lua and a sorted set's scores: below 2^53.)"""
     return int(time.time() * 1_000_000)
+
+
+def _tombstones(gone: Iterable[Any], edited: Mapping[Any, Any]) -> dict[str, str | None]:
+    versions = {_text(k): _text(v) for k, v in edited.items()}
+    return {(m := _text(raw)): versions.get(m) for raw in gone}
 
 
 def _numbers(values: dict[Any, Any]) -> dict[str, float]:
@@ -300,16 +407,19 @@ class MemoryStore(RedisStore):
         for name in ("rec", "shown", "uses", "last"):
             pipe.hgetall(f"{base}:{name}")
         pipe.zrange(f"{base}:gone", 0, -1)
+        pipe.hgetall(f"{base}:edited")
         pipe.get(f"{base}:gen")
-        raw, shown, uses, last, gone_raw, generation = await self._call(pipe.execute())
-        gone = {_text(m) for m in gone_raw}
-        out = self._decoded(workspace, raw.items(), _numbers(shown), _numbers(uses), _numbers(last),
-                            set() if retracted else gone, time.time() if now is None else now)
+        raw, shown, uses, last, gone_raw, edited, generation = await self._call(pipe.execute())
+        gone = _tombstones(gone_raw, edited)
+        # read off the event loop: a large workspace's records take seconds to validate
+        out = await asyncio.to_thread(self._decoded, workspace, list(raw.items()), _numbers(shown), _numbers(uses),
+                                      _numbers(last), {} if retracted else gone, time.time() if now is None else now)
         out.sort(key=lambda r: (r.created_at, r.id))
         return MemoryChanges(int(generation or 0), out, [], gone)
 
     def _decoded(self, workspace: str, raw: Iterable[tuple[Any, Any]], shown: dict[str, float],
-                 uses: dict[str, float], last: dict[str, float], gone: set[str], now: float) -> list[MemoryRecord]:
+                 uses: dict[str, float], last: dict[str, float], gone: Tombstones, now: float
+                 ) -> list[MemoryRecord]:
         """Stored records (id, JSON) as a reader sees them: validated, expired ones left out, with their usage,
         through the tombstones ``gone``."""
         out = []
@@ -325,7 +435,7 @@ class MemoryStore(RedisStore):
                     record.shown += int(shown.get(record.id, 0))
                     record.uses += int(uses.get(record.id, 0))
                     record.last_used = max(record.last_used or 0.0, last[record.id])
-                seen = record.without(gone) if gone else record
+                seen = record.seen(gone) if gone else record
                 if seen is not None:
                     out.append(seen)
         return out
@@ -339,19 +449,20 @@ class MemoryStore(RedisStore):
         pipe.get(f"{base}:gen")
         pipe.zrangebyscore(f"{base}:changes", f"({since}", "+inf")
         pipe.zrange(f"{base}:gone", 0, -1)
+        pipe.hgetall(f"{base}:edited")
         pipe.exists(f"{base}:changes")
-        raw_generation, raw_ids, gone_raw, logged = await self._call(pipe.execute())
+        raw_generation, raw_ids, gone_raw, edited, logged = await self._call(pipe.execute())
         generation = int(raw_generation or 0)
         if generation < since or generation - since > CHANGES_KEPT or (generation > since and not logged):
             return None  # behind what the log holds, or the log expired or was forgotten: read them whole
         ids = list(dict.fromkeys(_text(i) for i in raw_ids))
+        gone = _tombstones(gone_raw, edited)
         if not ids:
-            return MemoryChanges(generation, [], [], {_text(m) for m in gone_raw})
+            return MemoryChanges(generation, [], [], gone)
         pipe = self.client.pipeline(transaction=False)
         for name in ("rec", "shown", "uses", "last"):
             pipe.hmget(f"{base}:{name}", ids)
         raw, shown, uses, last = await self._call(pipe.execute())
-        gone = {_text(m) for m in gone_raw}
 
         def by_id(values: list[Any]) -> dict[str, float]:
             return {i: float(v) for i, v in zip(ids, values, strict=True) if v is not None}
@@ -371,22 +482,25 @@ class MemoryStore(RedisStore):
         so the writer reads again."""
         if not records and not removed:
             return []
-        return await self._write(workspace, list(records), list(removed), reset_usage=False, unchanged=unchanged)
+        return (await self._write(workspace, list(records), list(removed), reset_usage=False,
+                                  unchanged=unchanged))[0]
 
     async def _write(self, workspace: str, records: list[MemoryRecord], removed: list[str], *, reset_usage: bool,
                      scope: str | None = None, version: MemoryVersion | None = None,
-                     unchanged: Sequence[MemoryRecord] = ()) -> list[str]:
+                     unchanged: Sequence[MemoryRecord] = ()) -> tuple[list[str], int]:
         """The one write of records: in one script, the ``unchanged`` records are compared with what is stored
         (any difference: nothing is written, :class:`RecordChangedError`), each record's sources are looked up among
         the tombstones and nothing is written when one is hit; then the records are taken without what was retracted
         (a merged record keeps its other parts, any other goes) and the write is tried again. The ids not written,
-        as retracted."""
+        as retracted, and how many of ``removed`` were stored (counted by the write itself). A record left with nothing current that lost only parts citing an edited message's earlier
+        text is not written and not removed either: what is stored of it stays, which readers show as suspect until
+        its conversation is extracted again."""
         base = self._base(workspace)
         script = self._script_text("_write", _WRITE)
-        gone: set[str] = set()
+        gone: dict[str, str | None] = {}
         dropped: list[str] = []
         keys = [f"{base}:{name}" for name in ("rec", "gen", "gone", "shown", "uses", "last")] + \
-            [f"{base}:ver:{scope or '-'}", f"{base}:changes"]
+            [f"{base}:ver:{scope or '-'}", f"{base}:changes", f"{base}:edited"]
         while True:
             until = int(max(r.expires_at for r in records)) + 1 if records and not reset_usage else 0
             args: list[Any] = [len(records), "1" if reset_usage else "0",
@@ -395,46 +509,54 @@ class MemoryStore(RedisStore):
             for r in unchanged:
                 args += [r.id, r.stored]
             for r in records:
-                marks = sorted(r.marks())
-                args += [r.id, r.model_dump_json(), len(marks), *marks]
+                cited = sorted(r.cites().items())
+                args += [r.id, r.model_dump_json(), len(cited), *(x for pair in cited for x in pair)]
             hits = await self._call(script(keys=keys, args=[*args, *removed]))
-            if not hits:
-                return dropped
+            if hits[0] in (b"done", "done"):
+                return dropped, int(hits[1])
             if hits[0] in (b"changed", "changed"):
                 raise RecordChangedError(workspace)
-            gone.update(h.decode() if isinstance(h, bytes) else h for h in hits)
+            hit = [_text(h) for h in hits]
+            gone.update((mark, version or None) for mark, version in zip(hit[::2], hit[1::2], strict=True))
             kept = []
             for r in records:
                 left = r.without(gone)
                 if left is None:
                     dropped.append(r.id)
-                    removed.append(r.id)
+                    if not r.edited_only(gone):
+                        removed.append(r.id)
                 else:
                     kept.append(left)
+            if all(a is b for a, b in zip(kept, records, strict=False)) and len(kept) == len(records):
+                raise ThreadkeeperError(f"memory of workspace {workspace}: the write refused records for tombstones "
+                                        f"that retract none of them ({sorted(gone)[:3]}); nothing was written")
             records = kept
             if version is not None:
                 version.records = [i for i in version.records if i not in dropped]
                 version.dropped = list(dict.fromkeys([*version.dropped, *dropped]))
 
-    async def tombstone(self, workspace: str, marks: Sequence[str], *, at: float | None = None) -> None:
-        """Retract source messages (:func:`message_mark`): from now on no record citing one is
-        written. Tombstones older than the retention period go."""
+    async def tombstone(self, workspace: str, marks: Sequence[str], *, at: float | None = None,
+                        version: str | None = None) -> None:
+        """Retract source messages (:func:`message_mark`): from now on no record citing one is written, in one
+        script. ``version``: the messages were edited, and records citing that version of their text
+        (:func:`text_version`) are current; else they were deleted, and no version is. Tombstones older than the
+        retention period go."""
         if not marks:
             return
         base = self._base(workspace)
-        now = time.time() if at is None else at
-        pipe = self.client.pipeline(transaction=True)
-        pipe.zadd(f"{base}:gone", {m: now for m in marks})
-        pipe.zremrangebyscore(f"{base}:gone", "-inf", now - self.retention_seconds)
-        pipe.expire(f"{base}:gone", self.retention_seconds)
-        pipe.set(f"{base}:gen", _first_generation(), nx=True)
-        pipe.incr(f"{base}:gen")
-        await self._call(pipe.execute())
+        script = self._script_text("_tombstone", _TOMBSTONE)
+        await self._call(script(keys=[f"{base}:gone", f"{base}:edited", f"{base}:gen"],
+                                args=[repr(time.time() if at is None else at), self.retention_seconds,
+                                      _first_generation(), version or "", *marks]))
 
-    async def retracted(self, workspace: str) -> set[str]:
-        """The tombstones of ``workspace``."""
-        raw = await self._call(self.client.zrange(f"{self._base(workspace)}:gone", 0, -1))
-        return {m.decode() if isinstance(m, bytes) else m for m in raw}
+    async def retracted(self, workspace: str) -> dict[str, str | None]:
+        """The tombstones of ``workspace`` (see :data:`Tombstones`)."""
+        base = self._base(workspace)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrange(f"{base}:gone", 0, -1)
+        pipe.hgetall(f"{base}:edited")
+        gone, edited = await self._call(pipe.execute())
+        return _tombstones(gone, edited)
 
     async def delete(self, workspace: str, ids: Iterable[str]) -> int:
         """Delete records (and their usage): how many of them were stored. Written through the one write of records,
@@ -442,9 +564,8 @@ class MemoryStore(RedisStore):
         ids = list(ids)
         if not ids:
             return 0
-        stored = await self._call(self.client.hmget(f"{self._base(workspace)}:rec", ids))
-        await self._write(workspace, [], list(ids), reset_usage=False)
-        return sum(1 for v in stored if v is not None)
+        # (counted by the write that deletes them: a delete running beside it never counts a record twice)
+        return (await self._write(workspace, [], list(dict.fromkeys(ids)), reset_usage=False))[1]
 
     async def touch(self, workspace: str, ids: Sequence[str], *, at: float, cited: bool) -> None:
         """Count records as shown (or, ``cited``, as used by a reply), in one round trip and without rewriting them:
@@ -538,8 +659,8 @@ class MemoryStore(RedisStore):
         """One consolidation, atomically: its records written (their usage is folded into them: the counters start
         again), the removed ones deleted, the version pushed (the previous version kept); a record citing a retracted
         source is not written (see :meth:`_write`). The ids not written, as retracted."""
-        return await self._write(workspace, list(records), list(removed), reset_usage=True, scope=scope,
-                                 version=version)
+        return (await self._write(workspace, list(records), list(removed), reset_usage=True, scope=scope,
+                                  version=version))[0]
 
     # -- idle conversations --------------------------------------------------------------------
 

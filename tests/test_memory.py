@@ -382,8 +382,8 @@ def test_the_sources_line_names_each_cited_record_by_mark_channel_day_and_author
 
 async def test_a_change_is_read_and_indexed_by_itself(redis_client, prefix, model) -> None:
     """Once a workspace's index is built, a record added, a record deleted and a source retracted are each caught up
-    by the change log: the next read fetches the changed records only (no HGETALL but the switches) and indexes
-    only them."""
+    by the change log: the next read fetches the changed records only (no HGETALL but the switches and the edited
+    sources' versions) and indexes only them."""
     from fakes import counted_commands
 
     from threadkeeper.persistence import MemoryRecord
@@ -409,14 +409,14 @@ async def test_a_change_is_read_and_indexed_by_itself(redis_client, prefix, mode
     held = len(index.search.terms)
     await st.memory.put(T, [record(900, "the rollback drill moved to thursday")])
     text, sent = await shown("when is the rollback drill?")
-    assert "rollback drill moved to thursday" in text and sent.count("HGETALL") == 1, sent  # the switches only
+    assert "rollback drill moved to thursday" in text and sent.count("HGETALL") == 2, sent  # switches, versions
     assert len(index.search.terms) == held + 1, "only the new record was indexed"
     await st.memory.delete(T, ["mem_0900"])
     text, sent = await shown("when is the rollback drill?")
-    assert "rollback" not in text and sent.count("HGETALL") == 1
+    assert "rollback" not in text and sent.count("HGETALL") == 2
     await st.memory.tombstone(T, [f"msg:{PUBLIC}:1700000000.000005"])  # its source deleted, nothing rewritten yet
     text, sent = await shown("which region runs service number 5?")
-    assert "number 5 runs" not in text and sent.count("HGETALL") == 1
+    assert "number 5 runs" not in text and sent.count("HGETALL") == 2
     assert len(index.search.terms) == held + 1, "nothing re-indexed but what changed"
 
 
@@ -439,3 +439,68 @@ async def test_a_workspace_forgotten_by_another_worker_is_never_shown_from_a_hel
     await p.memory.extract(b)
     text = await _shown(p, cid(PUBLIC, "1800000001.000100"), "what is the staging cluster called? which ticket?")
     assert "OPS-9000" in text and "kestrel" not in text
+
+
+async def test_building_a_large_workspaces_index_leaves_the_event_loop_free(redis_client, prefix, model) -> None:
+    """A worker's first read of a large workspace builds its index whole (seconds at 100,000 records): meanwhile
+    the worker's other coroutines (an event's ack) run as usual, and readers asking at once share the one build."""
+    import asyncio
+    import gc
+    import threading
+    import time
+
+    from threadkeeper.persistence import MemoryRecord
+
+    p, st = _pipeline(prefix, redis_client)
+    words = "kestrel falcon osprey rollback drill region ticket outage billing gateway latency pager".split()
+    records = [MemoryRecord(id=f"mem_{i:05d}", text=f"the {words[i % 12]} service {i} runs {words[i * 7 % 12]} "
+                            f"checks in region {i % 13} with owner team{i % 31}", workspace=T, channel=PUBLIC,
+                            conversation=f"slack:{T}:{PUBLIC}:1700000000.{i:06d}", visibility="public",
+                            scope="channel", source_ids=[f"1700000000.{i:06d}"], authors=["alice"],
+                            said_at=1700000000 + i, created_at=1700000000 + i, expires_at=4_000_000_000)
+               for i in range(6000)]
+    for start in range(0, len(records), 1000):
+        await st.memory.put(T, records[start:start + 1000])
+    where = cid(PUBLIC, "1800000000.000100")
+    snapshots = []
+    snapshot = st.memory.snapshot
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        snapshots.append(args)
+        return await snapshot(*args, **kwargs)
+
+    st.memory.snapshot = counted
+    decoded_in: list[int] = []
+    decode = st.memory._decoded
+
+    def decoding(*args, **kwargs):  # type: ignore[no-untyped-def]
+        decoded_in.append(threading.get_ident())
+        return decode(*args, **kwargs)
+
+    st.memory._decoded = decoding
+    ticks: list[float] = []
+    reading = True
+
+    async def ack() -> None:  # what an event's ack needs: the loop, every few milliseconds
+        while reading:
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0.002)
+
+    # (the collector's full passes stop every thread, the loop's too, however the index is built: out of the way)
+    gc.collect()
+    gc.freeze()
+    acks = asyncio.ensure_future(ack())
+    started = time.perf_counter()
+    try:
+        blocks = await asyncio.gather(*(p.memory.block(where, "which region runs the kestrel service 48?",
+                                                       asker=None, cap_tokens=400) for _ in range(3)))
+    finally:
+        took = time.perf_counter() - started
+        reading = False
+        await acks
+        gc.unfreeze()
+    assert all("kestrel service 48 " in b.text for b in blocks)
+    assert len(snapshots) == 1, "the readers asking at once share one build"
+    assert decoded_in and threading.get_ident() not in decoded_in, "the records are validated off the loop too"
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert len(ticks) >= 10 and max(gaps) < max(0.15, took / 6), (took, len(ticks), max(gaps))

@@ -185,3 +185,37 @@ async def test_a_retraction_stopped_after_its_tombstone_is_never_shown(redis_cli
     await _only_the_older_is_left(p, st, older, newer)
     text, _ = await _shown(p, "what is the staging cluster called?")
     assert "kestrel" not in text
+
+
+async def test_two_deletes_of_one_record_count_it_once(redis_client, prefix) -> None:
+    """Forgetting a record from two places at once (the command line and Home): the first paused after it looked,
+    the second deletes it; each says how many records it deleted, and only one of them did."""
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    a = cid(PUBLIC, "1700000000.000100")
+    await _say(p, a, FACTS)
+    await p.memory.extract(a)
+    record = (await _stored(st))[0]
+    second: list[int] = []
+
+    async def other() -> None:
+        second.append(await st.memory.delete(T, [record.id]))
+
+    first = await Paused(st.memory, "_write").during(st.memory.delete(T, [record.id, record.id]), other)
+    assert first + second[0] == 1 and second == [1]
+    assert await st.memory.delete(T, [record.id]) == 0
+
+
+async def test_a_record_merged_before_parts_were_kept_goes_with_a_source_in_another_channel(redis_client,
+                                                                                           prefix) -> None:
+    """A merged record stored without its parts (as merges wrote them before) does not know which channel each of
+    its sources was in: a source deleted in the other channel still retracts it, whole."""
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    _, b, older, newer = await _two_channels(p)
+    merged = await _merged(p, st)
+    await st.memory.put(T, [merged.model_copy(update={"origins": []})], unchanged=[merged])
+    [legacy] = _rota(await _stored(st))
+    assert not legacy.origins and legacy.channel == PUBLIC and newer in legacy.source_ids
+    await _delete(p, b, newer)
+    assert not [r for r in await st.memory.records(T, now=0.0, retracted=True) if newer in r.source_ids]
+    text, _ = await _shown(p, "where does the on-call rota live?")
+    assert "bob" not in text and "weekly" not in text

@@ -83,6 +83,10 @@ def test_the_work_of_making_documents_searchable_is_known_before_it_is_done() ->
             self.built += len(positions)
             return super()._build(positions)
 
+        def _merged(self, before, last):  # type: ignore[no-untyped-def]
+            self.built += len(before.positions) + len(last.positions)
+            return super()._merged(before, last)
+
     index = Counting()
     for size in (40, 30, 20, 10, 5, 80, 1, 300):
         for i in range(size):

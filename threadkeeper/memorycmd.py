@@ -29,7 +29,8 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
         if action == "list":
             rows = await pipeline.memory_records(args.team, args.channel)
             if args.json:
-                print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False, indent=2))
+                print(json.dumps([{**r.model_dump(), "suspect": r.suspect} for r in rows], ensure_ascii=False,
+                                 indent=2))
                 return 0
             from rich.console import Console
             from rich.table import Table
@@ -38,14 +39,15 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             for col in ("id", "workspace", "channel", "scope", "kind", "said", "shown", "cited", "text"):
                 table.add_column(col)
             for r in rows:
-                mark = f" (superseded by {r.superseded_by})" if r.superseded_by else ""
+                mark = (f" (superseded by {r.superseded_by})" if r.superseded_by else "") + \
+                    (" (SUSPECT: its source was edited since)" if r.suspect else "")
                 table.add_row(r.id, r.workspace, r.channel, f"{r.scope}/{r.visibility}", r.kind, _when(r.said_at),
                               str(r.shown), str(r.uses), r.text[:100] + mark)
             Console(width=200).print(table)
             return 0
         if action == "show":
             record = await pipeline.memory_record(args.record_id, args.team)
-            print(json.dumps(record.model_dump(), ensure_ascii=False, indent=2))
+            print(json.dumps({**record.model_dump(), "suspect": record.suspect}, ensure_ascii=False, indent=2))
             return 0
         if action == "forget":
             if args.all:

@@ -88,6 +88,7 @@ def consolidated(records: Sequence[MemoryRecord], *, now: float, max_unused_days
         parts = twin.parts()  # before its sources grow: each part keeps its own, for a retraction of one of them
         twin.origins = [*parts, *(p for p in r.parts() if p.id not in {q.id for q in parts})]
         twin.source_ids = list(dict.fromkeys([*twin.source_ids, *r.source_ids]))
+        twin.versions = {**r.versions, **twin.versions}
         twin.authors = list(dict.fromkeys([*twin.authors, *r.authors]))
         twin.merged_from = list(dict.fromkeys([*twin.merged_from, r.id, *r.merged_from]))
         twin.uses += r.uses

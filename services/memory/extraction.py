@@ -1,7 +1,8 @@
 """Extraction, memory's first phase: a conversation's new messages become records, once it has been idle a while.
 
 One worker holds the conversation's extraction lease (renewed while it works); only the messages after the job's
-watermark are read; they are folded into a ledger (:mod:`services.handoff`), whose decisions, closed asks,
+watermark are read, and those edited since they were read (with their text now; what was derived from their earlier
+text goes); they are folded into a ledger (:mod:`services.handoff`), whose decisions, closed asks,
 model-recorded entries and notes (all of them by default, see ``MemoryConfig.notes_share``) become records. With a
 real model configured, one validated model call may add records (each cites real message ids and states no number
 its sources lack); never more than one per extraction and never past a daily cap. Every record is redacted and
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeGuard, get_args
 
-from threadkeeper.persistence import CheckpointStore, Message, NotesStore
+from threadkeeper.persistence import CheckpointStore, Message, NotesStore, TextPart
 from threadkeeper.persistence.memory import (
     ExtractionJob,
     Kind,
@@ -39,6 +40,7 @@ from ..text import extract as x
 from ..text import terms
 from .access import Access
 from .config import DAY, MemoryConfig, day_of
+from .forgetting import source_marks, source_version, strip
 from .lease import held
 
 log = logging.getLogger("threadkeeper.memory")
@@ -133,8 +135,15 @@ class Extractor:
                        ) -> tuple[Extraction, ExtractionJob]:
         messages, changes = await self.messages(cid)
         seen = set(job.watermark_ids)
-        new = [m for m in messages if m.created_at > job.watermark_at
-               or (m.created_at == job.watermark_at and m.id not in seen)]
+
+        def unread(m: Message) -> bool:
+            return m.created_at > job.watermark_at or (m.created_at == job.watermark_at and m.id not in seen)
+
+        # An edited message is read with its text now; one read before at another text is read again (its records
+        # from the earlier text are suspect until then).
+        edited = {m.id: self._revised(m, text) for m in messages if (text := changes.get(m.id)) is not None}
+        again = [m for m in edited.values() if not unread(m) and job.revised.get(m.id) != source_version(m)]
+        new = [m for m in messages if unread(m)]
         job.attempts, job.error = 0, None
         if new:
             last = max(m.created_at for m in new)
@@ -143,9 +152,11 @@ class Extractor:
             job.watermark_at = last
         state = await self.checkpoints.get_state(cid)
         job.activity = max(job.activity, state.updated_at if state is not None else 0.0)
-        if not new:
+        if not new and not again:
             job.outcome, job.records = "succeeded_empty", 0
             return Extraction(cid, "succeeded_empty"), job
+        new = sorted([*again, *(edited.get(m.id, m) for m in new)], key=lambda m: (m.created_at, m.id))
+        job.revised.update({m.id: source_version(m) for m in new if m.id in edited})
         visibility = await self.gate.visibility(where)
         records = self._from_ledger(cid, where, visibility, new, changes, now)
         calls = 0
@@ -163,6 +174,8 @@ class Extractor:
                     log.warning("memory model pass for %s failed: %s", cid, exc)
         retracted = set(await self.store.put(where.workspace, records))  # a source retracted meanwhile: not written
         records = [r for r in records if r.id not in retracted]
+        if again:  # what was derived from their earlier text goes (what cites the text now was just written)
+            await strip(self.store, where.workspace, {k for m in again for k in source_marks(where.channel, m.id)})
         job.outcome = "succeeded" if records else "succeeded_empty"
         job.records = len(records)
         return Extraction(cid, job.outcome, len(records), len(new), calls), job
@@ -183,13 +196,18 @@ class Extractor:
         changes = {i: (c.text if c.kind == "edited" else None) for i, c in notes.changes.items()}
         return sorted(out.values(), key=lambda m: (m.created_at, m.id)), changes
 
+    def _revised(self, message: Message, text: str) -> Message:
+        """An edited message as it reads now."""
+        return message.model_copy(update={"parts": [TextPart(text=text)], "note": None, "note_tokens": [],
+                                          "tokens": self.tokenizer.count(text)})
+
     def _from_ledger(self, cid: str, where: Conversation, visibility: Visibility, new: Sequence[Message],
                      changes: dict[str, str | None], now: float) -> list[MemoryRecord]:
-        """Records from the ledger of the new messages: decisions, closed asks, model-recorded entries and the
-        most informative notes (``notes_share``). Edited and deleted messages give none (their records were
-        retracted)."""
-        changed = set(changes)
-        kept = [m for m in new if m.id not in changed]
+        """Records from the ledger of the new messages (an edited one with its text now): decisions, closed asks,
+        model-recorded entries and the most informative notes (``notes_share``). Deleted messages give none (their
+        records were retracted)."""
+        deleted = {i for i, text in changes.items() if text is None}
+        kept = [m for m in new if m.id not in deleted]
         if not kept:
             return []
         ledger = LedgerBuilder(count=self.tokenizer.count).fold(kept).build()
@@ -212,7 +230,8 @@ class Extractor:
                                   scope=scope, source_ids=sources,
                                   authors=list(dict.fromkeys(a for a in authors if a)),
                                   said_at=by_id[sources[0]].created_at, created_at=now, expires_at=expires,
-                                  subject=subject, supersedes=supersedes or [])
+                                  subject=subject, supersedes=supersedes or [],
+                                  versions={s: source_version(by_id[s]) for s in sources})
             out.setdefault(rid, record)
             return out[rid]
 
@@ -279,7 +298,8 @@ class Extractor:
                                     source_ids=sources,
                                     authors=[by_id[s].author or "" for s in sources if by_id[s].author],
                                     said_at=by_id[sources[0]].created_at, created_at=now,
-                                    expires_at=now + self.config.ttl_days * DAY))
+                                    expires_at=now + self.config.ttl_days * DAY,
+                                    versions={s: source_version(by_id[s]) for s in sources}))
         return out
 
     async def sweep(self) -> list[Extraction]:

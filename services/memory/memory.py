@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from threadkeeper.persistence import CheckpointStore, NotesStore
+from threadkeeper.persistence import CheckpointStore, Message, NotesStore
 from threadkeeper.persistence.memory import MemoryRecord, MemoryStore, MemoryVersion, Visibility
 
 from ..conversation import Conversation
@@ -116,6 +116,9 @@ class Memory:
 
     async def retract(self, conversation: Conversation, message_id: str) -> int:
         return await self.forgetting.retract(conversation, message_id)
+
+    async def revise(self, conversation: Conversation, message: Message) -> int:
+        return await self.forgetting.revise(conversation, message)
 
     async def forget_conversation(self, conversation: Conversation) -> int:
         return await self.forgetting.forget_conversation(conversation)

@@ -94,7 +94,7 @@ class _Index:
     search: TermIndex = field(default_factory=TermIndex)
     at: dict[str, int] = field(default_factory=dict)
     """Record id → its live position."""
-    _seen_as: dict[str, tuple[str, str, tuple[str, ...]]] = field(default_factory=dict)
+    _seen_as: dict[str, tuple[str, str, tuple[str, ...], bool]] = field(default_factory=dict)
     """Record id → what it was indexed as (its stored JSON, and its text and sources as readers see them)."""
     channel: Any = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per position, its channel's code (numpy); ``wide``: whether it has workspace scope; ``conversation``: its
@@ -105,8 +105,8 @@ class _Index:
     _codes: dict[str, int] = field(default_factory=dict)
     _order: dict[str, list[tuple[float, str, int]]] = field(default_factory=dict)
     """Conversation → its live records' ``(said at, id, position)``, in the order they were said."""
-    gone: set[str] = field(default_factory=set)
-    """The tombstones the records are seen through."""
+    gone: dict[str, str | None] = field(default_factory=dict)
+    """The tombstones the records are seen through (see :data:`persistence.memory.Tombstones`)."""
     _citing: dict[str, set[str]] = field(default_factory=dict)
     """Tombstone → the ids of the live records citing it (a new tombstone re-reads only those)."""
     _costs: dict[int, int] = field(default_factory=dict)
@@ -125,14 +125,14 @@ class _Index:
             if record_id in self.at:
                 self._remove(record_id)
         fresh = {r.id: r for r in changes.written}
-        for mark in changes.gone - self.gone:
+        for mark in [m for m, version in changes.gone.items() if m not in self.gone or self.gone[m] != version]:
             for record_id in list(self._citing.get(mark, ())):
                 if record_id not in fresh:
-                    seen = self.records[self.at[record_id]].without(changes.gone)
+                    seen = self.records[self.at[record_id]].seen(changes.gone)
                     self._remove(record_id)
                     if seen is not None:
                         fresh[record_id] = seen
-        self.gone = set(changes.gone)
+        self.gone = dict(changes.gone)
         added: list[MemoryRecord] = []
         for record in fresh.values():
             if record.id in self.at and _indexed_as(record) == self._seen_as[record.id]:
@@ -201,12 +201,14 @@ class _Index:
         return self.search.feedback(best[:FEEDBACK_HITS], asked, terms=FEEDBACK_TERMS)
 
 
-def _indexed_as(record: MemoryRecord) -> tuple[str, str, tuple[str, ...]]:
-    """What a record is indexed as: its stored form and, as a reader sees it through the tombstones, its text and
-    sources (a part retracted since changes them, not what is stored)."""
-    return record.stored, record.text, tuple(record.source_ids)
+def _indexed_as(record: MemoryRecord) -> tuple[str, str, tuple[str, ...], bool]:
+    """What a record is indexed as: its stored form and, as a reader sees it through the tombstones, its text,
+    sources and whether it is suspect (a part retracted since changes them, not what is stored)."""
+    return record.stored, record.text, tuple(record.source_ids), record.suspect
 
 
+SUSPECT = "SUSPECT (its source was edited since, confirm before relying on it): "
+"""How a record derived from an edited message's earlier text is shown until its conversation is extracted again."""
 DAY_TOKENS = 8
 """What a day heading of the block costs (``2024-01-03:`` and its line break), an upper bound."""
 
@@ -218,10 +220,10 @@ def _who(record: MemoryRecord) -> str:
 def render_entry(record: MemoryRecord, mark: int) -> str:
     """A record as the model reads it on its author's line of the day: its mark ``M<n>`` (the n-th record of the
     block; the turn keeps the ids in that order), its kind (facts and identifiers go without), whether a later
-    decision superseded it, and its text."""
+    decision superseded it, whether its source was edited since (SUSPECT: never shown as what is so), and its text."""
     kind = "" if record.kind in ("fact", "identifier") else f"{record.kind}: "
     old = "(superseded by a later decision) " if record.superseded_by else ""
-    return f"M{mark} {kind}{old}{record.text}"
+    return f"M{mark} {SUSPECT if record.suspect else ''}{kind}{old}{record.text}"
 
 
 def render_block(records: Sequence[MemoryRecord]) -> str:
@@ -255,6 +257,8 @@ class Reader:
         self._indexes: dict[str, _Index] = {}
         self._dropped: dict[str, int] = {}
         """Per workspace, how often its index was dropped (an index built meanwhile is not kept)."""
+        self._builds: dict[str, asyncio.Future[_Index]] = {}
+        """Workspace → its index being built whole (every reader meanwhile waits for that one build)."""
 
     async def block(self, conversation: Conversation, query: str, *, asker: str | None,
                     cap_tokens: int) -> MemoryBlock:
@@ -338,17 +342,31 @@ class Reader:
         changes = None if index is None else await self.store.changes(workspace, index.generation, now=self.clock())
         if index is None or changes is None or index.search.size < len(index.search.removed) // 2:
             # (also once positions whose records went outnumber the live ones two to one: built anew, compact)
-            dropped = self._dropped.get(workspace, 0)
-            snapshot = await self.store.snapshot(workspace, now=self.clock())
-            index = _Index()
-            if len(snapshot.written) > OFF_LOOP:  # built aside, in a thread: the event loop goes on meanwhile
-                await asyncio.to_thread(index.update, snapshot)
-            else:
-                index.update(snapshot)
-            if self._dropped.get(workspace, 0) == dropped:  # (not forgotten meanwhile)
-                self._indexes[workspace] = index
-        else:
+            return await self._built(workspace)
+        if changes.generation > index.generation:  # (another reader may have caught it up meanwhile)
             index.apply(changes)
+        return index
+
+    async def _built(self, workspace: str) -> _Index:
+        """The workspace's index read and built whole, off the event loop (at 100,000 records it takes seconds: the
+        worker's other work, acks included, goes on meanwhile); readers asking while it is built share that build."""
+        build = self._builds.get(workspace)
+        if build is None:
+            build = self._builds[workspace] = asyncio.ensure_future(self._build(workspace))
+            build.add_done_callback(lambda done: self._builds.pop(workspace, None) if
+                                    self._builds.get(workspace) is done else None)
+        return await asyncio.shield(build)
+
+    async def _build(self, workspace: str) -> _Index:
+        dropped = self._dropped.get(workspace, 0)
+        snapshot = await self.store.snapshot(workspace, now=self.clock())
+        index = _Index()
+        if len(snapshot.written) > OFF_LOOP:  # built aside, in a thread: the event loop goes on meanwhile
+            await asyncio.to_thread(index.update, snapshot)
+        else:
+            index.update(snapshot)
+        if self._dropped.get(workspace, 0) == dropped:  # (not forgotten meanwhile)
+            self._indexes[workspace] = index
         return index
 
     async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> list[Source]:
@@ -373,4 +391,5 @@ class Reader:
     def drop(self, workspace: str) -> None:
         """Forget the workspace's index (its records are being forgotten)."""
         self._indexes.pop(workspace, None)
+        self._builds.pop(workspace, None)  # a build in flight read the records before: later readers build anew
         self._dropped[workspace] = self._dropped.get(workspace, 0) + 1

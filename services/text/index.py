@@ -1,10 +1,12 @@
 """The one search index: documents, each given as its search terms (:func:`.search.search_terms`), searched with BM25
-(``bm25s``). Recall indexes a thread's messages with it, memory a workspace's records.
+(Lucene's variant, as ``bm25s`` scores it). Recall indexes a thread's messages with it, memory a workspace's records.
 
 A document gets a position when it is added and keeps it; it becomes searchable when :meth:`TermIndex.searchable`
-takes it into a segment. Segments of similar size are merged as they come (a log-structured index), so adding
-documents costs in proportion to what was added, not to what is held; a removed document never scores again and
-leaves its segment at the segment's next merge. Each segment weighs terms by its own statistics.
+takes it into a segment (its terms' postings: positions and counts). Segments of similar size are merged as they come
+(a log-structured index), so adding documents costs in proportion to what was added, not to what is held; a removed
+document never scores again and leaves its segment at the segment's next merge. A term's weight comes from the
+statistics of every live document (how many hold it, their average length), kept as documents come and go, so a
+document scores the same whichever segment holds it: one written a moment ago ranks with the oldest.
 
 A document may also carry a vector (its embedding, when an embedding model is configured): :meth:`TermIndex.ranked`
 then fuses the BM25 ranking with the nearest vectors by reciprocal rank (:func:`fuse`), the one rule every search
@@ -13,17 +15,16 @@ that has a question's embedding ranks by. Without vectors it is BM25 alone, exac
 from __future__ import annotations
 
 import heapq
-import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import bm25s
 import numpy as np
 
-logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+K1, B = 1.5, 0.75
+"""BM25's saturation and length normalization (``bm25s``'s defaults)."""
 
 OFF_LOOP = 1_000
 """Work over more documents or messages than this at once (about 0.1 s or more) runs in a thread, off the worker's
@@ -35,14 +36,15 @@ RRF_K = 60
 ``1 / (RRF_K + rank)`` (rank from 1); 60 as in Cormack, Clarke and Büttcher (2009), where it was robust across
 collections. Ranks, not scores, are fused, so BM25's unbounded scores and cosine similarities need no calibration."""
 
-NO_TERM = "\x00"
-"""The term a document without any gets (bm25s cannot index a segment without a term): no query has it."""
-
 
 @dataclass
 class _Segment:
     positions: np.ndarray
-    retriever: bm25s.BM25
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]
+    """Term → the positions of the documents holding it and how often each holds it."""
+    weights: dict[str, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
+    """Term → what it adds to the score of each document holding it, and the index's documents (added, removed) it
+    was weighed at (a warm query weighs nothing again; any document added or removed changes the weights)."""
 
 
 @dataclass
@@ -52,13 +54,17 @@ class TermIndex:
     terms: list[tuple[str, ...]] = field(default_factory=list)
     """Per position: the document's search terms."""
     documents: Counter[str] = field(default_factory=Counter)
-    """Per term, how many live documents contain it (for feedback's weights)."""
+    """Per term, how many live documents contain it (its weight's rarity, and feedback's)."""
     segments: list[_Segment] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
     """Positions added and not searchable yet."""
     removed: set[int] = field(default_factory=set)
     _alive: Any = field(default_factory=lambda: np.ones(1024, dtype=bool))
     """Per position, whether the document is still searched (grown by doubling, as the arrays below)."""
+    _lengths: Any = field(default_factory=lambda: np.ones(1024, dtype=np.float64))
+    """Per position, the document's length in terms (at least 1)."""
+    _length: int = 0
+    """The live documents' lengths, summed."""
     _taken: Any = field(default_factory=lambda: np.zeros(1024, dtype=bool))
     """Per position, whether the document is in a segment (searchable)."""
     _embedded: Any = field(default_factory=lambda: np.zeros(1024, dtype=bool))
@@ -71,16 +77,20 @@ class TermIndex:
     def add(self, terms: Sequence[str]) -> int:
         """A new document, pending until :meth:`searchable`; its position."""
         self.terms.append(tuple(terms))
+        position = len(self.terms) - 1
         if len(self.terms) > len(self._alive):
             size = len(self._alive)
             self._alive = np.concatenate([self._alive, np.ones(size, dtype=bool)])
+            self._lengths = np.concatenate([self._lengths, np.ones(size)])
             self._taken = np.concatenate([self._taken, np.zeros(size, dtype=bool)])
             self._embedded = np.concatenate([self._embedded, np.zeros(size, dtype=bool)])
             if self._vectors is not None:
                 self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
+        self._lengths[position] = max(1, len(terms))
+        self._length += max(1, len(terms))
         self.documents.update(set(terms))
-        self.pending.append(len(self.terms) - 1)
-        return len(self.terms) - 1
+        self.pending.append(position)
+        return position
 
     def remove(self, position: int) -> None:
         """The document at ``position`` is searched no more."""
@@ -88,6 +98,7 @@ class TermIndex:
             return
         self.removed.add(position)
         self._alive[position] = False
+        self._length -= max(1, len(self.terms[position]))
         self.documents.subtract(set(self.terms[position]))
         if position in self.pending:
             self.pending.remove(position)
@@ -107,7 +118,7 @@ class TermIndex:
             segments = [*self.segments, self._build(taken)]
             while len(segments) > 1 and len(segments[-2].positions) <= 2 * len(segments[-1].positions):
                 last, before = segments.pop(), segments.pop()
-                merged = self._build([*before.positions.tolist(), *last.positions.tolist()])
+                merged = self._merged(before, last)
                 self._stale -= len(before.positions) + len(last.positions) - len(merged.positions)
                 segments.append(merged)
             self.segments = segments
@@ -127,38 +138,88 @@ class TermIndex:
 
     def _build(self, positions: list[int]) -> _Segment:
         kept = sorted(p for p in positions if p not in self.removed)
-        retriever = bm25s.BM25()
-        retriever.index([list(self.terms[p]) or [NO_TERM] for p in kept] or [[NO_TERM]], show_progress=False)
-        return _Segment(np.asarray(kept, dtype=np.int64), retriever)
+        found: dict[str, tuple[list[int], list[int]]] = {}
+        for p in kept:
+            for term, n in Counter(self.terms[p]).items():
+                held = found.get(term)
+                if held is None:
+                    held = found[term] = ([], [])
+                held[0].append(p)
+                held[1].append(n)
+        return _Segment(np.asarray(kept, dtype=np.int64),
+                        {t: (np.asarray(ps, dtype=np.int64), np.asarray(ns, dtype=np.float64))
+                         for t, (ps, ns) in found.items()})
+
+    def _merged(self, before: _Segment, last: _Segment) -> _Segment:
+        """Two segments as one, without their removed documents (``before`` holds the earlier positions)."""
+        postings = {}
+        for term in before.postings.keys() | last.postings.keys():
+            parts = [s.postings[term] for s in (before, last) if term in s.postings]
+            ps = np.concatenate([p for p, _ in parts]) if len(parts) > 1 else parts[0][0]
+            ns = np.concatenate([n for _, n in parts]) if len(parts) > 1 else parts[0][1]
+            live = self._alive[ps]
+            if not live.all():
+                ps, ns = ps[live], ns[live]
+            if len(ps):
+                postings[term] = (ps, ns)
+        positions = np.concatenate([before.positions, last.positions])
+        return _Segment(positions[self._alive[positions]], postings)
 
     def hits(self, query: Sequence[str], *, limit: int | None = None, among: Any = None) -> tuple[Any, Any]:
         """``(scores, positions)`` (numpy) of the searchable documents that share a term with ``query``, best first
         (ties: the later position first); ``among``: only positions this boolean array (by position) holds; with
-        ``limit``, at most that many of each segment's best."""
-        found_scores, found_positions = [], []
-        for segment in self.segments:
-            ids = segment.retriever.get_tokens_ids(list(query))
-            if not ids or not len(segment.positions):
-                continue
-            scores = segment.retriever.get_scores_from_ids(ids)
-            hit = np.flatnonzero(scores > 0)
-            positions = segment.positions[hit]
-            keep = self._alive[positions] if among is None else self._alive[positions] & among[positions]
-            hit, positions = hit[keep], positions[keep]
-            if limit is not None and len(hit) > limit:
-                best = np.argpartition(scores[hit], -limit)[-limit:]
-                hit, positions = hit[best], positions[best]
-            found_scores.append(scores[hit].astype(np.float64))
-            found_positions.append(positions)
-        if not found_scores:
+        ``limit``, at most that many."""
+        live = self.size
+        if not live or not self.segments:
             return np.zeros(0), np.zeros(0, dtype=np.int64)
-        scores, positions = np.concatenate(found_scores), np.concatenate(found_positions)
-        order = np.lexsort((-positions, -scores))
-        return scores[order], positions[order]
+        average = self._length / live
+        stamp = (len(self.terms), len(self.removed))
+        read_positions: list[Any] = []
+        read_weights: list[Any] = []
+        for term in query:  # (a term asked twice counts twice)
+            df = self.documents[term]
+            if df <= 0:
+                continue
+            idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
+            for segment in self.segments:
+                found = segment.postings.get(term)
+                if found is not None:
+                    ps, ns = found
+                    weighed = segment.weights.get(term)
+                    if weighed is None or weighed[0] != stamp:
+                        weighed = segment.weights[term] = \
+                            (stamp, idf * ns / (K1 * (1 - B + B * self._lengths[ps] / average) + ns))
+                    read_positions.append(ps)
+                    read_weights.append(weighed[1])
+        if not read_positions:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        # each document's terms summed: over the postings read when they are few beside the documents held (work in
+        # proportion to them), else over every position at once
+        read, weights = np.concatenate(read_positions), np.concatenate(read_weights)
+        held = len(self.terms)
+        if len(read) * 8 < held:
+            positions, each = np.unique(read, return_inverse=True)
+            scores = np.bincount(each, weights=weights)
+            keep = self._alive[positions] & (scores > 0)
+            if among is not None:
+                keep &= among[positions]
+            positions, found_scores = positions[keep], scores[keep]
+        else:
+            every = np.bincount(read, weights=weights, minlength=held)
+            keep = (every > 0) & self._alive[:held]
+            if among is not None:
+                keep &= among[:held]
+            positions = np.flatnonzero(keep)
+            found_scores = every[positions]
+        if limit is not None and len(positions) > limit:
+            best = np.argpartition(found_scores, -limit)[-limit:]
+            positions, found_scores = positions[best], found_scores[best]
+        order = np.lexsort((-positions, -found_scores))
+        return found_scores[order], positions[order]
 
     def scores(self, query: Sequence[str], *, limit: int | None = None) -> list[tuple[float, int]]:
         """``(score, position)`` of every searchable document that shares a term with ``query``, best first (ties:
-        the later position first); with ``limit``, at most that many of each segment's best."""
+        the later position first); with ``limit``, at most that many."""
         scores, positions = self.hits(query, limit=limit)
         return list(zip(scores.tolist(), positions.tolist(), strict=True))
 

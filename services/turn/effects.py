@@ -1,5 +1,6 @@
 """Non-message inbox items: edits, deletions and pins become conversation notes (one atomic write per turn), and
-what memory derived from an edited or deleted message is retracted with it."""
+what memory derived from a deleted message is retracted with it (from an edited one's earlier text: suspect until
+extracted again)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ class NoteEffects:
     def __init__(self, notes: NotesStore, memory: Memory | None = None) -> None:
         self.notes = notes
         self.memory = memory
-        """Records of memory derived from an edited or deleted message are retracted with it."""
+        """Records of memory derived from a deleted message are retracted with it, from an edited one's earlier text
+        marked suspect."""
 
     async def apply(self, conversation: Conversation, items: Sequence[InboxItem]) -> None:
         await self.notes.apply(conversation.id, items)
         if self.memory is None:
             return
         for item in items:
-            source = item.message.id if item.kind == "edit" and item.message is not None else \
-                item.target_id if item.kind == "delete" else None
-            if source:
-                await self.memory.retract(conversation, source)
+            if item.kind == "edit" and item.message is not None:
+                await self.memory.revise(conversation, item.message)
+            elif item.kind == "delete" and item.target_id:
+                await self.memory.retract(conversation, item.target_id)

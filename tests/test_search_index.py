@@ -1,0 +1,78 @@
+"""The one search index weighs terms by every live document, not by the segment that holds one: a document scores
+the same whichever segment it sits in, so what was written a moment ago ranks with what is old."""
+
+from __future__ import annotations
+
+import random
+
+import bm25s
+import numpy as np
+
+from threadkeeper.services.text import TermIndex, search_terms
+
+WORDS = ("cluster staging deploy rollback ticket outage billing region service friday drill pager rota budget "
+         "invoice kestrel falcon osprey gateway latency").split()
+
+
+def _corpus(n: int, seed: int = 7) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [[rng.choice(WORDS) for _ in range(rng.randint(3, 12))] for _ in range(n)]
+
+
+def _scores(index: TermIndex, query: list[str]) -> dict[int, float]:
+    scores, positions = index.hits(query)
+    return dict(zip(positions.tolist(), scores.tolist(), strict=True))
+
+
+def test_two_equal_documents_score_equally_whatever_segment_holds_them() -> None:
+    doc = search_terms("The kestrel staging cluster moved to the falcon region")
+    index = TermIndex()
+    old = index.add(doc)
+    for terms in _corpus(300):
+        index.add(terms)
+    index.searchable()
+    new = index.add(doc)  # written later: a segment of its own
+    index.searchable()
+    assert len(index.segments) > 1
+    query = search_terms("which region is the kestrel cluster in?")
+    scores = _scores(index, query)
+    assert scores[new] == scores[old]
+    _, ranked = index.hits(query)
+    assert ranked.tolist()[:2] == [new, old], "equal scores: the newer first"
+
+
+def test_scores_do_not_depend_on_how_documents_were_taken_into_segments() -> None:
+    corpus = _corpus(400, seed=3)
+    whole, piecemeal = TermIndex(), TermIndex()
+    for terms in corpus:
+        whole.add(terms)
+    whole.searchable()
+    for start in range(0, len(corpus), 37):
+        for terms in corpus[start:start + 37]:
+            piecemeal.add(terms)
+        piecemeal.searchable()
+    for position in (5, 77, 301):
+        whole.remove(position)
+        piecemeal.remove(position)
+    assert len(whole.segments) == 1 and len(piecemeal.segments) > 1
+    for query in (["kestrel", "region"], ["rollback", "drill", "friday"], ["outage"]):
+        a, b = _scores(whole, query), _scores(piecemeal, query)
+        assert a.keys() == b.keys() and not {5, 77, 301} & a.keys()
+        assert all(abs(a[p] - b[p]) < 1e-9 for p in a)
+
+
+def test_one_segment_scores_as_bm25s_does() -> None:
+    """Lucene's BM25, as the library the index used before scores it (the rankings the evals measured)."""
+    corpus = _corpus(200, seed=11)
+    index = TermIndex()
+    for terms in corpus:
+        index.add(terms)
+    index.searchable()
+    reference = bm25s.BM25()
+    reference.index(corpus, show_progress=False)
+    query = ["kestrel", "cluster", "latency"]
+    expected = reference.get_scores(query)
+    ours = np.zeros(len(corpus))
+    scores, positions = index.hits(query)
+    ours[positions] = scores
+    assert np.allclose(ours, expected, rtol=1e-5, atol=1e-6)
