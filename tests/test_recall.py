@@ -113,6 +113,29 @@ def test_the_widened_query_finds_what_shares_no_word_with_the_question_after_eve
     assert widened[0] == "w1", "the best hit's words (play, Friday, night) find the answer, and only new hits"
 
 
+def test_the_author_is_a_field_a_question_naming_someone_scores() -> None:
+    """A named person's messages gain the author field's score (a far stronger match by someone else still ranks
+    first), and their messages that share no word with the question are found by the author alone."""
+    index = ConversationIndex()
+    talk = [msg("the zeppelin quarterly zeppelin budget zeppelin review", author="bob", id="b0"),
+            msg("the zeppelin idea again", author="ana", id="a0"),
+            msg("I moved the launch to Tuesday", author="ana", id="a1"),
+            *[msg(f"status {i}: lunch moved, the printer on floor {i} jammed again", author=("bob", "cy", "ana")[i % 3],
+                  id=f"s{i}") for i in range(40)]]
+    index.add(talk)
+    index.searchable(held=set())
+    query = list(search_terms("what did ana say about the quarterly zeppelin budget review?"))
+    ranked, alone = index.by_author(index.scores(query), {"ana"})
+    assert [index.targets[p] for _, p in ranked] == ["b0", "a0"], "a score, not a reordering"
+    closer = list(search_terms("what did ana say about the zeppelin?"))
+    assert [index.targets[p] for _, p in index.scores(closer)] == ["b0", "a0"]
+    assert [index.targets[p] for _, p in index.by_author(index.scores(closer), {"ana"})[0]] == ["a0", "b0"], \
+        "the author's field outweighs a few more mentions of the same word"
+    assert "a1" in {index.targets[p] for _, p in alone}, "found by who wrote it"
+    assert {index.authors[p] for _, p in alone} == {"ana"} and all(score > 0 for score, _ in alone)
+    assert index.by_author(index.scores(query), set()) == (index.scores(query), [])
+
+
 async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_request(model, prefix, client) -> None:
     p = _pipeline(prefix, client)
     await _thread(p, [*FACTS, *_filler(120)])
@@ -432,3 +455,24 @@ async def test_a_turn_recalls_a_hits_neighbour_and_what_only_the_widened_query_f
     assert "OPS-4471" in billing and "morning" in billing, "the hit's neighbour came with it"
     games = await recalled("what game do they like?", "1700.009999")
     assert "Gloomhaven" in games, "the widened query (play, Friday, night) found the answer"
+
+
+async def test_a_hits_neighbour_is_the_next_persons_message_not_the_bots_reply(model, prefix, client) -> None:
+    """The bot's own replies are recalled only when they are the hit: the neighbour slot next to a hit goes past
+    the bot's reply to the next person's message, however long it is."""
+    p = _pipeline(prefix, client)
+    answer = ("Yes, I will take that one tomorrow morning, right after the stand-up, once the dashboards for the "
+              "payment gateway have refreshed and the on-call rota for the coming weekend has been confirmed by "
+              "everyone who is on it, so that nobody is paged twice while we dig through the logs.")
+    await _thread(p, ["The billing outage ticket is OPS-4471.", answer, *_filler(120)])
+    history = await p.checkpoints.load_history(CONV)
+    assert not any("tomorrow morning" in m.text for m in history.messages if not m.flags.handoff)
+    index = p.recall.loaded(CONV)
+    assert index is not None and index.messages[1].role == "assistant", "the bot replied between the two"
+    model.requests.clear()
+    await p.submit(CONV, "what was the ticket for the billing outage?", author="carol", id="1700.009998")
+    await p.run(CONV)
+    # (the turn's request: a compaction before it may have called the summarizer first)
+    runtime = next(str(m["content"]) for r in model.requests for m in r["messages"] if RECALL_HEADER in str(m["content"]))
+    assert "OPS-4471" in runtime and "morning" in runtime, "the person's answer came with the hit"
+    assert not re.search(r"\] assistant: noted", runtime), "the bot's reply took no neighbour slot"
