@@ -12,10 +12,13 @@ without any compaction, note or handoff.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 
 import bm25s
 import Stemmer
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
 _STEMMER = Stemmer.Stemmer("english")
 
