@@ -553,8 +553,8 @@ MUTANTS: list[Mutant] = [
            ("tests/test_compaction_ahead.py", "-k", "no_longer_descends")),
     # Where a person's words may go: quoted under their name; record_state records only what a person stated.
     Mutant("persons-note-rendered-unquoted", "services/handoff/view.py",
-           'runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {quote(n.text)}")',
-           'runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")',
+           'out.extend(f"- {author}: " + quote("; ".join(parts)) for author, parts in runs.items())',
+           'out.extend(f"- {author}: " + "; ".join(parts) for author, parts in runs.items())',
            ("tests/test_instructions.py", "-k", "quotes_them_under_their_name")),
     Mutant("persons-decision-rendered-unquoted", "services/handoff/view.py",
            'decisions.lines.append(_Line(f"- [decision {lab(d.id)}] {d.author}: {quote(d.text)}"',

@@ -163,7 +163,7 @@ async def test_asks_are_what_people_asked_the_bot_with_status(model, prefix, cli
     assert "- [ask 1700.000000] alice, superseded by [1700.000003]: “draft Q3 migration plan billing database”" in asks
     assert "- [ask 1700.000005] dan, open: “Can you list the open incidents for payments?”" in asks
     assert "1700.000003" not in asks.replace("[1700.000003]:", ""), "an answered ask is no longer listed as an ask"
-    assert "[1700.000003] “Scratch instead draft rollback plan billing" in handoff.split("Notes (")[1], \
+    assert "[1700.000003] Scratch instead draft rollback plan billing" in handoff.split("Notes (")[1], \
         "it stays as a note"
     assert "1700.000001" not in asks, "people's questions to each other are not asks of the bot"
     assert "1700.000004] carol, superseded" not in asks, "only the asker's own follow-up supersedes an ask"
@@ -428,7 +428,7 @@ def test_view_is_byte_for_byte_stable_golden() -> None:
     assert "1700006600.000100" in kept, "an old note stays when it is worth more than newer ones"
     assert len(small.notes) < len(rendered.notes) and small.evicted_lines > rendered.evicted_lines
     assert "[ask #41]" in small.text and "[ask #44]" not in small.text, "within the asks, the closed one leaves first"
-    assert "[#50] “INC-2041 caused expired certificate api-gateway”" in rendered.text, "with room, notes are in full"
+    assert "[#50] INC-2041 caused expired certificate api-gateway" in rendered.text, "with room, notes are in full"
     assert "1700006495.000100" in rendered.text, "a message without a reference is cited by its id"
 
 

@@ -154,8 +154,8 @@ def _render_notes(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list
             if n.edited:
                 out.append(notebook.note_line(lab(n.id), n.author, n.text, edited=True))
             else:
-                runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {quote(n.text)}")
-        out.extend(f"- {author}: " + "; ".join(parts) for author, parts in runs.items())
+                runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")
+        out.extend(f"- {author}: " + quote("; ".join(parts)) for author, parts in runs.items())  # one quotation a run
     return out
 
 
