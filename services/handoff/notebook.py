@@ -110,12 +110,13 @@ def note_cost(entry: NoteEntry, count: Callable[[str], int], label: Callable[[st
     cited)."""
     if entry.edited:
         return count(note_line(label(entry.id), entry.author, entry.text, edited=True)) + 1
-    return count(f"; [{label(entry.id)}] {quote(entry.text)}")
+    return count(f"; [{label(entry.id)}] {entry.text}")
 
 
 def author_cost(author: str, count: Callable[[str], int]) -> int:
-    """What starting an author's line of the day costs: ``- author: `` and the line break."""
-    return count(f"- {author}:") + 1
+    """What starting an author's line of the day costs: ``- author: ``, the quotation that holds the line's notes
+    (one for the run, :func:`services.handoff.view`) and the line break."""
+    return count(f"- {author}: “”") + 1
 
 
 def whole_cost(entries: Iterable[NoteEntry], count: Callable[[str], int]) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, Notes, Role, TextPart, new_id
 
-from ..context import quote, refs
+from ..context import refs
 from ..conversation import Conversation
 from ..models import ContextBudget, Tokenizer, bound_text
 from ..recall import change_notice_id
@@ -201,7 +201,7 @@ class TurnInput:
         """A message's note and its token count, computed once when its turn commits, so a compaction only
         selects and renders."""
         note = make_note(text, created_at) or ""
-        return {"note": note, "note_tokens": [self.tokenizer.count(" " + quote(note))] if note else []}
+        return {"note": note, "note_tokens": [self.tokenizer.count(" " + note)] if note else []}
 
     def numbered(self, history: Sequence[Message], incoming: Sequence[Message]) -> list[Message]:
         """``incoming`` with references (``#N``) following on from ``history``'s, counted in the tokens of the
