@@ -145,6 +145,25 @@ def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
         assert entry.tokens == note_cost(entry, tokenizer.count, label=ledger.label)
 
 
+def test_a_persons_notes_cost_what_their_rendered_line_spends() -> None:
+    """What selection counts for a day's notes of one person (their lead-in once, each note) is what the rendered
+    line spends, quotation included: counted higher, fewer notes fit than the handoff has room for."""
+    from threadkeeper.services.handoff import note_cost
+    from threadkeeper.services.handoff.notebook import author_cost
+    from threadkeeper.services.handoff.view import _render_notes
+
+    tokenizer = Tokenizer("gpt-4o")
+    texts = ["staging database payments pg-stage-7", "ticket PAY-5512 owned Dana team", "p99 under 250 ms checkout",
+             "deploy moved Friday", "rollback plan Maria", "budget 40k approved", "canary eu-west-3 first",
+             "retro Thursday 3pm"]
+    notes = [NoteEntry(id=f"m{i}", author="ann", at=FRIDAY + i, text=t) for i, t in enumerate(texts)]
+    lines = _render_notes(notes, str)
+    assert len(lines) == 2 and lines[1].startswith("- ann: “"), "a day heading, then one quoted line for ann"
+    counted = author_cost("ann", tokenizer.count) + sum(note_cost(n, tokenizer.count) for n in notes)
+    spent = tokenizer.count(lines[1]) + 1  # and its line break
+    assert abs(counted - spent) <= len(notes) // 2, (counted, spent)
+
+
 def test_an_identifier_inside_text_without_spaces_is_a_term_and_survives_every_shortening() -> None:
     """Japanese and Chinese write identifiers into the sentence with no space around them."""
     text = "ledgerのタイムアウトについてINFRA-5382を起票しました。メモはそちらへ。詳細は後で共有します。"
