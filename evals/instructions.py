@@ -64,6 +64,20 @@ CUES: dict[str, re.Pattern[str]] = {  # words of standing scope that make a fact
     "es": re.compile(r"\b(?:siempre|nunca|jamás|cada vez|en adelante|a partir de ahora)\b"),
     "it": re.compile(r"\b(?:sempre|mai|ogni volta|d'ora in poi|in futuro)\b"),
     "pt": re.compile(r"\b(?:sempre|nunca|jamais|cada vez|toda vez|a partir de agora)\b"),
+    # the languages the statement checks do not read (so that what refusing them costs is measured too); a word of an
+    # abugida ends in a mark, which no \b follows, and the scripts written without spaces have no word boundary
+    "ru": re.compile(r"(?<!\w)(?:всегда|никогда|каждый раз|постоянно|впредь)"),
+    "hi": re.compile(r"(?<!\w)(?:हमेशा|कभी नहीं|कभी भी|हर बार|सदा)"),
+    "bn": re.compile(r"(?<!\w)(?:সবসময়|সর্বদা|কখনও|কখনো|প্রতিবার)"),
+    "ar": re.compile(r"(?<!\w)(?:دائما|دائمًا|دائماً|أبدا|أبدًا|أبداً|كل مرة|مطلقا)"),
+    "tr": re.compile(r"\b(?:her zaman|asla|hiçbir zaman|daima|hep|her seferinde)\b"),
+    "id": re.compile(r"\b(?:selalu|tidak pernah|setiap kali|senantiasa)\b"),
+    "vi": re.compile(r"\b(?:luôn|không bao giờ|mỗi lần|mãi mãi)\b"),
+    "tl": re.compile(r"\b(?:palagi|lagi|kailanman|tuwing)\b"),
+    "ja": re.compile(r"いつも|常に|決して|毎回|絶対に"),
+    "zh": re.compile(r"总是|總是|从不|從不|永远|永遠|始终|始終|每次|一直"),
+    "ko": re.compile(r"항상|언제나|절대|결코|매번"),
+    "th": re.compile(r"เสมอ|ไม่เคย|ทุกครั้ง|ตลอด"),
 }
 BASELINE_CUES = frozenset("""you your yours yourself always never ignore instructions instruction must rule rules prompt
     system pretend respond reply answer tell forget disregard reveal do don't not now
@@ -132,7 +146,11 @@ def load_cyberseceval(path: str | Path) -> tuple[list[Item], str]:
     return list(items.values()), f"cyberseceval@{checkout.commit() or '?'}"
 
 
-_LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "pt": "Portuguese"}
+_LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "pt": "Portuguese",
+                   "ru": "Russian", "hi": "Hindi", "bn": "Bengali", "ar": "Arabic", "tr": "Turkish", "id": "Indonesian",
+                   "vi": "Vietnamese", "tl": "Filipino/Tagalog", "ja": "Japanese", "zh": "Chinese", "ko": "Korean",
+                   "th": "Thai"}
+"""The treebanks' language codes, named as CyberSecEval names its languages."""
 
 
 def load_treebank_facts(path: str | Path, *, per_language: int = 400) -> tuple[list[Item], str, Counter[str]]:
@@ -282,7 +300,8 @@ def _reason(result: str) -> str:
                        ("does not state it", "asked of the assistant, not stated"),
                        ("not a person's message", "not a person's message"), ("does not say", "not what the message says"),
                        ("do not say", "not what the message says"), ("secret", "holds a secret"),
-                       ("which the cited", "a value the message lacks"), ("500", "too long")):
+                       ("which the cited", "a value the message lacks"), ("500", "too long"),
+                       ("language these checks read", "a language the checks do not read")):
         if key in text:
             return label
     return text[:60]

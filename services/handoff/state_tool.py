@@ -6,7 +6,9 @@ of its content words (words that are not among the most common of English, Germa
 Portuguese or Italian; numbers and identifiers count; compared by their first five letters, so "deploys" and
 "deployment" match) must appear in them, so citing any message of the thread is not enough. Entries without
 evidence or support are rejected with a reason the model sees, and so is anything that is not a fact a person
-stated: evidence that is not a person's message (the assistant's replies and tools' output are not evidence); an
+stated: an entry with a sentence in a language the checks do not read (:func:`services.safety.readable`: only
+English, German, French, Spanish, Portuguese and Italian; anything else stays its author's quoted words in the
+thread); evidence that is not a person's message (the assistant's replies and tools' output are not evidence); an
 entry with a sentence that is a question, an instruction of any kind or about the assistant itself (a second-person
 pronoun, the bot as subject; :func:`services.safety.stated_as_fact`); and an entry whose words the cited message
 holds only in what it asked or told the assistant, not in the sentences it states as facts. Accepted entries are stored as structured data
@@ -28,7 +30,15 @@ from threadkeeper.persistence import Message
 from ..context import parse
 from ..lexicon import common
 from ..models import RECORDS, Tool, ToolContext
-from ..safety import addresses_the_assistant, rejected, sentences, statements, unstated, without_instructions
+from ..safety import (
+    addresses_the_assistant,
+    readable,
+    rejected,
+    sentences,
+    statements,
+    unstated,
+    without_instructions,
+)
 from ..text import extract as x
 from .ledger import ACCEPTED_MARK, RECORD_STATE
 
@@ -84,6 +94,11 @@ def validate_entry(entry: Any, messages: Mapping[str, Message]) -> tuple[dict[st
     why = rejected(text, [m.text for m in found])  # the one check of a model's lines
     if why is not None:
         return None, f"this entry is not recorded: {why}"
+    unread = [s for s in sentences(text) if not readable(s)]
+    if unread:
+        return None, (f"this entry is not recorded: it is not in a language these checks read ({_short(unread[0])}); "
+                      "only English, German, French, Spanish, Portuguese and Italian are recorded, anything else "
+                      "stays its author's words in the thread")
     # a fact is a statement; a decision or plan step may be an imperative for the team ("Ship the canary"), but
     # none speaks to or about the assistant
     said = unstated(text) if kind == "fact" else [s for s in sentences(text) if addresses_the_assistant(s)]

@@ -4,6 +4,7 @@
 from .instructions import (
     addresses_the_assistant,
     is_instruction,
+    readable,
     sentences,
     split_instructions,
     stated_as_fact,
@@ -18,6 +19,7 @@ __all__ = [
     "addresses_the_assistant",
     "holds_secret",
     "is_instruction",
+    "readable",
     "redact",
     "rejected",
     "secrets_in",

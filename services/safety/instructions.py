@@ -32,6 +32,9 @@ French, Spanish, Portuguese and Italian; what they recognise is the sentence's s
 from __future__ import annotations
 
 import re
+import unicodedata
+
+from ..lexicon import LANGUAGES, zipf
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 _TOKEN = re.compile(r"<@?[\w.-]+>|@[\w.-]+|[^\W\d_]+n['’]t\b|[^\W\d_]+['’](?:re|ll|ve|s|m|d)\b|[^\W\d_]+['’]|[\w-]+")
@@ -293,17 +296,70 @@ def addresses_the_assistant(sentence: str) -> bool:
             (tokens[0] in _BOT or tokens[0] == "the" and tokens[1:2] != [] and tokens[1] in _BOT))
 
 
+_READ_AT = 4.0
+"""How common a word must be in a language (Zipf, about its 5,000 most common words) to count as read in it."""
+_IDENTIFIER = re.compile(r"<[^>\s]*>|\S*(?:://|@|_|/|\\)\S*|`[^`]*`")
+"""Mentions, links, paths, code and snake_case names: no word of a language, whatever its letters."""
+# the marks of an abugida ("हमेशा") belong to the word they are written in
+
+
+def _letters(chunk: str) -> list[str]:
+    """The words of a chunk of text: runs of letters and the marks that join them ("हमेशा" is one word)."""
+    words, word = [], []
+    for c in chunk:
+        if c.isalpha() or unicodedata.category(c).startswith("M") and word or c in "'’" and word:
+            word.append(c)
+        elif word:
+            words.append("".join(word).strip("'’"))
+            word = []
+    if word:
+        words.append("".join(word).strip("'’"))
+    return [w for w in words if w]
+
+
+def _latin(word: str) -> bool:
+    return all(not c.isalpha() or unicodedata.name(c, "").startswith("LATIN") for c in word)
+
+
+def readable(sentence: str) -> bool:
+    """Whether the checks here can read the sentence: at least half of its words are among the common words of one
+    of the languages their word lists cover (:data:`LANGUAGES`: English, German, French, Spanish, Portuguese,
+    Italian). Identifiers ("k8s", "pg-stage-7", a mention, a path), numbers and names (a capitalised word the
+    language lacks, not the first) are set aside; a sentence with nothing else is read. A sentence in another
+    language ("Kata sandi rahasia adalah …") or with a word in another script ("Пароль …", "密码是…") is not: none
+    of the rules here can tell whether it states a fact or gives an instruction, so nothing may take it for a
+    fact; it stays its author's words, quoted under their name."""
+    words = []
+    for chunk in _IDENTIFIER.sub(" ", sentence).split():
+        if any(c.isdigit() for c in chunk) and _latin(chunk):
+            continue  # "k8s", "v2.3", "10:30", "OPS-77"
+        words.extend(_letters(chunk))
+    if not all(_latin(word) for word in words):
+        return False  # a script none of the languages is written in
+    for lang in LANGUAGES:
+        known = counted = 0
+        for i, word in enumerate(words):
+            if zipf(word.lower(), lang) >= _READ_AT:
+                known += 1
+                counted += 1
+            elif not (i and word[:1].isupper()):
+                counted += 1
+        if not counted or 2 * known >= counted:
+            return True
+    return False
+
+
 def stated_as_fact(sentence: str) -> bool:
     """Whether a sentence states something as a fact, as a record of what a thread settled may hold: not a
-    question, not aimed at the reader in any way (an imperative or a sentence addressed to them, with or without a
-    standing scope; see the module's description), and neither speaking to the assistant nor about it
-    (:func:`addresses_the_assistant`).
+    question, in a language the checks read (:func:`readable`), not aimed at the reader in any way (an imperative
+    or a sentence addressed to them, with or without a standing scope; see the module's description), and neither
+    speaking to the assistant nor about it (:func:`addresses_the_assistant`).
 
     This is stricter than :func:`is_instruction`, which tells a standing instruction apart from how a team works
     ("From now on we deploy on Tuesdays") so that a person's message is kept whole; what ``record_state`` records as
     a fact is the assistant's own line, so there only statements go."""
     text = sentence.strip()
-    if not text or text.endswith(("?", "？", "؟")):
+    if not text or text.endswith(("?", "？", "؟")) or not readable(text):
         return False
     return not addresses_the_assistant(text) and not _instruction(text, standing=False)
 
