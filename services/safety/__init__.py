@@ -3,6 +3,7 @@
 
 from .instructions import (
     addresses_the_assistant,
+    introduces_material,
     is_instruction,
     readable,
     sentences,
@@ -17,6 +18,7 @@ from .redact import redact, secrets_in
 
 __all__ = [
     "addresses_the_assistant",
+    "introduces_material",
     "holds_secret",
     "is_instruction",
     "readable",

@@ -318,7 +318,8 @@ def _letters(chunk: str) -> list[str]:
 
 
 def _latin(word: str) -> bool:
-    return all(not c.isalpha() or unicodedata.name(c, "").startswith("LATIN") for c in word)
+    """Whether the word's letters are of the Latin script (ª and º, the ordinal marks of "10º", included)."""
+    return all(not c.isalpha() or c < "\u0250" or unicodedata.name(c, "").startswith("LATIN") for c in word)
 
 
 def readable(sentence: str) -> bool:
@@ -349,6 +350,32 @@ def readable(sentence: str) -> bool:
     return False
 
 
+_INTERROGATIVE = frozenset("""what which who whom whose where why was wer welche welcher welches welchen wo warum wieso
+    weshalb quel quelle quels quelles qui quoi où pourquoi qué cuál cuáles quién quiénes cómo dónde cuánto cuántos qual
+    quais quem onde quale quali chi dove perché cosa""".split())
+"""Words that open a question in the six languages ("What is …", "Was ist …", "Quelle est …", "Qual è …"); those
+that also open a comparison ("how", "wie", "comme", "como", "come": "Wie besprochen: …") are left out."""
+_INTRODUCES = re.compile(r":(?=\s|[\"'“‘«<])")
+"""A colon that introduces what follows ("… of this paper: 'Introduction: …'"), not one inside a time or a link."""
+
+
+def introduces_material(sentence: str) -> bool:
+    """Whether the sentence opens with a question or a request to its reader and then, after a colon, gives what it
+    is about ("What are the conclusions of this paper: '…'", "Summarize this page: <html>…", "Was ist die Ausgabe
+    dieses Codes: …"): what follows the colon, in this sentence and the next ones of the message, is material the
+    author pasted for the assistant (a document, a page, a table), not what they state."""
+    colon = _INTRODUCES.search(sentence)
+    if colon is None:
+        return False
+    head = sentence[:colon.start()].strip()
+    words = _TOKEN.findall(head.lower())
+    if len(words) < 3:
+        return False  # a label ("Policy:", "Update from ana:")
+    if words[0] in _INTERROGATIVE:  # a question ("What is …:"), or a heading ("What we decided: …")
+        return words[1] not in _OTHER_SUBJECT
+    return addresses_the_assistant(head) or _instruction(head, standing=False)
+
+
 def stated_as_fact(sentence: str) -> bool:
     """Whether a sentence states something as a fact, as a record of what a thread settled may hold: not a
     question, in a language the checks read (:func:`readable`), not aimed at the reader in any way (an imperative
@@ -359,7 +386,7 @@ def stated_as_fact(sentence: str) -> bool:
     ("From now on we deploy on Tuesdays") so that a person's message is kept whole; what ``record_state`` records as
     a fact is the assistant's own line, so there only statements go."""
     text = sentence.strip()
-    if not text or text.endswith(("?", "？", "؟")) or not readable(text):
+    if not text or text.endswith(("?", "？", "؟")) or not readable(text) or introduces_material(text):
         return False
     return not addresses_the_assistant(text) and not _instruction(text, standing=False)
 
@@ -370,8 +397,15 @@ def sentences(text: str) -> list[str]:
 
 
 def statements(text: str) -> list[str]:
-    """The sentences of ``text`` that state something as a fact (:func:`stated_as_fact`)."""
-    return [s for s in sentences(text) if stated_as_fact(s)]
+    """The sentences of ``text`` that state something as a fact (:func:`stated_as_fact`), up to one that introduces
+    pasted material (:func:`introduces_material`): what follows it is not the author's statement."""
+    found = []
+    for s in sentences(text):
+        if introduces_material(s):
+            break
+        if stated_as_fact(s):
+            found.append(s)
+    return found
 
 
 def unstated(text: str) -> list[str]:
