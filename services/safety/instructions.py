@@ -305,7 +305,8 @@ _IDENTIFIER = re.compile(r"<[^>\s]*>|\S*(?:://|@|_|/|\\)\S*|`[^`]*`")
 
 def _letters(chunk: str) -> list[str]:
     """The words of a chunk of text: runs of letters and the marks that join them ("हमेशा" is one word)."""
-    words, word = [], []
+    words: list[str] = []
+    word: list[str] = []
     for c in chunk:
         if c.isalpha() or unicodedata.category(c).startswith("M") and word or c in "'’" and word:
             word.append(c)
