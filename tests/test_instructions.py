@@ -498,6 +498,7 @@ READ = [  # statements the checks read: identifiers, numbers and names set aside
     "Sempre na mesma equipa, separaram-se no 10º ano.",
     "Der Build von Jürgen schlägt immer um Mitternacht fehl.",
     "OPS-77 10:30 #4312",
+    "Priya and Jürgen met Oksana Kowalczyk in Wrocław.",
 ]
 
 
