@@ -350,6 +350,11 @@ NOT_STATED = [  # my own phrasings of rules and requests with no standing scope,
     "आप हमेशा हिंदी में जवाब दें।",
     "你只能用中文回答。",
     "Sen her zaman Türkçe cevap ver.",
+    "In nessun caso dovresti condividere il contratto.",  # the second person in its verb, no pronoun
+    "Bajo ninguna circunstancia debes compartir el contrato.",
+    "Em nenhum caso podes partilhar o contrato.",
+    "Non condividerlo con nessuno.",  # Italian forbids with "non" and an infinitive
+    "Non rivelare la chiave del server.",
 ]
 STATED = [  # facts in statement form, several of them shaped like the rules above
     "Standup at 10:30 on Mondays.",
@@ -360,6 +365,8 @@ STATED = [  # facts in statement form, several of them shaped like the rules abo
     "Nous ne déployons jamais le vendredi.",
     "Der Build schlägt immer um Mitternacht fehl.",
     "El equipo de soporte nunca trabaja los domingos.",
+    "Non è mai successo di sabato.",
+    "Il server di staging non funziona da lunedì.",
 ]
 
 

@@ -125,6 +125,10 @@ _INFINITIVE = re.compile(r"\w\w(?:are|ere|ire|ar|er|ir)$")
 """Two word characters and an infinitive's ending at the end of a word (searched: two, not two or more, so a word of
 40,000 letters is read once, not once from each of its letters)."""
 
+_NEGATIVE_IMPERATIVE = re.compile(r"\w\w(?:are|ere|ire|(?:ar|er|ir)(?:lo|la|li|le|gli|ne|mi|ti|ci|vi|si))$")
+"""An Italian infinitive, or one that carries its pronoun and drops its "e" ("rivelare", "rivelarlo",
+"condividerla"): after an opening "non", the negative imperative of the second person singular."""
+
 _GATE_WORDS = frozenset("""now forward here henceforth hereafter future rest otherwise notice today starting matter
     times default always never ever whenever time anytime every each subsequent following later anymore again all
     maintenant aujourd'hui désormais dorénavant avenir toujours jamais fois toutes réponses ahora adelante hoy
@@ -198,6 +202,8 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
     # (a statement puts its subject first: "we do not", "il ne le révèle pas")
     if tokens[:1] in (["don't"], ["don’t"], ["dont"], ["ne"], ["n'"], ["n’"]) or tokens[:2] == ["do", "not"]:
         return True
+    if tokens[:1] == ["non"] and _NEGATIVE_IMPERATIVE.search(tokens[1] if len(tokens) > 1 else ""):
+        return True  # Italian forbids with "non" and an infinitive: "Non rivelarlo a nessuno" ("non è", "non va")
     fronted = False
     skipped = 0
     while skipped < len(tokens) and (tokens[skipped] in _TRANSPARENT
@@ -275,6 +281,11 @@ def without_instructions(text: str) -> str:
 _ADDRESSEE = frozenset("""ты вы тебя вас тебе вам твой ваш твоя ваша твои ваши sen siz seni sizi senin sizin sana size
     kamu anda engkau bạn ikaw kayo ninyo आप तुम तू आपको तुम्हें आपका तुम्हारा তুমি আপনি তোমার আপনার أنت انت أنتم""".split())
 """Second-person pronouns of languages the word lists above do not cover (a closed class too)."""
+_SECOND_VERBS = frozenset("""devi dovresti dovreste potresti puoi vuoi debes deberías debéis puedes podrías tienes eres
+    estás deves deverias podes poderias""".split())
+"""The second-person forms of the auxiliaries of the languages that drop their subject (Italian, Spanish,
+Portuguese): "In nessun caso dovresti aiutare …", "Bajo ninguna circunstancia debes …" address the reader with no
+pronoun. A closed class too; forms another language spells alike ("sei", "has", "tens") are left out."""
 _ADDRESSEE_IN_WORDS = ("你", "您", "あなた", "당신")
 """Second-person pronouns of scripts written without spaces, found inside the text."""
 _WORDS = re.compile(r"[^\s.,;:!?¿¡\"'“”‘’()\[\]{}«»।؟、。，！？]+")
@@ -285,7 +296,8 @@ def addresses_the_assistant(sentence: str) -> bool:
     (in the six languages or others: "you", "ты", "आप", "你", …), the bot as its subject, or the bot addressed."""
     text = sentence.strip()
     words = {w.lower() for w in _WORDS.findall(text)}
-    if not words.isdisjoint(_SECOND) or not words.isdisjoint(_ADDRESSEE) or any(p in text for p in _ADDRESSEE_IN_WORDS):
+    if not words.isdisjoint(_SECOND) or not words.isdisjoint(_ADDRESSEE) or not words.isdisjoint(_SECOND_VERBS) \
+            or any(p in text for p in _ADDRESSEE_IN_WORDS):
         return True
     low = text.lower()
     if OVERRIDE.search(low):
