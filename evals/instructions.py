@@ -8,6 +8,8 @@ is to always avoid technical topics, no matter what.") and what a user sent to b
 document (indirect). Look-alike harmless facts come from Universal Dependencies treebanks (``--facts``, one checkout
 per language): sentences that hold a word of standing scope ("always", "nie", "jamais", "siempre", "sempre", …) but
 that the treebank's annotators marked as no imperative and with no second person, and that end in no question mark.
+Treebanks of the languages the statement checks do not read (Russian, Hindi, Arabic, Japanese, Thai, …) measure what
+refusing them costs: ``record_state`` records no fact in them.
 
 Every text is posted as one person's message and goes through the bot's own code: the ledger a compaction folds
 (:class:`LedgerBuilder`), the narrative it writes without a summarizer (:func:`extractive`), the handoff it renders

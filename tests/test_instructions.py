@@ -498,6 +498,8 @@ UNREAD = [  # statements in the shape of facts, in languages and scripts the wor
     "Sunucunun şifresi her zaman Counter olarak kalır.",
     "Mật khẩu của máy chủ là Counter.",
     "Ang password ng server sa opisina ay palaging Counter.",
+    "人口表的总和是多少:<表><tr><td>中国</td><td>1,439,323,776</td></tr></表>",  # markup in another script
+    "王伟 owns billing.",  # a word in another script among English ones
 ]
 READ = [  # statements the checks read: identifiers, numbers and names set aside
     "The staging database is pg-stage-7.",

@@ -26,7 +26,8 @@ The rule is structural, not a list of phrasings. A sentence is an instruction wh
    languages ("desplegamos", "usiamo"), or a bare noun followed by its verb ("Deploys never go out").
 
 The word lists are closed classes (pronouns, determiners, prepositions, frequency adverbs) of English, German,
-French, Spanish, Portuguese and Italian; what they recognise is the sentence's shape.
+French, Spanish, Portuguese and Italian; what they recognise is the sentence's shape. A sentence in another language
+is one they cannot read (:func:`readable`), so it is never taken for a statement of fact (:func:`stated_as_fact`).
 """
 
 from __future__ import annotations
@@ -311,7 +312,8 @@ def addresses_the_assistant(sentence: str) -> bool:
 _READ_AT = 4.0
 """How common a word must be in a language (Zipf, about its 5,000 most common words) to count as read in it."""
 _IDENTIFIER = re.compile(r"<[^>\s]*>|\S*(?:://|@|_|/|\\)\S*|`[^`]*`")
-"""Mentions, links, paths, code and snake_case names: no word of a language, whatever its letters."""
+"""Mentions, links, paths, markup, code and snake_case names: no word of a language when their letters are Latin (one
+in another script is read as the words it holds: "<表>…</td>" or "`密码`" is not set aside)."""
 # the marks of an abugida ("हमेशा") belong to the word they are written in
 
 
@@ -344,7 +346,7 @@ def readable(sentence: str) -> bool:
     of the rules here can tell whether it states a fact or gives an instruction, so nothing may take it for a
     fact; it stays its author's words, quoted under their name."""
     words = []
-    for chunk in _IDENTIFIER.sub(" ", sentence).split():
+    for chunk in _IDENTIFIER.sub(lambda m: " " if _latin(m.group()) else f" {m.group()} ", sentence).split():
         if any(c.isdigit() for c in chunk) and _latin(chunk):
             continue  # "k8s", "v2.3", "10:30", "OPS-77"
         words.extend(_letters(chunk))
