@@ -1,6 +1,7 @@
-"""One message cannot freeze a worker: every text filter (redaction, instruction detection, a note, a model line's
-check, the artifacts a narrative cites) takes time in proportion to a message's length, also on messages built to
-make a pattern read the same characters again and again, and a secret at the end of such a message is still found.
+"""One message cannot freeze a worker: every text filter (redaction, instruction detection, the statement check, a
+note, a model line's check, the artifacts a narrative cites) takes time in proportion to a message's length, also on
+messages built to make a pattern read the same characters again and again, and a secret at the end of such a message
+is still found.
 
 Linear means a message ten times longer takes about ten times longer; a filter that rereads its input takes a
 hundred times longer (a 40,000-character run of "api_key" ending in "=" took 43 s to redact). Each case times 4,000
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from threadkeeper.bench_data import ADVERSARIAL
-from threadkeeper.services.safety import redact, rejected, split_instructions
+from threadkeeper.services.safety import redact, rejected, split_instructions, statements
 from threadkeeper.services.text import extract, make_note
 
 SHAPES = ADVERSARIAL
@@ -26,6 +27,7 @@ _created = itertools.count(1_700_000_000)
 FILTERS: dict[str, Callable[[str], object]] = {
     "redaction": redact,
     "instruction detection": split_instructions,
+    "statement check": statements,  # what record_state reads of a cited message: language, pasted material, shape
     "note": lambda text: make_note(text, float(next(_created))),  # a new time each call: notes are cached
     "model line check": lambda text: rejected(text, ["cited"]),
     "artifacts": extract.artifacts.__wrapped__,

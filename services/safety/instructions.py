@@ -311,9 +311,12 @@ def addresses_the_assistant(sentence: str) -> bool:
 
 _READ_AT = 4.0
 """How common a word must be in a language (Zipf, about its 5,000 most common words) to count as read in it."""
-_IDENTIFIER = re.compile(r"<[^>\s]*>|\S*(?:://|@|_|/|\\)\S*|`[^`]*`")
-"""Mentions, links, paths, markup, code and snake_case names: no word of a language when their letters are Latin (one
-in another script is read as the words it holds: "<表>…</td>" or "`密码`" is not set aside)."""
+_IDENTIFIER = re.compile(r"<[^<>\s]*>|`[^`]*`")
+"""Markup and code: no word of a language when their letters are Latin (in another script they are read as the words
+they hold: "<表>…</td>" or "`密码`" is not set aside). Each match stops at the next bracket or backtick, so a text
+of many brackets is read once."""
+_IDENTIFIER_MARKS = frozenset("@_/\\")
+"""A chunk with one of these (a mention, a path, a link, a snake_case name) is an identifier, not a word."""
 # the marks of an abugida ("हमेशा") belong to the word they are written in
 
 
@@ -347,8 +350,8 @@ def readable(sentence: str) -> bool:
     fact; it stays its author's words, quoted under their name."""
     words = []
     for chunk in _IDENTIFIER.sub(lambda m: " " if _latin(m.group()) else f" {m.group()} ", sentence).split():
-        if any(c.isdigit() for c in chunk) and _latin(chunk):
-            continue  # "k8s", "v2.3", "10:30", "OPS-77"
+        if (any(c.isdigit() for c in chunk) or not _IDENTIFIER_MARKS.isdisjoint(chunk)) and _latin(chunk):
+            continue  # "k8s", "v2.3", "10:30", "OPS-77", "@ana", "https://…", "deploy_eu"
         words.extend(_letters(chunk))
     if not all(_latin(word) for word in words):
         return False  # a script none of the languages is written in
