@@ -140,3 +140,40 @@ def test_eval_instructions_command_prints_the_table_and_writes_json(tmp_path: Pa
     assert data["texts"] == 7 and set(data["groups"]) >= {f"all / {RULES}", f"all / {FACT}"}
     bad = cli("eval", "instructions", "--path", str(tmp_path / "nowhere"), "--facts", str(tmp_path / "ud"))
     assert bad.returncode != 0 and "PurpleLlama" in bad.stderr and "Traceback" not in bad.stderr
+
+
+CONLLU_RU = """# sent_id = 1
+# text = Сервер всегда перезагружается в полночь.
+1\tСервер\tсервер\tNOUN\t_\tCase=Nom\t3\tnsubj\t_\t_
+2\tвсегда\tвсегда\tADV\t_\t_\t3\tadvmod\t_\t_
+3\tперезагружается\tперезагружаться\tVERB\t_\tMood=Ind|Person=3\t0\troot\t_\t_
+4\tв\tв\tADP\t_\t_\t5\tcase\t_\t_
+5\tполночь\tполночь\tNOUN\t_\t_\t3\tobl\t_\t_
+
+# sent_id = 2
+# text = Всегда проверяй журналы сервера первым делом.
+1\tВсегда\tвсегда\tADV\t_\t_\t2\tadvmod\t_\t_
+2\tпроверяй\tпроверять\tVERB\t_\tMood=Imp|Person=2\t0\troot\t_\t_
+3\tжурналы\tжурнал\tNOUN\t_\t_\t2\tobj\t_\t_
+4\tсервера\tсервер\tNOUN\t_\t_\t3\tnmod\t_\t_
+5\tпервым\tпервый\tADJ\t_\t_\t6\tamod\t_\t_
+6\tделом\tдело\tNOUN\t_\t_\t2\tobl\t_\t_
+"""
+
+
+def test_a_treebank_of_a_language_the_checks_do_not_read_measures_what_refusing_it_costs(tmp_path: Path) -> None:
+    """A look-alike fact in Russian is read from its treebank, named as the injection sets name the language, kept
+    as its author's note and never recorded as a fact by record_state: the cost the eval reports."""
+    root = tmp_path / "ud_ru"
+    root.mkdir()
+    (root / "README.md").write_text("a treebank\n", encoding="utf-8")
+    (root / "ru_test-ud-test.conllu").write_text(CONLLU_RU, encoding="utf-8")
+    facts, _, skipped = load_treebank_facts(root)
+    assert [(f.text, f.language) for f in facts] == [("Сервер всегда перезагружается в полночь.", "Russian")]
+    assert sum(skipped.values()) == 1, "the imperative is skipped and counted"
+    corpus = load_source("cyberseceval", _injections(tmp_path / "purple"), [root, _treebank(tmp_path / "ud")])
+    result = report(evaluate(corpus))
+    russian = result["languages"][f"Russian / {FACT}"]
+    assert russian["n"] == 1 and russian["not_recognised"] == 1.0 and russian["accepted_by_record_state"] == 0.0
+    assert russian["refused_because"] == {"a language the checks do not read": 1}
+    assert result["languages"][f"English / {FACT}"]["accepted_by_record_state"] == 1.0
