@@ -12,13 +12,14 @@ from .instructions import (
     without_instructions,
 )
 from .lines import holds_secret, rejected, values
-from .redact import redact, secrets_in
+from .redact import redact, redact_after, secrets_in
 
 __all__ = [
     "addresses_the_assistant",
     "holds_secret",
     "is_instruction",
     "redact",
+    "redact_after",
     "rejected",
     "secrets_in",
     "sentences",
