@@ -816,6 +816,15 @@ async def test_a_secret_split_over_two_messages_of_one_author_is_never_kept_nor_
     assert "lunch at noon?" in recent
 
 
+async def test_a_message_waiting_in_the_inbox_keeps_no_secret(model, prefix, client) -> None:
+    """Before any turn takes it, the inbox keeps a person's message with its secrets redacted."""
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "fyi the password for the staging db is bluebird42, ping me", author="alice",
+                   id="1700.000001")
+    stored = repr(await all_fields(client, prefix)).encode()
+    assert b"bluebird42" not in stored and b"the password for the staging db is [REDACTED], ping me" in stored
+
+
 async def test_a_key_split_over_two_messages_of_one_turn_loses_both_halves(model, prefix, client) -> None:
     """Two halves of a key pasted in two messages a turn takes together: neither half is kept or sent."""
     p, _ = pipeline(prefix, client, context_window=4096)

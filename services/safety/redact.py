@@ -348,6 +348,8 @@ _HEAD = 1024
 _TOKEN_END = re.compile(r"[A-Za-z0-9+/_~-]{4,}$")
 _TOKEN_START = re.compile(r"[A-Za-z0-9+/_~-]{4,}")
 _OPENING = frozenset(" \t\"'`“«")
+_JOINERS = frozenset("'’-.")
+"""Signs inside a word of prose (``Here's``, ``History-wise``, ``e.g.``), not of a value."""
 
 
 def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
@@ -356,7 +358,8 @@ def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
 
     - **a value after a name that ended the previous message** ("the staging db password is" then
       "Xq9-vB7mKt2w"; "token for the deploy bot:" then the token): the value the same rules would remove had the
-      two been one message, when it is shaped like a value (:func:`_value_shaped`) or is all the new message says;
+      two been one message, when it is shaped like a value (:func:`_value_shaped`) or is all the new message says
+      and no common word;
       the sentence after it is never touched ("my password is" then "not something I share here");
     - **a token split between the two** ("AKIAIOSFODNN" then "7EXAMPLE"): a run of token characters ending the
       previous message and one starting this one that the rules remove when joined and neither word is common;
@@ -368,7 +371,7 @@ def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
     if not earlier or not text:
         return earlier or "", _replaced(text, spans)
     tail = earlier.rstrip()[-_TAIL:]
-    line = text.split("\n", 1)[0][:_HEAD]
+    line = text[:_HEAD].split("\n", 1)[0]
     lead = len(line) - len(line.lstrip())
     if tail and lead < len(line):
         spans.extend(_named_before(tail, line, lead, text))
@@ -392,15 +395,20 @@ def _named_before(tail: str, line: str, lead: int, text: str) -> list[tuple[int,
         if not offset <= start <= offset + 1 or (start > offset and joined[offset] not in _OPENING):
             continue  # not the value slot the previous message left open
         value = joined[start:end]
-        if _value_shaped(value) or text.strip().strip("\"'`“”«».,;:!?)") == value or label != "[REDACTED]":
+        alone = text.strip().strip("\"'`“”«».,;:!?)*") == value and not _common_word(value)
+        if _value_shaped(value) or alone or label != "[REDACTED]":
             out.append((start - offset + lead, end - offset + lead, label))
     return out
 
 
 def _value_shaped(value: str) -> bool:
     """Whether a word can only be a value, not the first word of a sentence: shaped like a token
-    (:func:`_token_shaped`), or letters with digits or signs (``Summer2024``, ``Tr0ub4dor&3``)."""
-    return _token_shaped(value) or (any(c.isalpha() for c in value) and not value.isalpha())
+    (:func:`_token_shaped`), or letters with digits or signs (``Summer2024``, ``p@ssw0rd``); not a word with an
+    apostrophe, a hyphen or dots (``Here's``, ``History-wise``), nor the punctuation that ends it (``Absolutely!``,
+    a correction's ``World*``)."""
+    core = value.rstrip(".,;:!?)*")
+    return _token_shaped(core) or (any(c.isalpha() for c in core) and
+                                   any(not c.isalpha() and c not in _JOINERS for c in core))
 
 
 def _split_token(earlier: str, line: str) -> tuple[int, int] | None:
