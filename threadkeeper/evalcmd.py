@@ -290,7 +290,7 @@ def cmd_eval_redaction(args: argparse.Namespace, settings: Settings) -> int:
     if args.pairs:
         from threadkeeper.evals.benchmarks import load_benchmark
 
-        bench = load_benchmark("realtalk", args.pairs)
+        bench = load_benchmark(args.pairs_benchmark, args.pairs)
         chats = [[(m["author"], m["text"]) for m in case.data["messages"]] for case in bench.cases]
         pairs = chat_pairs(chats)
         print(f"conversations people wrote ({args.pairs}, {len(chats)} conversations):")
