@@ -29,6 +29,8 @@ Measured on secrets this project did not write: ``threadkeeper eval redaction --
 (docs/safety.md).
 
 :func:`secrets_in` gives the values themselves, so a summary can be checked for repeating one.
+:func:`redact_after` redacts a person's message with the end of their previous message in view: a secret split over
+the two (a value after a name that ended the previous message, a key pasted in two pieces).
 """
 
 from __future__ import annotations
