@@ -13,7 +13,12 @@ counted: removing one costs a reader little. A plain entropy rule is measured be
 threshold that leaves as many negatives intact.
 
 Vendors are split by rule file, alphabetically: the first half is where rules may be tuned, the second half is held
-out and reported on its own."""
+out and reported on its own.
+
+Each secret is also split over two messages of one person (:data:`SPLIT_PHRASINGS`) and scored redacted alone and
+through :func:`redact_after`, the seam a turn applies with the author's previous message in view; the negatives, and
+the messages of conversations people wrote (:func:`chat_pairs`), follow a message ending in a secret's name to see
+what that context costs ordinary text."""
 
 from __future__ import annotations
 
