@@ -816,6 +816,21 @@ async def test_a_secret_split_over_two_messages_of_one_author_is_never_kept_nor_
     assert "lunch at noon?" in recent
 
 
+async def test_an_edit_of_a_split_secret_is_read_with_the_message_before_the_one_it_edits(model, prefix,
+                                                                                         client) -> None:
+    """Alice corrects the value she gave after naming it: the new value is kept nowhere and sent nowhere."""
+    p, _ = pipeline(prefix, client)
+    await chat(p, ["the staging db password is", "Xq9-vB7mKt2w", "and the db is on host db-7"])
+    edited = p.message("Xq9-vB7mKt2z", author="alice", id="1700.000001")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited, change="1"))
+    await p.run(CONV)
+    stored = repr(await all_fields(client, prefix)).encode()
+    sent = json.dumps(model.requests)
+    for value in ("Xq9-vB7mKt2w", "Xq9-vB7mKt2z"):
+        assert value.encode() not in stored and value not in sent, value
+    assert b"it now reads:) [REDACTED]" in stored, "the edit is recorded, its value redacted"
+
+
 async def test_a_message_waiting_in_the_inbox_keeps_no_secret(model, prefix, client) -> None:
     """Before any turn takes it, the inbox keeps a person's message with its secrets redacted."""
     p, _ = pipeline(prefix, client)

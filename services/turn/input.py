@@ -186,11 +186,16 @@ class TurnInput:
         sent): a value after a name their previous message ended with, a token split between the two. The one place
         a message is redacted before the router reads it, the turn stores it, its note is made, a handoff folds it or
         a model is sent it; a previous message of the batch loses its half of a split token too (it is not
-        in the history yet). An edit is redacted alone. Authors must be named already (history names them)."""
+        in the history yet). An edit is read with the message its author wrote before the one it edits. Authors must
+        be named already (history names them)."""
         earlier: dict[str, tuple[int | None, str]] = {}
         """author → the position in ``out`` of their last message (None: in the history) and its text."""
+        preceding: dict[str, str] = {}
+        """a message's id in the history → its author's message before it (what an edit of it is read with)."""
         for m in history.messages if history else []:
             if m.role == "user" and m.author and not m.flags.runtime and not m.flags.handoff:
+                if m.author in earlier:
+                    preceding[m.id] = earlier[m.author][1]
                 earlier[m.author] = (None, m.text)
         out = list(items)
         order = sorted((i.kind != "message", i.message.created_at, n) for n, i in enumerate(out)
@@ -199,7 +204,8 @@ class TurnInput:
             message = out[n].message
             assert message is not None
             if out[n].kind != "message":
-                out[n] = out[n].model_copy(update={"message": self._with_text(message, redact(message.text))})
+                _, text = redact_after(preceding.get(message.id), message.text)
+                out[n] = out[n].model_copy(update={"message": self._with_text(message, text)})
                 continue
             author = message.author or ""
             at, before = earlier.get(author, (None, None))
