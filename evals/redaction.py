@@ -13,7 +13,12 @@ counted: removing one costs a reader little. A plain entropy rule is measured be
 threshold that leaves as many negatives intact.
 
 Vendors are split by rule file, alphabetically: the first half is where rules may be tuned, the second half is held
-out and reported on its own."""
+out and reported on its own.
+
+Each secret is also split over two messages of one person (:data:`SPLIT_PHRASINGS`) and scored redacted alone and
+through :func:`redact_after`, the seam a turn applies with the author's previous message in view; the negatives, and
+the messages of conversations people wrote (:func:`chat_pairs`), follow a message ending in a secret's name to see
+what that context costs ordinary text."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from threadkeeper.persistence.errors import ThreadkeeperError
-from threadkeeper.services.safety import redact
+from threadkeeper.services.safety import redact, redact_after
 
 from .checkout import Checkout, CheckoutError
 
@@ -367,6 +372,78 @@ PHRASINGS: dict[str, Callable[[str, str, int], str]] = {
 }
 
 
+SPLIT_PHRASINGS: dict[str, Callable[[str, str, int], tuple[str, str]]] = {
+    "named, the value next": lambda v, s, i: (f"the {v} api key is", s),
+    "after a colon, the value next": lambda v, s, i: (f"{v} token:", f"{s} for the deploy"),
+    "split in two": lambda v, s, i: (f"for {v} use {s[:len(s) // 2]}", s[len(s) // 2:]),
+}
+"""A secret over two messages of one person: the first names it and the second gives it, or each holds half of it."""
+
+NAME_ENDINGS = ("my password is", "the api key is", "deploy token:", "API_KEY=", "der Schlüssel lautet",
+                "le mot de passe est")
+"""Messages that end in a secret's name, each followed by ordinary text to see what the name costs it."""
+
+PairRedactor = Callable[[str, str], tuple[str, str]]
+
+
+def alone(earlier: str, text: str) -> tuple[str, str]:
+    """Two messages redacted each on its own (no context)."""
+    return redact(earlier), redact(text)
+
+
+def _pair_removed(secret: str, pair: tuple[str, str]) -> bool:
+    return removed(secret, pair[0] + pair[1]) and removed(secret, pair[0] + " " + pair[1])
+
+
+def split_scores(corpus: Corpus, pair: PairRedactor = redact_after) -> dict[str, Any]:
+    """Secrets removed when split over two messages (each half, each split phrasing), and the negatives left as
+    redaction alone leaves them after a message that ends in a secret's name."""
+    by_phrasing: dict[tuple[str, str], Score] = {}
+    for n, secret in enumerate(corpus.secrets):
+        half = "held-out" if corpus.held_out(secret.vendor) else "tuning"
+        for name, phrase in SPLIT_PHRASINGS.items():
+            score = by_phrasing.setdefault((half, name), Score())
+            score.secrets += 1
+            score.removed += _pair_removed(secret.value, pair(*phrase(secret.vendor, secret.value, n)))
+    after_name: dict[str, Score] = {}
+    for n, neg in enumerate(x for x in corpus.negatives if x.kind != LOOK_ALIKE):
+        score = after_name.setdefault(neg.kind, Score())
+        score.secrets += 1
+        score.removed += pair(NAME_ENDINGS[n % len(NAME_ENDINGS)], neg.text)[1] == redact(neg.text)
+    return {"phrasings": by_phrasing, "after_name": after_name}
+
+
+def chat_pairs(conversations: list[list[tuple[str, str]]], pair: PairRedactor = redact_after) -> dict[str, Any]:
+    """On conversations people wrote, ``(author, text)`` in order: how many messages the context of their author's
+    previous message changes beyond what redaction alone does (``consecutive``), and how many change when a message
+    ending in a secret's name comes before them (``after a name``), of which how many lose more than their first word
+    (``beyond_value``)."""
+    consecutive, after, beyond = Score(), Score(), Score()
+    examples: list[tuple[str, str, str]] = []
+    n = 0
+    for messages in conversations:
+        last: dict[str, str] = {}
+        for author, text in messages:
+            alone_text = redact(text)
+            if author in last:
+                consecutive.secrets += 1
+                before, now = pair(last[author], alone_text)
+                consecutive.removed += now != alone_text or before != last[author]
+            last[author] = alone_text
+            ending = NAME_ENDINGS[n % len(NAME_ENDINGS)]
+            n += 1
+            after.secrets += 1
+            beyond.secrets += 1
+            _, now = pair(ending, alone_text)
+            if now != alone_text:
+                after.removed += 1
+                rest = alone_text.lstrip().split(maxsplit=1)
+                beyond.removed += len(rest) == 2 and not now.endswith(rest[1])
+                if len(examples) < 20:
+                    examples.append((ending, text[:120], now[:120]))
+    return {"consecutive": consecutive, "after_name": after, "beyond_value": beyond, "examples": examples}
+
+
 def removed(secret: str, clean: str) -> bool:
     """Whether no 8 characters of ``secret`` (the whole of a shorter one) survive in ``clean``."""
     n = min(8, len(secret))
@@ -460,5 +537,6 @@ def load_source(source: str, path: str | Path, *, seed: int = 1) -> Corpus:
     return load_gitleaks(path, seed=seed)
 
 
-__all__ = ["HARD", "LOOK_ALIKE", "PHRASINGS", "SOURCES", "Corpus", "Negative", "RedactionInputError", "Secret", "entropy_baseline",
-           "evaluate", "generate", "load_gitleaks", "load_source", "removed", "report"]
+__all__ = ["HARD", "LOOK_ALIKE", "NAME_ENDINGS", "PHRASINGS", "SOURCES", "SPLIT_PHRASINGS", "Corpus", "Negative",
+           "RedactionInputError", "Secret", "alone", "chat_pairs", "entropy_baseline", "evaluate", "generate",
+           "load_gitleaks", "load_source", "removed", "report", "split_scores"]

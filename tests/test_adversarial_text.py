@@ -19,13 +19,15 @@ from collections.abc import Callable
 import pytest
 
 from threadkeeper.bench_data import ADVERSARIAL
-from threadkeeper.services.safety import redact, rejected, split_instructions, statements
+from threadkeeper.services.safety import redact, redact_after, rejected, split_instructions, statements
 from threadkeeper.services.text import extract, make_note
 
 SHAPES = ADVERSARIAL
 _created = itertools.count(1_700_000_000)
 FILTERS: dict[str, Callable[[str], object]] = {
     "redaction": redact,
+    "redaction after the author's previous message": lambda text: redact_after(text, text),
+    "redaction after a name": lambda text: redact_after("token for the deploy bot:", text),
     "instruction detection": split_instructions,
     "statement check": statements,  # what record_state reads of a cited message: language, pasted material, shape
     "note": lambda text: make_note(text, float(next(_created))),  # a new time each call: notes are cached
@@ -76,6 +78,13 @@ def test_a_secret_at_the_end_of_a_long_message_is_still_redacted(shape: str) -> 
     out = redact(text)
     assert "hunter2xyz9" not in out and token not in out and "Zq8rT5vw" not in out
     assert len(out) > 39_000, "the rest of the message is kept"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_secret_split_after_a_long_message_is_still_redacted(shape: str) -> None:
+    long = SHAPES[shape](40_000)
+    _, out = redact_after(long + "\nthe staging db password is", "Xq9-vB7mKt2w " + long)
+    assert "Xq9-vB7mKt2w" not in out and len(out) > 39_000
 
 
 def test_redacting_a_stated_password_reads_only_the_small_word_lists() -> None:

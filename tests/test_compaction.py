@@ -505,10 +505,12 @@ def test_extractive_narrative_is_bounded_deduplicated_and_cited() -> None:
     assert extractive(messages, 60, tokenizer) == narrative
 
 
-async def test_the_summarizer_never_reads_a_secret_and_its_lines_repeating_one_are_dropped(model, prefix, client) -> None:
+async def test_the_summarizer_never_reads_a_secret_and_its_lines_holding_one_are_dropped(model, prefix, client) -> None:
+    """The summarizer reads the messages as they were stored, redacted; a line of its own that states a secret is
+    dropped. (A line repeating a secret of a message stored unredacted, by an earlier version, is dropped too:
+    ``test_a_narrative_line_repeating_a_secret_of_its_input_is_dropped``.)"""
     summarizer = scripted("scripted-fast")
     summarizer.default = Step(text="- [1700.000000] The staging db password is bluebird42.\n"
-                              "- [1700.000000] Alice shared bluebird42 for the staging db.\n"
                               "- [1700.000001] Ticket OPS-77 tracks the staging outage.\n")
     p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "scripted-fast/test",
                                                                    "ai_fast_model_context_window_tokens": 4096})
@@ -518,9 +520,26 @@ async def test_the_summarizer_never_reads_a_secret_and_its_lines_repeating_one_a
     handoff = await written(p, CONV, history.messages[0].text)
     narrative = handoff.split("Narrative (model-written):")[1].split("\nNotes")[0]
     assert "Ticket OPS-77 tracks the staging outage." in narrative
-    assert "bluebird42" not in handoff and "password is" not in narrative and "Alice shared" not in narrative
+    assert "bluebird42" not in handoff and "password is" not in narrative
     sent = "\n".join(r["messages"][1]["content"] for r in summarizer.requests)
     assert "bluebird42" not in sent and "the password for the staging db is [REDACTED]" in sent
+
+
+async def test_a_narrative_line_repeating_a_secret_of_its_input_is_dropped() -> None:
+    """History written before messages were redacted as they are taken keeps its secrets: a summarizer's line that
+    repeats one (in words no rule reads as a secret) is dropped."""
+    from threadkeeper.services import ModelClient
+    from threadkeeper.services.handoff import Summarizer
+
+    summarizer = scripted("scripted-repeat")
+    summarizer.default = Step(text="- [m0] Alice shared bluebird42 for the staging db.\n"
+                              "- [m1] Ticket OPS-77 tracks the staging outage.\n")
+    stored = [msg("the password for the staging db is bluebird42", id="m0"),
+              msg("Ticket OPS-77 tracks the staging outage.", id="m1")]
+    narrative, _ = await Summarizer(ModelClient("scripted-repeat/x", attempts=1), Tokenizer("gpt-4o"),
+                                    window_tokens=8_000).handoff_narrative([], stored, 400)
+    texts = [line.text for line in narrative.lines]
+    assert any("OPS-77" in t for t in texts) and not any("bluebird42" in t for t in texts), texts
 
 
 def test_redaction_of_secrets() -> None:
@@ -743,8 +762,8 @@ PLANTED_SECRETS = [
 
 
 async def test_planted_secrets_reach_no_handoff_and_no_stored_ledger(model, prefix, client) -> None:
-    """Each secret stays only in the person's own verbatim message: never in a handoff, the ledger stored
-    with a compaction checkpoint, or what the next turn sends."""
+    """No secret is kept anywhere: not in the person's message as the inbox and the history store it, a handoff, the
+    ledger stored with a compaction checkpoint, or what any turn sends."""
     p, _ = pipeline(prefix, client, context_window=4096)
     texts = [text for text, _ in PLANTED_SECRETS] + filler(70)
     await chat(p, texts, author=["alice", "bob"])
@@ -754,13 +773,84 @@ async def test_planted_secrets_reach_no_handoff_and_no_stored_ledger(model, pref
                       for row in await p.checkpoints.lineage(CONV) if row.kind is CheckpointKind.COMPACTION]
     assert stored_ledgers and any('"notes"' in ledger for ledger in stored_ledgers)
     sent = "\n".join(entry.text for entry in (await p.context(CONV)).context)
-    raw = await all_fields(client, prefix)
-    verbatim = [v for k, fields in raw.items() if k.endswith(b":msgs") for v in fields.values()]
+    stored = repr(await all_fields(client, prefix)).encode()
+    requests = json.dumps(model.requests)
     for text, secret in PLANTED_SECRETS:
         assert all(secret not in ledger for ledger in stored_ledgers), secret
         assert secret not in sent and secret not in history.messages[0].text, secret
-        assert any(secret.encode() in v for v in verbatim), f"the person's own message keeps {secret}"
+        assert secret.encode() not in stored and secret not in requests, secret
+    assert stored.count(b"[REDACTED") >= len(PLANTED_SECRETS), "each message is kept, its secret marked"
     assert "DB_PASSWORD=[REDACTED]" in "\n".join(stored_ledgers) or "DB_PASSWORD" not in "\n".join(stored_ledgers)
+
+
+# A secret one person splits over two messages: (their first message, their second, what must never be kept or sent).
+SPLIT_SECRETS = [
+    ("the staging db password is", "Xq9-vB7mKt2w", "Xq9-vB7mKt2w"),
+    ("token for the deploy bot:", "Rk2x7Qm9Tz4w", "Rk2x7Qm9Tz4w"),
+    ("the new admin password is", "Tr0ub4dor&3 but rotate it friday", "Tr0ub4dor&3"),
+    ("der Schlüssel für den Mailer lautet", "0afae57f3ccf", "0afae57f3ccf"),
+]
+
+
+async def test_a_secret_split_over_two_messages_of_one_author_is_never_kept_nor_sent(model, prefix, client) -> None:
+    """A person names a secret at the end of one message and gives it in their next, another person speaking in
+    between: the value is in no Redis key, no request to the model (the turn that takes it included), no handoff."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    texts, authors = [], []
+    for first, second, _secret in SPLIT_SECRETS:
+        texts += [first, "lunch at noon?", second]
+        authors += ["alice", "bob", "alice"]
+    for n, text in enumerate(texts):
+        await p.submit(CONV, text, author=authors[n], id=f"1700.{n:06d}")
+        await p.run(CONV)
+    recent = json.dumps(model.requests, ensure_ascii=False)
+    await chat(p, filler(70, len(texts)), author=["alice", "bob"])
+    history = await p.checkpoints.load_history(CONV)
+    assert history.messages[0].flags.handoff
+    stored = repr(await all_fields(client, prefix)).encode()
+    for first, second, secret in SPLIT_SECRETS:
+        assert secret not in recent and secret not in json.dumps(model.requests, ensure_ascii=False), secret
+        assert secret.encode() not in stored and secret not in history.messages[0].text, secret
+        assert first in recent, "the name before it is kept"
+    assert "[REDACTED] but rotate it friday" in recent, "the words after a value are kept"
+    assert "lunch at noon?" in recent
+
+
+async def test_an_edit_of_a_split_secret_is_read_with_the_message_before_the_one_it_edits(model, prefix,
+                                                                                         client) -> None:
+    """Alice corrects the value she gave after naming it: the new value is kept nowhere and sent nowhere."""
+    p, _ = pipeline(prefix, client)
+    await chat(p, ["the staging db password is", "Xq9-vB7mKt2w", "and the db is on host db-7"])
+    edited = p.message("Xq9-vB7mKt2z", author="alice", id="1700.000001")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited, change="1"))
+    await p.run(CONV)
+    stored = repr(await all_fields(client, prefix)).encode()
+    sent = json.dumps(model.requests)
+    for value in ("Xq9-vB7mKt2w", "Xq9-vB7mKt2z"):
+        assert value.encode() not in stored and value not in sent, value
+    assert b"it now reads:) [REDACTED]" in stored, "the edit is recorded, its value redacted"
+
+
+async def test_a_message_waiting_in_the_inbox_keeps_no_secret(model, prefix, client) -> None:
+    """Before any turn takes it, the inbox keeps a person's message with its secrets redacted."""
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "fyi the password for the staging db is bluebird42, ping me", author="alice",
+                   id="1700.000001")
+    stored = repr(await all_fields(client, prefix)).encode()
+    assert b"bluebird42" not in stored and b"the password for the staging db is [REDACTED], ping me" in stored
+
+
+async def test_a_key_split_over_two_messages_of_one_turn_loses_both_halves(model, prefix, client) -> None:
+    """Two halves of a key pasted in two messages a turn takes together: neither half is kept or sent."""
+    p, _ = pipeline(prefix, client, context_window=4096)
+    await p.submit(CONV, "here is the billing key AKIAIOSFODNN", author="alice", id="1700.000001")
+    await p.submit(CONV, "7EXAMPLE", author="alice", id="1700.000002")
+    await p.run(CONV)
+    stored = repr(await all_fields(client, prefix)).encode()
+    sent = json.dumps(model.requests)
+    for half in ("AKIAIOSFODNN", "7EXAMPLE"):
+        assert half.encode() not in stored and half not in sent, half
+    assert "here is the billing key [REDACTED]" in sent
 
 
 def test_a_decision_reversed_later_is_marked_reversed_by_the_message_that_reversed_it() -> None:

@@ -4,8 +4,10 @@ credentials, numbers) comes through unchanged."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from threadkeeper.services.safety import redact, secrets_in
+from threadkeeper.services.safety import redact, redact_after, secrets_in
 
 # (text, what must not survive)
 SECRETS = [
@@ -189,3 +191,87 @@ LOOK_ALIKES = [
 @pytest.mark.parametrize("text", LOOK_ALIKES, ids=[t[:24] for t in LOOK_ALIKES])
 def test_identifiers_near_secret_words_are_not_redacted(text: str) -> None:
     assert redact(text) == text
+
+
+# A secret over two messages of one person: (their previous message, their message now, what must go, what must stay).
+SPLIT = [
+    ("the staging db password is", "Xq9-vB7mKt2w", "Xq9-vB7mKt2w", ""),
+    ("token for the deploy bot:", "Rk2x7Qm9Tz4w", "Rk2x7Qm9Tz4w", ""),
+    ("ok here it is. the new admin password is", "Summer2024! don't share it", "Summer2024", "! don't share it"),
+    ("the password is", "swordfish", "swordfish", ""),
+    ("set this in the env:\nAPI_KEY=", "abcd1234efgh5678", "abcd1234efgh5678", ""),
+    ("der Schlüssel für den Mailer lautet", "`0afae57f3ccf`", "0afae57f3ccf", "`"),
+    ("la clé du service est", "6d2fabeb6add229bc, merci", "6d2fabeb6add229bc", ", merci"),
+]
+
+
+@pytest.mark.parametrize(("earlier", "text", "secret", "kept"), SPLIT, ids=[s[:16] for _, _, s, _ in SPLIT])
+def test_a_value_named_at_the_end_of_the_previous_message_is_redacted(earlier: str, text: str, secret: str,
+                                                                      kept: str) -> None:
+    assert secret in text and redact(text) == text, "alone, the message holds nothing a rule finds"
+    before, clean = redact_after(earlier, text)
+    assert secret not in clean and "[REDACTED" in clean and before == earlier, clean
+    assert all(part in clean for part in kept.split()), clean
+
+
+def test_a_key_split_over_two_messages_loses_both_halves() -> None:
+    assert redact("here is the billing key AKIAIOSFODNN") == "here is the billing key AKIAIOSFODNN"
+    assert redact_after("here is the billing key AKIAIOSFODNN", "7EXAMPLE") == \
+        ("here is the billing key [REDACTED]", "[REDACTED]")
+    before, clean = redact_after("try Kq8Lm3Zx9Rt2W", "v5Np7Qs4Yb6Hj1Df0 and tell me")
+    assert "Kq8Lm3Zx9Rt2W" not in before and clean == "[REDACTED] and tell me"
+
+
+# Two messages of one person that hold no secret: the second comes through as it does alone.
+HARMLESS_PAIRS = [
+    ("my password is", "not something I share here"),
+    ("my password is", "Bailey, my dog's name, don't laugh"),
+    ("my password is", "Here's the thing: I forgot it again"),
+    ("the deploy token:", "Absolutely! ask Dana for it"),
+    ("API_KEY=", "History-wise, we never had one"),
+    ("the key is", "patience, honestly"),
+    ("the key is", "Fluffy"),
+    ("the deploy token:", "Anyways"),
+    ("the reset token:", "World* sorry, typo"),
+    ("what's the deploy token:", "Interesting...i thought you had it"),
+    ("the password policy is", "documented in the wiki"),
+    ("the deploy is at", "14:30 UTC today"),
+    ("see you", "tomorrow"),
+    ("build abc123", "def456 done"),
+    ("ok", "thanks"),
+    ("Request id 550e8400-e29b-41d4", "-a716-446655440000 failed again"),
+    ("the token budget is", "4096"),
+]
+
+
+@pytest.mark.parametrize(("earlier", "text"), HARMLESS_PAIRS, ids=[f"{e[:10]}|{t[:10]}" for e, t in HARMLESS_PAIRS])
+def test_a_message_after_a_harmless_previous_one_comes_through_unchanged(earlier: str, text: str) -> None:
+    assert redact_after(earlier, text) == (earlier, text)
+
+
+ENDINGS = ["my password is", "the api key is", "deploy token:", "API_KEY=", "der Schlüssel lautet",
+           "le mot de passe est", "the secret for the staging db is"]
+WORDS = ["the", "build", "is", "green", "again", "Here's", "Absolutely!", "we", "shipped", "it", "on", "Friday,",
+         "History-wise", "lunch", "was", "great", "Thanks!", "e.g.", "Dana", "asked", "about", "World*"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(ENDINGS), st.lists(st.sampled_from(WORDS), min_size=2, max_size=12))
+def test_prose_after_a_message_ending_in_a_secret_name_is_never_redacted(earlier: str, words: list[str]) -> None:
+    """Whatever sentence of words follows a message that ends in a secret's name, none of it is taken for the
+    value."""
+    text = " ".join(words)
+    assert redact_after(earlier, text)[1] == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(ENDINGS), st.lists(st.sampled_from(WORDS), max_size=8),
+       st.text(alphabet="abcdefghkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ", min_size=3, max_size=6))
+def test_only_the_value_goes_after_a_message_ending_in_a_secret_name(earlier: str, words: list[str],
+                                                                     letters: str) -> None:
+    """A value shaped like one (letters and digits, 12 to 18 characters) leaves the message, and nothing after it."""
+    value = "".join(f"{c}{n % 10}" for n, c in enumerate(letters * 3))[:18]
+    rest = " ".join(words)
+    text = f"{value} {rest}".strip()
+    clean = redact_after(earlier, text)[1]
+    assert value not in clean and clean.startswith("[REDACTED") and clean.endswith(rest), clean

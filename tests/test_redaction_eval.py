@@ -18,12 +18,16 @@ from threadkeeper.evals.redaction import (
     HARD,
     LOOK_ALIKE,
     PHRASINGS,
+    SPLIT_PHRASINGS,
     RedactionInputError,
+    alone,
+    chat_pairs,
     evaluate,
     generate,
     load_gitleaks,
     removed,
     report,
+    split_scores,
 )
 
 ALPHA = '''package rules
@@ -145,6 +149,24 @@ def test_evaluation_scores_every_phrasing_and_sets_the_baseline_to_the_same_fals
     json.dumps(report(result))
 
 
+def test_a_secret_over_two_messages_is_scored_alone_and_with_its_authors_previous_message(tmp_path: Path) -> None:
+    corpus = load_gitleaks(_checkout(tmp_path))
+    before, after = split_scores(corpus, alone), split_scores(corpus)
+    named = ("tuning", "named, the value next")
+    assert after["phrasings"][named].secrets == 2 and after["phrasings"][named].share == 1.0
+    assert sum(s.removed for s in after["phrasings"].values()) > sum(s.removed for s in before["phrasings"].values())
+    assert {k for _, k in after["phrasings"]} == set(SPLIT_PHRASINGS)
+
+
+def test_chat_pairs_count_what_the_previous_message_changes() -> None:
+    chats = [[("ann", "the staging db password is"), ("bob", "lunch?"), ("ann", "Xq9-vB7mKt2w"),
+              ("bob", "Here's a photo of the fireworks"), ("bob", "Absolutely! it was great")]]
+    pairs = chat_pairs(chats)
+    assert pairs["consecutive"].secrets == 3 and pairs["consecutive"].removed == 1, "only ann's value"
+    assert pairs["after_name"].secrets == 5 and pairs["beyond_value"].removed == 0
+    assert pairs["after_name"].removed == 1, "a message ending in a secret's name costs a sentence nothing"
+
+
 def test_eval_redaction_command_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     root = _checkout(tmp_path / "tree")
     out = tmp_path / "report.json"
@@ -154,5 +176,6 @@ def test_eval_redaction_command_prints_the_table_and_writes_json(tmp_path: Path)
     data = json.loads(out.read_text())
     assert data["secrets"] == 4 and data["vendors"] == ["alpha", "beta"]
     assert set(data["ours"]["halves"]) == {"tuning", "held-out"}
+    assert "a secret over two messages" in done.stdout and data["split"]["with context"]["phrasings"]
     bad = cli("eval", "redaction", "--path", str(tmp_path / "nowhere"))
     assert bad.returncode != 0 and "gitleaks checkout" in bad.stderr and "Traceback" not in bad.stderr

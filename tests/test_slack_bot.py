@@ -711,6 +711,40 @@ async def test_a_message_not_addressed_to_the_bot_is_routed_when_its_turn_takes_
         await h.slack.close()
 
 
+async def test_a_secret_a_person_splits_over_two_slack_messages_reaches_no_router_model_or_key(model, prefix,
+                                                                                                client) -> None:
+    """Through Slack: Dana names a password in one thread message and gives it in her next; the router reading the
+    thread, the turn's model request and every Redis key of the bot hold neither the value nor any part of it."""
+    from test_compaction import all_fields
+
+    router = scripted("scripted-router")
+    router.default = Step(text="no")
+    h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
+                                  ai_fast_model_context_window_tokens=16_000)
+    h.slack.people["U2"] = "Dana"
+    root = "1700000960.000100"
+    try:
+        await h.post(event_body(mention(root, "can someone set up the staging db?"), event_id="Ev-s1"))
+        await h.settle()
+        await h.post(event_body(thread_message("1700000961.000100", "done, the staging db password is", root),
+                                event_id="Ev-s2"))
+        await h.post(event_body(thread_message("1700000962.000100", "Xq9-vB7mKt2w", root), event_id="Ev-s3"))
+        await h.settle()
+        await h.post(event_body(mention("1700000963.000100", "can you note where it lives?", thread_ts=root,
+                                        user="U2"), event_id="Ev-s4"))
+        await h.settle()
+        assert len(h.replies()) == 2 and router.requests, "the router read the thread; the mention was answered"
+        sent = json.dumps([*router.requests, *model.requests])
+        assert "Xq9-vB7mKt2w" not in sent and "done, the staging db password is" in sent
+        assert b"Xq9-vB7mKt2w" not in repr(await all_fields(client, prefix)).encode()
+        history = await h.pipeline.checkpoints.load_history(f"slack:T1:{CHANNEL}:{root}")
+        assert [m.text for m in history.messages if m.author == "Dana"][-2] == "[REDACTED]"
+    finally:
+        await h.settle()
+        await http.close()
+        await h.slack.close()
+
+
 async def _install(h: Harness, team: str) -> None:
     """A workspace admin's install: the install page, then Slack's redirect back with a code."""
     page = await h.http.get("/slack/install")

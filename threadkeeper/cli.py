@@ -390,6 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--path", required=True, help="a gitleaks checkout: a work tree or a bare git directory")
     c.add_argument("--seed", type=int, default=1, help="seed of the secrets drawn from the rules' regexes (default 1)")
     c.add_argument("--by-vendor", action="store_true", help="also print each vendor's share")
+    c.add_argument("--pairs", metavar="DIR", help="conversations people wrote (REALTALK's data folder, any LoCoMo-format "
+                                                  "set): what the context of a person's previous message, or a message "
+                                                  "ending in a secret's name, changes in their next one")
+    c.add_argument("--pairs-benchmark", choices=("realtalk", "beam"), default="realtalk",
+                   help="the format of --pairs: realtalk (any LoCoMo-format set, the default) or beam")
     c.add_argument("--json", help="write the results as JSON here")
     c.set_defaults(func=cmd_eval_redaction)
     c = ev.add_parser("instructions", help="where instructions from a public prompt-injection set, and look-alike "

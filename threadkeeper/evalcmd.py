@@ -222,7 +222,17 @@ def cmd_eval_redaction(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from threadkeeper.evals.redaction import PHRASINGS, evaluate, load_source, report
+    from threadkeeper.evals.redaction import (
+        PHRASINGS,
+        SPLIT_PHRASINGS,
+        alone,
+        chat_pairs,
+        evaluate,
+        load_source,
+        report,
+        split_scores,
+    )
+    from threadkeeper.services.safety import redact_after
 
     corpus = load_source(args.source, args.path, seed=args.seed)
     result = report(evaluate(corpus))
@@ -260,12 +270,46 @@ def cmd_eval_redaction(args: argparse.Namespace, settings: Settings) -> int:
             vendors.add_row(vendor, "held-out" if corpus.held_out(vendor) else "tuning", f"{score['n']:,}",
                             _pct(score["share"]), cell(base, "vendors", vendor))
         console.print(vendors)
+    split = {who: split_scores(corpus, pair) for who, pair in (("alone", alone), ("with context", redact_after))}
+    splits = Table(title="a secret over two messages of one person: removed, each message redacted alone → with its "
+                         "author's previous message")
+    for col in ("phrasing", "tuning", "held-out"):
+        splits.add_column(col, justify="left" if col == "phrasing" else "right")
+    for name in SPLIT_PHRASINGS:
+        splits.add_row(name, *(" → ".join(_pct(split[who]["phrasings"][(h, name)].share)
+                                          for who in ("alone", "with context")) for h in ("tuning", "held-out")))
+    for kind, score in split["with context"]["after_name"].items():
+        splits.add_row(f"negatives intact after a message ending in a secret's name: {kind}", _pct(score.share),
+                       f"n = {score.secrets:,}")
+    console.print(splits)
+    out_split: dict[str, Any] = {who: {"phrasings": {" / ".join(k): {"share": v.share, "n": v.secrets}
+                                                     for k, v in r["phrasings"].items()},
+                                       "after_name": {k: {"share": v.share, "n": v.secrets}
+                                                      for k, v in r["after_name"].items()}}
+                                 for who, r in split.items()}
+    if args.pairs:
+        from threadkeeper.evals.benchmarks import load_benchmark
+
+        bench = load_benchmark(args.pairs_benchmark, args.pairs)
+        chats = [[(m["author"], m["text"]) for m in case.data["messages"]] for case in bench.cases]
+        pairs = chat_pairs(chats)
+        print(f"conversations people wrote ({args.pairs}, {len(chats)} conversations):")
+        for key, what in (("consecutive", "messages changed by their author's previous message"),
+                          ("after_name", "messages changed after a message ending in a secret's name"),
+                          ("beyond_value", "of those, changed beyond their first word")):
+            score = pairs[key]
+            print(f"  {what}: {score.removed:,} of {score.secrets:,}")
+        for ending, text, now in pairs["examples"]:
+            print(f"    {ending!r} then {text!r} -> {now!r}")
+        out_split["pairs"] = {k: {"changed": v.removed, "n": v.secrets} for k, v in pairs.items() if k != "examples"}
+        out_split["pairs"]["examples"] = pairs["examples"]
     skipped = ", ".join(f"{n} ({why})" for why, n in sorted(corpus.skipped.items()))
     print(f"samples skipped: {skipped or 0}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"source": args.source, "path": str(args.path), "seed": args.seed, "vendors": corpus.vendors,
-                       "secrets": len(corpus.secrets), "negatives": len(corpus.negatives), **result}, fh, indent=2)
+                       "secrets": len(corpus.secrets), "negatives": len(corpus.negatives), **result,
+                       "split": out_split}, fh, indent=2)
     return 0
 
 

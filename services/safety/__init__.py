@@ -14,7 +14,7 @@ from .instructions import (
     without_instructions,
 )
 from .lines import holds_secret, rejected, values
-from .redact import redact, secrets_in
+from .redact import redact, redact_after, secrets_in
 
 __all__ = [
     "addresses_the_assistant",
@@ -23,6 +23,7 @@ __all__ = [
     "is_instruction",
     "readable",
     "redact",
+    "redact_after",
     "rejected",
     "secrets_in",
     "sentences",

@@ -29,6 +29,8 @@ Measured on secrets this project did not write: ``threadkeeper eval redaction --
 (docs/safety.md).
 
 :func:`secrets_in` gives the values themselves, so a summary can be checked for repeating one.
+:func:`redact_after` redacts a person's message with the end of their previous message in view: a secret split over
+the two (a value after a name that ended the previous message, a key pasted in two pieces).
 """
 
 from __future__ import annotations
@@ -326,15 +328,8 @@ def _names_a_secret(name: str) -> bool:
 
 
 def _merged(text: str) -> list[tuple[int, int, str]]:
-    """Non-overlapping spans; of two that overlap, the one that starts first (the longer on a tie) wins and
-    is widened to cover both."""
-    out: list[tuple[int, int, str]] = []
-    for start, end, label in sorted(_found(text), key=lambda s: (s[0], -s[1])):
-        if out and start < out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
-        else:
-            out.append((start, end, label))
-    return out
+    """The secrets of ``text`` as non-overlapping spans (:func:`_disjoint`)."""
+    return _disjoint(_found(text))
 
 
 def secrets_in(text: str) -> set[str]:
@@ -344,7 +339,110 @@ def secrets_in(text: str) -> set[str]:
 
 def redact(text: str) -> str:
     """``text`` with every secret value the module's rules find replaced by a marker naming its kind."""
+    return _replaced(text, _merged(text))
+
+
+_TAIL = 120
+"""Characters of a person's previous message read for a name it ends with (the longest phrase a rule reads before a
+value is a word for a secret and 60 characters)."""
+_HEAD = 1024
+"""Characters of a message's first line read for a value its author named in their previous message."""
+_TOKEN_END = re.compile(r"[A-Za-z0-9+/_~-]{4,}$")
+_TOKEN_START = re.compile(r"[A-Za-z0-9+/_~-]{4,}")
+_OPENING = frozenset(" \t\"'`“«")
+_JOINERS = frozenset("'’-.")
+"""Signs inside a word of prose (``Here's``, ``History-wise``, ``e.g.``), not of a value."""
+
+
+def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
+    """A person's message ``text`` redacted with the context of their previous message in the conversation
+    (``earlier``, as it was stored): ``(earlier, text)``, each with what :func:`redact` removes and:
+
+    - **a value after a name that ended the previous message** ("the staging db password is" then
+      "Xq9-vB7mKt2w"; "token for the deploy bot:" then the token): the value the same rules would remove had the
+      two been one message, when it is shaped like a value (:func:`_value_shaped`) or is all the new message says
+      and no common word;
+      the sentence after it is never touched ("my password is" then "not something I share here");
+    - **a token split between the two** ("AKIAIOSFODNN" then "7EXAMPLE"): a run of token characters ending the
+      previous message and one starting this one that the rules remove when joined and neither word is common;
+      both halves go (the caller stores ``earlier``'s half removed only if it has not stored it yet).
+
+    Only the end of ``earlier`` and the start of ``text`` are read again, so the cost stays linear in the length of
+    ``text`` (plus a bounded amount)."""
     spans = _merged(text)
+    if not earlier or not text:
+        return earlier or "", _replaced(text, spans)
+    tail = earlier.rstrip()[-_TAIL:]
+    line = text[:_HEAD].split("\n", 1)[0]
+    lead = len(line) - len(line.lstrip())
+    if tail and lead < len(line):
+        spans.extend(_named_before(tail, line, lead, text))
+    cut = _split_token(earlier, line)
+    if cut is not None:
+        earlier_cut, text_end = cut
+        spans.append((0, text_end, "[REDACTED]"))
+        earlier = earlier[:earlier_cut] + "[REDACTED]"
+    return earlier, _replaced(text, _disjoint(spans))
+
+
+def _named_before(tail: str, line: str, lead: int, text: str) -> list[tuple[int, int, str]]:
+    """The value ``line`` starts with that a name ending ``tail`` gives away (see :func:`redact_after`)."""
+    low = tail.lower()
+    if not (any(word in low for word in (*_SECRET_WORDS, *_NAMED_WORDS, *_PROSE_WORDS)) or "pw" in low):
+        return []
+    joined = f"{tail} {line[lead:]}"
+    offset = len(tail) + 1
+    out = []
+    for start, end, label in _merged(joined):
+        if not offset <= start <= offset + 1 or (start > offset and joined[offset] not in _OPENING):
+            continue  # not the value slot the previous message left open
+        value = joined[start:end]
+        alone = text.strip().strip("\"'`“”«».,;:!?)*") == value and not _common_word(value)
+        if _value_shaped(value) or alone or label != "[REDACTED]":
+            out.append((start - offset + lead, end - offset + lead, label))
+    return out
+
+
+def _value_shaped(value: str) -> bool:
+    """Whether a word can only be a value, not the first word of a sentence: shaped like a token
+    (:func:`_token_shaped`), or letters with digits or signs (``Summer2024``, ``p@ssw0rd``); not a word with an
+    apostrophe, a hyphen or dots (``Here's``, ``History-wise``), nor the punctuation that ends it (``Absolutely!``,
+    a correction's ``World*``)."""
+    core = value.rstrip(".,;:!?)*")
+    return _token_shaped(core) or (any(c.isalpha() for c in core) and
+                                   any(not c.isalpha() and c not in _JOINERS for c in core))
+
+
+def _split_token(earlier: str, line: str) -> tuple[int, int] | None:
+    """Where a token split between the end of ``earlier`` and the start of ``line`` begins in ``earlier`` and ends
+    in ``line``, when the rules remove it joined and neither part is a common word."""
+    if not earlier or earlier[-1].isspace() or not line or line[0].isspace():
+        return None
+    end, start = _TOKEN_END.search(earlier[-_TAIL:]), _TOKEN_START.match(line)
+    if end is None or start is None or _common_word(end.group()) or _common_word(start.group()):
+        return None
+    first = end.group()
+    joined = first + start.group()
+    for a, b, _ in _merged(joined):
+        if a < len(first) < b:
+            return len(earlier) - len(first) + a, b - len(first)
+    return None
+
+
+def _disjoint(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Non-overlapping spans; of two that overlap, the one that starts first (the longer on a tie) wins and is widened
+    to cover both."""
+    out: list[tuple[int, int, str]] = []
+    for start, end, label in sorted(spans, key=lambda s: (s[0], -s[1])):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
+        else:
+            out.append((start, end, label))
+    return out
+
+
+def _replaced(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """``text`` with each of ``spans`` (non-overlapping, in order) replaced by its marker."""
     if not spans:
         return text
     out, last = [], 0

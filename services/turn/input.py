@@ -23,6 +23,7 @@ from ..context import refs
 from ..conversation import Conversation
 from ..models import ContextBudget, Tokenizer, bound_text
 from ..recall import change_notice_id
+from ..safety import redact, redact_after
 from ..text import make_note
 from .types import Intake
 
@@ -122,7 +123,7 @@ class TurnInput:
         ``mention_waiting`` says such a message arrived meanwhile, the calls are abandoned and the batch only
         recorded, so the next turn answers that message at once, with these messages in its history."""
         if self.intake is None or not any(i.author_id or i.route for i in items):
-            return list(items)
+            return self.redacted(items, history)
         intake = self.intake
         ids = sorted({i.author_id for i in items if i.message is not None and i.author_id})
         names = dict(zip(ids, await asyncio.gather(*(intake.author(conversation, a) for a in ids)), strict=True))
@@ -131,11 +132,11 @@ class TurnInput:
         out: list[InboxItem] = []
         asks: dict[int, tuple[Message, list[str]]] = {}
         """position in ``out`` → the message and the thread's last lines before it (for the router)."""
-        for item in items:
+        named = [i.model_copy(update={"message": self.tokenizer.counted(i.message.model_copy(
+                     update={"author": names[i.author_id]}))}) if i.message is not None and i.author_id else i
+                 for i in items]
+        for item in self.redacted(named, history):
             message = item.message
-            if message is not None and item.author_id:
-                message = self.tokenizer.counted(message.model_copy(update={"author": names[item.author_id]}))
-                item = item.model_copy(update={"message": message})
             if item.route and route and message is not None:
                 asks[len(out)] = (message, recent)
             if message is not None and item.kind == "message":
@@ -168,6 +169,61 @@ class TurnInput:
         finally:
             for t in waiting:
                 t.cancel()
+
+    def arriving(self, item: InboxItem) -> InboxItem:
+        """``item`` as the inbox keeps it: a person's message redacted alone (its author is not named yet, and
+        their previous message is not read before the event is acknowledged); :meth:`redacted` reads it with that
+        context when a turn takes it."""
+        message = item.message
+        if message is None or message.role != "user":
+            return item
+        clean = self._with_text(message, redact(message.text))
+        return item if clean is message else item.model_copy(update={"message": clean})
+
+    def redacted(self, items: Sequence[InboxItem], history: History | None) -> list[InboxItem]:
+        """``items`` with each person's message redacted (:func:`safety.redact_after`) in the context of the same
+        author's previous message in the conversation (in ``history`` or earlier in the batch, by the time it was
+        sent): a value after a name their previous message ended with, a token split between the two. The one place
+        a message is redacted before the router reads it, the turn stores it, its note is made, a handoff folds it or
+        a model is sent it; a previous message of the batch loses its half of a split token too (it is not
+        in the history yet). An edit is read with the message its author wrote before the one it edits. Authors must
+        be named already (history names them)."""
+        earlier: dict[str, tuple[int | None, str]] = {}
+        """author → the position in ``out`` of their last message (None: in the history) and its text."""
+        preceding: dict[str, str] = {}
+        """a message's id in the history → its author's message before it (what an edit of it is read with)."""
+        for m in history.messages if history else []:
+            if m.role == "user" and m.author and not m.flags.runtime and not m.flags.handoff:
+                if m.author in earlier:
+                    preceding[m.id] = earlier[m.author][1]
+                earlier[m.author] = (None, m.text)
+        out = list(items)
+        order = sorted((i.kind != "message", i.message.created_at, n) for n, i in enumerate(out)
+                       if i.message is not None and i.message.role == "user")
+        for *_, n in order:
+            message = out[n].message
+            assert message is not None
+            if out[n].kind != "message":
+                _, text = redact_after(preceding.get(message.id), message.text)
+                out[n] = out[n].model_copy(update={"message": self._with_text(message, text)})
+                continue
+            author = message.author or ""
+            at, before = earlier.get(author, (None, None))
+            before_now, text = redact_after(before, message.text)
+            out[n] = out[n].model_copy(update={"message": self._with_text(message, text)})
+            if at is not None and before_now != before:
+                previous = out[at].message
+                assert previous is not None
+                out[at] = out[at].model_copy(update={"message": self._with_text(previous, before_now)})
+            earlier[author] = (n, text)
+        return out
+
+    def _with_text(self, message: Message, text: str) -> Message:
+        """``message`` reading ``text`` (its text parts become one), counted again; itself when it reads so."""
+        if text == message.text:
+            return message
+        parts = [TextPart(text=text), *(p for p in message.parts if not isinstance(p, TextPart))]
+        return self.tokenizer.counted(message.model_copy(update={"parts": parts, "note": None, "note_tokens": []}))
 
     # -- messages ------------------------------------------------------------------------------
 
