@@ -191,10 +191,10 @@ class _Index:
         k = bisect_left(order, (record.said_at, record.id, i))
         return tuple(order[j][2] for j in (k - 1, k + 1) if 0 <= j < len(order))
 
-    def named(self, text: str) -> dict[int, float]:
-        """The people ``text`` names (by a word of their name) who said live records: each one's code in
-        :attr:`author` and what their records gain (:func:`services.text.author_gain`)."""
-        people = {a for word in name_words(text) for a in self.names.get(word, ())}
+    def named(self, text: str, speakers: Sequence[str] = ()) -> dict[int, float]:
+        """The people ``text`` names (by a word of their name) and ``speakers``, those who said live records: each
+        one's code in :attr:`author` and what their records gain (:func:`services.text.author_gain`)."""
+        people = {a for word in name_words(text) for a in self.names.get(word, ())} | set(speakers)
         total = max(1, self.search.size)
         return {self._codes[_AUTHOR + a]: author_gain(self.written[a], total) for a in sorted(people)
                 if self.written[a] > 0}
@@ -307,9 +307,10 @@ class Reader:
         """Workspace → its index being built whole (every reader meanwhile waits for that one build)."""
 
     async def block(self, conversation: Conversation, query: str, *, asker: str | None,
-                    cap_tokens: int) -> MemoryBlock:
+                    cap_tokens: int, speakers: Sequence[str] = ()) -> MemoryBlock:
         """The records visible to ``conversation`` (and to ``asker`` now) that best match ``query``, rendered
-        within ``cap_tokens``; an empty block when memory is off here or nothing matches."""
+        within ``cap_tokens``; an empty block when memory is off here or nothing matches. The people ``query``
+        names and ``speakers`` (authors of its messages that speak of themselves) are the author field's query."""
         where, conversation_id = conversation, conversation.id
         if cap_tokens <= 0 or not query.strip() or not self.gate.allowed(where):
             return MemoryBlock()
@@ -318,7 +319,7 @@ class Reader:
             return MemoryBlock()
         index = await self._index(where.workspace, generation)
         known = list(dict.fromkeys(w for w in search_terms(query) if index.search.documents[w] > 0))
-        named = index.named(query)
+        named = index.named(query, speakers)
         if not known and not named:
             return MemoryBlock()
         count = self.tokenizer.count

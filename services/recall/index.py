@@ -58,7 +58,17 @@ from threadkeeper.persistence import (
 
 from ..context import current_text, label, parse, refs
 from ..models import MESSAGE_OVERHEAD, Embedder, EmbeddingError, Tokenizer, ToolContext, bound_text
-from ..text import OFF_LOOP, STOPWORDS, TermIndex, author_gain, compress, language, name_words, search_terms
+from ..text import (
+    OFF_LOOP,
+    STOPWORDS,
+    TermIndex,
+    author_gain,
+    compress,
+    language,
+    name_words,
+    search_terms,
+    speaks_of_self,
+)
 
 log = logging.getLogger("threadkeeper.recall")
 
@@ -121,11 +131,6 @@ _FILLER_NAMES = frozenset("""hey hi hello thanks thank yes yeah yep ok okay sorr
     wow omg great cool nice awesome sure absolutely definitely totally right true well also plus anyway anyways
     same exactly indeed agreed""".split())
 """Words that stand where a name would (``Thanks, great!``) but name nobody."""
-
-
-_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|ich|mich|mir|mein\w*|je|j'|moi|mon|ma|mes|yo|mí|mis?|"
-                           r"io|mio|mia|miei|mie|eu|meu|minha)\b", re.IGNORECASE)
-"""A person speaking of themselves (English, German, French, Spanish, Italian, Portuguese)."""
 
 
 def author_of(message: Message) -> str:
@@ -395,7 +400,7 @@ class Recall:
         named: set[str] = set()
         for m in asked:
             named |= index.named(m.text)
-            if m.author and _FIRST_PERSON.search(m.text):  # "what did I say about…": the asker's own messages
+            if m.author and speaks_of_self(m.text):  # "what did I say about…": the asker's own messages
                 named.add(m.author)
         meaning = None
         if self.embedder is not None:

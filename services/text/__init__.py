@@ -2,7 +2,7 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .index import AUTHOR_WEIGHT, OFF_LOOP, TermIndex, author_gain, fuse, name_words
+from .index import AUTHOR_WEIGHT, OFF_LOOP, TermIndex, author_gain, fuse, name_words, speaks_of_self
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
 from .search import search_terms
 
@@ -21,6 +21,7 @@ __all__ = [
     "reply_additions",
     "resolve_dates",
     "search_terms",
+    "speaks_of_self",
     "terms",
     "words",
 ]

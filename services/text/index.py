@@ -47,12 +47,21 @@ person's matching messages first whatever their score, 137 / 170 / 194 of 232; w
 in the records shown): the authors' names as words of each record's text, 148 of 232; the author field at weight 1,
 151; at 3, 155; at 10 (authors' names still in the text), 146."""
 _NAME_WORD = re.compile(r"[^\W\d_]{2,}")
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|ich|mich|mir|mein\w*|je|j'|moi|mon|ma|mes|yo|mí|mis?|"
+                           r"io|mio|mia|miei|mie|eu|meu|minha)\b", re.IGNORECASE)
+"""A person speaking of themselves (English, German, French, Spanish, Italian, Portuguese)."""
 
 
 def name_words(text: str) -> list[str]:
     """The words of ``text`` that may be (part of) a person's name, lowercase: how an author's name and a question
     are matched for the author field."""
     return _NAME_WORD.findall(text.lower())
+
+
+def speaks_of_self(text: str) -> bool:
+    """Whether ``text``'s author speaks of themselves ("what did I say about…"): a question that names its own
+    author for the author field."""
+    return bool(_FIRST_PERSON.search(text))
 
 
 def author_gain(written: int, total: int) -> float:
