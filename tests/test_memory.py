@@ -504,3 +504,36 @@ async def test_building_a_large_workspaces_index_leaves_the_event_loop_free(redi
     assert decoded_in and threading.get_ident() not in decoded_in, "the records are validated off the loop too"
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
     assert len(ticks) >= 10 and max(gaps) < max(0.15, took / 6), (took, len(ticks), max(gaps))
+
+
+async def test_who_said_a_record_is_a_field_the_question_can_name(redis_client, prefix, model) -> None:
+    """A question naming a person (or its author speaking of themselves) ranks what that person said above an equal
+    match by someone else (the author field, scored as recall scores a thread's authors), and, once the question's
+    words are spent, reaches what they said in other words."""
+    from threadkeeper.persistence import MemoryRecord
+
+    p, st = _pipeline(prefix, redis_client)
+    where = cid(PUBLIC, "1800000000.000100")
+
+    def record(i: int, author: str, text: str, at: float = 1700000000) -> MemoryRecord:
+        return MemoryRecord(id=f"mem_{i:04d}", text=text, workspace=T, channel=PUBLIC,
+                            conversation=f"slack:{T}:{PUBLIC}:1700000000.{i:06d}", visibility="public",
+                            scope="channel", source_ids=[f"1700000000.{i:06d}"], authors=[author],
+                            said_at=at + i * 3600, created_at=1700000000, expires_at=4_000_000_000)
+
+    await st.memory.put(T, [record(0, "carol", "likes to drink mint tea after lunch"),  # the earliest: last on a tie
+                            record(1, "maria", "likes to drink black coffee after lunch"),
+                            record(2, "tomas", "likes to drink green tea after lunch"),  # later: first on a tie
+                            record(3, "maria", "the garden needs water on sundays"),
+                            # (another month: the words the best records share, their day among them, are not theirs)
+                            *(record(10 + i, "tomas", f"the build {i} of the app passed", 1600000000)
+                              for i in range(8))])
+    block = await p.memory.block(where, "What does Maria drink after lunch?", asker=None, cap_tokens=400)
+    assert block.records[0].id == "mem_0001", [r.text for r in block.records]
+    assert "garden needs water" in block.text, "what she said in other words, once the question's words are spent"
+    assert "build" not in block.text, "nobody else's records that share no word with the question"
+    named = await p.memory.block(where, "Anything from Maria?", asker=None, cap_tokens=400)
+    assert {r.id for r in named.records} == {"mem_0001", "mem_0003"}, "a question of a name alone finds her records"
+    assert not (await p.memory.block(where, "Anything from Lucia?", asker=None, cap_tokens=400)).records
+    mine = await _shown(p, cid(PUBLIC, "1800000001.000100"), "What do I drink after lunch?")  # carol asks
+    assert "- carol: M1 likes to drink mint tea" in mine, "a question in the first person names its author"

@@ -106,8 +106,8 @@ class Memory:
     # -- read path -----------------------------------------------------------------------------
 
     async def block(self, conversation: Conversation, query: str, *, asker: str | None,
-                    cap_tokens: int) -> MemoryBlock:
-        return await self.reading.block(conversation, query, asker=asker, cap_tokens=cap_tokens)
+                    cap_tokens: int, speakers: Sequence[str] = ()) -> MemoryBlock:
+        return await self.reading.block(conversation, query, asker=asker, cap_tokens=cap_tokens, speakers=speakers)
 
     async def cited(self, conversation: Conversation, reply: str, shown: Sequence[str]) -> list[Source]:
         return await self.reading.cited(conversation, reply, shown)

@@ -8,6 +8,7 @@ import asyncio
 import re
 import time
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,7 +21,7 @@ from threadkeeper.persistence.memory import MemoryChanges, MemoryRecord, MemoryS
 
 from ..conversation import Conversation
 from ..models import Tokenizer
-from ..text import OFF_LOOP, TermIndex, search_terms
+from ..text import OFF_LOOP, TermIndex, author_gain, name_words, search_terms
 from .access import Access, reaches_workspace
 from .config import day_of
 
@@ -109,6 +110,12 @@ class _Index:
     """The tombstones the records are seen through (see :data:`persistence.memory.Tombstones`)."""
     _citing: dict[str, set[str]] = field(default_factory=dict)
     """Tombstone → the ids of the live records citing it (a new tombstone re-reads only those)."""
+    author: Any = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per position, the code of the record's first author (who said it first; -1: none): the author field."""
+    written: Counter[str] = field(default_factory=Counter)
+    """Per author, how many live records they said first (the author field's document frequency)."""
+    names: dict[str, set[str]] = field(default_factory=dict)
+    """The authors each word of a name names (:func:`services.text.name_words`)."""
     _costs: dict[int, int] = field(default_factory=dict)
     _leads: dict[str, int] = field(default_factory=dict)
 
@@ -148,12 +155,18 @@ class _Index:
                                                 [code(r.conversation, len(self._codes)) for r in added]])
             self.wide = np.concatenate([self.wide, [reaches_workspace(r) for r in added]]).astype(bool)
             self.live = np.concatenate([self.live, np.ones(len(added), dtype=bool)])
+            self.author = np.concatenate([self.author, [code(_AUTHOR + r.authors[0], len(self._codes))
+                                                        if r.authors else -1 for r in added]]).astype(np.int64)
             for record in added:
                 position = self.search.add(search_terms(searchable(record)))
                 self.records.append(record)
                 self.at[record.id] = position
                 self._seen_as[record.id] = _indexed_as(record)
                 insort(self._order.setdefault(record.conversation, []), (record.said_at, record.id, position))
+                if record.authors:
+                    self.written[record.authors[0]] += 1
+                    for word in name_words(record.authors[0]):
+                        self.names.setdefault(word, set()).add(record.authors[0])
                 for mark in record.marks():
                     self._citing.setdefault(mark, set()).add(record.id)
             self.search.searchable()
@@ -165,6 +178,8 @@ class _Index:
         record = self.records[position]
         self.search.remove(position)
         self.live[position] = False
+        if record.authors:
+            self.written[record.authors[0]] -= 1
         self._order[record.conversation].remove((record.said_at, record.id, position))
         for mark in record.marks():
             self._citing[mark].discard(record_id)
@@ -175,6 +190,32 @@ class _Index:
         order = self._order.get(record.conversation, [])
         k = bisect_left(order, (record.said_at, record.id, i))
         return tuple(order[j][2] for j in (k - 1, k + 1) if 0 <= j < len(order))
+
+    def named(self, text: str, speakers: Sequence[str] = ()) -> dict[int, float]:
+        """The people ``text`` names (by a word of their name) and ``speakers``, those who said live records: each
+        one's code in :attr:`author` and what their records gain (:func:`services.text.author_gain`)."""
+        people = {a for word in name_words(text) for a in self.names.get(word, ())} | set(speakers)
+        total = max(1, self.search.size)
+        return {self._codes[_AUTHOR + a]: author_gain(self.written[a], total) for a in sorted(people)
+                if self.written[a] > 0}
+
+    def by_author(self, scores: Any, positions: Any, named: dict[int, float]) -> list[int]:
+        """``positions`` (BM25 hits, ``scores`` theirs) with the author field scored: a record said by a person
+        ``named`` gains what they gain, best first (ties: the later position first)."""
+        if named and len(positions):
+            authors = self.author[positions]
+            scores = scores + sum(gain * (authors == person) for person, gain in named.items())
+            positions = positions[np.lexsort((-positions, -scores))]
+        best: list[int] = positions.tolist()
+        return best
+
+    def alone(self, named: dict[int, float], among: Any, most: int) -> list[int]:
+        """At most ``most`` of the records said by the people ``named`` that ``among`` holds (by position), the
+        latest first: what they said in words the question does not use."""
+        n = len(self.records)
+        mine = np.flatnonzero(np.isin(self.author[:n], list(named)) & among[:n])
+        found: list[int] = mine[::-1][:most].tolist()
+        return found
 
     def seen_from(self, where: Conversation, conversation_id: str) -> Any:
         """The scope rule: which records a conversation of ``where`` may be shown (membership of a private channel
@@ -199,6 +240,10 @@ class _Index:
         """The words that weigh most across the best records (how many hold it times its rarity), not asked
         already."""
         return self.search.feedback(best[:FEEDBACK_HITS], asked, terms=FEEDBACK_TERMS)
+
+
+_AUTHOR = "\0author:"
+"""How an author's code is kept apart from the channels' and conversations' in :attr:`_Index._codes`."""
 
 
 def _indexed_as(record: MemoryRecord) -> tuple[str, str, tuple[str, ...], bool]:
@@ -243,9 +288,10 @@ def render_block(records: Sequence[MemoryRecord]) -> str:
 
 
 def searchable(record: MemoryRecord) -> str:
-    """What a record is found by: its text, its authors and the day it was said (month and year in words)."""
+    """What a record's text field is: its text and the day it was said (month and year in words). Who said it is a
+    field of its own (:meth:`_Index.by_author`): a name in a question weighs as a person, not as one more word."""
     when = datetime.fromtimestamp(record.said_at, tz=timezone.utc)
-    return f"{' '.join(record.authors)} {record.text} {when:%Y-%m-%d %B %b %Y} {when.day}"
+    return f"{record.text} {when:%Y-%m-%d %B %b %Y} {when.day}"
 
 
 class Reader:
@@ -261,9 +307,10 @@ class Reader:
         """Workspace → its index being built whole (every reader meanwhile waits for that one build)."""
 
     async def block(self, conversation: Conversation, query: str, *, asker: str | None,
-                    cap_tokens: int) -> MemoryBlock:
+                    cap_tokens: int, speakers: Sequence[str] = ()) -> MemoryBlock:
         """The records visible to ``conversation`` (and to ``asker`` now) that best match ``query``, rendered
-        within ``cap_tokens``; an empty block when memory is off here or nothing matches."""
+        within ``cap_tokens``; an empty block when memory is off here or nothing matches. The people ``query``
+        names and ``speakers`` (authors of its messages that speak of themselves) are the author field's query."""
         where, conversation_id = conversation, conversation.id
         if cap_tokens <= 0 or not query.strip() or not self.gate.allowed(where):
             return MemoryBlock()
@@ -272,7 +319,8 @@ class Reader:
             return MemoryBlock()
         index = await self._index(where.workspace, generation)
         known = list(dict.fromkeys(w for w in search_terms(query) if index.search.documents[w] > 0))
-        if not known:
+        named = index.named(query, speakers)
+        if not known and not named:
             return MemoryBlock()
         count = self.tokenizer.count
         used = count(MEMORY_HEADER) + 1
@@ -311,11 +359,10 @@ class Reader:
                     return
 
         def ranked(terms_: list[str]) -> list[int]:
-            _, positions = index.search.hits(terms_, among=seen)  # best first; ties: newest first
-            best: list[int] = positions.tolist()
-            return best
+            scores, positions = index.search.hits(terms_, among=seen)  # best first; ties: newest first
+            return index.by_author(scores, positions, named)
 
-        direct = ranked(known)
+        direct = ranked(known) if known else []
         # The best hits bring what was said next to them in their conversation (an answer is often the next
         # message), ahead of weaker hits.
         best = direct[:NEIGHBOUR_HITS]
@@ -327,6 +374,9 @@ class Reader:
             wider = index.feedback(list(taken), set(known))
             if wider:
                 await fill(ranked(wider))
+        if named and cap_tokens - used >= MIN_LINE_TOKENS:
+            # then what the people it names said in other words, latest first (no record costs less than a token)
+            await fill(index.alone(named, seen, cap_tokens - used))
         if not shown:
             return MemoryBlock()
         text = render_block(shown)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -59,7 +58,17 @@ from threadkeeper.persistence import (
 
 from ..context import current_text, label, parse, refs
 from ..models import MESSAGE_OVERHEAD, Embedder, EmbeddingError, Tokenizer, ToolContext, bound_text
-from ..text import OFF_LOOP, STOPWORDS, TermIndex, compress, language, search_terms
+from ..text import (
+    OFF_LOOP,
+    STOPWORDS,
+    TermIndex,
+    author_gain,
+    compress,
+    language,
+    name_words,
+    search_terms,
+    speaks_of_self,
+)
 
 log = logging.getLogger("threadkeeper.recall")
 
@@ -96,12 +105,6 @@ MIN_LINE_TOKENS = 24
 """Below this much room left, no further line is tried."""
 DAY_TOKENS = 8
 """What a date line of the recall block costs (``2024-01-03:`` and its line break), an upper bound."""
-AUTHOR_WEIGHT = 3.0
-"""The author field's weight beside the text's: a message by a person the question names gains this times the
-field's inverse document frequency (about 2 when two people wrote the thread, more when the person wrote few of
-many people's messages). Measured on REALTALK (4k / 8k / 16k, questions whose evidence the context holds): the
-earlier rule, a named person's matching messages first whatever their score, 137 / 170 / 194 of 232; weight 1:
-132 / 171 / 195; 3: 138 / 171 / 194; 10 (with messages matching by author alone as direct hits): 156 at 8k."""
 ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
@@ -120,7 +123,6 @@ def change_target(message_id: str) -> tuple[str, str] | None:
 
 
 ASSISTANT = "assistant"
-_NAME_WORD = re.compile(r"[^\W\d_]{2,}")
 _CAPITALIZED = re.compile(r"\b[A-Z][^\W\d_]+\b")
 _GREETING = r"(?:hey|hi|hello|thanks|thank you|thx|ok|okay|yes|yeah|sorry|dear|morning|good morning|congrats|bye)"
 _VOCATIVE_START = re.compile(rf"^\W*(?:(?i:{_GREETING})[\s,]+)?(?P<name>[A-Z][^\W\d_]+)\s*[,!:]")
@@ -129,11 +131,6 @@ _FILLER_NAMES = frozenset("""hey hi hello thanks thank yes yeah yep ok okay sorr
     wow omg great cool nice awesome sure absolutely definitely totally right true well also plus anyway anyways
     same exactly indeed agreed""".split())
 """Words that stand where a name would (``Thanks, great!``) but name nobody."""
-
-
-_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|ich|mich|mir|mein\w*|je|j'|moi|mon|ma|mes|yo|mí|mis?|"
-                           r"io|mio|mia|miei|mie|eu|meu|minha)\b", re.IGNORECASE)
-"""A person speaking of themselves (English, German, French, Spanish, Italian, Portuguese)."""
 
 
 def author_of(message: Message) -> str:
@@ -213,7 +210,7 @@ class ConversationIndex:
         """Each word of a person's name names them; so does a name people use to address them, once it was used
         :data:`ALIAS_MIN` times in reply to them, at least as often as anywhere else, and mostly for them."""
         if author != ASSISTANT:
-            for word in _NAME_WORD.findall(author.lower()):
+            for word in name_words(author):
                 self.names.setdefault(word, set()).add(author)
         words = _CAPITALIZED.findall(text)
         self._capitalized.update(words)
@@ -242,7 +239,7 @@ class ConversationIndex:
     def named(self, text: str) -> set[str]:
         """The people ``text`` names (by a word of their name or a name they are addressed by)."""
         out: set[str] = set()
-        for word in _NAME_WORD.findall(text.lower()):
+        for word in name_words(text):
             out |= self.names.get(word, set())
         return out
 
@@ -253,8 +250,8 @@ class ConversationIndex:
     def by_author(self, ranked: Sequence[tuple[float, int]], named: AbstractSet[str]
                   ) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
         """``ranked`` with the author field scored: each message of a person ``named`` gains
-        :data:`AUTHOR_WEIGHT` times the field's inverse document frequency (rare authors weigh more, as a rare word
-        does), and their messages that share no word with the question join with that score alone (the newest
+        :func:`services.text.author_gain` (the field's weight times its inverse document frequency: rare authors weigh
+        more, as a rare word does), and their messages that share no word with the question join with that score alone (the newest
         :data:`MAX_HITS` of each), best first (ties: the later position first)."""
         if not named:
             return list(ranked), []
@@ -263,7 +260,7 @@ class ConversationIndex:
         for author in named:
             count = len(self.written.get(author, ()))
             if count:
-                boost[author] = AUTHOR_WEIGHT * math.log(1 + (total - count + 0.5) / (count + 0.5))
+                boost[author] = author_gain(count, total)
         if not boost:
             return list(ranked), []
         out = [(score + boost.get(self.authors[position], 0.0), position) for score, position in ranked]
@@ -393,7 +390,7 @@ class Recall:
         carries besides the runtime context. ``focus_tokens``: the handoff's notes, which this turn may leave out.
         When the question's direct hits alone need more than ``cap_tokens``, the block takes that room too
         (:attr:`Recalled.focused`): what the question is about is worth more than notes chosen before it was asked.
-        Messages by the people the new messages name score higher (the author field, see :data:`AUTHOR_WEIGHT`).
+        Messages by the people the new messages name score higher (the author field, see :data:`services.text.AUTHOR_WEIGHT`).
         """
         asked = [m for m in incoming if m.role == "user" and not m.flags.runtime]
         query = [t for m in asked for t in search_terms(m.text)]
@@ -403,7 +400,7 @@ class Recall:
         named: set[str] = set()
         for m in asked:
             named |= index.named(m.text)
-            if m.author and _FIRST_PERSON.search(m.text):  # "what did I say about…": the asker's own messages
+            if m.author and speaks_of_self(m.text):  # "what did I say about…": the asker's own messages
                 named.add(m.author)
         meaning = None
         if self.embedder is not None:

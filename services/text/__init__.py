@@ -2,22 +2,26 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .index import OFF_LOOP, TermIndex, fuse
+from .index import AUTHOR_WEIGHT, OFF_LOOP, TermIndex, author_gain, fuse, name_words, speaks_of_self
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
 from .search import search_terms
 
 __all__ = [
+    "AUTHOR_WEIGHT",
     "OFF_LOOP",
     "STOPWORDS",
     "TermIndex",
+    "author_gain",
     "fuse",
     "compress",
     "information",
     "language",
     "make_note",
+    "name_words",
     "reply_additions",
     "resolve_dates",
     "search_terms",
+    "speaks_of_self",
     "terms",
     "words",
 ]

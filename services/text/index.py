@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,39 @@ RRF_K = 60
 """Reciprocal rank fusion's constant: a document's fused score is the sum over the rankings that hold it of
 ``1 / (RRF_K + rank)`` (rank from 1); 60 as in Cormack, Clarke and Büttcher (2009), where it was robust across
 collections. Ranks, not scores, are fused, so BM25's unbounded scores and cosine similarities need no calibration."""
+
+AUTHOR_WEIGHT = 3.0
+"""The author field's weight beside the text's: a document by a person the question names gains this times the
+field's inverse document frequency (:func:`author_gain`; about 2 when two people wrote the documents, more when the
+person wrote few of many people's). Recall scores a thread's messages by it, memory a workspace's records. Measured
+on REALTALK for recall (4k / 8k / 16k, questions whose evidence the context holds): the earlier rule, a named
+person's matching messages first whatever their score, 137 / 170 / 194 of 232; weight 1: 132 / 171 / 195; 3:
+138 / 171 / 194; 10 (with messages matching by author alone as direct hits): 156 at 8k. For memory at 8k (answers
+in the records shown): the authors' names as words of each record's text, 148 of 232; the author field at weight 1,
+151; at 3, 155; at 10 (authors' names still in the text), 146."""
+_NAME_WORD = re.compile(r"[^\W\d_]{2,}")
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|ich|mich|mir|mein\w*|je|j'|moi|mon|ma|mes|yo|mí|mis?|"
+                           r"io|mio|mia|miei|mie|eu|meu|minha)\b", re.IGNORECASE)
+"""A person speaking of themselves (English, German, French, Spanish, Italian, Portuguese)."""
+
+
+def name_words(text: str) -> list[str]:
+    """The words of ``text`` that may be (part of) a person's name, lowercase: how an author's name and a question
+    are matched for the author field."""
+    return _NAME_WORD.findall(text.lower())
+
+
+def speaks_of_self(text: str) -> bool:
+    """Whether ``text``'s author speaks of themselves ("what did I say about…"): a question that names its own
+    author for the author field."""
+    return bool(_FIRST_PERSON.search(text))
+
+
+def author_gain(written: int, total: int) -> float:
+    """What a document by a person the question names gains: :data:`AUTHOR_WEIGHT` times the author field's inverse
+    document frequency, the person having written ``written`` of the ``total`` documents (a rare author weighs
+    more, as a rare word does)."""
+    return AUTHOR_WEIGHT * math.log(1 + (total - written + 0.5) / (written + 0.5))
 
 
 @dataclass

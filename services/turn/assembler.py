@@ -21,6 +21,7 @@ from ..conversation import Conversation
 from ..memory import MEMORY_ID, Memory, Source
 from ..models import ContextBudget, Tokenizer
 from ..recall import Recall
+from ..text import speaks_of_self
 from .types import RuntimeHeader, default_runtime_context
 
 log = logging.getLogger("threadkeeper.executor")
@@ -112,8 +113,11 @@ class ContextAssembler:
             else:
                 recall_left = max(0, cap)  # a thread with nothing to recall (a new one): memory may use the room
         if self.memory is not None:
-            query = "\n".join(m.text for m in incoming if m.role == "user")
-            block = await self.memory.block(conversation, query, asker=asker,
+            asked = [m for m in incoming if m.role == "user"]
+            query = "\n".join(m.text for m in asked)
+            # "what did I say about…": the author of a message that speaks of themselves is a person it names
+            speakers = [m.author for m in asked if m.author and speaks_of_self(m.text)]
+            block = await self.memory.block(conversation, query, asker=asker, speakers=speakers,
                                             cap_tokens=min(budget.memory_tokens + recall_left, room) - 2)
             if block.records:  # after the header, before the recalled messages (the thread's own come last)
                 parts.insert(1, block.text)
