@@ -752,6 +752,12 @@ MUTANTS: list[Mutant] = [
            "                await asyncio.to_thread(running.builder.fold, fresh, running.changes)\n",
            "                running.builder.fold(fresh, running.changes)\n",
            ("tests/test_event_loop.py", "-k", "folding")),
+    Mutant("handoff-carries-only-what-it-shows", "services/handoff/view.py",
+           "cap_tokens=int(notes_cap * CARRY_SHARE) + pressure", "cap_tokens=notes_cap + pressure",
+           ("tests/test_compaction.py", "-k", "carries_notes_it_has_no_room")),
+    Mutant("standing-asks-without-their-share", "services/handoff/view.py",
+           "int(cap_tokens * STANDING_ASKS_SHARE) if section.name == \"asks\" else None)", "None)",
+           ("tests/test_compaction.py", "-k", "standing_asks_take_their_own_share")),
 ]
 
 

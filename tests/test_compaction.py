@@ -445,6 +445,39 @@ def test_a_handoff_made_under_pressure_shows_less_but_carries_what_a_normal_one_
     assert {n.id for n in pressed.notes} == {n.id for n in normal.notes}, "nothing the normal cap keeps is evicted"
 
 
+def test_a_handoff_carries_notes_it_has_no_room_to_show_for_a_later_one() -> None:
+    """Notes that lose their place to more informative ones are carried (up to half as many tokens again as the
+    notes shown), not evicted: a later handoff, weighing them against other notes, can show them."""
+    tokenizer = Tokenizer("gpt-4o")
+    notes = [note(f"1700{i:06d}.000100", "bob", DAY + 60 * i, f"service-{i} owner team-{i} port {8000 + i}")
+             for i in range(40)]
+    stats = TermStats()
+    stats.add(terms(n.text) for n in notes)
+    ledger = Ledger(generation=1, covered_messages=40, first_at=DAY, last_at=DAY + 2400, notes=notes, stats=stats)
+    rendered = render_handoff(ledger, [], {}, cap_tokens=300, count=tokenizer.count, now=DAY + 3000)
+    shown = {n.id for n in notes if n.id in rendered.text}
+    carried = {n.id for n in rendered.notes}
+    assert shown and shown < carried, "notes with no room now are carried"
+    assert len(carried) < len(notes), "a handoff still evicts what even the carried room cannot hold"
+    assert len(carried - shown) <= len(shown), "what is carried beyond the notes shown is at most half as much again"
+
+
+def test_standing_asks_take_their_own_share_and_leave_the_open_asks_theirs() -> None:
+    """People's standing asks (what they asked of the assistant's future behaviour) take at most a tenth of the
+    handoff, the newest kept; an open ask still has its place beside them."""
+    tokenizer = Tokenizer("gpt-4o")
+    standing = [Ask(seq=i, id=f"1700{i:06d}.000200", author="erin", standing=True,
+                    text=f"Always mention the ticket number {i} first when you answer anything.")
+                for i in range(1, 30)]
+    ledger = golden_ledger()
+    ledger.asks = [*standing, *ledger.asks]
+    rendered = render_handoff(ledger, [], {}, cap_tokens=2000, count=tokenizer.count, now=DAY + 90_000)
+    lines = [ln for ln in rendered.text.splitlines() if " asked: " in ln]
+    assert lines and sum(tokenizer.count(ln) + 1 for ln in lines) <= 200
+    assert "ticket number 29 " in rendered.text and "ticket number 1 " not in rendered.text, "the newest stay"
+    assert "[ask #41] bob, open" in rendered.text, "an open ask keeps its place"
+
+
 def test_a_message_kept_verbatim_keeps_the_credit_for_what_it_brought_over_a_reply_folded_before_it() -> None:
     """A person's message is kept verbatim while the reply quoting it is folded; when the message is folded
     at the next compaction, its note, not the reply's, is the one that brought the dashboard URL."""
