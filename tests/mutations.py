@@ -653,6 +653,15 @@ MUTANTS: list[Mutant] = [
            "                await asyncio.to_thread(running.builder.fold, fresh, running.changes)\n",
            "                running.builder.fold(fresh, running.changes)\n",
            ("tests/test_event_loop.py", "-k", "folding")),
+    Mutant("long-text-counted-as-its-lines-at-every-break", "services/models/tokens.py",
+           '        if line and not line[0].isspace() and line[0] != "/":\n', "        if True:\n",
+           ("tests/test_budget_and_cli.py", "-k", "long_text")),
+    Mutant("line-opening-with-a-slash-counted-apart", "services/models/tokens.py",
+           'and not line[0].isspace() and line[0] != "/":', "and not line[0].isspace():",
+           ("tests/test_budget_and_cli.py", "-k", "long_text")),
+    Mutant("long-history-read-left-in-the-collectors-sight", "persistence/reading.py",
+           "            gc.freeze()\n", "            pass\n",
+           ("tests/test_store_contract.py", "-k", "collectors_sight")),
 ]
 
 
