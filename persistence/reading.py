@@ -24,6 +24,14 @@ READS_IN_FLIGHT = 4
 MESSAGES_PER_CALL = 500
 """Messages one history-loading script call returns at most (a few milliseconds of Redis's time: a long
 history is read in several calls, so no other client waits long behind one)."""
+SETTLED_EVERY = 5_000
+"""Once this many messages were parsed since it was last done, what the process holds is taken out of the cyclic
+garbage collector's sight (:func:`gc.freeze`, after collecting the young generations): read messages are
+long-lived, and a full collection would otherwise scan every one of them, holding the event loop for a second
+and more while a long lineage is read (``threadkeeper bench``: ``cold_worker_ack_ms_max``). Frozen objects are
+still freed when nothing refers to them; only cyclic garbage older than the young generations stays."""
+_parsed = 0
+"""Messages parsed since the collector was last given them (see :data:`SETTLED_EVERY`)."""
 
 
 def _rows(raw: Any) -> list[tuple[str, str, int, bool]]:
@@ -100,12 +108,19 @@ class HistoryReader(RedisStore):
             raise CorruptRecordError(keys.messages, f"messages of checkpoint {checkpoint_id} or its ancestors are missing")
         # The cyclic garbage collector is paused while thousands of long-lived messages are built at once: it
         # would otherwise scan them again and again (175 ms instead of 63 ms for 10,000 messages).
+        global _parsed
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return MESSAGES.validate_json(raw)
+            messages = MESSAGES.validate_json(raw)
         except ValidationError as exc:
             raise CorruptRecordError(f"{keys.messages} (checkpoint {checkpoint_id})", str(exc).splitlines()[0]) from None
         finally:
             if collecting:
                 gc.enable()
+        _parsed += len(messages)
+        if _parsed >= SETTLED_EVERY:
+            _parsed = 0
+            gc.collect(1)
+            gc.freeze()
+        return messages

@@ -758,6 +758,19 @@ MUTANTS: list[Mutant] = [
     Mutant("standing-asks-without-their-share", "services/handoff/view.py",
            "int(cap_tokens * STANDING_ASKS_SHARE) if section.name == \"asks\" else None)", "None)",
            ("tests/test_compaction.py", "-k", "standing_asks_take_their_own_share")),
+    Mutant("long-text-counted-as-its-lines-at-every-break", "services/models/tokens.py",
+           '        if line and not line[0].isspace() and line[0] != "/":\n', "        if True:\n",
+           ("tests/test_budget_and_cli.py", "-k", "long_text")),
+    Mutant("line-opening-with-a-slash-counted-apart", "services/models/tokens.py",
+           'and not line[0].isspace() and line[0] != "/":', "and not line[0].isspace():",
+           ("tests/test_budget_and_cli.py", "-k", "long_text")),
+    Mutant("recall-skips-the-head-of-a-history-it-did-not-see", "services/recall/index.py",
+           "        head = history.messages[added:] if synced in history.chain else history.messages\n",
+           "        head = history.messages[added:]\n",
+           ("tests/test_recall.py", "-k", "another_wrote")),
+    Mutant("long-history-read-left-in-the-collectors-sight", "persistence/reading.py",
+           "            gc.freeze()\n", "            pass\n",
+           ("tests/test_store_contract.py", "-k", "collectors_sight")),
 ]
 
 

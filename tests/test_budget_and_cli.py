@@ -399,3 +399,27 @@ async def test_dead_letters_are_listed_with_why_and_queued_again_by_the_command(
     assert await inbox.pending_conversations() == [cid], "owed work: a worker's sweep answers it"
     assert cli("dead-letters", "retry", "--all", env=env).returncode == 3
     assert len(await inbox.peek(cid)) == 1, "queued once"
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4"])
+def test_a_long_text_is_counted_as_its_encoder_counts_it_whole(model: str) -> None:
+    """A text of many lines is counted from its lines' kept counts: the sum is the whole text's count, also where a
+    line break does not end a piece (before an empty line, a line opening with white space or with ``//``)."""
+    from random import Random
+
+    from threadkeeper.services import Tokenizer
+
+    tokenizer = Tokenizer(model)
+    assert tokenizer.encoder is not None
+    rng = Random(5)
+    words = ["done.", "see", "a:", "x)", "ok", "12", '"', "//x", "/usr/bin", " one", "  two", "\tTab", "\r", "\u00a0nb",
+             "😀", "[#4] Ana:", "2024-01-03:", "café", "it's", "...", "https://example.com/a"]
+    for _ in range(200):
+        lines = ["".join(rng.choice(words) + rng.choice(["", " "]) for _ in range(rng.randint(0, 40)))
+                 for _ in range(rng.randint(2, 40))]
+        text = "\n".join(lines)
+        whole = len(tokenizer.encoder.encode(text, disallowed_special=()))
+        assert tokenizer.count(text) == whole
+        assert tokenizer.count(text) == whole  # from the counts kept
+    for joined in ("done.\n//x " * 60, "see\n\n" * 200, "see\n\r\nz" * 100):
+        assert tokenizer.count(joined) == len(tokenizer.encoder.encode(joined, disallowed_special=()))

@@ -477,3 +477,23 @@ async def test_a_hits_neighbour_is_the_next_persons_message_not_the_bots_reply(m
     runtime = next(str(m["content"]) for r in model.requests for m in r["messages"] if RECALL_HEADER in str(m["content"]))
     assert "OPS-4471" in runtime and "morning" in runtime, "the person's answer came with the hit"
     assert not re.search(r"\] assistant: noted", runtime), "the bot's reply took no neighbour slot"
+
+
+async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compaction(model, prefix, client) -> None:
+    """A worker holding a thread's index takes in what another worker wrote meanwhile, also when compactions began new
+    epochs in between: every message of the history it reads next is found by its number."""
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(60)])
+    other = _pipeline(prefix, client)
+    before = await other.checkpoints.load_history(CONV)
+    await other.recall.sync(CONV, before)
+    await _thread(p, _filler(60, start=60), start=len(FACTS) + 60)
+    after = await other.checkpoints.load_history(CONV)
+    assert before.checkpoint.id not in after.chain, "a compaction began a new epoch meanwhile"
+    known = {m.id for m in before.messages}
+    written = [m for m in after.messages[:len(before.messages)]
+               if m.role == "user" and m.ref and not m.flags.handoff and m.id not in known]
+    assert written, "the new epoch holds messages the other worker wrote, where its last history had others"
+    for m in written:
+        found = await other.recall.resolve(CONV, after, f"#{m.ref}")
+        assert found is not None and found.id == m.id

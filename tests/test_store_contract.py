@@ -197,6 +197,29 @@ async def test_corrupt_record_names_its_key_and_is_left_alone(store: CheckpointS
         await store.get(CONV, cp)
 
 
+async def test_a_long_history_read_is_taken_out_of_the_collectors_sight(store: CheckpointStore, client, prefix,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages read in bulk are long-lived: once thousands were parsed, the collector stops scanning what the process
+    holds (a full pass over a long lineage would hold the event loop for a second and more), and they stay readable."""
+    import gc
+
+    from threadkeeper.persistence import reading
+
+    total = 2 * reading.SETTLED_EVERY
+    for start in range(0, total, 500):
+        await turn(store, [f"message {i}" for i in range(start, start + 500)])
+    monkeypatch.setattr(reading, "_parsed", 0)
+    gc.collect()
+    gc.unfreeze()
+    try:
+        history = await CheckpointStore(client, prefix=prefix).load_history(CONV)  # a worker holding nothing of it
+        assert [m.text for m in history.messages] == [f"message {i}" for i in range(total)]
+        scanned = {id(o) for o in gc.get_objects()}
+        assert not {id(history.messages[0]), id(history.messages[-1])} & scanned, "out of the collector's sight"
+    finally:
+        gc.unfreeze()
+
+
 async def test_retention_ttl_on_every_key_refreshed_on_activity(client, prefix) -> None:
     store = CheckpointStore(client, prefix=prefix, retention_days=1)
     inbox = Inbox(client, prefix=prefix, retention_days=1)

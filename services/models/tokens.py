@@ -28,18 +28,38 @@ class Encoder(Protocol):
     def encode(self, text: str, *, disallowed_special: Collection[str] = ...) -> list[int]: ...
 
 
+LINE_BREAKING = frozenset({"cl100k_base", "o200k_base"})
+"""Encodings whose pre-tokenizer ends a piece at a line break followed by a line that opens with neither white space
+nor ``/``: such a text's count is the sum of its lines' counts (each with its line break)."""
+LINES_KEPT = 8_192
+"""Lines whose counts a tokenizer keeps: a turn's runtime context repeats most of the lines of the last one (its
+recalled messages, its memory), so it is counted in what changed."""
+LINES_FROM = 512
+"""Texts shorter than this are counted whole (their lines are not worth looking up)."""
+LINE_MAX = 2_000
+"""A longer line is counted as it comes, not kept."""
+
+
 class Tokenizer:
     """Counts tokens for one model. Chosen once; ``characters / 4`` only if nothing else loads."""
 
     def __init__(self, model: str) -> None:
         self.model = model
         self.encoder, self.name = _encoder_for(model)
+        self._line = lru_cache(maxsize=LINES_KEPT)(self._encoded)
+        """The count of a line (with its line break), kept for the lines counted most recently."""
 
     def count(self, text: str) -> int:
         if not text:
             return 0
         if self.encoder is None:
             return (len(text) + 3) // 4
+        if len(text) < LINES_FROM or self.name not in LINE_BREAKING or "\n" not in text:
+            return self._encoded(text)
+        return sum(self._line(line) if len(line) <= LINE_MAX else self._encoded(line) for line in _lines(text))
+
+    def _encoded(self, text: str) -> int:
+        assert self.encoder is not None
         return len(self.encoder.encode(text, disallowed_special=()))
 
     def count_message(self, message: Message) -> int:
@@ -68,6 +88,22 @@ class Tokenizer:
                 fn = call.get("function", {})
                 total += self.count(fn.get("name", "")) + self.count(fn.get("arguments", ""))
         return total
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` cut after each line break that a line opening with neither white space nor ``/`` follows (where the
+    :data:`LINE_BREAKING` encodings end a piece): the pieces, joined, are ``text``."""
+    lines = text.split("\n")
+    out: list[str] = []
+    current = lines[0]
+    for line in lines[1:]:
+        if line and not line[0].isspace() and line[0] != "/":
+            out.append(current + "\n")
+            current = line
+        else:
+            current += "\n" + line
+    out.append(current)
+    return out
 
 
 def count_parts(tokenizer: Tokenizer, message: Message) -> int:

@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -182,6 +183,9 @@ class ConversationIndex:
     _vocative: Counter[tuple[str, str]] = field(default_factory=Counter)
     asked: set[int] = field(default_factory=set)
     """With an embedding model: the positions whose stored vector was read for (once each)."""
+    synced: tuple[str, int] = ("", 0)
+    """The checkpoint of the last history given to :meth:`Recall.sync` and how many of its messages were added:
+    a later history whose chain holds that checkpoint begins with those same messages."""
 
     def add(self, messages: Iterable[Message]) -> int:
         added = 0
@@ -353,12 +357,16 @@ class Recall:
         built = index or ConversationIndex()
         earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=built.roots,
                                                         forks=built.epochs)
-        batches = [epoch.messages for epoch in reversed(earlier)] + [history.messages]
-        # (the head's messages are mostly indexed already when this worker holds the index)
+        synced, added = built.synced
+        # (the head's messages are mostly indexed already when this worker holds the index: those of the last history
+        # given, when this one extends it, are not looked at again)
+        head = history.messages[added:] if synced in history.chain else history.messages
+        batches = [epoch.messages for epoch in reversed(earlier)] + [head]
         if sum(len(b) for b in batches[:-1]) + (len(history.messages) if index is None else 0) > OFF_LOOP:
             await asyncio.to_thread(_add_all, built, batches)
         else:
             _add_all(built, batches)
+        built.synced = (history.checkpoint.id, len(history.messages))
         self._indexes[conversation_id] = built
         self._indexes.move_to_end(conversation_id)
         self._evict()
@@ -537,11 +545,12 @@ class Recall:
                 return 0
             source = index.messages[index.position[target]] if target in index.position else index.messages[position]
             changed = source.id in notes.changes
-            text = current_text(source, notes) if changed else source.text
-            if text is None:
+            edited = current_text(source, notes) if changed else None
+            if changed and edited is None:
                 return 0
-            size = source.tokens if not changed else self.tokenizer.count(text)
+            size = source.tokens if edited is None else self.tokenizer.count(edited)
             if size > (limit if full else LONG_TOKENS) and is_hit:  # what of a long hit matches the question
+                text = edited if edited is not None else source.text
                 text = _passages(text, query, limit, self.tokenizer, compressed=not full) or source.note or text
                 line = _line(source, target, text)
                 tokens = self.tokenizer.count(line) + 1
@@ -551,10 +560,13 @@ class Recall:
                 estimate = source.note_tokens[0] if note and source.note_tokens else size
                 if estimate > budget + 8:  # cannot fit: not worth counting
                     return 0
-                text = note or text
-                line = _line(source, target, text)
                 # from the counts stored with the message (an edited one's text is counted as it now reads)
                 tokens = 0 if changed else self._estimate(source, form)
+                if 0 < tokens <= limit and \
+                        tokens + (0 if int(source.created_at // 86_400) in days else DAY_TOKENS) > budget:
+                    return 0  # does not fit: its line is not made
+                text = note or (edited if edited is not None else source.text)
+                line = _line(source, target, text)
                 if not tokens:
                     tokens = self.tokenizer.count(line) + 1
                     exact_lines.append(target)
@@ -715,7 +727,13 @@ def _passages(text: str, query: set[str], limit: int, tokenizer: Tokenizer, *, c
 
 
 def _day(message: Message) -> str:
-    return datetime.fromtimestamp(message.created_at, timezone.utc).strftime("%Y-%m-%d:")
+    return _date_line(int(message.created_at // 86_400))
+
+
+@lru_cache(maxsize=4_096)
+def _date_line(day: int) -> str:
+    """The date line of a day (days since the epoch, UTC) in a recall block."""
+    return datetime.fromtimestamp(day * 86_400, timezone.utc).strftime("%Y-%m-%d:")
 
 
 def _line(message: Message, target: str, text: str) -> str:
