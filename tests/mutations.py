@@ -653,6 +653,9 @@ MUTANTS: list[Mutant] = [
            "                await asyncio.to_thread(running.builder.fold, fresh, running.changes)\n",
            "                running.builder.fold(fresh, running.changes)\n",
            ("tests/test_event_loop.py", "-k", "folding")),
+    Mutant("tokenizer-keeps-its-python-merge-ranks", "services/models/tokens.py",
+           "    encoding._mergeable_ranks = {}\n", "    encoding._mergeable_ranks = encoding._mergeable_ranks\n",
+           ("tests/test_budget_and_cli.py", "-k", "python_copy_of_its_ranks")),
 ]
 
 

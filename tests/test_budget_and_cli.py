@@ -399,3 +399,26 @@ async def test_dead_letters_are_listed_with_why_and_queued_again_by_the_command(
     assert await inbox.pending_conversations() == [cid], "owed work: a worker's sweep answers it"
     assert cli("dead-letters", "retry", "--all", env=env).returncode == 3
     assert len(await inbox.peek(cid)) == 1, "queued once"
+
+
+def test_a_tokenizer_counts_as_tiktoken_does_without_keeping_the_python_copy_of_its_ranks() -> None:
+    """The encoding a Tokenizer holds no longer keeps tiktoken's Python dict of merge ranks (29 MB for o200k), and
+    counts exactly what an encoding built from the full ranks counts."""
+    import tiktoken
+    from tiktoken_ext.openai_public import o200k_base
+
+    from threadkeeper.services import Tokenizer
+
+    tokenizer = Tokenizer("gpt-4o")
+    assert tokenizer.name == "o200k_base"
+    assert getattr(tokenizer.encoder, "_mergeable_ranks") == {}
+    assert tiktoken.get_encoding("o200k_base") is tokenizer.encoder  # the process's one copy is the lean one
+    full = tiktoken.Encoding(**o200k_base())
+    assert len(getattr(full, "_mergeable_ranks")) > 199_000
+    texts = ["", "hello world", "the password for staging is Xq9-vB7mKt2w, and the deploy key is in 1Password",
+             "Größenänderung später, ¿vale? ça marche — 東京で会いましょう 🎉", "def f(x):\n    return x ** 2\n" * 20,
+             "<|endoftext|> is counted as text", " ".join(str(n) for n in range(300))]
+    for text in texts:
+        assert tokenizer.count(text) == len(full.encode(text, disallowed_special=())), text
+    assert tokenizer.encoder is not None
+    assert full.decode(tokenizer.encoder.encode(texts[2])) == texts[2]
