@@ -664,6 +664,12 @@ MUTANTS: list[Mutant] = [
     Mutant("tokenizer-keeps-its-python-merge-ranks", "services/models/tokens.py",
            "    encoding._mergeable_ranks = {}\n", "    encoding._mergeable_ranks = encoding._mergeable_ranks\n",
            ("tests/test_budget_and_cli.py", "-k", "python_copy_of_its_ranks")),
+    Mutant("console-loads-its-stack-before-its-tokenizer", "threadkeeper/cli.py",
+           "    tokenizer_for(settings.ai_model)\n", "",
+           ("tests/test_budget_and_cli.py", "-k", "before_the_rest_of_the_stack")),
+    Mutant("replay-function-shadowed-by-its-module", "services/__init__.py",
+           "from .replay import ReplayInputError, load_thread, parse_thread, replay  # noqa: E402\n", "",
+           ("tests/test_budget_and_cli.py", "-k", "package_face")),
 ]
 
 

@@ -422,3 +422,56 @@ def test_a_tokenizer_counts_as_tiktoken_does_without_keeping_the_python_copy_of_
         assert tokenizer.count(text) == len(full.encode(text, disallowed_special=())), text
     assert tokenizer.encoder is not None
     assert full.decode(tokenizer.encoder.encode(texts[2])) == texts[2]
+
+
+@pytest.mark.parametrize("command", ["console", "run"])
+def test_the_console_loads_its_tokenizer_before_the_rest_of_the_stack(command: str, tmp_path: Path) -> None:
+    """While tiktoken loads o200k it holds the table twice (76 MB more than before, 48 MB kept once it is built), so
+    the console loads it first, when the process holds little else: the application, recall's numpy and the
+    redaction rules are imported after it."""
+    probe = ("import sys\n"
+             "from threadkeeper.services.models import tokens\n"
+             "seen = []\n"
+             "load = tokens._encoder_for\n"
+             "def watched(model):\n"
+             "    seen.append(sorted(m for m in ('threadkeeper.services.app', 'numpy', 'detect_secrets')\n"
+             "                       if m in sys.modules))\n"
+             "    return load(model)\n"
+             "tokens._encoder_for = watched\n"
+             "from threadkeeper.cli import main\n"
+             f"code = main([{command!r}])\n"
+             "print('exit', code, 'first load with', seen[0], 'numpy', 'numpy' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe], input="hello\n", capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert "threadkeeper> Offline model here" in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-1] == "exit 0 first load with [] numpy True", result.stdout
+
+
+def test_each_package_face_name_is_imported_when_first_asked_for() -> None:
+    """``threadkeeper.services`` and ``.services.models`` import a name's module when the name is first used: the
+    names they export are those they declare, each the object its module defines (never the module of the same
+    name), and importing the tokenizer imports neither the application nor numpy."""
+    import ast
+    import importlib
+
+    for package in ("threadkeeper.services", "threadkeeper.services.models"):
+        face = importlib.import_module(package)
+        assert face.__file__ is not None
+        declared = set()
+        for node in ast.walk(ast.parse(Path(face.__file__).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                declared |= {alias.name for alias in node.names}
+        assert declared == set(face.__all__), package
+        for name in face.__all__:
+            value = getattr(face, name)
+            assert not isinstance(value, type(importlib)), f"{package}.{name} is a module"
+    probe = ("import sys\n"
+             "from threadkeeper.services.models import tokenizer_for\n"
+             "assert tokenizer_for('offline').count('hello world') == 2\n"
+             "print(sorted(m for m in ('threadkeeper.services.app', 'threadkeeper.services.models.llm', 'numpy',\n"
+             "                         'detect_secrets', 'wordfreq') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=_NO_DOTENV, timeout=120,
+                            env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

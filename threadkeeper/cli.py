@@ -98,6 +98,11 @@ def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    from threadkeeper.services.models import tokenizer_for
+
+    # The tokenizer first, while the process is small: tiktoken briefly holds o200k twice while it loads it (its
+    # ranks as a Python dict beside its own tables, 76 MB, then 48), and a process peaks at the largest moment.
+    tokenizer_for(settings.ai_model)
     from threadkeeper.bot.console import run_console
 
     from .root import check_models

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from threadkeeper.persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 
 from ..context import refs
+from .budget import is_offline
 
 if TYPE_CHECKING:
     import tiktoken
@@ -71,6 +72,15 @@ class Tokenizer:
                 fn = call.get("function", {})
                 total += self.count(fn.get("name", "")) + self.count(fn.get("arguments", ""))
         return total
+
+
+OFFLINE_COUNTED_AS = "gpt-4o"
+"""The model whose tokenizer counts the offline model's tokens (``o200k_base``): every eval figure is in its tokens."""
+
+
+def tokenizer_for(model: str) -> Tokenizer:
+    """The tokenizer that counts ``model``'s turns (the offline model's: :data:`OFFLINE_COUNTED_AS`'s)."""
+    return Tokenizer(OFFLINE_COUNTED_AS if is_offline(model) else model)
 
 
 def count_parts(tokenizer: Tokenizer, message: Message) -> int:
