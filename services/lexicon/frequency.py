@@ -2,23 +2,24 @@
 *small* lists only: each holds the words seen at least once per million words (Zipf 3 and above). A word the small
 list lacks is rarer than Zipf 3, which is all a rule here needs to know of it.
 
-The lists are read from ``wordfreq``'s own files into a compact table per language (its words sorted in one byte
-string, and each word's frequency band in two bytes): six languages cost a process about 4 MB, where ``wordfreq``'s
-dictionaries of the same lists cost it 37 MB. The answers are ``wordfreq``'s: a word is read as ``wordfreq`` reads
-it (case folded; a word it splits, "well-known", as rare as the combination of its parts; digits grouped), the
-plain words of the six languages (Latin letters and digits, hyphenated or not) without importing ``wordfreq`` at
-all, any other through ``wordfreq``'s tokenizer."""
+The lists are read from ``wordfreq``'s own files into a compact table per language (its words in one byte string,
+each word's frequency band in two bytes, a hash table of their positions): six languages cost a process about 4 MB,
+where ``wordfreq``'s dictionaries of the same lists cost it 37 MB. The answers are ``wordfreq``'s: a word is read as
+``wordfreq`` reads it (case folded; a word it splits, "well-known", as rare as the combination of its parts; digits
+grouped), the plain words of the six languages (Latin letters and digits, hyphenated or not) without importing
+``wordfreq`` at all, any other through ``wordfreq``'s tokenizer."""
 
 from __future__ import annotations
 
 import gzip
 import importlib.util
+import io
 import math
 import os
 import re
 import unicodedata
+import zlib
 from array import array
-from bisect import bisect_left
 from functools import lru_cache
 
 LANGUAGES = ("en", "de", "fr", "es", "pt", "it")
@@ -57,47 +58,51 @@ def _code(lang: str) -> str | None:
 
 
 class _Table:
-    """One language's small list: its words sorted by their UTF-8 bytes, in one byte string with their offsets,
-    and each word's band: ``wordfreq``'s frequency in centibels below 1 (band ``b`` is a frequency of
-    ``10 ** (-b / 100)``, Zipf ``9 - b / 100``)."""
+    """One language's small list: its words' UTF-8 bytes one after another in one byte string (with their offsets),
+    each word's band (``wordfreq``'s frequency in centibels below 1: band ``b`` is a frequency of ``10 ** (-b / 100)``,
+    Zipf ``9 - b / 100``), and a hash table of their positions (open addressing on CRC-32). The list is read as a
+    stream, one word at a time, so no word is ever held as an object of its own."""
 
-    __slots__ = ("bands", "offsets", "words")
+    __slots__ = ("bands", "offsets", "slots", "words")
 
-    def __init__(self, pack: list[list[str]]) -> None:
-        last: dict[bytes, int] = {}
-        for band, bucket in enumerate(pack):
-            for word in bucket:
-                last[word.encode()] = band  # a word listed twice keeps its last band, as wordfreq's dict does
-        ordered = sorted(last)
-        self.words = b"".join(ordered)
-        self.offsets = array("I", [0])
-        for spelled in ordered:
-            self.offsets.append(self.offsets[-1] + len(spelled))
-        self.bands = array("H", (last[spelled] for spelled in ordered))
+    def __init__(self, packed: io.BufferedIOBase) -> None:
+        import msgpack
 
-    def __len__(self) -> int:
-        return len(self.bands)
+        reader = msgpack.Unpacker(packed, raw=True)
+        buckets = reader.read_array_header() - 1
+        header = reader.unpack()
+        if not isinstance(header, dict) or header.get(b"format") != b"cB" or header.get(b"version") != 1:
+            raise ValueError(f"wordfreq's small list is not in the format it reads: {header!r}")
+        words, self.offsets, self.bands = bytearray(), array("I", [0]), array("H")
+        for band in range(buckets):
+            for _ in range(reader.read_array_header()):
+                words += reader.unpack()
+                self.offsets.append(len(words))
+                self.bands.append(band)
+        self.words = bytes(words)
+        self.slots = array("I", bytes(4 * (1 << (len(self.bands) * 3 // 2).bit_length())))
+        for i in range(len(self.bands)):
+            slot = self._slot(self.words[self.offsets[i]:self.offsets[i + 1]])
+            self.slots[slot] = i + 1  # a word listed twice keeps its last band, as wordfreq's dict does
 
-    def __getitem__(self, i: int) -> bytes:
-        return self.words[self.offsets[i]:self.offsets[i + 1]]
+    def _slot(self, key: bytes) -> int:
+        """Where ``key`` is in the hash table, or the empty slot where it would go."""
+        mask = len(self.slots) - 1
+        slot = zlib.crc32(key) & mask
+        while (held := self.slots[slot]) and self.words[self.offsets[held - 1]:self.offsets[held]] != key:
+            slot = (slot + 1) & mask
+        return slot
 
     def band(self, word: str) -> int | None:
         """The band of ``word`` as it is spelled, or None when the list lacks it."""
-        key = word.encode(errors="surrogatepass")
-        i = bisect_left(self, key)
-        return self.bands[i] if i < len(self) and self[i] == key else None
+        held = self.slots[self._slot(word.encode(errors="surrogatepass"))]
+        return self.bands[held - 1] if held else None
 
 
 @lru_cache(maxsize=32)
 def _table(code: str) -> _Table:
-    import msgpack
-
     with gzip.open(os.path.join(_data(), f"small_{code}.msgpack.gz"), "rb") as packed:
-        data = msgpack.load(packed, raw=False)
-    header = data[0]
-    if not isinstance(header, dict) or header.get("format") != "cB" or header.get("version") != 1:
-        raise ValueError(f"wordfreq's small list for {code!r} is not in the format it reads: {header!r}")
-    return _Table(data[1:])
+        return _Table(packed)
 
 
 @lru_cache(maxsize=1024)
