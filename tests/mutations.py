@@ -670,6 +670,10 @@ MUTANTS: list[Mutant] = [
     Mutant("replay-function-shadowed-by-its-module", "services/__init__.py",
            "from .replay import ReplayInputError, load_thread, parse_thread, replay  # noqa: E402\n", "",
            ("tests/test_budget_and_cli.py", "-k", "package_face")),
+    Mutant("detect-secrets-rules-read-at-import", "services/safety/redact.py",
+           "_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
+           "_EAGER = _maintained_rules()\n_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
+           ("tests/test_redaction.py", "-k", "first_text_redacted")),
 ]
 
 
