@@ -64,7 +64,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
 }
 """Where each public name lives. A name is imported when first asked for, so that importing one part of the
 domain (the tokenizer, the budget) does not import all of it (the executor, recall, memory, safety: 30 MB and a
-second); ``import threadkeeper.services`` alone imports nothing."""
+second); ``import threadkeeper.services`` alone imports only the reader of replay files."""
 
 __all__ = [
     "LOCAL", "PRIVACY", "Conversation", "ConversationIdError", "Forgotten", "OwedReply", "Privacy", "Turns",
@@ -81,7 +81,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     for module, names in _HOMES.items():
         if name in names:
-            home = importlib.import_module(module, __name__)
-            globals().update((each, getattr(home, each)) for each in names)
-            return globals()[name]
+            value = getattr(importlib.import_module(module, __name__), name)
+            globals()[name] = value
+            return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

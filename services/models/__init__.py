@@ -90,7 +90,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     for module, names in _HOMES.items():
         if name in names:
-            home = importlib.import_module(module, __name__)
-            globals().update((each, getattr(home, each)) for each in names)
-            return globals()[name]
+            value = getattr(importlib.import_module(module, __name__), name)
+            globals()[name] = value
+            return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
