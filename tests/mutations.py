@@ -665,7 +665,10 @@ MUTANTS: list[Mutant] = [
            "    encoding._mergeable_ranks = {}\n", "    encoding._mergeable_ranks = encoding._mergeable_ranks\n",
            ("tests/test_budget_and_cli.py", "-k", "python_copy_of_its_ranks")),
     Mutant("console-loads-its-stack-before-its-tokenizer", "threadkeeper/cli.py",
-           "    tokenizer_for(settings.ai_model)\n", "",
+           "            first(settings)\n", "            pass\n",
+           ("tests/test_budget_and_cli.py", "-k", "before_the_rest_of_the_stack")),
+    Mutant("log-formatter-imported-with-the-command-line", "threadkeeper/logs.py",
+           "from typing import IO, Any, Literal\n", "from typing import IO, Any, Literal\n\nimport structlog\n",
            ("tests/test_budget_and_cli.py", "-k", "before_the_rest_of_the_stack")),
     Mutant("replay-function-shadowed-by-its-module", "services/__init__.py",
            "from .replay import ReplayInputError, load_thread, parse_thread, replay  # noqa: E402\n", "",
@@ -674,6 +677,9 @@ MUTANTS: list[Mutant] = [
            "_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
            "_EAGER = _maintained_rules()\n_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
            ("tests/test_redaction.py", "-k", "first_text_redacted")),
+    Mutant("console-peak-read-with-the-bench-process", "threadkeeper/bench.py",
+           "startswith('VmHWM:')", "startswith('VmHWM-')",
+           ("tests/test_bench.py", "-k", "consoles_own")),
 ]
 
 

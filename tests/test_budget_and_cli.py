@@ -427,14 +427,14 @@ def test_a_tokenizer_counts_as_tiktoken_does_without_keeping_the_python_copy_of_
 @pytest.mark.parametrize("command", ["console", "run"])
 def test_the_console_loads_its_tokenizer_before_the_rest_of_the_stack(command: str, tmp_path: Path) -> None:
     """While tiktoken loads o200k it holds the table twice (76 MB more than before, 48 MB kept once it is built), so
-    the console loads it first, when the process holds little else: the application, recall's numpy and the
-    redaction rules are imported after it."""
+    the console loads it first, when the process holds little else: the application, recall's numpy, the redaction
+    rules and the log formatter (structlog, with rich) are imported after it."""
     probe = ("import sys\n"
              "from threadkeeper.services.models import tokens\n"
              "seen = []\n"
              "load = tokens._encoder_for\n"
              "def watched(model):\n"
-             "    seen.append(sorted(m for m in ('threadkeeper.services.app', 'numpy', 'detect_secrets')\n"
+             "    seen.append(sorted(m for m in ('threadkeeper.services.app', 'numpy', 'detect_secrets', 'structlog')\n"
              "                       if m in sys.modules))\n"
              "    return load(model)\n"
              "tokens._encoder_for = watched\n"
