@@ -680,6 +680,10 @@ MUTANTS: list[Mutant] = [
     Mutant("console-peak-read-with-the-bench-process", "threadkeeper/bench.py",
            "startswith('VmHWM:')", "startswith('VmHWM-')",
            ("tests/test_bench.py", "-k", "consoles_own")),
+    Mutant("redis-client-imported-with-the-settings", "threadkeeper/stores.py",
+           "from .settings import Settings\n\nif TYPE_CHECKING:",
+           "import redis.asyncio\n\nfrom .settings import Settings\n\nif TYPE_CHECKING:",
+           ("tests/test_budget_and_cli.py", "-k", "before_the_rest_of_the_stack")),
 ]
 
 

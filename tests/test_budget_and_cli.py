@@ -428,13 +428,14 @@ def test_a_tokenizer_counts_as_tiktoken_does_without_keeping_the_python_copy_of_
 def test_the_console_loads_its_tokenizer_before_the_rest_of_the_stack(command: str, tmp_path: Path) -> None:
     """While tiktoken loads o200k it holds the table twice (76 MB more than before, 48 MB kept once it is built), so
     the console loads it first, when the process holds little else: the application, recall's numpy, the redaction
-    rules and the log formatter (structlog, with rich) are imported after it."""
+    rules, the log formatter (structlog, with rich) and the Redis client are imported after it."""
     probe = ("import sys\n"
              "from threadkeeper.services.models import tokens\n"
              "seen = []\n"
              "load = tokens._encoder_for\n"
              "def watched(model):\n"
-             "    seen.append(sorted(m for m in ('threadkeeper.services.app', 'numpy', 'detect_secrets', 'structlog')\n"
+             "    seen.append(sorted(m for m in ('threadkeeper.services.app', 'numpy', 'detect_secrets', 'structlog',\n"
+             "                                   'redis')\n"
              "                       if m in sys.modules))\n"
              "    return load(model)\n"
              "tokens._encoder_for = watched\n"
@@ -449,13 +450,13 @@ def test_the_console_loads_its_tokenizer_before_the_rest_of_the_stack(command: s
 
 
 def test_each_package_face_name_is_imported_when_first_asked_for() -> None:
-    """``threadkeeper.services`` and ``.services.models`` import a name's module when the name is first used: the
-    names they export are those they declare, each the object its module defines (never the module of the same
-    name), and importing the tokenizer imports neither the application nor numpy."""
+    """``threadkeeper.persistence``, ``.services`` and ``.services.models`` import a name's module when the name is
+    first used: the names they export are those they declare, each the object its module defines (never the module
+    of the same name), and importing the tokenizer imports neither the application, numpy nor the Redis client."""
     import ast
     import importlib
 
-    for package in ("threadkeeper.services", "threadkeeper.services.models"):
+    for package in ("threadkeeper.persistence", "threadkeeper.services", "threadkeeper.services.models"):
         face = importlib.import_module(package)
         assert face.__file__ is not None
         declared = set()
@@ -470,7 +471,7 @@ def test_each_package_face_name_is_imported_when_first_asked_for() -> None:
              "from threadkeeper.services.models import tokenizer_for\n"
              "assert tokenizer_for('offline').count('hello world') == 2\n"
              "print(sorted(m for m in ('threadkeeper.services.app', 'threadkeeper.services.models.llm', 'numpy',\n"
-             "                         'detect_secrets', 'wordfreq') if m in sys.modules))\n")
+             "                         'detect_secrets', 'wordfreq', 'redis') if m in sys.modules))\n")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=_NO_DOTENV, timeout=120,
                             env=clean_env())
     assert result.returncode == 0, result.stderr

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import ThreadkeeperError
 
-from .embedded import NothingStoredError
 from .evalcmd import cmd_eval, cmd_eval_instructions, cmd_eval_memory, cmd_eval_redaction, windows_list
 from .logs import WorkProgress, quiet_turn_lines
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
@@ -86,6 +85,8 @@ def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
         if total > len(rows):
             print(f"(the {len(rows)} most recent of {total:,}; --limit shows more)")
         return 0
+
+    from .embedded import NothingStoredError
 
     try:
         return asyncio.run(with_pipeline(settings, work, read_only=True))
