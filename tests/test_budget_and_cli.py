@@ -427,8 +427,9 @@ def test_a_tokenizer_counts_as_tiktoken_does_without_keeping_the_python_copy_of_
 @pytest.mark.parametrize("command", ["console", "run"])
 def test_the_console_loads_its_tokenizer_before_the_rest_of_the_stack(command: str, tmp_path: Path) -> None:
     """While tiktoken loads o200k it holds the table twice (76 MB more than before, 48 MB kept once it is built), so
-    the console loads it first, when the process holds little else: the application, recall's numpy, the redaction
-    rules, the log formatter (structlog, with rich) and the Redis client are imported after it."""
+    the console loads it first, when the process holds little else: the application, the redaction rules, the log
+    formatter (structlog, with rich) and the Redis client are imported after it, and numpy (the search indexes'
+    arrays) not at all for a first turn, which searches nothing."""
     probe = ("import sys\n"
              "from threadkeeper.services.models import tokens\n"
              "seen = []\n"
@@ -446,7 +447,7 @@ def test_the_console_loads_its_tokenizer_before_the_rest_of_the_stack(command: s
                             cwd=tmp_path, timeout=120, env=clean_env())
     assert result.returncode == 0, result.stderr
     assert "threadkeeper> Offline model here" in result.stdout, result.stdout
-    assert result.stdout.splitlines()[-1] == "exit 0 first load with [] numpy True", result.stdout
+    assert result.stdout.splitlines()[-1] == "exit 0 first load with [] numpy False", result.stdout
 
 
 def test_each_package_face_name_is_imported_when_first_asked_for() -> None:

@@ -43,9 +43,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import (
     CheckpointStore,
@@ -60,6 +58,9 @@ from threadkeeper.persistence import (
 from ..context import current_text, label, parse, refs
 from ..models import MESSAGE_OVERHEAD, Embedder, EmbeddingError, Tokenizer, ToolContext, bound_text
 from ..text import OFF_LOOP, STOPWORDS, TermIndex, compress, language, search_terms
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger("threadkeeper.recall")
 
@@ -426,6 +427,8 @@ class Recall:
 
     async def _embed(self, conversation_id: str, index: ConversationIndex, asked: Sequence[Message],
                      embedder: Embedder) -> Any:
+        import numpy as np
+
         def key(text: str) -> str:
             return hashlib.blake2b(f"{embedder.model}\0{text}".encode(), digest_size=12).hexdigest()
 
