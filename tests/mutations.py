@@ -676,7 +676,7 @@ MUTANTS: list[Mutant] = [
     Mutant("detect-secrets-rules-read-at-import", "services/safety/redact.py",
            "_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
            "_EAGER = _maintained_rules()\n_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
-           ("tests/test_redaction.py", "-k", "first_text_redacted")),
+           ("tests/test_redaction_rules.py",)),
     Mutant("console-peak-read-with-the-bench-process", "threadkeeper/bench.py",
            "startswith('VmHWM:')", "startswith('VmHWM-')",
            ("tests/test_bench.py", "-k", "consoles_own")),
