@@ -685,7 +685,7 @@ MUTANTS: list[Mutant] = [
            "import redis.asyncio\n\nfrom .settings import Settings\n\nif TYPE_CHECKING:",
            ("tests/test_budget_and_cli.py", "-k", "before_the_rest_of_the_stack")),
     Mutant("numpy-imported-with-the-text-index", "services/text/index.py",
-           "if TYPE_CHECKING:\n    import numpy as np\n", "import numpy as np\n",
+           "    from .._numpy import np\n", "    import numpy as np\n",
            ("tests/test_budget_and_cli.py", "-k", "before_the_rest_of_the_stack")),
     Mutant("bm25s-imported-for-its-stopwords", "services/text/notes.py",
            "_sw = _bm25s_stopwords()\n", "from bm25s import stopwords as _sw\n",

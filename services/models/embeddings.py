@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .llm import ModelError, _litellm, _said, refused
 
 if TYPE_CHECKING:
-    pass
+    import numpy as np
+else:
+    from .._numpy import np
 
 
 class EmbeddingError(ModelError):
@@ -45,8 +47,6 @@ class EmbeddingClient:
         return self._model
 
     async def embed(self, texts: Sequence[str]) -> Any:
-        import numpy as np
-
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         litellm = _litellm()
@@ -93,8 +93,6 @@ def _known_to_litellm(litellm: Any, model: str) -> None:
 def _rows(response: Any, count: int, named: str) -> Any:
     """The response's vectors in the order of the texts, unit length; EmbeddingError unless one finite, non-zero
     vector per text, all of one length."""
-    import numpy as np
-
     data = getattr(response, "data", None) or []
     items = sorted(data, key=lambda item: _get(item, "index") or 0)
     vectors = [_get(item, "embedding") for item in items]

@@ -60,7 +60,9 @@ from ..models import MESSAGE_OVERHEAD, Embedder, EmbeddingError, Tokenizer, Tool
 from ..text import OFF_LOOP, STOPWORDS, TermIndex, compress, language, search_terms
 
 if TYPE_CHECKING:
-    pass
+    import numpy as np
+else:
+    from .._numpy import np
 
 log = logging.getLogger("threadkeeper.recall")
 
@@ -427,8 +429,6 @@ class Recall:
 
     async def _embed(self, conversation_id: str, index: ConversationIndex, asked: Sequence[Message],
                      embedder: Embedder) -> Any:
-        import numpy as np
-
         def key(text: str) -> str:
             return hashlib.blake2b(f"{embedder.model}\0{text}".encode(), digest_size=12).hexdigest()
 

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
+else:
+    from .._numpy import np
 
 
 K1, B = 1.5, 0.75
@@ -37,14 +39,6 @@ RRF_K = 60
 """Reciprocal rank fusion's constant: a document's fused score is the sum over the rankings that hold it of
 ``1 / (RRF_K + rank)`` (rank from 1); 60 as in Cormack, Clarke and Büttcher (2009), where it was robust across
 collections. Ranks, not scores, are fused, so BM25's unbounded scores and cosine similarities need no calibration."""
-
-
-def _numpy() -> Any:
-    """numpy, imported when an index first needs it: a process that never builds one (a console's first turn) does
-    not pay its 10 MB."""
-    import numpy
-
-    return numpy
 
 
 @dataclass
@@ -69,15 +63,15 @@ class TermIndex:
     pending: list[int] = field(default_factory=list)
     """Positions added and not searchable yet."""
     removed: set[int] = field(default_factory=set)
-    _alive: Any = field(default_factory=lambda: _numpy().ones(1024, dtype=bool))
+    _alive: Any = field(default_factory=lambda: np.ones(1024, dtype=bool))
     """Per position, whether the document is still searched (grown by doubling, as the arrays below)."""
-    _lengths: Any = field(default_factory=lambda: _numpy().ones(1024, dtype=_numpy().float64))
+    _lengths: Any = field(default_factory=lambda: np.ones(1024, dtype=np.float64))
     """Per position, the document's length in terms (at least 1)."""
     _length: int = 0
     """The live documents' lengths, summed."""
-    _taken: Any = field(default_factory=lambda: _numpy().zeros(1024, dtype=bool))
+    _taken: Any = field(default_factory=lambda: np.zeros(1024, dtype=bool))
     """Per position, whether the document is in a segment (searchable)."""
-    _embedded: Any = field(default_factory=lambda: _numpy().zeros(1024, dtype=bool))
+    _embedded: Any = field(default_factory=lambda: np.zeros(1024, dtype=bool))
     """Per position, whether the document has a vector."""
     _vectors: Any = None
     """Per position, the document's vector (unit length, float32), once the first one is given."""
@@ -86,8 +80,6 @@ class TermIndex:
 
     def add(self, terms: Sequence[str]) -> int:
         """A new document, pending until :meth:`searchable`; its position."""
-        import numpy as np
-
         self.terms.append(tuple(terms))
         position = len(self.terms) - 1
         if len(self.terms) > len(self._alive):
@@ -149,8 +141,6 @@ class TermIndex:
         return work
 
     def _build(self, positions: list[int]) -> _Segment:
-        import numpy as np
-
         kept = sorted(p for p in positions if p not in self.removed)
         found: dict[str, tuple[list[int], list[int]]] = {}
         for p in kept:
@@ -166,8 +156,6 @@ class TermIndex:
 
     def _merged(self, before: _Segment, last: _Segment) -> _Segment:
         """Two segments as one, without their removed documents (``before`` holds the earlier positions)."""
-        import numpy as np
-
         postings = {}
         for term in before.postings.keys() | last.postings.keys():
             parts = [s.postings[term] for s in (before, last) if term in s.postings]
@@ -185,8 +173,6 @@ class TermIndex:
         """``(scores, positions)`` (numpy) of the searchable documents that share a term with ``query``, best first
         (ties: the later position first); ``among``: only positions this boolean array (by position) holds; with
         ``limit``, at most that many."""
-        import numpy as np
-
         live = self.size
         if not live or not self.segments:
             return np.zeros(0), np.zeros(0, dtype=np.int64)
@@ -259,8 +245,6 @@ class TermIndex:
 
     def unembedded(self) -> list[int]:
         """The live documents (searchable or pending) without a vector, by position."""
-        import numpy as np
-
         n = len(self.terms)
         found: list[int] = np.flatnonzero(self._alive[:n] & ~self._embedded[:n]).tolist()
         return found
@@ -268,8 +252,6 @@ class TermIndex:
     def embed(self, positions: Sequence[int], vectors: Any) -> None:
         """Give the documents at ``positions`` their vectors (rows of ``vectors``, made unit length); every vector
         of an index has the same length (ValueError otherwise)."""
-        import numpy as np
-
         rows = np.asarray(vectors, dtype=np.float32).reshape(len(positions), -1)
         if self._vectors is None:
             self._vectors = np.zeros((len(self._alive), rows.shape[1]), dtype=np.float32)
@@ -282,8 +264,6 @@ class TermIndex:
     def nearest(self, meaning: Any, *, limit: int, among: Any = None) -> tuple[Any, Any]:
         """``(similarities, positions)`` of the ``limit`` searchable documents whose vectors are nearest ``meaning``
         (cosine), best first (ties: the later position first); none before any document has a vector."""
-        import numpy as np
-
         if self._vectors is None or limit <= 0:
             return np.zeros(0), np.zeros(0, dtype=np.int64)
         n = len(self.terms)
