@@ -4,51 +4,81 @@ Knows no Slack and no LLM. Public entry points: :class:`CheckpointStore`, :class
 :class:`LeaseManager`, :func:`connect`, and the models in :mod:`persistence.models`.
 """
 
-from .base import new_id
-from .connection import connect, durability, ping
-from .errors import (
-    CorruptRecordError,
-    HeadConflictError,
-    InvalidTransitionError,
-    LeaseLostError,
-    NotFoundError,
-    StoreUnavailableError,
-    ThreadkeeperError,
-)
-from .forget import Forgetter
-from .inbox import Inbox, LeaseManager, why_unreadable
-from .keys import ConversationKeys
-from .memory import ExtractionJob, MemoryOrigin, MemoryRecord, MemoryStore, MemoryVersion, message_mark
-from .models import (
-    Checkpoint,
-    CheckpointKind,
-    CheckpointMeta,
-    CheckpointOutcome,
-    CheckpointStatus,
-    CitedSource,
-    ConversationState,
-    ConversationSummary,
-    History,
-    ImagePart,
-    InboxItem,
-    Lease,
-    LineageEntry,
-    Message,
-    MessageFlags,
-    PreparedHandoff,
-    Role,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-    Usage,
-    carried_tokens,
-    messages_so_far,
-)
-from .notes import MessageChange, Notes, NotesStore
-from .pace import Pace
-from .signals import Signals
-from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
-from .vectors import VectorStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import new_id
+    from .connection import connect, durability, ping
+    from .errors import (
+        CorruptRecordError,
+        HeadConflictError,
+        InvalidTransitionError,
+        LeaseLostError,
+        NotFoundError,
+        StoreUnavailableError,
+        ThreadkeeperError,
+    )
+    from .forget import Forgetter
+    from .inbox import Inbox, LeaseManager, why_unreadable
+    from .keys import ConversationKeys
+    from .memory import ExtractionJob, MemoryOrigin, MemoryRecord, MemoryStore, MemoryVersion, message_mark
+    from .models import (
+        Checkpoint,
+        CheckpointKind,
+        CheckpointMeta,
+        CheckpointOutcome,
+        CheckpointStatus,
+        CitedSource,
+        ConversationState,
+        ConversationSummary,
+        History,
+        ImagePart,
+        InboxItem,
+        Lease,
+        LineageEntry,
+        Message,
+        MessageFlags,
+        PreparedHandoff,
+        Role,
+        TextPart,
+        ToolCallPart,
+        ToolResultPart,
+        Usage,
+        carried_tokens,
+        messages_so_far,
+    )
+    from .notes import MessageChange, Notes, NotesStore
+    from .pace import Pace
+    from .signals import Signals
+    from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
+    from .vectors import VectorStore
+
+_HOMES: dict[str, tuple[str, ...]] = {
+    ".base": ("new_id",),
+    ".connection": ("connect", "durability", "ping"),
+    ".errors": (
+        "CorruptRecordError", "HeadConflictError", "InvalidTransitionError", "LeaseLostError", "NotFoundError",
+        "StoreUnavailableError", "ThreadkeeperError",
+    ),
+    ".forget": ("Forgetter",),
+    ".inbox": ("Inbox", "LeaseManager", "why_unreadable"),
+    ".keys": ("ConversationKeys",),
+    ".memory": ("ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark"),
+    ".models": (
+        "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CheckpointStatus", "CitedSource",
+        "ConversationState", "ConversationSummary", "History", "ImagePart", "InboxItem", "Lease", "LineageEntry",
+        "Message", "MessageFlags", "PreparedHandoff", "Role", "TextPart", "ToolCallPart", "ToolResultPart", "Usage",
+        "carried_tokens", "messages_so_far",
+    ),
+    ".notes": ("MessageChange", "Notes", "NotesStore"),
+    ".pace": ("Pace",),
+    ".signals": ("Signals",),
+    ".store": ("CheckpointStore", "Commit", "Opening", "compaction_checkpoint"),
+    ".vectors": ("VectorStore",),
+}
+"""Where each public name lives, imported when first asked for: the errors and the stored shapes without the
+Redis client and the stores (6 MB), which a command may load after what it needs first."""
 
 __all__ = [
     "Forgetter", "durability", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CitedSource", "CheckpointStatus",
@@ -57,3 +87,12 @@ __all__ = [
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
     "ToolResultPart", "Usage", "VectorStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _HOMES.items():
+        if name in names:
+            value = getattr(importlib.import_module(module, __name__), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,42 +4,67 @@ Public entry points: :class:`Pipeline` (what the bot, console, CLI and evals cal
 :class:`ReplyExecutor`, :class:`ModelClient`, :class:`ContextBudget`, :class:`Tokenizer`.
 """
 
-from .app import Forgotten, OwedReply, Pipeline, Turns, as_conversation
-from .context import ContextEntry, measure, to_chat, visible
-from .conversation import LOCAL, PRIVACY, Conversation, ConversationIdError, Privacy
-from .models import (
-                     SYSTEM_PROMPT,
-                     BudgetError,
-                     BudgetPolicy,
-                     ContextBudget,
-                     Draft,
-                     ModelClient,
-                     ModelContextError,
-                     ModelError,
-                     ModelReply,
-                     ModelSetupError,
-                     ModelTimeoutError,
-                     Tokenizer,
-                     Tool,
-                     ToolCall,
-                     ToolContext,
-                     ToolRegistry,
-                     is_offline,
-                     offers_tools,
-                     resolve_max_output,
-                     resolve_window,
-)
-from .replay import ReplayInputError, load_thread, parse_thread, replay
-from .turn import (
-    THINKING,
-    ContextReport,
-    ExecutorConfig,
-    Preparation,
-    ReplyExecutor,
-    Spend,
-    TurnEvents,
-    TurnResult,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import Forgotten, OwedReply, Pipeline, Turns, as_conversation
+    from .context import ContextEntry, measure, to_chat, visible
+    from .conversation import LOCAL, PRIVACY, Conversation, ConversationIdError, Privacy
+    from .models import (
+                         SYSTEM_PROMPT,
+                         BudgetError,
+                         BudgetPolicy,
+                         ContextBudget,
+                         Draft,
+                         ModelClient,
+                         ModelContextError,
+                         ModelError,
+                         ModelReply,
+                         ModelSetupError,
+                         ModelTimeoutError,
+                         Tokenizer,
+                         Tool,
+                         ToolCall,
+                         ToolContext,
+                         ToolRegistry,
+                         is_offline,
+                         offers_tools,
+                         resolve_max_output,
+                         resolve_window,
+    )
+    from .turn import (
+        THINKING,
+        ContextReport,
+        ExecutorConfig,
+        Preparation,
+        ReplyExecutor,
+        Spend,
+        TurnEvents,
+        TurnResult,
+    )
+
+# imported at once: ``replay`` is also the name of its module, which would otherwise shadow the function once
+# the module is imported (replay.py itself imports the application only when a replay runs)
+from .replay import ReplayInputError, load_thread, parse_thread, replay  # noqa: E402
+
+_HOMES: dict[str, tuple[str, ...]] = {
+    ".app": ("Forgotten", "OwedReply", "Pipeline", "Turns", "as_conversation"),
+    ".context": ("ContextEntry", "measure", "to_chat", "visible"),
+    ".conversation": ("LOCAL", "PRIVACY", "Conversation", "ConversationIdError", "Privacy"),
+    ".models": (
+        "SYSTEM_PROMPT", "BudgetError", "BudgetPolicy", "ContextBudget", "Draft", "ModelClient", "ModelContextError",
+        "ModelError", "ModelReply", "ModelSetupError", "ModelTimeoutError", "Tokenizer", "Tool", "ToolCall",
+        "ToolContext", "ToolRegistry", "is_offline", "offers_tools", "resolve_max_output", "resolve_window",
+    ),
+    ".turn": (
+        "THINKING", "ContextReport", "ExecutorConfig", "Preparation", "ReplyExecutor", "Spend", "TurnEvents",
+        "TurnResult",
+    ),
+}
+"""Where each public name lives. A name is imported when first asked for, so that importing one part of the
+domain (the tokenizer, the budget) does not import all of it (the executor, recall, memory, safety: 30 MB and a
+second); ``import threadkeeper.services`` alone imports only the reader of replay files."""
 
 __all__ = [
     "LOCAL", "PRIVACY", "Conversation", "ConversationIdError", "Forgotten", "OwedReply", "Privacy", "Turns",
@@ -51,3 +76,12 @@ __all__ = [
     "Preparation", "TurnEvents", "TurnResult", "is_offline", "offers_tools", "load_thread", "measure", "parse_thread", "replay",
     "resolve_max_output", "resolve_window", "to_chat", "visible",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _HOMES.items():
+        if name in names:
+            value = getattr(importlib.import_module(module, __name__), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

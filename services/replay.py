@@ -6,14 +6,16 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from threadkeeper.persistence import InboxItem, ThreadkeeperError
 
-from .app import Pipeline, as_conversation
 from .conversation import Conversation
+
+if TYPE_CHECKING:
+    from .app import Pipeline
 
 
 class ReplayInputError(ThreadkeeperError):
@@ -163,6 +165,8 @@ async def replay(pipeline: Pipeline, thread: ReplayThread, *, conversation: Conv
                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Deliver the thread's messages in order, running a turn every ``turn_every`` messages and after the last.
     ``conversation``: where (with what is known of its channel's privacy), or its id."""
+    from .app import as_conversation
+
     conversation = as_conversation(conversation)
     conversation_id = conversation.id
     if turn_every < 1:

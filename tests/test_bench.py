@@ -75,3 +75,19 @@ async def test_the_newcomers_console_without_a_redis_server_uses_a_prefix_of_its
         if stray:
             await client.delete(*stray)
         await client.aclose()
+
+
+@pytest.mark.redis
+def test_the_console_peak_is_the_consoles_own_whatever_the_bench_held(prefix: str) -> None:
+    """Linux carries a process's high-water RSS across ``exec`` into what ``ru_maxrss`` reports: a bench that has
+    held more than the console must still read the console's own peak, not its own."""
+    import resource
+
+    from threadkeeper import bench
+
+    held = bytearray(200 * 1024 * 1024)
+    held[::4096] = b"\x01" * len(held[::4096])  # touched, so it is resident
+    bench_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    _, console_peak = bench._newcomer_console(b"", url=REDIS_URL, prefix=prefix)
+    del held
+    assert 20 < console_peak < bench_peak - 50, (console_peak, bench_peak)

@@ -423,3 +423,81 @@ def test_a_long_text_is_counted_as_its_encoder_counts_it_whole(model: str) -> No
         assert tokenizer.count(text) == whole  # from the counts kept
     for joined in ("done.\n//x " * 60, "see\n\n" * 200, "see\n\r\nz" * 100):
         assert tokenizer.count(joined) == len(tokenizer.encoder.encode(joined, disallowed_special=()))
+
+
+def test_a_tokenizer_counts_as_tiktoken_does_without_keeping_the_python_copy_of_its_ranks() -> None:
+    """The encoding a Tokenizer holds no longer keeps tiktoken's Python dict of merge ranks (29 MB for o200k), and
+    counts exactly what an encoding built from the full ranks counts."""
+    import tiktoken
+    from tiktoken_ext.openai_public import o200k_base
+
+    from threadkeeper.services import Tokenizer
+
+    tokenizer = Tokenizer("gpt-4o")
+    assert tokenizer.name == "o200k_base"
+    assert getattr(tokenizer.encoder, "_mergeable_ranks") == {}
+    assert tiktoken.get_encoding("o200k_base") is tokenizer.encoder  # the process's one copy is the lean one
+    full = tiktoken.Encoding(**o200k_base())
+    assert len(getattr(full, "_mergeable_ranks")) > 199_000
+    texts = ["", "hello world", "the password for staging is Xq9-vB7mKt2w, and the deploy key is in 1Password",
+             "Größenänderung später, ¿vale? ça marche — 東京で会いましょう 🎉", "def f(x):\n    return x ** 2\n" * 20,
+             "<|endoftext|> is counted as text", " ".join(str(n) for n in range(300))]
+    for text in texts:
+        assert tokenizer.count(text) == len(full.encode(text, disallowed_special=())), text
+    assert tokenizer.encoder is not None
+    assert full.decode(tokenizer.encoder.encode(texts[2])) == texts[2]
+
+
+@pytest.mark.parametrize("command", ["console", "run"])
+def test_the_console_loads_its_tokenizer_before_the_rest_of_the_stack(command: str, tmp_path: Path) -> None:
+    """While tiktoken loads o200k it holds the table twice (76 MB more than before, 48 MB kept once it is built), so
+    the console loads it first, when the process holds little else: the application, the redaction rules, the log
+    formatter (structlog, with rich) and the Redis client are imported after it, and numpy (the search indexes'
+    arrays) not at all for a first turn, which searches nothing."""
+    probe = ("import sys\n"
+             "from threadkeeper.services.models import tokens\n"
+             "seen = []\n"
+             "load = tokens._encoder_for\n"
+             "def watched(model):\n"
+             "    seen.append(sorted(m for m in ('threadkeeper.services.app', 'numpy', 'detect_secrets', 'structlog',\n"
+             "                                   'redis')\n"
+             "                       if m in sys.modules))\n"
+             "    return load(model)\n"
+             "tokens._encoder_for = watched\n"
+             "from threadkeeper.cli import main\n"
+             f"code = main([{command!r}])\n"
+             "print('exit', code, 'first load with', seen[0], 'numpy', 'numpy' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe], input="hello\n", capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert "threadkeeper> Offline model here" in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-1] == "exit 0 first load with [] numpy False", result.stdout
+
+
+def test_each_package_face_name_is_imported_when_first_asked_for() -> None:
+    """``threadkeeper.persistence``, ``.services`` and ``.services.models`` import a name's module when the name is
+    first used: the names they export are those they declare, each the object its module defines (never the module
+    of the same name), and importing the tokenizer imports neither the application, numpy nor the Redis client."""
+    import ast
+    import importlib
+
+    for package in ("threadkeeper.persistence", "threadkeeper.services", "threadkeeper.services.models"):
+        face = importlib.import_module(package)
+        assert face.__file__ is not None
+        declared = set()
+        for node in ast.walk(ast.parse(Path(face.__file__).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                declared |= {alias.name for alias in node.names}
+        assert declared == set(face.__all__), package
+        for name in face.__all__:
+            value = getattr(face, name)
+            assert not isinstance(value, type(importlib)), f"{package}.{name} is a module"
+    probe = ("import sys\n"
+             "from threadkeeper.services.models import tokenizer_for\n"
+             "assert tokenizer_for('offline').count('hello world') == 2\n"
+             "print(sorted(m for m in ('threadkeeper.services.app', 'threadkeeper.services.models.llm', 'numpy',\n"
+             "                         'detect_secrets', 'wordfreq', 'redis') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=_NO_DOTENV, timeout=120,
+                            env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -205,3 +205,21 @@ def test_the_same_person_saying_the_same_thing_twice_gets_one_note() -> None:
     said = [(n.author, n.text) for n in chosen.notes]
     assert said.count(("ann", texts[0][1])) == 1, "a repeat by the same person is not noted again"
     assert ("bob", texts[0][1]) in said, "someone else saying it is their own note"
+
+
+def test_the_stopword_lists_are_bm25s_own_read_without_importing_it() -> None:
+    """The stopword lists are bm25s's, read from its file so that numpy (which the ``bm25s`` package imports) is
+    imported only by what searches."""
+    import subprocess
+    import sys
+
+    from bm25s import stopwords
+
+    from threadkeeper.services.text import STOPWORDS
+
+    assert STOPWORDS["de"] == frozenset(stopwords.STOPWORDS_GERMAN)
+    assert STOPWORDS["en"] >= frozenset(stopwords.STOPWORDS_EN_PLUS)
+    probe = "import sys\nfrom threadkeeper.services.text import STOPWORDS\nprint('bm25s' in sys.modules, 'numpy' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]

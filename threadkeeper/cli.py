@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import ThreadkeeperError
 
-from .embedded import NothingStoredError
 from .evalcmd import cmd_eval, cmd_eval_instructions, cmd_eval_memory, cmd_eval_redaction, windows_list
 from .logs import WorkProgress, quiet_turn_lines
 from .opscmd import REASONS, cmd_bench, cmd_compact, cmd_dead_letters, cmd_forget
@@ -87,6 +86,8 @@ def cmd_conversations(args: argparse.Namespace, settings: Settings) -> int:
             print(f"(the {len(rows)} most recent of {total:,}; --limit shows more)")
         return 0
 
+    from .embedded import NothingStoredError
+
     try:
         return asyncio.run(with_pipeline(settings, work, read_only=True))
     except NothingStoredError as nothing:
@@ -112,6 +113,16 @@ def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
         return await run_console(pipeline, args.conversation, sys.stdin, sys.stdout, banner=banner)
 
     return asyncio.run(with_pipeline(settings, work, context_window=args.context_window))
+
+
+def count_first(settings: Settings) -> None:
+    """What the console (and ``run``, which may start it) loads before anything else, logging included: the model's
+    tokenizer. While tiktoken builds o200k it holds the table twice (its ranks as a Python dict beside its own tables:
+    76 MB more than the process held, 48 MB once built), and a process peaks at its largest moment, so the table is
+    built while the process is small (the settings read, nothing else of the stack imported)."""
+    from threadkeeper.services.models import tokenizer_for
+
+    tokenizer_for(settings.ai_model)
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -287,6 +298,7 @@ PLOT_HELP = ("draw {what} to this file: .png, .svg or .pdf (needs matplotlib, th
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="threadkeeper", description="A Slack bot that never loses the thread.")
+    parser.set_defaults(first=None)  # what a command loads before logging and its own imports (count_first)
     parser.add_argument("--version", action="version", version=f"threadkeeper {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -303,12 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_conversations)
 
     p = sub.add_parser("run", help="the main job: the Slack bot when configured, otherwise the local console")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, first=count_first)
 
     p = sub.add_parser("console", help="a line-based local chat on the real pipeline (works with piped stdin)")
     p.add_argument("--conversation", default="console:local", help="conversation id (default console:local)")
     p.add_argument("--context-window", type=_positive, help="override the model's context window (tokens)")
-    p.set_defaults(func=cmd_console)
+    p.set_defaults(func=cmd_console, first=count_first)
 
     p = sub.add_parser("context", help="what the next turn of a conversation would send to the model")
     p.add_argument("conversation_id", help="the conversation (threadkeeper conversations lists them)")
@@ -471,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         settings = load_settings()
+        first: Callable[[Settings], None] | None = args.first
+        if first is not None:
+            first(settings)
         from .logs import configure
 
         configure(settings.threadkeeper_log_level, settings.threadkeeper_log_format)

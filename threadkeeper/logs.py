@@ -13,13 +13,15 @@ import sys
 import time
 from typing import IO, Any, Literal
 
-import structlog
-
 FORMATS = ("text", "json")
 
 
 def configure(level: str = "INFO", fmt: Literal["text", "json"] = "text", stream: IO[str] | None = None) -> None:
-    """Send every log record to ``stream`` (default stderr) as one ``key=value`` or JSON line."""
+    """Send every log record to ``stream`` (default stderr) as one ``key=value`` or JSON line. structlog is imported
+    here, not with this module: with rich, which it imports too, it costs a process 6 MB, and a command may load what
+    it needs first (:func:`threadkeeper.cli.main`)."""
+    import structlog
+
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else \
         structlog.processors.LogfmtRenderer(key_order=["timestamp", "level", "logger", "event"], drop_missing=True)
     formatter = structlog.stdlib.ProcessorFormatter(

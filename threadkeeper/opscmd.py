@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
-from threadkeeper.persistence import ThreadkeeperError, why_unreadable
+from threadkeeper.persistence import ThreadkeeperError
 
 from .logs import WorkProgress, quiet_turn_lines, stderr_console
 from .plots import check_plot
@@ -115,6 +115,8 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
 def _dead_letter(raw: str) -> dict[str, object]:
     """One dead letter as ``dead-letters list`` shows it: why this version cannot read it (None: it can now, and
     ``retry`` queues it), and the start of what was stored."""
+    from threadkeeper.persistence import why_unreadable
+
     return {"unreadable": why_unreadable(raw), "stored": raw if len(raw) <= 160 else raw[:157] + "..."}
 
 

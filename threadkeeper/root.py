@@ -17,7 +17,6 @@ from threadkeeper.services import (
     ModelClient,
     Pipeline,
     ReplyExecutor,
-    Tokenizer,
     Tool,
     ToolRegistry,
     Turns,
@@ -28,7 +27,7 @@ from threadkeeper.services import (
 )
 from threadkeeper.services.handoff import Compactor, Summarizer, record_state_tool
 from threadkeeper.services.memory import ChannelAccess, Memory, MemoryConfig
-from threadkeeper.services.models import MESSAGE_OVERHEAD, EmbeddingClient, OfflineModel
+from threadkeeper.services.models import MESSAGE_OVERHEAD, EmbeddingClient, OfflineModel, tokenizer_for
 from threadkeeper.services.recall import Recall, lineage_resolver, thread_search_tool
 from threadkeeper.services.turn import Clock, ContextAssembler, ModelLoop, NoteEffects, Preview, TurnInput, tool_tokens
 
@@ -162,7 +161,7 @@ def _build_turns(settings: Settings, stores: Stores, *, model: str | None, conte
     model_name = model or settings.ai_model
     override = context_window or (settings.ai_model_context_window_tokens if model is None or
                                   model == settings.ai_model else None)
-    tokenizer = Tokenizer("gpt-4o" if is_offline(model_name) else model_name)
+    tokenizer = tokenizer_for(model_name)
     max_output = resolve_max_output(model_name, settings.ai_max_output_tokens)
     window = resolve_window(model_name, override)
     client = ModelClient(model_name, timeout_seconds=settings.ai_timeout_seconds, max_output_tokens=max_output,

@@ -8,25 +8,22 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
-import redis.asyncio as aioredis
-
-from threadkeeper.persistence import (
-    CheckpointStore,
-    Forgetter,
-    Inbox,
-    LeaseManager,
-    MemoryStore,
-    NotesStore,
-    Pace,
-    Signals,
-    VectorStore,
-    connect,
-    ping,
-)
-
 from .settings import Settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the Redis client and the stores are imported when stores are built (6 MB a command may not need)
+    import redis.asyncio as aioredis
+
+    from threadkeeper.persistence import (
+        CheckpointStore,
+        Forgetter,
+        Inbox,
+        LeaseManager,
+        MemoryStore,
+        NotesStore,
+        Pace,
+        Signals,
+        VectorStore,
+    )
     from threadkeeper.services import Pipeline
 
 
@@ -60,6 +57,19 @@ class Stores:
 def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, url: str | None = None) -> Stores:
     """The stores on ``client``, or on a new client of ``url`` (default ``REDIS_URL``; :func:`open_stores`
     passes the embedded Redis's when it is unset)."""
+    from threadkeeper.persistence import (
+        CheckpointStore,
+        Forgetter,
+        Inbox,
+        LeaseManager,
+        MemoryStore,
+        NotesStore,
+        Pace,
+        Signals,
+        VectorStore,
+        connect,
+    )
+
     url = url or settings.redis_url
     if client is None:
         if not url:
@@ -86,6 +96,8 @@ async def open_stores(settings: Settings, *, read_only: bool = False) -> AsyncIt
     the embedded Redis of ``THREADKEEPER_DATA_DIR`` (started if no other process runs it, and stopped on the
     way out if no other process uses it). ``read_only``: a command that only reads (or deletes) what is stored
     makes no embedded store where there is none; it fails with :class:`NothingStoredError` instead."""
+    from threadkeeper.persistence import ping
+
     embedded = None
     url = settings.redis_url
     if not url:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import (
     ImagePart,
     Message,
-    Notes,
     TextPart,
     ToolCallPart,
     ToolResultPart,
 )
+
+if TYPE_CHECKING:
+    from threadkeeper.persistence import Notes
 
 from . import refs
 

@@ -1,32 +1,54 @@
 """Models and their budgets: token counting, the window and the budget derived from it, the litellm client (and
 the offline model, which never imports litellm), the prompts and the tools a model may call."""
 
-from .budget import (
-    OFFLINE_WINDOW_TOKENS,
-    BudgetError,
-    BudgetPolicy,
-    ContextBudget,
-    is_offline,
-    offers_tools,
-    resolve_max_output,
-    resolve_window,
-)
-from .embeddings import Embedder, EmbeddingClient, EmbeddingError
-from .llm import (
-    Draft,
-    ModelClient,
-    ModelContextError,
-    ModelError,
-    ModelReply,
-    ModelSetupError,
-    ModelTimeoutError,
-    RateLimitedError,
-    ToolCall,
-)
-from .offline import OfflineModel
-from .prompts import HANDOFF_PROMPT, HANDOFF_UPDATE, SYSTEM_PROMPT
-from .tokens import MESSAGE_OVERHEAD, Tokenizer, bound_text
-from .tools import RECORDS, Tool, ToolContext, ToolRegistry
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .budget import (
+        OFFLINE_WINDOW_TOKENS,
+        BudgetError,
+        BudgetPolicy,
+        ContextBudget,
+        is_offline,
+        offers_tools,
+        resolve_max_output,
+        resolve_window,
+    )
+    from .embeddings import Embedder, EmbeddingClient, EmbeddingError
+    from .llm import (
+        Draft,
+        ModelClient,
+        ModelContextError,
+        ModelError,
+        ModelReply,
+        ModelSetupError,
+        ModelTimeoutError,
+        RateLimitedError,
+        ToolCall,
+    )
+    from .offline import OfflineModel
+    from .prompts import HANDOFF_PROMPT, HANDOFF_UPDATE, SYSTEM_PROMPT
+    from .tokens import MESSAGE_OVERHEAD, OFFLINE_COUNTED_AS, Tokenizer, bound_text, tokenizer_for
+    from .tools import RECORDS, Tool, ToolContext, ToolRegistry
+
+_HOMES: dict[str, tuple[str, ...]] = {
+    ".budget": (
+        "OFFLINE_WINDOW_TOKENS", "BudgetError", "BudgetPolicy", "ContextBudget", "is_offline", "offers_tools",
+        "resolve_max_output", "resolve_window",
+    ),
+    ".embeddings": ("Embedder", "EmbeddingClient", "EmbeddingError"),
+    ".llm": (
+        "Draft", "ModelClient", "ModelContextError", "ModelError", "ModelReply", "ModelSetupError", "ModelTimeoutError",
+        "RateLimitedError", "ToolCall",
+    ),
+    ".offline": ("OfflineModel",),
+    ".prompts": ("HANDOFF_PROMPT", "HANDOFF_UPDATE", "SYSTEM_PROMPT"),
+    ".tokens": ("MESSAGE_OVERHEAD", "OFFLINE_COUNTED_AS", "Tokenizer", "bound_text", "tokenizer_for"),
+    ".tools": ("RECORDS", "Tool", "ToolContext", "ToolRegistry"),
+}
+"""Where each public name lives, imported when first asked for: the tokenizer without the model client, the
+offline model's text rules or the embedding client's numpy."""
 
 __all__ = [
     "bound_text",
@@ -50,6 +72,7 @@ __all__ = [
     "offers_tools",
     "OFFLINE_WINDOW_TOKENS",
     "OfflineModel",
+    "OFFLINE_COUNTED_AS",
     "RateLimitedError",
     "RECORDS",
     "resolve_max_output",
@@ -60,4 +83,14 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolRegistry",
+    "tokenizer_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _HOMES.items():
+        if name in names:
+            value = getattr(importlib.import_module(module, __name__), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,7 @@ from threadkeeper.persistence import Usage
 
 from ..context import HANDOFF_HEADER
 from ..text import search_terms
-from .tokens import Tokenizer
+from .tokens import OFFLINE_COUNTED_AS, Tokenizer
 
 HANDOFF_MARK = HANDOFF_HEADER
 
@@ -129,7 +129,7 @@ class OfflineModel:
     concurrency run uses it)."""
 
     def __init__(self, latency: float = 0.0) -> None:
-        self.tokenizer = Tokenizer("gpt-4o")
+        self.tokenizer = Tokenizer(OFFLINE_COUNTED_AS)
         self.latency = latency
 
     async def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,

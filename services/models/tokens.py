@@ -10,11 +10,15 @@ import logging
 import os
 from collections.abc import Collection
 from functools import lru_cache
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from threadkeeper.persistence import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 
 from ..context import refs
+from .budget import is_offline
+
+if TYPE_CHECKING:
+    import tiktoken
 
 log = logging.getLogger("threadkeeper.tokens")
 
@@ -106,6 +110,15 @@ def _lines(text: str) -> list[str]:
     return out
 
 
+OFFLINE_COUNTED_AS = "gpt-4o"
+"""The model whose tokenizer counts the offline model's tokens (``o200k_base``): every eval figure is in its tokens."""
+
+
+def tokenizer_for(model: str) -> Tokenizer:
+    """The tokenizer that counts ``model``'s turns (the offline model's: :data:`OFFLINE_COUNTED_AS`'s)."""
+    return Tokenizer(OFFLINE_COUNTED_AS if is_offline(model) else model)
+
+
 def count_parts(tokenizer: Tokenizer, message: Message) -> int:
     total = MESSAGE_OVERHEAD + (tokenizer.count(refs.speaker(message)) if message.author else 0)
     if refs.shown(message):
@@ -144,7 +157,7 @@ def _encoder_for(model: str) -> tuple[Encoder | None, str]:
     bare = model.split("/", 1)[-1]
     try:
         name = tiktoken.encoding_name_for_model(bare)
-        return tiktoken.get_encoding(name), name
+        return _lean(tiktoken.get_encoding(name)), name
     except (KeyError, ValueError):
         pass
     try:
@@ -161,11 +174,20 @@ def _encoder_for(model: str) -> tuple[Encoder | None, str]:
         log.debug("litellm tokenizer unavailable for %s: %s", model, exc)
     for name in ("o200k_base", "cl100k_base"):
         try:
-            return tiktoken.get_encoding(name), name
+            return _lean(tiktoken.get_encoding(name)), name
         except Exception as exc:  # noqa: BLE001 - offline caches can be missing
             log.debug("tiktoken %s unavailable: %s", name, exc)
     log.warning("no tokenizer available for %s: counting characters / 4", model)
     return None, "chars/4"
+
+
+def _lean(encoding: tiktoken.Encoding) -> tiktoken.Encoding:
+    """``encoding`` without its Python copy of the merge ranks. tiktoken keeps that dict (o200k: 200,000 byte
+    strings and their ranks, about 29 MB) beside the tables it built from it, and reads it back only to pickle an
+    encoding it does not know by name; counting, encoding and decoding never do. The encoding is tiktoken's shared
+    one (``tiktoken.get_encoding`` caches it), so the copy is freed for the whole process."""
+    encoding._mergeable_ranks = {}
+    return encoding
 
 
 class _HuggingFaceEncoder:

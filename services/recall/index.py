@@ -43,9 +43,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import (
     CheckpointStore,
@@ -70,6 +68,11 @@ from ..text import (
     search_terms,
     speaks_of_self,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .._numpy import np
 
 log = logging.getLogger("threadkeeper.recall")
 

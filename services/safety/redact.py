@@ -40,19 +40,26 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from functools import lru_cache
-
-from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
+from typing import TYPE_CHECKING
 
 from ..lexicon import common
+
+if TYPE_CHECKING:
+    from detect_secrets.plugins.base import BasePlugin
 
 _SKIPPED_DETECTORS = frozenset({"Public IP (ipv4)", "Basic Auth Credentials", "Private Key"})
 """Detectors not used: an IP address is not a secret; passwords in URLs and whole private-key blocks have
 rules below that cover more (a URL with no user name; the key's body, not only its first line)."""
 
 
-def _maintained_rules() -> list[tuple[str, re.Pattern[str], bool]]:
-    """(marker, pattern, whether the pattern needs a word that names a secret: "key", "pwd", "token", …)."""
+@lru_cache(maxsize=1)
+def _maintained_rules() -> tuple[tuple[str, re.Pattern[str], bool], ...]:
+    """(marker, pattern, whether the pattern needs a word that names a secret: "key", "pwd", "token", …). Read from
+    detect-secrets on the first text redacted: importing its plugins (and ``requests``, which they import) costs a
+    process 9 MB that a command which never redacts does not pay."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
     rules: list[tuple[str, re.Pattern[str], bool]] = []
     # detect-secrets annotates the mapping with a type variable only its return mentions: its classes are plugins
     detectors: Mapping[str, type[BasePlugin]] = get_mapping_from_secret_type_to_class()
@@ -62,10 +69,7 @@ def _maintained_rules() -> list[tuple[str, re.Pattern[str], bool]]:
         label = f"[REDACTED {secret_type.upper()}]"
         rules.extend((label, pattern, "(?:key|pwd" in pattern.pattern or "secret[-_]?" in pattern.pattern)
                      for pattern in plugin().denylist)
-    return rules
-
-
-_MAINTAINED = _maintained_rules()
+    return tuple(rules)
 
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
                           r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)", re.DOTALL)
@@ -218,7 +222,7 @@ def _found(text: str) -> list[tuple[int, int, str]]:
         spans.extend((m.start(), m.end(), "[REDACTED PRIVATE KEY]") for m in _PRIVATE_KEY.finditer(text))
     # the rules that need a secret's name before its value all need a value of 24 characters or more
     valued = [(a, b) for a, b in windows if _VALUE.search(text, a, b)] if named else []
-    for label, pattern, needs_name in (*_MAINTAINED, *_OWN):
+    for label, pattern, needs_name in (*_maintained_rules(), *_OWN):
         for m in (m for start, end in (valued if needs_name else windows) for m in pattern.finditer(text, start, end)):
             start, end = m.span()
             while start < end and text[start] in _EDGES:  # some rules match the delimiter around a value

@@ -20,9 +20,13 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .._numpy import np
+
 
 K1, B = 1.5, 0.75
 """BM25's saturation and length normalization (``bm25s``'s defaults)."""

@@ -12,14 +12,16 @@ English-only; text in scripts without spaces (Japanese, Chinese, Korean) is kept
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import threading
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
+from types import ModuleType
 
 import Stemmer
-from bm25s import stopwords as _sw
 
 from ..lexicon import zipf
 from ..safety import redact
@@ -29,6 +31,24 @@ NOTE_MAX_WORDS = 40
 """A note keeps at most about this many words of a message: all of an ordinary message's content words, the
 best sentences of a long one (names, numbers and identifiers always)."""
 
+
+
+def _bm25s_stopwords() -> ModuleType:
+    """bm25s's stopword lists (a file of word tuples), read from its own file: importing the ``bm25s`` package for
+    them would import numpy too (10 MB), which a turn that searches nothing never uses."""
+    spec = importlib.util.find_spec("bm25s")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("bm25s is not installed")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "stopwords.py")
+    lists = importlib.util.spec_from_file_location("threadkeeper_bm25s_stopwords", path)
+    if lists is None or lists.loader is None:
+        raise ImportError(f"bm25s's stopword lists are not at {path}")
+    module = importlib.util.module_from_spec(lists)
+    lists.loader.exec_module(module)
+    return module
+
+
+_sw = _bm25s_stopwords()
 _CONTRACTIONS = frozenset("""i'm i've i'll i'd you've you'll you'd he's she's we're we've we'll we'd they're they've
     they'll they'd that's there's here's what's who's where's how's let's it'll that'll""".split())
 STOPWORDS: dict[str, frozenset[str]] = {
