@@ -9,10 +9,12 @@ import pty
 import select
 import subprocess
 import sys
+import threading
 import time
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 from conftest import REDIS_URL, drop_prefix, real_redis
 from test_budget_and_cli import _NO_DOTENV, clean_env, cli
 
@@ -124,12 +126,26 @@ def test_ctrl_c_ends_the_console_at_once_and_leaves_the_terminal_and_the_store_t
     data = tmp_path / "data"
     process = subprocess.Popen([sys.executable, "-m", "threadkeeper", "console"], stdin=follower, stdout=follower,
                                stderr=subprocess.PIPE, cwd=tmp_path, close_fds=True,
-                               env={**clean_env(), "THREADKEEPER_DATA_DIR": str(data), "TERM": "xterm"})
+                               env={**clean_env(), "THREADKEEPER_DATA_DIR": str(data), "TERM": "xterm",
+                                    "PYTHONFAULTHANDLER": "1"})
+    # what it writes to stderr is read as it comes (a full pipe would stop the console, not Ctrl-C)
+    errors: list[bytes] = []
+    reader = threading.Thread(target=lambda: errors.append(process.stderr.read() if process.stderr else b""),
+                              daemon=True)
+    reader.start()
     try:
         _read_until(leader, b"you> ")  # waiting for a line, with line editing
         assert EmbeddedRedis(data).answering()
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 130, "Ctrl-C ends the console; it does not wait for a line"
+        try:
+            code = process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)  # the fault handler writes every thread's stack to stderr
+            process.wait(timeout=30)
+            reader.join(timeout=10)
+            pytest.fail("Ctrl-C did not end the console within 60 s; what it wrote, its threads' stacks last:\n"
+                        + b"".join(errors).decode(errors="replace")[-8000:])
+        assert code == 130, "Ctrl-C ends the console; it does not wait for a line"
         assert termios.tcgetattr(follower) == modes, "the terminal is as it was"
         assert not EmbeddedRedis(data).answering(), "and the embedded Redis was stopped on the way out"
     finally:
