@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from threadkeeper.services import Conversation, ModelSetupError, Pipeline
@@ -130,12 +133,48 @@ async def run_console(pipeline: Pipeline, conversation_id: str, stdin: TextIO, o
     edited = _line_reader(stdin, out, f"{author}> ")
     saved = _terminal_modes(stdin) if edited is not None else None
     try:
-        return await _converse(pipeline, conversation_id, stdin, out, events, edited, author)
+        with _woken_by_signals(asyncio.get_running_loop()):
+            return await _converse(pipeline, conversation_id, stdin, out, events, edited, author)
     finally:
         if saved is not None:  # line editing changes them while it waits for a line, also when Ctrl-C ends it
             import termios
 
             termios.tcsetattr(stdin.fileno(), termios.TCSADRAIN, saved)
+
+
+@contextlib.contextmanager
+def _woken_by_signals(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """While the console waits for a line, a signal wakes its event loop. The kernel may hand Ctrl-C to any thread
+    of the process (the one reading the line, an idle executor's); Python runs the handler in the main thread, which
+    sleeps in the loop's ``select`` with nothing else to wake it, and would sleep on. Each signal's number is also
+    written to a socket the loop reads (``signal.set_wakeup_fd``), so the main thread wakes and the handler runs at
+    once. Outside the main thread (where signals cannot be handled) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reading, writing = socket.socketpair()
+    reading.setblocking(False)
+    writing.setblocking(False)
+    try:
+        previous = signal.set_wakeup_fd(writing.fileno(), warn_on_full_buffer=False)
+    except ValueError:  # not the main interpreter
+        reading.close()
+        writing.close()
+        yield
+        return
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            reading.recv(4096)
+
+    loop.add_reader(reading.fileno(), drain)
+    try:
+        yield
+    finally:
+        loop.remove_reader(reading.fileno())
+        signal.set_wakeup_fd(previous)
+        reading.close()
+        writing.close()
 
 
 def _terminal_modes(stdin: TextIO) -> list[Any] | None:

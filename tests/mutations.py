@@ -808,6 +808,10 @@ MUTANTS: list[Mutant] = [
     Mutant("bm25s-imported-for-its-stopwords", "services/text/notes.py",
            "_sw = _bm25s_stopwords()\n", "from bm25s import stopwords as _sw\n",
            ("tests/test_budget_and_cli.py", "-k", "before_the_rest_of_the_stack")),
+    Mutant("console-asleep-when-another-thread-takes-ctrl-c", "bot/console.py",
+           "        with _woken_by_signals(asyncio.get_running_loop()):\n",
+           "        with contextlib.nullcontext():\n",
+           ("tests/test_cli_manners.py", "-k", "another_thread")),
 ]
 
 

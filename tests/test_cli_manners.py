@@ -117,6 +117,42 @@ def test_a_replayed_message_time_may_be_written_as_slack_does_or_as_a_number() -
     assert [m.created_at for m in thread.messages] == [1700000000.25, 1700000060.0001]
 
 
+def test_ctrl_c_ends_the_console_when_another_thread_receives_it(tmp_path: Path) -> None:
+    """The kernel may hand a process's SIGINT to any of its threads: here the one waiting for a line. Python runs the
+    handler in the main thread, which sleeps in the event loop with nothing else to wake it; the console ends at once
+    all the same (exit 130)."""
+    probe = ("import signal, sys, threading, time\n"
+             "from threadkeeper.cli import main\n"
+             "def aim():\n"
+             "    while True:\n"
+             "        reader = next((t for t in threading.enumerate() if t.name == 'console-input'), None)\n"
+             "        if reader is not None and reader.ident is not None:\n"
+             "            break\n"
+             "        time.sleep(0.05)\n"
+             "    time.sleep(0.5)  # it waits for a line\n"
+             "    signal.pthread_kill(reader.ident, signal.SIGINT)\n"
+             "threading.Thread(target=aim, daemon=True).start()\n"
+             "sys.exit(main(['console']))\n")
+    process = subprocess.Popen([sys.executable, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=tmp_path,
+                               env={**clean_env(), "THREADKEEPER_DATA_DIR": str(tmp_path / "data")})
+    try:
+        code = process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdin is not None
+        process.stdin.close()
+        left = EmbeddedRedis(tmp_path / "data")
+        if left.answering():
+            left.start()
+            left.stop()
+    assert code == 130, "Ctrl-C received by the line reader's thread ends the console"
+
+
 def test_ctrl_c_ends_the_console_at_once_and_leaves_the_terminal_and_the_store_tidy(tmp_path: Path) -> None:
     import signal
     import termios
