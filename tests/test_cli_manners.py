@@ -117,11 +117,18 @@ def test_a_replayed_message_time_may_be_written_as_slack_does_or_as_a_number() -
     assert [m.created_at for m in thread.messages] == [1700000000.25, 1700000060.0001]
 
 
+_AS_IN_A_TERMINAL = ("import signal, sys\n"
+                     "signal.signal(signal.SIGINT, signal.default_int_handler)\n")
+"""A console started as a terminal starts its foreground process: Ctrl-C not ignored. A test runner started in the
+background by a shell without job control ignores SIGINT, and its children would inherit that (a process that
+inherits an ignored SIGINT keeps ignoring it, as `nohup` and background jobs rely on)."""
+
+
 def test_ctrl_c_ends_the_console_when_another_thread_receives_it(tmp_path: Path) -> None:
     """The kernel may hand a process's SIGINT to any of its threads: here the one waiting for a line. Python runs the
     handler in the main thread, which sleeps in the event loop with nothing else to wake it; the console ends at once
     all the same (exit 130)."""
-    probe = ("import signal, sys, threading, time\n"
+    probe = (_AS_IN_A_TERMINAL + "import threading, time\n"
              "from threadkeeper.cli import main\n"
              "def aim():\n"
              "    while True:\n"
@@ -160,7 +167,8 @@ def test_ctrl_c_ends_the_console_at_once_and_leaves_the_terminal_and_the_store_t
     leader, follower = pty.openpty()
     modes = termios.tcgetattr(follower)
     data = tmp_path / "data"
-    process = subprocess.Popen([sys.executable, "-m", "threadkeeper", "console"], stdin=follower, stdout=follower,
+    console = _AS_IN_A_TERMINAL + "from threadkeeper.cli import main\nsys.exit(main(['console']))\n"
+    process = subprocess.Popen([sys.executable, "-c", console], stdin=follower, stdout=follower,
                                stderr=subprocess.PIPE, cwd=tmp_path, close_fds=True,
                                env={**clean_env(), "THREADKEEPER_DATA_DIR": str(data), "TERM": "xterm",
                                     "PYTHONFAULTHANDLER": "1"})
