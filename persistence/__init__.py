@@ -4,8 +4,9 @@ Knows no Slack and no LLM. Public entry points: :class:`CheckpointStore`, :class
 :class:`LeaseManager`, :func:`connect`, and the models in :mod:`persistence.models`.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from threadkeeper.persistence.faces import lazy_names
 
 if TYPE_CHECKING:
     from .base import new_id
@@ -89,10 +90,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    for module, names in _HOMES.items():
-        if name in names:
-            value = getattr(importlib.import_module(module, __name__), name)
-            globals()[name] = value
-            return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES)

@@ -4,8 +4,9 @@ Public entry points: :class:`Pipeline` (what the bot, console, CLI and evals cal
 :class:`ReplyExecutor`, :class:`ModelClient`, :class:`ContextBudget`, :class:`Tokenizer`.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from threadkeeper.persistence.faces import lazy_names
 
 if TYPE_CHECKING:
     from .app import Forgotten, OwedReply, Pipeline, Turns, as_conversation
@@ -78,10 +79,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    for module, names in _HOMES.items():
-        if name in names:
-            value = getattr(importlib.import_module(module, __name__), name)
-            globals()[name] = value
-            return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES)

@@ -1,8 +1,9 @@
 """Models and their budgets: token counting, the window and the budget derived from it, the litellm client (and
 the offline model, which never imports litellm), the prompts and the tools a model may call."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from threadkeeper.persistence.faces import lazy_names
 
 if TYPE_CHECKING:
     from .budget import (
@@ -87,10 +88,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    for module, names in _HOMES.items():
-        if name in names:
-            value = getattr(importlib.import_module(module, __name__), name)
-            globals()[name] = value
-            return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES)
