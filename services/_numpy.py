@@ -8,9 +8,12 @@ from typing import Any
 
 class _Numpy:
     def __getattr__(self, name: str) -> Any:
+        """The name from numpy, kept on this object: only a name's first use comes here (and imports numpy)."""
         import numpy
 
-        return getattr(numpy, name)
+        value = getattr(numpy, name)
+        setattr(self, name, value)
+        return value
 
 
 np: Any = _Numpy()
