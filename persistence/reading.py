@@ -66,6 +66,34 @@ class HistoryReader(RedisStore):
         return stop, record, [(cid, status, inline[cid] if included else read[cid])
                               for cid, status, count, included in older + rows]
 
+    async def _epochs(self, keys: ConversationKeys, where: str, at: str, roots: set[str], forks: set[str],
+                      ) -> tuple[list[str], list[tuple[str, list[Any], list[tuple[str, int]]]]]:
+        """The epochs before the one that begins at ``at`` (``where`` "root"; "fork": from the fork ``at`` on), newest
+        first, without their messages, in calls that
+        each look at :data:`WALK_FAST_PER_CALL` checkpoints at most: the roots looked at, and per epoch the checkpoint
+        its compaction forked from, that checkpoint's record and its chain (id, message count), oldest first. The
+        walk stops at a root in ``roots`` or a fork in ``forks``, as :meth:`CheckpointStore.earlier_epochs` says."""
+        stops = [len(roots), *roots, len(forks), *forks]
+        fork = ""
+        looked: list[str] = []
+        epochs: list[tuple[str, list[Any], list[tuple[str, int]]]] = []
+        records: list[Any] = []
+        while where:
+            out = await self._run("EPOCHS", keys.durable, [where, at, fork, WALK_FAST_PER_CALL, *stops])
+            where, at, fork = _text(out[0]) or "", _text(out[1]) or "", _text(out[2]) or ""
+            records.extend(out[4:])
+            for line in (_text(out[3]) or "").split("\n"):
+                if line.startswith("R "):
+                    looked.append(line[2:])
+                elif line.startswith("E "):
+                    epochs.append((line[2:], records[6 * len(epochs):6 * len(epochs) + 6], []))
+                elif line:
+                    cid, _, count = line.split(" ")
+                    epochs[-1][2].append((cid, int(count)))
+        for _, _, chain in epochs:
+            chain.reverse()
+        return looked, epochs
+
     async def _read(self, keys: ConversationKeys, wanted: list[tuple[str, int]]) -> dict[str, list[Message]]:
         """The messages of ``wanted`` checkpoints (id, count), in calls of at most ``MESSAGES_PER_CALL``."""
         pieces: list[list[tuple[str, int]]] = [[]]

@@ -812,8 +812,11 @@ MUTANTS: list[Mutant] = [
            "        with _woken_by_signals(asyncio.get_running_loop()):\n",
            "        with contextlib.nullcontext():\n",
            ("tests/test_cli_manners.py", "-k", "another_thread")),
+    Mutant("earlier-epochs-walk-ends-at-its-call-limit", "persistence/scripts.py",
+           "    if looked >= limit then return done('walk', at, fork) end\n",
+           "    if looked >= limit then return done('', '', '') end\n",
+           ("tests/test_store_contract.py", "-k", "few_bounded_calls")),
 ]
-
 
 
 def run(mutant: Mutant, python: str) -> tuple[str, float]:
