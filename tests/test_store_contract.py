@@ -649,3 +649,24 @@ async def test_every_earlier_epoch_is_read_in_a_few_bounded_calls(store: Checkpo
     newer = await cold.earlier_epochs(CONV, history, roots=part_roots, forks={e.checkpoint.id for e in old})
     assert [e.checkpoint.id for e in newer] == [e.checkpoint.id for e in got[:3]]
     assert await cold.earlier_epochs(CONV, history, roots=held_roots, forks=held_forks) == []
+
+
+async def test_what_recall_derived_from_an_epoch_is_written_once_kept_and_forgotten_with_the_conversation(
+        client, prefix) -> None:
+    from threadkeeper.persistence import ConversationKeys, EpochIndexStore
+
+    store = CheckpointStore(client, prefix=prefix, retention_days=1)
+    await turn(store, ["a"])
+    epochs = EpochIndexStore(client, prefix=prefix, retention_days=1)
+    await epochs.put(CONV, {"cp1": b"one", "cp2": b"two"})
+    await epochs.put(CONV, {"cp1": b"another"})
+    assert await epochs.get(CONV, ["cp1", "cp2", "cp3"]) == {"cp1": b"one", "cp2": b"two"}, "written once"
+    await epochs.put(CONV, {}, unusable={"cp2": b"derived again"})
+    assert await epochs.get(CONV, ["cp2"]) == {"cp2": b"derived again"}, "what could not be used is replaced"
+    key = ConversationKeys(prefix, CONV).recall
+    assert key.startswith(ConversationKeys(prefix, CONV).base + ":"), "in the conversation's hash slot"
+    assert 0 < await client.ttl(key) <= 86_400, "kept as long as the conversation"
+    forget = Forgetter(client, prefix=prefix)
+    assert key in await forget.keys_of(CONV)
+    await forget.conversation(CONV)
+    assert await epochs.get(CONV, ["cp1", "cp2"]) == {}
