@@ -21,6 +21,9 @@ WALK_FAST_PER_CALL = 2_000
 """Checkpoints one walk without messages covers at most (about 4 ms of Redis's time)."""
 READS_IN_FLIGHT = 4
 """Calls reading a long history's messages sent at once: Redis gathers one while this process parses another."""
+EPOCH_PIECE = 250
+"""Messages one call returns at most when a worker reads the earlier epochs for recall, one call at a time: each is
+parsed on the event loop as it arrives, and another conversation's turn waits behind one such parse at most."""
 MESSAGES_PER_CALL = 500
 """Messages one history-loading script call returns at most (a few milliseconds of Redis's time: a long
 history is read in several calls, so no other client waits long behind one)."""
@@ -94,31 +97,33 @@ class HistoryReader(RedisStore):
             chain.reverse()
         return looked, epochs
 
-    async def _read(self, keys: ConversationKeys, wanted: list[tuple[str, int]]) -> dict[str, list[Message]]:
-        """The messages of ``wanted`` checkpoints (id, count), in calls of at most ``MESSAGES_PER_CALL``."""
+    async def _read(self, keys: ConversationKeys, wanted: list[tuple[str, int]], *, in_flight: int = READS_IN_FLIGHT,
+                    piece: int = MESSAGES_PER_CALL) -> dict[str, list[Message]]:
+        """The messages of ``wanted`` checkpoints (id, count), in calls of at most ``piece`` messages (a checkpoint
+        that holds more alone, in ranges of ``MESSAGES_PER_CALL``), ``in_flight`` of them sent at once."""
         pieces: list[list[tuple[str, int]]] = [[]]
         size = 0
         for cid, count in wanted:
-            if count > MESSAGES_PER_CALL:  # one checkpoint larger than a call: read alone, in ranges
+            if count > piece:  # one checkpoint larger than a call: read alone, in ranges
                 continue
-            if size + count > MESSAGES_PER_CALL and pieces[-1]:
+            if size + count > piece and pieces[-1]:
                 pieces.append([])
                 size = 0
             pieces[-1].append((cid, count))
             size += count
-        gate = asyncio.Semaphore(READS_IN_FLIGHT)
+        gate = asyncio.Semaphore(in_flight)
 
-        async def piece(part: list[tuple[str, int]]) -> dict[str, list[Message]]:
+        async def one(part: list[tuple[str, int]]) -> dict[str, list[Message]]:
             async with gate:
                 raw = await self._run("SEGMENTS", keys.durable, [v for pair in part for v in pair])
             messages = iter(self._parse(keys, part[0][0], raw))
             return {cid: [next(messages) for _ in range(count)] for cid, count in part}
 
         out: dict[str, list[Message]] = {}
-        for got in await asyncio.gather(*(piece(p) for p in pieces if p)):
+        for got in await asyncio.gather(*(one(p) for p in pieces if p)):
             out.update(got)
         for cid, count in wanted:
-            if count > MESSAGES_PER_CALL:
+            if count > piece:
                 out[cid] = await self._segment(keys, cid, count)
         return out
 

@@ -36,7 +36,7 @@ from .models import (
     messages_so_far,
 )
 from .notes import Notes
-from .reading import HistoryReader
+from .reading import EPOCH_PIECE, HistoryReader
 
 
 class Opening(NamedTuple):
@@ -459,9 +459,9 @@ class CheckpointStore(HistoryReader):
         checkpoint a compaction forked from. The walk stops at an epoch whose first checkpoint is in ``roots`` or
         whose fork is in ``forks`` (what a caller already holds); both sets are updated with what it walked.
 
-        A few round trips however many epochs there are: the chain of every epoch in calls that each look at a
-        bounded number of checkpoints, then the messages this process does not hold, in bounded pieces read a few at
-        once (earlier epochs are read for recall once per worker, so they are not kept in the segment cache)."""
+        Not a round trip per epoch: the chain of every epoch in a few calls that each look at a bounded number of
+        checkpoints, then the messages this process does not hold, in pieces of ``EPOCH_PIECE`` (earlier epochs
+        are read for recall once per worker, so they are not kept in the segment cache)."""
         roots = set() if roots is None else roots
         forks = set() if forks is None else forks
         if not history.chain or history.chain[0] in roots:
@@ -484,8 +484,10 @@ class CheckpointStore(HistoryReader):
                 segment = self._segments.get(conversation_id, cid)
                 if segment is not None:
                     held[cid] = segment
+        # (one small piece at a time: the earlier epochs of a long thread are many pieces, each parsed on the event loop
+        # as it arrives, and other conversations' turns take their turns between them)
         read = await self._read(keys, [(cid, count) for _, _, chain in epochs for cid, count in chain
-                                       if cid not in held])
+                                       if cid not in held], in_flight=1, piece=EPOCH_PIECE)
         earlier: list[History] = []
         for fork, record, chain in epochs:
             messages = [m for cid, _ in chain for m in (held[cid] if cid in held else read[cid])]
