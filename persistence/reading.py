@@ -19,6 +19,11 @@ WALK_PER_CALL = 500
 """Checkpoints one history-loading script call walks at most."""
 WALK_FAST_PER_CALL = 2_000
 """Checkpoints one walk without messages covers at most (about 4 ms of Redis's time)."""
+EPOCHS_PER_CALL = 500
+"""Checkpoints one call of the walk through the earlier epochs looks at (about 1 ms of Redis's time): a worker's first
+turn in a long thread walks thousands while other conversations' turns wait behind each call (at 100,000 messages,
+another thread's reply meanwhile came 1.19x and 1.77x as late as alone with calls of 2,000, 1.08x and 1.11x with
+500; load 10-12)."""
 READS_IN_FLIGHT = 4
 """Calls reading a long history's messages sent at once: Redis gathers one while this process parses another."""
 EPOCH_PIECE = 250
@@ -72,17 +77,17 @@ class HistoryReader(RedisStore):
     async def _epochs(self, keys: ConversationKeys, where: str, at: str, roots: set[str], forks: set[str],
                       ) -> tuple[list[str], list[tuple[str, list[Any], list[tuple[str, int]]]]]:
         """The epochs before the one that begins at ``at`` (``where`` "root"; "fork": from the fork ``at`` on), newest
-        first, without their messages, in calls that
-        each look at :data:`WALK_FAST_PER_CALL` checkpoints at most: the roots looked at, and per epoch the checkpoint
-        its compaction forked from, that checkpoint's record and its chain (id, message count), oldest first. The
-        walk stops at a root in ``roots`` or a fork in ``forks``, as :meth:`CheckpointStore.earlier_epochs` says."""
+        first, without their messages, in calls that each look at :data:`EPOCHS_PER_CALL` checkpoints at most: the
+        roots looked at, and per epoch the checkpoint its compaction forked from, that checkpoint's record and its chain
+        (id, message count), oldest first. The walk stops at a root in ``roots`` or a fork in ``forks``, as
+        :meth:`CheckpointStore.earlier_epochs` says."""
         stops = [len(roots), *roots, len(forks), *forks]
         fork = ""
         looked: list[str] = []
         epochs: list[tuple[str, list[Any], list[tuple[str, int]]]] = []
         records: list[Any] = []
         while where:
-            out = await self._run("EPOCHS", keys.durable, [where, at, fork, WALK_FAST_PER_CALL, *stops])
+            out = await self._run("EPOCHS", keys.durable, [where, at, fork, EPOCHS_PER_CALL, *stops])
             where, at, fork = _text(out[0]) or "", _text(out[1]) or "", _text(out[2]) or ""
             records.extend(out[4:])
             for line in (_text(out[3]) or "").split("\n"):

@@ -605,7 +605,7 @@ async def test_every_earlier_epoch_is_read_in_a_few_bounded_calls(store: Checkpo
     caller that holds some epochs reads only the newer ones."""
     from threadkeeper.persistence import reading as module
 
-    monkeypatch.setattr(module, "WALK_FAST_PER_CALL", 7)
+    monkeypatch.setattr(module, "EPOCHS_PER_CALL", 7)
     head = await turn(store, ["first"])
     for epoch in range(12):
         turns = 9 if epoch == 4 else 0 if epoch == 7 else 2
