@@ -11,6 +11,7 @@ from threadkeeper.persistence.faces import lazy_names
 if TYPE_CHECKING:
     from .base import new_id
     from .connection import connect, durability, ping
+    from .epochs import EpochIndexStore
     from .errors import (
         CorruptRecordError,
         HeadConflictError,
@@ -77,6 +78,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ".signals": ("Signals",),
     ".store": ("CheckpointStore", "Commit", "Opening", "compaction_checkpoint"),
     ".vectors": ("VectorStore",),
+    ".epochs": ("EpochIndexStore",),
 }
 """Where each public name lives, imported when first asked for: the errors and the stored shapes without the
 Redis client and the stores (6 MB), which a command may load after what it needs first."""
@@ -86,7 +88,7 @@ __all__ = [
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "VectorStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
+    "ToolResultPart", "Usage", "VectorStore", "EpochIndexStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
 ]
 
 

@@ -15,6 +15,8 @@
     ts of the thread it was posted in, so a deletion that names only the reply finds its thread (expires)
 ``<prefix>:{<conversation>}:vectors``  hash  ``<model and text digest>`` → a message's embedding (float16), when an
     embedding model is configured (expires with the conversation)
+``<prefix>:{<conversation>}:recall``  hash  ``<checkpoint>`` → what recall derived from the messages of the sealed epoch
+    that ends there (each message's search terms, what names it holds), written once (expires with the conversation)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
 ``<prefix>:pending``  sorted set  conversations with work owed (queued items, a reply not yet delivered): the sweep's
     registry; added on every append, removed by the lease holder once the conversation is drained
@@ -133,6 +135,10 @@ class ConversationKeys:
     @property
     def vectors(self) -> str:
         return f"{self.base}:vectors"
+
+    @property
+    def recall(self) -> str:
+        return f"{self.base}:recall"
 
     def dedup(self, key: str) -> str:
         return f"{self.base}:dedup:{key}"

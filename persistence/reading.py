@@ -19,8 +19,16 @@ WALK_PER_CALL = 500
 """Checkpoints one history-loading script call walks at most."""
 WALK_FAST_PER_CALL = 2_000
 """Checkpoints one walk without messages covers at most (about 4 ms of Redis's time)."""
+EPOCHS_PER_CALL = 500
+"""Checkpoints one call of the walk through the earlier epochs looks at (about 1 ms of Redis's time): a worker's first
+turn in a long thread walks thousands while other conversations' turns wait behind each call (at 100,000 messages,
+another thread's reply meanwhile came 1.19x and 1.77x as late as alone with calls of 2,000, 1.08x and 1.11x with
+500; load 10-12)."""
 READS_IN_FLIGHT = 4
 """Calls reading a long history's messages sent at once: Redis gathers one while this process parses another."""
+EPOCH_PIECE = 250
+"""Messages one call returns at most when a worker reads the earlier epochs for recall, one call at a time: each is
+parsed on the event loop as it arrives, and another conversation's turn waits behind one such parse at most."""
 MESSAGES_PER_CALL = 500
 """Messages one history-loading script call returns at most (a few milliseconds of Redis's time: a long
 history is read in several calls, so no other client waits long behind one)."""
@@ -66,31 +74,61 @@ class HistoryReader(RedisStore):
         return stop, record, [(cid, status, inline[cid] if included else read[cid])
                               for cid, status, count, included in older + rows]
 
-    async def _read(self, keys: ConversationKeys, wanted: list[tuple[str, int]]) -> dict[str, list[Message]]:
-        """The messages of ``wanted`` checkpoints (id, count), in calls of at most ``MESSAGES_PER_CALL``."""
+    async def _epochs(self, keys: ConversationKeys, where: str, at: str, roots: set[str], forks: set[str],
+                      ) -> tuple[list[str], list[tuple[str, list[Any], list[tuple[str, int]]]]]:
+        """The epochs before the one that begins at ``at`` (``where`` "root"; "fork": from the fork ``at`` on), newest
+        first, without their messages, in calls that each look at :data:`EPOCHS_PER_CALL` checkpoints at most: the
+        roots looked at, and per epoch the checkpoint its compaction forked from, that checkpoint's record and its chain
+        (id, message count), oldest first. The walk stops at a root in ``roots`` or a fork in ``forks``, as
+        :meth:`CheckpointStore.earlier_epochs` says."""
+        stops = [len(roots), *roots, len(forks), *forks]
+        fork = ""
+        looked: list[str] = []
+        epochs: list[tuple[str, list[Any], list[tuple[str, int]]]] = []
+        records: list[Any] = []
+        while where:
+            out = await self._run("EPOCHS", keys.durable, [where, at, fork, EPOCHS_PER_CALL, *stops])
+            where, at, fork = _text(out[0]) or "", _text(out[1]) or "", _text(out[2]) or ""
+            records.extend(out[4:])
+            for line in (_text(out[3]) or "").split("\n"):
+                if line.startswith("R "):
+                    looked.append(line[2:])
+                elif line.startswith("E "):
+                    epochs.append((line[2:], records[6 * len(epochs):6 * len(epochs) + 6], []))
+                elif line:
+                    cid, _, count = line.split(" ")
+                    epochs[-1][2].append((cid, int(count)))
+        for _, _, chain in epochs:
+            chain.reverse()
+        return looked, epochs
+
+    async def _read(self, keys: ConversationKeys, wanted: list[tuple[str, int]], *, in_flight: int = READS_IN_FLIGHT,
+                    piece: int = MESSAGES_PER_CALL) -> dict[str, list[Message]]:
+        """The messages of ``wanted`` checkpoints (id, count), in calls of at most ``piece`` messages (a checkpoint
+        that holds more alone, in ranges of ``MESSAGES_PER_CALL``), ``in_flight`` of them sent at once."""
         pieces: list[list[tuple[str, int]]] = [[]]
         size = 0
         for cid, count in wanted:
-            if count > MESSAGES_PER_CALL:  # one checkpoint larger than a call: read alone, in ranges
+            if count > piece:  # one checkpoint larger than a call: read alone, in ranges
                 continue
-            if size + count > MESSAGES_PER_CALL and pieces[-1]:
+            if size + count > piece and pieces[-1]:
                 pieces.append([])
                 size = 0
             pieces[-1].append((cid, count))
             size += count
-        gate = asyncio.Semaphore(READS_IN_FLIGHT)
+        gate = asyncio.Semaphore(in_flight)
 
-        async def piece(part: list[tuple[str, int]]) -> dict[str, list[Message]]:
+        async def one(part: list[tuple[str, int]]) -> dict[str, list[Message]]:
             async with gate:
                 raw = await self._run("SEGMENTS", keys.durable, [v for pair in part for v in pair])
             messages = iter(self._parse(keys, part[0][0], raw))
             return {cid: [next(messages) for _ in range(count)] for cid, count in part}
 
         out: dict[str, list[Message]] = {}
-        for got in await asyncio.gather(*(piece(p) for p in pieces if p)):
+        for got in await asyncio.gather(*(one(p) for p in pieces if p)):
             out.update(got)
         for cid, count in wanted:
-            if count > MESSAGES_PER_CALL:
+            if count > piece:
                 out[cid] = await self._segment(keys, cid, count)
         return out
 

@@ -325,6 +325,59 @@ for j = tonumber(ARGV[2]), tonumber(ARGV[3]) - 1 do fields[#fields + 1] = ARGV[1
 return array_of(fields)
 """
 
+# ARGV: where ('root', 'fork' or 'walk'), a checkpoint id, the fork being walked ('' else), most checkpoints to look at,
+# R, R root ids, F, F fork ids (what the caller holds: a walk stops there).
+# The epochs before a history, newest first, without their messages: from an epoch's first checkpoint (``root``) to
+# the checkpoint its compaction forked from (the compaction's parent), then from there back along that epoch's turns
+# to its own first checkpoint, and so on, until a root or a fork the caller holds, a first checkpoint that is no
+# compaction, or the limit (the caller continues from where it stopped: ``walk`` within an epoch, ``root`` at one;
+# ``fork`` begins at a fork the caller found itself).
+# Returns {where to continue or '', the id to continue from, the fork being walked, the lines (one string, newest
+# first: "R <root>" for each root looked at, "E <fork>" where an epoch begins, "<id> <status> <count>" for each of
+# its checkpoints), then the 6 record fields of each fork begun, in order}.
+EPOCHS = _SEGMENT + """
+local where, at, fork, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local roots, forks = {}, {}
+local nroots = tonumber(ARGV[5])
+for i = 6, 5 + nroots do roots[ARGV[i]] = true end
+for i = 7 + nroots, 6 + nroots + tonumber(ARGV[6 + nroots]) do forks[ARGV[i]] = true end
+local lines, out, looked = {}, {'', '', ''}, 0
+local function done(next_where, next_at, next_fork)
+  out[1], out[2], out[3] = next_where, next_at, next_fork
+  table.insert(out, 4, table.concat(lines, '\\n'))
+  return out
+end
+while true do
+  if where == 'root' then
+    if roots[at] then return done('', '', '') end
+    if looked >= limit then return done('root', at, '') end
+    local f = call('HMGET', K_CP, at .. ':kind', at .. ':parent')
+    looked = looked + 1
+    if not f[1] then return redis.error_reply('NOTFOUND checkpoint ' .. at .. ' does not exist') end
+    lines[#lines + 1] = 'R ' .. at
+    if f[1] ~= 'compaction' or not f[2] or f[2] == '' or forks[f[2]] then return done('', '', '') end
+    at, where = f[2], 'fork'
+  end
+  if where == 'fork' then
+    fork, where = at, 'walk'
+    lines[#lines + 1] = 'E ' .. fork
+    local rec = call('HMGET', K_CP, fork .. ':meta', fork .. ':status', fork .. ':n', fork .. ':tok', fork .. ':out',
+                     fork .. ':consumed')
+    for i = 1, 6 do out[#out + 1] = rec[i] or false end
+  end
+  while true do
+    if looked >= limit then return done('walk', at, fork) end
+    local f = call('HMGET', K_CP, at .. ':n', at .. ':kind', at .. ':parent', at .. ':status')
+    looked = looked + 1
+    if not f[1] then return redis.error_reply('NOTFOUND checkpoint ' .. at .. ' does not exist') end
+    lines[#lines + 1] = at .. ' ' .. tostring(f[4]) .. ' ' .. f[1]
+    if f[2] == 'compaction' or not f[3] or f[3] == '' then break end
+    at = f[3]
+  end
+  where = 'root'
+end
+"""
+
 # ARGV: item json, dedup ttl, retention ttl, now, [front]; dedup keys in KEYS after 6. With ``front`` the item
 # goes to the head of the inbox (only while no turn holds items: a turn counts what it takes from the head).
 ENQUEUE = _PRELUDE + """

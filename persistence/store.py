@@ -36,7 +36,7 @@ from .models import (
     messages_so_far,
 )
 from .notes import Notes
-from .reading import HistoryReader
+from .reading import EPOCH_PIECE, HistoryReader
 
 
 class Opening(NamedTuple):
@@ -456,23 +456,43 @@ class CheckpointStore(HistoryReader):
     async def earlier_epochs(self, conversation_id: str, history: History, *, roots: set[str] | None = None,
                              forks: set[str] | None = None) -> list[History]:
         """The histories of the epochs before ``history``'s, newest first: each one is the history at the
-        checkpoint a compaction forked from, read once each (a bounded number of round trips per epoch, never per
-        checkpoint). The walk stops at an epoch whose first checkpoint is in ``roots`` or whose fork is in
-        ``forks`` (what a caller already holds); both sets are updated with what it walked."""
+        checkpoint a compaction forked from. The walk stops at an epoch whose first checkpoint is in ``roots`` or
+        whose fork is in ``forks`` (what a caller already holds); both sets are updated with what it walked.
+
+        Not a round trip per epoch: the chain of every epoch in a few calls that each look at a bounded number of
+        checkpoints, then the messages this process does not hold, in pieces of ``EPOCH_PIECE`` (earlier epochs
+        are read for recall once per worker, so they are not kept in the segment cache)."""
         roots = set() if roots is None else roots
         forks = set() if forks is None else forks
-        earlier: list[History] = []
-        current = history
-        while current.chain and current.chain[0] not in roots:
-            root_id = current.chain[0]
-            root = current.checkpoint if root_id == current.checkpoint.id else await self.get(conversation_id, root_id)
-            roots.add(root_id)
+        if not history.chain or history.chain[0] in roots:
+            return []
+        keys = self.keys(conversation_id)
+        root = history.checkpoint if history.chain[0] == history.checkpoint.id else None
+        if root is None:
+            looked, epochs = await self._epochs(keys, "root", history.chain[0], roots, forks)
+        else:  # (a history not written yet, a compaction's preview: its first checkpoint is known here only)
+            roots.add(root.id)
             fork = root.meta.forked_from if root.kind is CheckpointKind.COMPACTION else None
             if not fork or fork in forks:
-                break
-            current = await self.load_history(conversation_id, fork)
-            forks.add(fork)
-            earlier.append(current)
+                return []
+            looked, epochs = await self._epochs(keys, "fork", fork, roots, forks)
+        roots.update(looked)
+        forks.update(fork for fork, _, _ in epochs)
+        held: dict[str, list[Message]] = {}
+        for _, _, chain in epochs:
+            for cid, _ in chain:
+                segment = self._segments.get(conversation_id, cid)
+                if segment is not None:
+                    held[cid] = segment
+        # (one small piece at a time: the earlier epochs of a long thread are many pieces, each parsed on the event loop
+        # as it arrives, and other conversations' turns take their turns between them)
+        read = await self._read(keys, [(cid, count) for _, _, chain in epochs for cid, count in chain
+                                       if cid not in held], in_flight=1, piece=EPOCH_PIECE)
+        earlier: list[History] = []
+        for fork, record, chain in epochs:
+            messages = [m for cid, _ in chain for m in (held[cid] if cid in held else read[cid])]
+            earlier.append(History.model_construct(checkpoint=self._checkpoint(keys, fork, record), messages=messages,
+                                                   chain=[cid for cid, _ in chain]))
         return earlier
 
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:

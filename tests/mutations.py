@@ -821,8 +821,26 @@ MUTANTS: list[Mutant] = [
     Mutant("bench-redis-stack-exit-not-explained", "threadkeeper/bench_peer.py",
            "{_why_not(said)}", "{said[:0] or 'no message'}",
            ("tests/test_bench_langgraph.py", "-k", "one_clear_line")),
+    Mutant("earlier-epochs-walk-ends-at-its-call-limit", "persistence/scripts.py",
+           "    if looked >= limit then return done('walk', at, fork) end\n",
+           "    if looked >= limit then return done('', '', '') end\n",
+           ("tests/test_store_contract.py", "-k", "few_bounded_calls")),
+    Mutant("stored-epoch-derivations-never-read", "services/recall/index.py",
+           "            if self.epochs is not None and index is None and earlier else {}\n",
+           "            if False else {}\n",
+           ("tests/test_recall.py", "-k", "cold_worker_reads_what")),
+    Mutant("stored-epoch-read-whatever-rules-derived-it", "services/recall/derived.py",
+           "        if lines[0] != _header(messages):\n", "        if False:\n",
+           ("tests/test_recall.py", "-k", "cannot_be_used")),
+    Mutant("unusable-stored-epoch-left-in-place", "services/recall/index.py",
+           "                made[stored is not None][checkpoint_id] = encoded\n",
+           "                made[0][checkpoint_id] = encoded\n",
+           ("tests/test_recall.py", "-k", "cannot_be_used")),
+    Mutant("stored-epoch-names-dropped", "services/recall/derived.py",
+           "                               tuple(vocatives.split(\" \")) if vocatives else ()))\n",
+           "                               ()))\n",
+           ("tests/test_recall.py", "-k", "cold_worker_reads_what")),
 ]
-
 
 
 def run(mutant: Mutant, python: str) -> tuple[str, float]:

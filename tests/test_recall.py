@@ -497,3 +497,101 @@ async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compa
     for m in written:
         found = await other.recall.resolve(CONV, after, f"#{m.ref}")
         assert found is not None and found.id == m.id
+
+
+def _same_index(a: ConversationIndex, b: ConversationIndex) -> None:
+    assert [m.id for m in a.messages] == [m.id for m in b.messages] and a.targets == b.targets
+    assert a.position == b.position and a.refs == b.refs and a.authors == b.authors and a.written == b.written
+    assert a.names == b.names and a._capitalized == b._capitalized and a._vocative == b._vocative
+    assert a.search.terms == b.search.terms and a.search.documents == b.search.documents
+
+
+async def _epochs_thread(p) -> None:  # type: ignore[no-untyped-def]
+    """Facts, a name people address alice by (``Kate``), then enough to fold them over a few compactions."""
+    garden = [t for i in range(8) for t in (f"the garden plan for week {i} has tomatoes and basil",
+                                            f"peppers and mint for week {i} then, thanks Kate!")]
+    await _thread(p, [*FACTS, *garden, *_filler(100)])
+
+
+QUESTIONS = ["what is in the garden plan of Kate?", "what was the ticket for the billing outage?",
+             "which region is the staging cluster in?", "when does the vendor contract renew?"]
+
+
+async def test_a_cold_worker_reads_what_each_epoch_gave_the_index_and_recalls_what_deriving_it_gives(
+        model, prefix, client, monkeypatch) -> None:
+    """What the index derives from a sealed epoch's messages (their search terms, the names they hold) is stored
+    once, by the turn after the compaction that sealed it, and a worker that starts cold reads it instead of deriving
+    it again: its index, and what it recalls, are those of a worker that derived everything from the messages."""
+    from threadkeeper.persistence import ConversationKeys
+    from threadkeeper.services.recall import index as module
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    history = await p.checkpoints.load_history(CONV)
+    earlier = await p.checkpoints.earlier_epochs(CONV, history)
+    key = ConversationKeys(prefix, CONV).recall
+    assert key.startswith(f"{prefix}:{{{CONV}}}:"), "beside the conversation, in its hash slot"
+    assert len(earlier) >= 2 and await client.hlen(key) == len(earlier), "each sealed epoch's, stored as it was sealed"
+    assert 0 < await client.ttl(key) <= p.checkpoints.retention_seconds
+    stored = await client.hgetall(key)
+    derived: list[str] = []
+    real = module.derive
+    monkeypatch.setattr(module, "derive", lambda m: derived.append(m.id) or real(m))
+    reader, deriver = _pipeline(prefix, client), _pipeline(prefix, client)
+    deriver.recall.epochs = None
+    for n, question in enumerate(QUESTIONS):
+        derived.clear()
+        got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
+        if not n:
+            assert 0 < len(derived) <= len(history.messages) + 1, "only what the head's epoch holds is derived"
+        expected = await deriver.context(CONV, arriving=[deriver.message(question, author="carol")])
+        assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+    cold, built = reader.recall.loaded(CONV), deriver.recall.loaded(CONV)
+    assert cold is not None and built is not None
+    _same_index(cold, built)
+    assert cold.named("what did Kate plan?") == {"alice"}, "a name learned from what was stored"
+    assert await client.hgetall(key) == stored, "read, not written again"
+
+
+async def test_what_is_stored_for_an_epoch_that_cannot_be_used_is_derived_again_with_one_log_line(
+        model, prefix, client, monkeypatch, caplog) -> None:
+    """A stored value cut short, one that is not what it claims, one derived by other rules (a changed term rule):
+    each is derived again from the messages, with one log line, the turn goes on, and what it recalls is what deriving
+    gives; the value is stored anew in its place."""
+    import zlib
+
+    from threadkeeper.persistence import ConversationKeys
+    from threadkeeper.services.recall import derived as rules
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    key = ConversationKeys(prefix, CONV).recall
+    stored = await client.hgetall(key)
+    first, second, *rest = sorted(stored)
+    await client.hset(key, first, stored[first][:len(stored[first]) // 2])
+    await client.hset(key, second, zlib.compress(zlib.decompress(stored[second])[:-40]))
+    deriver = _pipeline(prefix, client)
+    deriver.recall.epochs = None
+    reader = _pipeline(prefix, client)
+    with caplog.at_level("INFO", logger="threadkeeper.recall"):
+        got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
+    expected = await deriver.context(CONV, arriving=[deriver.message(QUESTIONS[0], author="carol")])
+    assert got.context[-1].text == expected.context[-1].text
+    lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+    assert len(lines) == 1 and "for 2 of" in lines[0] and "deriving it again" in lines[0], lines
+    assert await client.hgetall(key) == stored, "stored anew, as it was"
+    # the term rule changes: what was stored under the old one is derived again, never read as if it were new
+    real = rules.search_terms
+    monkeypatch.setattr(rules, "search_terms", lambda text: (*real(text), "x"))
+    rules.rules.cache_clear()
+    try:
+        caplog.clear()
+        later = _pipeline(prefix, client)
+        with caplog.at_level("INFO", logger="threadkeeper.recall"):
+            await later.recall.sync(CONV, await later.checkpoints.load_history(CONV))
+        [line] = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+        assert f"for {len(stored)} of {len(stored)} epochs" in line and "derived otherwise" in line
+        index = later.recall.loaded(CONV)
+        assert index is not None and all(t[-1:] == ("x",) for t in index.search.terms)
+    finally:
+        rules.rules.cache_clear()

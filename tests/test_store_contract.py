@@ -580,3 +580,93 @@ async def test_a_writer_whose_lease_another_worker_holds_is_refused_everything(c
     await orchestration.fork_compaction(CONV, forked_from=second, messages=[msg("summary")], covered_ids=[])
     stalled.let_go(CONV)  # done with its lease: no longer fenced either
     assert await turn(stalled, ["c"])
+
+
+async def _epochs_one_by_one(store: CheckpointStore, history, roots: set[str], forks: set[str]):  # type: ignore[no-untyped-def]
+    """The earlier epochs read as the definition says: each epoch's first checkpoint, its fork, that fork's history."""
+    out, current = [], history
+    while current.chain and current.chain[0] not in roots:
+        root = await store.get(CONV, current.chain[0])
+        roots.add(root.id)
+        fork = root.meta.forked_from if root.kind is CheckpointKind.COMPACTION else None
+        if not fork or fork in forks:
+            break
+        current = await store.load_history(CONV, fork)
+        forks.add(fork)
+        out.append(current)
+    return out
+
+
+async def test_every_earlier_epoch_is_read_in_a_few_bounded_calls(store: CheckpointStore, client, prefix,
+                                                                  monkeypatch) -> None:
+    """Recall's first read of a long thread: the epochs before the head's (a compaction right after another, a turn
+    with no messages, an epoch longer than one call looks at) come back as reading each epoch's history one by one
+    gives them, in a handful of calls that each look at a bounded number of checkpoints, not a few per epoch; and a
+    caller that holds some epochs reads only the newer ones."""
+    from threadkeeper.persistence import reading as module
+
+    monkeypatch.setattr(module, "EPOCHS_PER_CALL", 7)
+    head = await turn(store, ["first"])
+    for epoch in range(12):
+        turns = 9 if epoch == 4 else 0 if epoch == 7 else 2
+        for t in range(turns):
+            cp = await store.start_turn(CONV, parent_id=head, from_head=False,
+                                        messages=[] if t == 1 else [msg(f"e{epoch} t{t}", id=f"e{epoch}t{t}")])
+            await store.commit(CONV, cp.id, expected_head=head)
+            head = cp.id
+        fork = await store.fork_compaction(CONV, forked_from=head, covered_ids=[],
+                                           messages=[msg(f"handoff {epoch}", id=f"h{epoch}")])
+        head = fork.id
+    cp = await store.start_turn(CONV, parent_id=head, from_head=False, messages=[msg("now")])
+    await store.commit(CONV, cp.id, expected_head=head)
+    reference = CheckpointStore(client, prefix=prefix)
+    history = await reference.load_history(CONV)
+    expected = await _epochs_one_by_one(reference, history, set(), set())
+    assert len(expected) == 12
+    cold = CheckpointStore(client, prefix=prefix, cache_messages=0)
+    calls: list[str] = []
+    run = cold._run
+
+    async def counted(name, keys, args):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        return await run(name, keys, args)
+
+    cold._run = counted  # type: ignore[method-assign]
+    roots: set[str] = set()
+    forks: set[str] = set()
+    got = await cold.earlier_epochs(CONV, history, roots=roots, forks=forks)
+    assert [(e.checkpoint.id, e.chain, [m.id for m in e.messages]) for e in got] == \
+        [(e.checkpoint.id, e.chain, [m.id for m in e.messages]) for e in expected]
+    assert [e.checkpoint.model_dump() for e in got] == [e.checkpoint.model_dump() for e in expected]
+    checkpoints = len(await cold.lineage(CONV))
+    assert calls.count("EPOCHS") <= checkpoints // 7 + 2 and set(calls) <= {"EPOCHS", "SEGMENTS"}
+    assert calls.count("SEGMENTS") == 1, "every epoch's messages in one piece (they are few)"
+    held_roots, held_forks = set(roots), set(forks)
+    assert len(held_forks) == 12
+    # a caller that holds all but the newest three epochs
+    old = sorted(got[3:], key=lambda e: e.checkpoint.meta.created_at)
+    part_roots = {r for r in roots if r not in {got[0].chain[0], got[1].chain[0], got[2].chain[0], history.chain[0]}}
+    newer = await cold.earlier_epochs(CONV, history, roots=part_roots, forks={e.checkpoint.id for e in old})
+    assert [e.checkpoint.id for e in newer] == [e.checkpoint.id for e in got[:3]]
+    assert await cold.earlier_epochs(CONV, history, roots=held_roots, forks=held_forks) == []
+
+
+async def test_what_recall_derived_from_an_epoch_is_written_once_kept_and_forgotten_with_the_conversation(
+        client, prefix) -> None:
+    from threadkeeper.persistence import ConversationKeys, EpochIndexStore
+
+    store = CheckpointStore(client, prefix=prefix, retention_days=1)
+    await turn(store, ["a"])
+    epochs = EpochIndexStore(client, prefix=prefix, retention_days=1)
+    await epochs.put(CONV, {"cp1": b"one", "cp2": b"two"})
+    await epochs.put(CONV, {"cp1": b"another"})
+    assert await epochs.get(CONV, ["cp1", "cp2", "cp3"]) == {"cp1": b"one", "cp2": b"two"}, "written once"
+    await epochs.put(CONV, {}, unusable={"cp2": b"derived again"})
+    assert await epochs.get(CONV, ["cp2"]) == {"cp2": b"derived again"}, "what could not be used is replaced"
+    key = ConversationKeys(prefix, CONV).recall
+    assert key.startswith(ConversationKeys(prefix, CONV).base + ":"), "in the conversation's hash slot"
+    assert 0 < await client.ttl(key) <= 86_400, "kept as long as the conversation"
+    forget = Forgetter(client, prefix=prefix)
+    assert key in await forget.keys_of(CONV)
+    await forget.conversation(CONV)
+    assert await epochs.get(CONV, ["cp1", "cp2"]) == {}

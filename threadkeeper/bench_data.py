@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, MessageFlags, Role, TextPart, Usage
 from threadkeeper.services.models import Tokenizer
+from threadkeeper.services.recall import Recall
 from threadkeeper.services.safety import redact_after
 from threadkeeper.services.text import notes
 
@@ -117,9 +118,10 @@ def chat_messages(count: int) -> list[Message]:
 
 
 async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_epoch: int = 250,
-                      per_turn: int = 10) -> str:
+                      per_turn: int = 10, recall: Recall | None = None) -> str:
     """A conversation of ``messages`` chat messages (:func:`chat_messages`) over compaction epochs of ``per_epoch``
-    each."""
+    each. With ``recall``, each compaction is followed by what a worker's turn after it does for recall: its index
+    takes the sealed epoch, and stores what it derived from it (what a worker starting cold reads)."""
     chat = chat_messages(messages)
     head: str | None = None
     for start in range(0, messages, per_turn):
@@ -128,6 +130,8 @@ async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_ep
                               flags=MessageFlags(handoff=True))
             fork = await store.fork_compaction(cid, forked_from=head, messages=[handoff], covered_ids=[])
             head = fork.id
+            if recall is not None:
+                await recall.sync(cid, await store.load_history(cid, head))
         cp = await store.start_turn(cid, parent_id=head, from_head=False)
         await store.append(cid, cp.id, chat[start:start + per_turn])
         await store.commit(cid, cp.id, expected_head=head)

@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 
 from threadkeeper.persistence import Usage
 from threadkeeper.services.models import OfflineModel
+from threadkeeper.services.recall import Recall
 
 from .bench_data import chat_messages, fill_epochs
 from .root import build_pipeline, build_stores
@@ -204,8 +205,9 @@ def _threads(section: str, quick: bool) -> list[tuple[str, int]]:
 
 
 async def turn_metrics(url: str, prefix: str, quick: bool, section: str) -> dict[str, float]:
-    """``section`` "fill": write the threads of every one of :data:`SECTIONS`; else the figures of that section, in a
-    worker that holds nothing of them (the process writing them made their search terms and notes, and caches them).
+    """``section`` "fill": write the threads of every one of :data:`SECTIONS`, each compaction followed by what the
+    turn after it does for recall (:func:`bench_data.fill_epochs`); else the figures of that section, in a worker that
+    holds nothing of them (the process writing them made their search terms and notes, and caches them).
     Run by :func:`turn_process_metrics`, each in a fresh process."""
     # pydantic-settings accepts _env_file, but its typed signature lists the fields only
     settings = Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=prefix)  # type: ignore[call-arg]
@@ -214,11 +216,14 @@ async def turn_metrics(url: str, prefix: str, quick: bool, section: str) -> dict
     out: dict[str, float] = {}
     try:
         if section == "fill":
-            store = build_stores(settings, client=client).checkpoints
+            stores = build_stores(settings, client=client)
             written = [thread for name in SECTIONS for thread in _threads(name, quick)]
             chat_messages(max(n for _, n in written))
+            tokenizer = OfflineModel().tokenizer
             for start in range(0, len(written), 8):
-                await asyncio.gather(*(fill_epochs(store, cid, n) for cid, n in written[start:start + 8]))
+                await asyncio.gather(*(fill_epochs(stores.checkpoints, cid, n, recall=Recall(
+                    stores.checkpoints, stores.notes, tokenizer, epochs=stores.epochs))
+                    for cid, n in written[start:start + 8]))
         elif section == "alternating":
             out.update(await _alternating(settings, client, long, 5 if quick else 15))
         elif section == "cold":

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the Redis client and the stores are imported when stores ar
 
     from threadkeeper.persistence import (
         CheckpointStore,
+        EpochIndexStore,
         Forgetter,
         Inbox,
         LeaseManager,
@@ -47,6 +48,7 @@ class Stores:
     signals: Signals
     pace: Pace
     vectors: VectorStore
+    epochs: EpochIndexStore
     where: str = "Redis at REDIS_URL"
     """What the stores run on, for people: ``Redis at REDIS_URL`` or the embedded Redis and its data directory."""
 
@@ -59,6 +61,7 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
     passes the embedded Redis's when it is unset)."""
     from threadkeeper.persistence import (
         CheckpointStore,
+        EpochIndexStore,
         Forgetter,
         Inbox,
         LeaseManager,
@@ -87,7 +90,7 @@ def build_stores(settings: Settings, *, client: aioredis.Redis | None = None, ur
                   leases=LeaseManager(client, **common), notes=NotesStore(client, **common),
                   forget=Forgetter(client, **common), memory=MemoryStore(client, **common),
                   signals=Signals(client, **common), pace=Pace(client, **common),
-                  vectors=VectorStore(client, **common))
+                  vectors=VectorStore(client, **common), epochs=EpochIndexStore(client, **common))
 
 
 @asynccontextmanager

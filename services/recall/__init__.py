@@ -1,7 +1,8 @@
 """Recall: the earlier messages of a thread that matter to what was just asked, searched in the durable
 history, and the search tool a real model may use to look further."""
 
-from .index import RECALL_HEADER, ConversationIndex, Recall, change_notice_id, lineage_resolver
+from .derived import change_notice_id
+from .index import RECALL_HEADER, ConversationIndex, Recall, lineage_resolver
 from .search_tool import thread_search_tool
 
 __all__ = [

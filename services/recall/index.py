@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from threadkeeper.persistence import (
     CheckpointStore,
+    EpochIndexStore,
     History,
     Message,
     Notes,
@@ -68,6 +69,7 @@ from ..text import (
     search_terms,
     speaks_of_self,
 )
+from .derived import Derived, Unusable, change_target, decode, derive, encode
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,31 +114,7 @@ DAY_TOKENS = 8
 ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
-_CHANGE = re.compile(r"^(?P<target>.+):(?P<kind>edit|delete):[^:]+$")
-
-
-def change_notice_id(target: str, kind: str, event: str) -> str:
-    """The id of the history message that records an edit or deletion of ``target``."""
-    return f"{target}:{kind}:{event}"
-
-
-def change_target(message_id: str) -> tuple[str, str] | None:
-    """``(target id, "edit" | "delete")`` when ``message_id`` is a change notice, else ``None``."""
-    match = _CHANGE.match(message_id)
-    return (match["target"], match["kind"]) if match else None
-
-
 ASSISTANT = "assistant"
-_CAPITALIZED = re.compile(r"\b[A-Z][^\W\d_]+\b")
-_GREETING = r"(?:hey|hi|hello|thanks|thank you|thx|ok|okay|yes|yeah|sorry|dear|morning|good morning|congrats|bye)"
-_VOCATIVE_START = re.compile(rf"^\W*(?:(?i:{_GREETING})[\s,]+)?(?P<name>[A-Z][^\W\d_]+)\s*[,!:]")
-_VOCATIVE_END = re.compile(r"(?:^|[^.!?:;\s]\s+|,\s*)(?P<name>[A-Z][^\W\d_]+)\s*[!?.…)]*\s*$")
-_FILLER_NAMES = frozenset("""hey hi hello thanks thank yes yeah yep ok okay sorry dear morning congrats bye lol haha
-    wow omg great cool nice awesome sure absolutely definitely totally right true well also plus anyway anyways
-    same exactly indeed agreed""".split())
-"""Words that stand where a name would (``Thanks, great!``) but name nobody."""
-
-
 def author_of(message: Message) -> str:
     """Who wrote a message, as recall shows and searches it."""
     return message.author or (ASSISTANT if message.role == "assistant" else "someone")
@@ -190,22 +168,23 @@ class ConversationIndex:
     """The checkpoint of the last history given to :meth:`Recall.sync` and how many of its messages were added:
     a later history whose chain holds that checkpoint begins with those same messages."""
 
-    def add(self, messages: Iterable[Message]) -> int:
+    def add(self, messages: Sequence[Message], derived: Sequence[Derived | None] | None = None) -> int:
+        """Index the messages not indexed yet, in order; ``derived``: what :func:`derive` gives each of them (read
+        from where it was stored), else derived here."""
         added = 0
-        for m in messages:
-            if m.id in self.position or m.flags.runtime or m.flags.handoff or m.role not in ("user", "assistant"):
+        for i, m in enumerate(messages):
+            if m.id in self.position:
+                continue
+            found = derive(m) if derived is None else derived[i]
+            if found is None:
                 continue
             change = change_target(m.id)
-            if change is not None and change[1] == "delete":
-                continue
-            if not m.text.strip():
-                continue
             if m.ref and change is None:
                 self.refs[m.ref] = m.id
             author = author_of(m)
             if change is None:
-                self._learn_names(author, m.text)
-            self.position[m.id] = self.search.add(search_terms(m.text))
+                self._learn_names(author, found)
+            self.position[m.id] = self.search.add(found.terms)
             self.messages.append(m)
             self.authors.append(author)
             self.written.setdefault(author, []).append(self.position[m.id])
@@ -213,24 +192,18 @@ class ConversationIndex:
             added += 1
         return added
 
-    def _learn_names(self, author: str, text: str) -> None:
+    def _learn_names(self, author: str, found: Derived) -> None:
         """Each word of a person's name names them; so does a name people use to address them, once it was used
         :data:`ALIAS_MIN` times in reply to them, at least as often as anywhere else, and mostly for them."""
         if author != ASSISTANT:
             for word in name_words(author):
                 self.names.setdefault(word, set()).add(author)
-        words = _CAPITALIZED.findall(text)
-        self._capitalized.update(words)
+        self._capitalized.update(found.capitalized)
         # whom it answers: the last person before it (the assistant's replies in between address nobody)
         before = next((a for a in reversed(self.authors[-4:]) if a not in (author, ASSISTANT)), None)
         if before is None:
             return
-        for match in (_VOCATIVE_START.match(text), _VOCATIVE_END.search(text)):
-            if match is None:
-                continue
-            word = match.group("name")
-            if word.lower() in STOPWORDS["en"] or word.lower() in _FILLER_NAMES:
-                continue
+        for word in found.vocatives:
             self._vocative[(word, before)] += 1
             used = self._vocative[(word, before)]
             rivals = sum(n for (w, a), n in self._vocative.items() if w == word and a != before)
@@ -318,9 +291,12 @@ class Recall:
 
     def __init__(self, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer, *,
                  max_messages: int = 200_000, embedder: Embedder | None = None,
-                 vectors: VectorStore | None = None) -> None:
+                 vectors: VectorStore | None = None, epochs: EpochIndexStore | None = None) -> None:
         self.checkpoints = checkpoints
         self.notes = notes
+        self.epochs = epochs
+        """Where what the index derives from each sealed epoch is kept (:mod:`.derived`), read by a worker that
+        starts cold instead of deriving it again."""
         self.tokenizer = tokenizer
         self.embedder = embedder
         """With an embedding model: recall fuses BM25 with the question's nearest messages by meaning."""
@@ -360,15 +336,21 @@ class Recall:
         built = index or ConversationIndex()
         earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=built.roots,
                                                         forks=built.epochs)
+        # What was derived from the epochs is read when this worker builds the index (a worker holding it has just
+        # seen the head's epoch sealed: another worker's copy is rarely there yet)
+        stored = await self.epochs.get(conversation_id, [e.checkpoint.id for e in earlier]) \
+            if self.epochs is not None and index is None and earlier else {}
         synced, added = built.synced
         # (the head's messages are mostly indexed already when this worker holds the index: those of the last history
         # given, when this one extends it, are not looked at again)
         head = history.messages[added:] if synced in history.chain else history.messages
-        batches = [epoch.messages for epoch in reversed(earlier)] + [head]
-        if sum(len(b) for b in batches[:-1]) + (len(history.messages) if index is None else 0) > OFF_LOOP:
-            await asyncio.to_thread(_add_all, built, batches)
+        epochs = [(e.checkpoint.id, e.messages, stored.get(e.checkpoint.id)) for e in reversed(earlier)]
+        if sum(len(e.messages) for e in earlier) + (len(history.messages) if index is None else 0) > OFF_LOOP:
+            derived = await asyncio.to_thread(_add_all, built, epochs, head, conversation_id)
         else:
-            _add_all(built, batches)
+            derived = _add_all(built, epochs, head, conversation_id)
+        if (derived[0] or derived[1]) and self.epochs is not None:
+            await self.epochs.put(conversation_id, derived[0], unusable=derived[1])
         built.synced = (history.checkpoint.id, len(history.messages))
         self._indexes[conversation_id] = built
         self._indexes.move_to_end(conversation_id)
@@ -666,10 +648,32 @@ class Recall:
         return "\n".join(out)
 
 
-def _add_all(index: ConversationIndex, batches: Sequence[Sequence[Message]]) -> None:
-    """Add ``batches`` to ``index`` in order (in a thread when there are many: no other caller uses it then)."""
-    for batch in batches:
-        index.add(batch)
+def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Message], bytes | None]],
+             head: Sequence[Message], conversation_id: str) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Add the messages of ``epochs`` (the checkpoint each ends at, its messages, what was stored for them), oldest
+    first, then ``head``, to ``index`` (in a thread when there are many: no other caller uses it then). Returns the
+    stored form of what was derived here from the epochs for which nothing was stored, and from those for which
+    what was stored could not be used."""
+    made: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {})
+    unusable: list[str] = []
+    for checkpoint_id, messages, stored in epochs:
+        derived = None
+        if stored is not None:
+            try:
+                derived = decode(stored, messages)
+            except Unusable as exc:
+                unusable.append(f"epoch {checkpoint_id}: {exc}")
+        if derived is None:
+            derived = [derive(m) for m in messages]
+            encoded = encode(messages, derived)
+            if encoded is not None:
+                made[stored is not None][checkpoint_id] = encoded
+        index.add(messages, derived)
+    index.add(head)
+    if unusable:
+        log.warning("recall in %s: what was stored for %d of %d epochs cannot be used (%s); deriving it again",
+                    conversation_id, len(unusable), len(epochs), unusable[0])
+    return made
 
 
 def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
