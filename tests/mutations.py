@@ -812,6 +812,13 @@ MUTANTS: list[Mutant] = [
            "        with _woken_by_signals(asyncio.get_running_loop()):\n",
            "        with contextlib.nullcontext():\n",
            ("tests/test_cli_manners.py", "-k", "another_thread")),
+    Mutant("draft-made-after-the-lease-was-lost-left-in-slack", "bot/streaming.py",
+           "            await self._abandon()\n", "            pass\n",
+           ("tests/test_slack_streaming.py", "-k", "deletes_that_message_itself")),
+    Mutant("posted-draft-ts-never-recorded", "bot/streaming.py",
+           "        await self._mark(str(response[\"ts\"]))\n",
+           "        self.ts = str(response[\"ts\"])\n        await self._mark(self.ts)\n",
+           ("tests/test_slack_streaming.py", "-k", "deletes_that_message_itself and post")),
 ]
 
 
