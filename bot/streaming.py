@@ -14,7 +14,8 @@ conversation finds it in the thread (the bot's own message posted since that mom
 reply, which carries its marker, nor the status message), looking until Slack's reads had time to show it, and
 deletes it before the reply is posted. Slack's ``chat.startStream`` takes no metadata (``chat.stopStream`` and
 ``chat.update`` do: a finished reply carries its marker), and what a stranded stream shows cannot be known
-exactly (Slack escapes its text), so it is replaced, never finished.
+exactly (Slack escapes its text), so it is replaced, never finished. A worker whose lease was lost while Slack made the
+message (its flag write refused) deletes that message itself: nobody else knows its ts.
 """
 
 from __future__ import annotations
@@ -125,21 +126,28 @@ async def delete_stranded(client: AsyncWebClient, notes: Flags, conversation_id:
         if found is None:
             return None
         ts = found or None
-    if ts is not None:
-        if mark.stream:
-            try:  # never left streaming, whatever the deletion does
-                await client.chat_stopStream(channel=mark.channel, ts=ts)
-            except (SlackApiError, *LOST):
-                pass  # not streaming (any more), or no answer: deleted below either way
-        try:
-            await client.chat_delete(channel=mark.channel, ts=ts)
-        except SlackApiError as exc:
-            if exc.response.get("error") != "message_not_found":
-                log.info("%s: deleting a half-written reply failed: %s", conversation_id, exc.response.get("error"))
-        except LOST as exc:  # it may still show: the flag stays, and whoever works on it next deletes it again
-            log.info("%s: deleting a half-written reply got no answer (%s)", conversation_id, type(exc).__name__)
-            return None
+    if ts is not None and not await _take_back(client, conversation_id, mark.channel, ts, stream=mark.stream):
+        return None  # it may still show: the flag stays, and whoever works on it next deletes it again
     await notes.set_flag(conversation_id, DRAFT, "")
+    return True
+
+
+async def _take_back(client: AsyncWebClient, conversation_id: str, channel: str, ts: str, *, stream: bool) -> bool:
+    """Stop (if it streams) and delete a half-written reply; False when the deletion's answer was lost (it may
+    still show)."""
+    if stream:
+        try:  # never left streaming, whatever the deletion does
+            await client.chat_stopStream(channel=channel, ts=ts)
+        except (SlackApiError, *LOST):
+            pass  # not streaming (any more), or no answer: deleted below either way
+    try:
+        await client.chat_delete(channel=channel, ts=ts)
+    except SlackApiError as exc:
+        if exc.response.get("error") != "message_not_found":
+            log.info("%s: deleting a half-written reply failed: %s", conversation_id, exc.response.get("error"))
+    except LOST as exc:
+        log.info("%s: deleting a half-written reply got no answer (%s)", conversation_id, type(exc).__name__)
+        return False
     return True
 
 
@@ -227,6 +235,18 @@ class SlackDraft:
             log.info("%s: showing the reply as it is written stopped: another worker holds the conversation now",
                      self.conversation_id)
             self.stopped = True  # nothing is asked of Slack without the flag saying so
+            await self._abandon()
+
+    async def _abandon(self) -> None:
+        """The lease was lost while this draft's message was being made: Slack made it, but its ts never reached the
+        flag, so only this worker knows it (the new holder looked for it, if it did, before it existed). It is taken
+        back here (never finished: a new holder never finishes another worker's draft, so deleting it twice is
+        harmless)."""
+        ts = self.stream.ts if self.stream is not None else self.ts
+        if ts is None or self.asked is None:
+            return
+        await _take_back(self.client, self.conversation_id, self.channel, ts, stream=self.asked.stream)
+        self.shown, self.stream, self.ts, self.asked = "", None, None, None
 
     async def _start(self) -> None:
         if await delete_stranded(self.client, self.notes, self.conversation_id, self.me) is None:
@@ -258,9 +278,8 @@ class SlackDraft:
                 self.asked = None
                 await self.notes.set_flag(self.conversation_id, DRAFT, "")
             raise
-        self.ts = str(response["ts"])
         self.updated_at = time.monotonic()
-        await self._mark(self.ts)
+        await self._mark(str(response["ts"]))
 
     async def _ask(self, *, stream: bool) -> None:
         """Record that a message is about to be asked of Slack, before it is: a worker that dies before Slack's

@@ -435,10 +435,10 @@ MUTANTS: list[Mutant] = [
            "await self._fenced(\"SET_NOTES\", conversation_id, \"\", args)",
            ("tests/test_slack_streaming.py", "-k", "lease_another_took")),
     Mutant("stranded-stream-left-when-its-stop-lost-its-answer", "bot/streaming.py",
-           "            except (SlackApiError, *LOST):\n", "            except SlackApiError:\n",
+           "        except (SlackApiError, *LOST):\n", "        except SlackApiError:\n",
            ("tests/test_slack_streaming.py", "-k", "deletion_lost")),
     Mutant("reply-posted-beside-a-stranded-stream-whose-deletion-is-unconfirmed", "bot/streaming.py",
-           "type(exc).__name__)\n            return None\n", "type(exc).__name__)\n",
+           "type(exc).__name__)\n        return False\n", "type(exc).__name__)\n",
            ("tests/test_slack_streaming.py", "-k", "deletion_lost")),
     Mutant("recovered-reply-without-what-its-turn-showed", "bot/delivery.py",
            "parts, owed.checkpoint_id, owed.notice, owed.sources)", "parts, owed.checkpoint_id, None, ())",
@@ -840,6 +840,13 @@ MUTANTS: list[Mutant] = [
            "                               tuple(vocatives.split(\" \")) if vocatives else ()))\n",
            "                               ()))\n",
            ("tests/test_recall.py", "-k", "cold_worker_reads_what")),
+    Mutant("draft-made-after-the-lease-was-lost-left-in-slack", "bot/streaming.py",
+           "            await self._abandon()\n", "            pass\n",
+           ("tests/test_slack_streaming.py", "-k", "deletes_that_message_itself")),
+    Mutant("posted-draft-ts-never-recorded", "bot/streaming.py",
+           "        await self._mark(str(response[\"ts\"]))\n",
+           "        self.ts = str(response[\"ts\"])\n        await self._mark(self.ts)\n",
+           ("tests/test_slack_streaming.py", "-k", "deletes_that_message_itself and post")),
 ]
 
 

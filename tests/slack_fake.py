@@ -77,6 +77,10 @@ class FakeSlack:
         """Every n-th chat.postMessage call (1 = the first) is accepted and then its connection dropped."""
         self.failures: dict[str, int] = {}
         """method → how many of its next calls answer HTTP 500 without doing anything."""
+        self.fail_every: int | None = None
+        """Every n-th chat.postMessage call (1 = the first) is answered HTTP 500 without posting anything."""
+        self.failed = 0
+        """How many calls were answered HTTP 500 (``failures`` and ``fail_every``)."""
         self.dropped: list[str] = []
         """ts of every message whose post was accepted but never answered."""
         self.private: set[str] = set()
@@ -144,8 +148,11 @@ class FakeSlack:
         self.tokens.append((method, token))
         if method in self.errors:
             return web.json_response({"ok": False, "error": self.errors[method]})
-        if self.failures.get(method, 0) > 0:
-            self.failures[method] -= 1
+        failing = self.failures.get(method, 0) > 0
+        if failing or (method == "chat.postMessage" and self.fail_every and nth % self.fail_every == 0):
+            if failing:
+                self.failures[method] -= 1
+            self.failed += 1
             return web.json_response({"ok": False, "error": "fatal_error"}, status=500)
         if nth in self.rate_limit_calls.get(method, ()):
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})

@@ -314,6 +314,39 @@ async def test_a_worker_whose_lease_another_took_begins_no_stream_and_leaves_the
     assert all(r.status.value != "completed" for r in rows), "its turn was not committed"
 
 
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "post-then-update"])
+async def test_a_worker_whose_lease_is_taken_while_slack_makes_its_draft_deletes_that_message_itself(
+        h, server, redis_client, prefix, streamed: bool) -> None:
+    """The lease is lost while Slack makes the draft's message (its answer slow, as from a loaded worker): the new
+    holder looked for the message before it existed and found none, so only this worker learns its ts, and its
+    record of it is refused. It deletes the message itself (a stream stopped first): nothing is left half-written
+    or streaming, and the new holder's draft flag stands."""
+    root = "1700021150.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    h.slack.refuse_streaming = not streamed
+    method = "chat.startStream" if streamed else "chat.postMessage"
+    h.slack.holds[method] = answered = asyncio.Event()
+    server.push(Reply(text=LONG, chunk_delay=0.01))
+    assert await h.post(event_body(mention(root, "the rollout plan please"), event_id="Ev-s12")) == 200
+    deadline = time.monotonic() + 20
+    while not h.slack.bot_messages(CHANNEL, root):
+        assert time.monotonic() < deadline, "Slack made the draft's message"
+        await asyncio.sleep(0.02)
+    [made] = h.slack.bot_messages(CHANNEL, root)
+    assert made["streaming"] is streamed
+    await redis_client.set(f"{prefix}:{{{cid}}}:lease", "another-workers-token", px=60_000)  # taken over
+    await redis_client.hset(f"{prefix}:{{{cid}}}:notes", f"flag:{DRAFT}", json.dumps(""))  # it found nothing
+    answered.set()
+    await h.settle()
+    assert h.slack.bot_messages(CHANNEL, root) == [], "the message it made is deleted"
+    assert h.slack.deleted == [made["ts"]]
+    if streamed:
+        assert [c["ts"] for c in h.slack.calls_to("chat.stopStream")] == [made["ts"]], "stopped before deletion"
+    assert await redis_client.hget(f"{prefix}:{{{cid}}}:notes", f"flag:{DRAFT}") == json.dumps("").encode()
+    rows = await h.pipeline.checkpoints.lineage(cid)
+    assert all(r.status.value != "completed" for r in rows), "its turn was not committed"
+
+
 @pytest.mark.parametrize("place", ["assistant-thread", "thread-under-the-bots-answer", "dm-top-level"])
 async def test_only_a_message_where_the_reply_goes_is_taken_for_a_half_written_one(prefix, redis_client,
                                                                                   place) -> None:
