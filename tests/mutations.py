@@ -840,6 +840,10 @@ MUTANTS: list[Mutant] = [
            "                               tuple(vocatives.split(\" \")) if vocatives else ()))\n",
            "                               ()))\n",
            ("tests/test_recall.py", "-k", "cold_worker_reads_what")),
+    Mutant("first-index-imports-numpy-on-the-event-loop", "services/recall/index.py",
+           "            await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)\n",
+           "            pass\n",
+           ("tests/test_event_loop.py", "-k", "numpy_off_the_event_loop")),
 ]
 
 
