@@ -7,6 +7,7 @@ only by compare-and-set. Every multi-key update is one Lua script over keys shar
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -493,6 +494,7 @@ class CheckpointStore(HistoryReader):
             messages = [m for cid, _ in chain for m in (held[cid] if cid in held else read[cid])]
             earlier.append(History.model_construct(checkpoint=self._checkpoint(keys, fork, record), messages=messages,
                                                    chain=[cid for cid, _ in chain]))
+            await asyncio.sleep(0)  # (hundreds of epochs: other conversations' events are served between them)
         return earlier
 
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:

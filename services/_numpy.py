@@ -1,8 +1,12 @@
 """numpy for the search indexes, imported at the first use of one of its names: a process that builds no index (a
-console's first turn, which searches nothing) never pays its 10 MB."""
+console's first turn, which searches nothing) never pays its 10 MB. A worker about to build an index imports it in a
+thread first (:func:`imported`): its first import takes a quarter of a second, and on the event loop every
+conversation's acknowledgements would wait that long."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 from typing import Any
 
 
@@ -17,3 +21,16 @@ class _Numpy:
 
 
 np: Any = _Numpy()
+
+
+_ready = False
+"""Whether :func:`imported` has seen numpy imported (later calls return at once)."""
+
+
+async def imported() -> None:
+    """numpy imported, in a thread while the event loop serves others (a caller that comes while another's import
+    is under way waits for it in a thread of its own, on the import's lock)."""
+    global _ready
+    if not _ready:
+        await asyncio.to_thread(importlib.import_module, "numpy")
+        _ready = True

@@ -847,6 +847,14 @@ MUTANTS: list[Mutant] = [
            "        await self._mark(str(response[\"ts\"]))\n",
            "        self.ts = str(response[\"ts\"])\n        await self._mark(self.ts)\n",
            ("tests/test_slack_streaming.py", "-k", "deletes_that_message_itself and post")),
+    Mutant("first-index-imports-numpy-on-the-event-loop", "services/recall/index.py",
+           "            await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)\n",
+           "            pass\n",
+           ("tests/test_event_loop.py", "-k", "numpy_off_the_event_loop")),
+    Mutant("earlier-epochs-assembled-in-one-step", "persistence/store.py",
+           "            await asyncio.sleep(0)  # (hundreds of epochs: other conversations' events are served between them)\n",
+           "",
+           ("tests/test_store_contract.py", "-k", "served_between_them")),
 ]
 
 

@@ -173,3 +173,59 @@ async def test_building_a_workspaces_memory_index_leaves_the_event_loop_free(pre
     first = reading.result()
     again = await memory.block(where, "who owns the REF-4447 ticket?", asker=None, cap_tokens=600)
     assert first.ids and first.ids == again.ids and "REF-4447" in first.text
+
+
+_FRESH_WORKER = """
+import asyncio, importlib.abc, json, sys, threading
+import redis.asyncio as aioredis
+from threadkeeper.bench_data import fill_epochs
+from threadkeeper.root import build_stores
+from threadkeeper.services.models import OfflineModel
+from threadkeeper.services.recall import Recall
+from threadkeeper.settings import Settings
+
+importers = []
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy":
+            importers.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
+        return None
+
+async def main(url, prefix):
+    client = aioredis.Redis.from_url(url)
+    stores = build_stores(Settings(_env_file=None, redis_url=url, threadkeeper_key_prefix=prefix), client=client)
+    try:
+        await fill_epochs(stores.checkpoints, "c", 600)
+        already = "numpy" in sys.modules
+        sys.meta_path.insert(0, Watch())
+        recall = Recall(stores.checkpoints, stores.notes, OfflineModel().tokenizer, epochs=stores.epochs)
+        index = await recall.sync("c", await stores.checkpoints.load_history("c"))
+        return {"already": already, "importers": importers, "indexed": len(index.messages)}
+    finally:
+        await client.aclose()
+
+print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2]))))
+"""
+
+
+@pytest.mark.redis
+async def test_a_fresh_workers_first_index_imports_numpy_off_the_event_loop(prefix, redis_client) -> None:
+    """numpy's first import takes a quarter of a second and more: a worker process that has not imported it yet does
+    so in a thread when it builds its first index, so the loop acknowledges other conversations' events meanwhile."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REDIS_URL
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", _FRESH_WORKER, REDIS_URL, prefix],
+                                   capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not seen["already"]
+    assert seen["indexed"] > 500
+    assert seen["importers"] and set(seen["importers"]) == {"thread"}, seen

@@ -597,6 +597,44 @@ async def _epochs_one_by_one(store: CheckpointStore, history, roots: set[str], f
     return out
 
 
+async def test_earlier_epochs_are_assembled_with_the_event_loop_served_between_them(store: CheckpointStore, client,
+                                                                                   prefix) -> None:
+    """A long thread's earlier epochs (hundreds, at 100,000 messages) are put together one at a time, the event loop
+    serving other conversations between them, not all in one step that holds it."""
+    head = await turn(store, ["first"])
+    for epoch in range(6):
+        cp = await store.start_turn(CONV, parent_id=head, from_head=False, messages=[msg(f"e{epoch}", id=f"e{epoch}")])
+        await store.commit(CONV, cp.id, expected_head=head)
+        fork = await store.fork_compaction(CONV, forked_from=cp.id, covered_ids=[],
+                                           messages=[msg(f"handoff {epoch}", id=f"h{epoch}")])
+        head = fork.id
+    history = await store.load_history(CONV)
+    cold = CheckpointStore(client, prefix=prefix, cache_messages=0)
+    steps = 0
+    seen: list[int] = []
+    parse = cold._checkpoint
+
+    def noted(keys, checkpoint_id, record):  # type: ignore[no-untyped-def]
+        seen.append(steps)  # (the loop's steps so far, as each epoch's history is put together)
+        return parse(keys, checkpoint_id, record)
+
+    cold._checkpoint = noted  # type: ignore[method-assign]
+
+    async def ticking() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(ticking())
+    try:
+        got = await cold.earlier_epochs(CONV, history)
+    finally:
+        ticker.cancel()
+    assert len(got) == len(seen) == 6
+    assert len(set(seen)) == 6, seen
+
+
 async def test_every_earlier_epoch_is_read_in_a_few_bounded_calls(store: CheckpointStore, client, prefix,
                                                                   monkeypatch) -> None:
     """Recall's first read of a long thread: the epochs before the head's (a compaction right after another, a turn

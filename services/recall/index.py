@@ -56,6 +56,7 @@ from threadkeeper.persistence import (
     VectorStore,
 )
 
+from .._numpy import imported as numpy_imported
 from ..context import current_text, label, parse, refs
 from ..models import MESSAGE_OVERHEAD, Embedder, EmbeddingError, Tokenizer, ToolContext, bound_text
 from ..text import (
@@ -333,6 +334,8 @@ class Recall:
         """:meth:`sync` under the conversation's lock. A worker with no index builds it whole in a thread and holds
         it only once built; so does one that has many messages to add."""
         index = self._indexes.get(conversation_id)
+        if index is None:
+            await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)
         built = index or ConversationIndex()
         earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=built.roots,
                                                         forks=built.epochs)
