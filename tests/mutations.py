@@ -247,7 +247,7 @@ MUTANTS: list[Mutant] = [
            ("tests/test_instructions.py",)),
     # Adversarial messages: each breakage makes one filter read a long run once per place in it (quadratic time).
     Mutant("linear-assignment-run-read-once-per-name", "services/safety/redact.py",
-           "        if start <= done or start == tried:\n", "        if start <= done:\n",
+           "        pos = _NAME_RUN.match(text, name.start()).end()", "        pos = name.end()",
            ("tests/test_adversarial_text.py", "-k", "proportion and redaction and api_key")),
     Mutant("linear-url-scheme-from-every-place", "services/safety/redact.py",
            '_SCHEME = (r"(?<![a-z0-9+.-])(?=', '_SCHEME = (r"(?=',
@@ -792,8 +792,8 @@ MUTANTS: list[Mutant] = [
            "from .replay import ReplayInputError, load_thread, parse_thread, replay  # noqa: E402\n", "",
            ("tests/test_budget_and_cli.py", "-k", "package_face")),
     Mutant("detect-secrets-rules-read-at-import", "services/safety/redact.py",
-           "_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
-           "_EAGER = _maintained_rules()\n_OWN: list[tuple[str, re.Pattern[str], bool]] = [",
+           "_OWN: tuple[tuple[str, re.Pattern[str]], ...] = (",
+           "_EAGER = _maintained_rules()\n_OWN: tuple[tuple[str, re.Pattern[str]], ...] = (",
            ("tests/test_redaction_rules.py",)),
     Mutant("console-peak-read-with-the-bench-process", "threadkeeper/bench.py",
            "startswith('VmHWM:')", "startswith('VmHWM-')",
@@ -812,6 +812,22 @@ MUTANTS: list[Mutant] = [
            "        with _woken_by_signals(asyncio.get_running_loop()):\n",
            "        with contextlib.nullcontext():\n",
            ("tests/test_cli_manners.py", "-k", "another_thread")),
+    # Redaction runs a pattern only where it can match: what it needs and starts with is read from the pattern.
+    Mutant("literals-alternation-needs-read-from-its-first-way", "services/safety/literals.py",
+           "                    for alternative in av[1]]\n", "                    for alternative in av[1][:1]]\n",
+           ("tests/test_redaction_literals.py", "-k", "skipped_only or read_from_it")),
+    Mutant("literals-optional-part-read-as-needed", "services/safety/literals.py",
+           "            if n >= av[0]:\n", "            if n >= max(av[0], 1):\n",
+           ("tests/test_redaction_literals.py", "-k", "skipped_only or read_from_it")),
+    Mutant("literals-long-s-not-folded", "services/safety/literals.py",
+           '_FOLD = {0x130: "i", 0x131: "i", 0x17F: "s"}', '_FOLD = {0x130: "i", 0x131: "i"}',
+           ("tests/test_redaction_literals.py", "-k", "folding")),
+    Mutant("literals-close-starts-hand-over-past-the-match", "services/safety/literals.py",
+           "                return self.pattern.search(text, at)\n", "                return self.pattern.search(text, at + 1)\n",
+           ("tests/test_redaction_literals.py", "-k", "close_starts")),
+    Mutant("redaction-rule-ignoring-case-prefiltered-on-the-raw-text", "services/safety/redact.py",
+           "        text = window.folded if self.folded else window.text\n", "        text = window.text\n",
+           ("tests/test_redaction_literals.py", "-k", "upper_case_key")),
 ]
 
 
