@@ -445,7 +445,7 @@ _JOINERS = frozenset("'’-.")
 """Signs inside a word of prose (``Here's``, ``History-wise``, ``e.g.``), not of a value."""
 
 
-def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
+def redact_after(earlier: str | None, text: str, *, halves: bool = True) -> tuple[str, str]:
     """A person's message ``text`` redacted with the context of their previous message in the conversation
     (``earlier``, as it was stored): ``(earlier, text)``, each with what :func:`redact` removes and:
 
@@ -459,7 +459,8 @@ def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
       both halves go (the caller stores ``earlier``'s half removed only if it has not stored it yet).
 
     Only the end of ``earlier`` and the start of ``text`` are read again, so the cost stays linear in the length of
-    ``text`` (plus a bounded amount)."""
+    ``text`` (plus a bounded amount). Without ``halves`` a token split between the two is left for a later read that
+    can remove both halves (the first is found only with the second as it was written)."""
     spans = _merged(text)
     if not earlier or not text:
         return earlier or "", _replaced(text, spans)
@@ -468,12 +469,20 @@ def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
     lead = len(line) - len(line.lstrip())
     if tail and lead < len(line):
         spans.extend(_named_before(tail, line, lead, text))
-    cut = _split_token(earlier, line)
+    cut = _split_token(earlier, line) if halves else None
     if cut is not None:
         earlier_cut, text_end = cut
         spans.append((0, text_end, "[REDACTED]"))
         earlier = earlier[:earlier_cut] + "[REDACTED]"
     return earlier, _replaced(text, _disjoint(spans))
+
+
+def tail(text: str) -> str:
+    """What :func:`redact_after` reads of a previous message ``text``: its last characters before trailing space, and
+    whether space follows them. ``redact_after(tail(earlier), text)`` redacts ``text`` as ``redact_after(earlier,
+    text)`` does, so the end of a person's last message can be kept instead of the message."""
+    stripped = text.rstrip()
+    return stripped[-_TAIL:] + text[len(stripped):len(stripped) + 1]
 
 
 def _named_before(tail: str, line: str, lead: int, text: str) -> list[tuple[int, int, str]]:
