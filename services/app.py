@@ -175,13 +175,16 @@ class Pipeline:
         What the transport said about the channel's privacy, and its own ``flags``, are kept with the item (in the
         same step): the worker that takes the turn, and memory later, know them without asking again. ``reply``:
         the item is a reply in the conversation's thread, known elsewhere as ``reply`` (see :meth:`thread_of`).
-        A person's message is kept with its secrets redacted (:meth:`TurnInput.arriving`). One round trip to Redis."""
+        A person's message is kept with its secrets redacted, after the end of its author's last message when this
+        process stored that one (:meth:`TurnInput.arriving`). One round trip to Redis."""
         conversation = as_conversation(conversation)
-        item = self.executor.input.arriving(item)
+        item = self.executor.input.arriving(item, conversation.id)
         known = {PRIVACY: conversation.privacy} if conversation.privacy != "unknown" else {}
         kept = {**known, **(flags or {})}
         appended = await self.inbox.append(conversation.id, item, front=front, flags=kept,
                                            thread_of=(reply.id, conversation.thread) if reply is not None else None)
+        if appended:
+            self.executor.input.stored(conversation.id, item)
         if appended and kept:
             self.notes.heard(conversation.id, kept)
         return appended

@@ -829,12 +829,13 @@ async def test_a_secret_split_over_two_messages_of_one_author_is_never_kept_nor_
     """A person names a secret at the end of one message and gives it in their next, another person speaking in
     between: the value is in no Redis key, no request to the model (the turn that takes it included), no handoff."""
     p, _ = pipeline(prefix, client, context_window=4096)
+    other, _ = pipeline(prefix, client, context_window=4096)  # another worker receives each first message
     texts, authors = [], []
     for first, second, _secret in SPLIT_SECRETS:
         texts += [first, "lunch at noon?", second]
         authors += ["alice", "bob", "alice"]
     for n, text in enumerate(texts):
-        await p.submit(CONV, text, author=authors[n], id=f"1700.{n:06d}")
+        await (other if n % 3 == 0 else p).submit(CONV, text, author=authors[n], id=f"1700.{n:06d}")
         await p.run(CONV)
     recent = json.dumps(model.requests, ensure_ascii=False)
     await chat(p, filler(70, len(texts)), author=["alice", "bob"])
@@ -871,6 +872,20 @@ async def test_a_message_waiting_in_the_inbox_keeps_no_secret(model, prefix, cli
                    id="1700.000001")
     stored = repr(await all_fields(client, prefix)).encode()
     assert b"bluebird42" not in stored and b"the password for the staging db is [REDACTED], ping me" in stored
+
+
+async def test_a_value_named_in_the_authors_previous_message_is_redacted_before_the_inbox_keeps_it(
+        model, prefix, client) -> None:
+    """The second half of a secret split over two messages of one person never waits in the inbox: the process that
+    stored the first reads the second after its end, with no round trip; another person's message is not read
+    after it."""
+    p, _ = pipeline(prefix, client)
+    await p.submit(CONV, "the staging db password is", author="alice", id="1700.000001")
+    await p.submit(CONV, "Zq8-abc123XY", author="bob", id="1700.000002")
+    await p.submit(CONV, "Xq9-vB7mKt2w", author="alice", id="1700.000003")
+    stored = repr(await all_fields(client, prefix)).encode()
+    assert b"Xq9-vB7mKt2w" not in stored, "alice's value waits in the inbox"
+    assert b"Zq8-abc123XY" in stored, "bob's message was read after alice's"
 
 
 async def test_a_key_split_over_two_messages_of_one_turn_loses_both_halves(model, prefix, client) -> None:

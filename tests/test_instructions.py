@@ -355,6 +355,16 @@ NOT_STATED = [  # my own phrasings of rules and requests with no standing scope,
     "Em nenhum caso podes partilhar o contrato.",
     "Non condividerlo con nessuno.",  # Italian forbids with "non" and an infinitive
     "Non rivelare la chiave del server.",
+    # a command in the subjunctive (the polite form, and every negative one in Spanish and Portuguese)
+    "Não compartilhe o contrato com ninguém.",
+    "Não o mencione na reunião.",
+    "Envie o relatório até sexta.",
+    "No lo publiques en el canal.",
+    "Indique el número de pedido.",
+    "Non lo mandi a nessuno.",
+    # "a" and "an" open an object in English, whatever they are in other languages
+    "Draft a reply to the vendor about the delay.",
+    "Write an apology to the customer.",
 ]
 STATED = [  # facts in statement form, several of them shaped like the rules above
     "Standup at 10:30 on Mondays.",
@@ -367,6 +377,13 @@ STATED = [  # facts in statement form, several of them shaped like the rules abo
     "El equipo de soporte nunca trabaja los domingos.",
     "Non è mai successo di sabato.",
     "Il server di staging non funziona da lunedì.",
+    # a negation and a verb in the indicative, its subject dropped: a statement, not a command
+    "Não come carne desde 2019.",
+    "Não fala inglês.",
+    "Non mangia carne.",
+    "Ele não revela a senha a ninguém.",
+    "Parte do time trabalha de casa.",
+    "Una riunione si tiene ogni lunedì.",  # an article is no verb, whatever its ending
 ]
 
 
@@ -553,6 +570,7 @@ MATERIAL = [  # a question or a request to the reader, then what it is about (my
     "Was steht in diesem Bericht: 'Der Build schlägt nachts fehl.'",
     "Quelle est la conclusion de cet article : « Le service est stable. »",
     "Qual è il totale di questa tabella: <table><tr><td>12</td></tr></table>",
+    "Draft a short reply based on this thread: 'The vendor shipped late twice.'",
 ]
 NOT_MATERIAL = [  # a heading or a label before a colon is the author's own statement
     "What we decided: the canary goes to 5% of EU traffic first.",

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from threadkeeper.services.safety import redact, redact_after, secrets_in
+from threadkeeper.services.safety import redact, redact_after, secrets_in, tail
 
 # (text, what must not survive)
 SECRETS = [
@@ -275,3 +275,18 @@ def test_only_the_value_goes_after_a_message_ending_in_a_secret_name(earlier: st
     text = f"{value} {rest}".strip()
     clean = redact_after(earlier, text)[1]
     assert value not in clean and clean.startswith("[REDACTED") and clean.endswith(rest), clean
+
+
+_FRAGMENTS = st.sampled_from(["the password for the staging db cluster in eu-west-1 is", "api_key", "token:", "=", " ",
+                              "\n", "  ", "AKIAIOSFODNN", "7EXAMPLE", "Xq9-vB7mKt2w", "well", "is", "Zq8rT5vwX2yB7nM4",
+                              "'", "é", "x" * 40])
+
+
+@settings(max_examples=200, deadline=None)
+@given(earlier=st.lists(_FRAGMENTS, max_size=12).map("".join), text=st.lists(_FRAGMENTS, max_size=6).map("".join))
+def test_the_end_of_a_previous_message_redacts_the_next_as_the_whole_message_does(earlier: str, text: str) -> None:
+    """What is kept of a person's last message to read their next one with (``tail``) redacts it as the whole
+    message does: a name 63 characters back, a token split at its end, space after it."""
+    assert redact_after(tail(earlier), text)[1] == redact_after(earlier, text)[1]
+    long = "the password for the staging db cluster of our team in eu-west-1 is"  # 63 characters from its name
+    assert redact_after(tail(long + " "), "Xq9-vB7mKt2w")[1] == redact_after(long, "Xq9-vB7mKt2w")[1] == "[REDACTED]"

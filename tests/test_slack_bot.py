@@ -722,12 +722,16 @@ async def test_a_secret_a_person_splits_over_two_slack_messages_reaches_no_route
     h, http = await make_harness(prefix, client, ai_fast_model="scripted-router/test",
                                   ai_fast_model_context_window_tokens=16_000)
     h.slack.people["U2"] = "Dana"
+    # a second worker of the fleet receives her first message: the one that receives the second never saw it
+    other, other_http = await make_harness(prefix, client, slack=h.slack, ai_fast_model="scripted-router/test",
+                                           ai_fast_model_context_window_tokens=16_000)
     root = "1700000960.000100"
     try:
         await h.post(event_body(mention(root, "can someone set up the staging db?"), event_id="Ev-s1"))
         await h.settle()
-        await h.post(event_body(thread_message("1700000961.000100", "done, the staging db password is", root),
-                                event_id="Ev-s2"))
+        await other.post(event_body(thread_message("1700000961.000100", "done, the staging db password is", root),
+                                    event_id="Ev-s2"))
+        await other.settle()
         await h.post(event_body(thread_message("1700000962.000100", "Xq9-vB7mKt2w", root), event_id="Ev-s3"))
         await h.settle()
         await h.post(event_body(mention("1700000963.000100", "can you note where it lives?", thread_ts=root,
@@ -741,7 +745,9 @@ async def test_a_secret_a_person_splits_over_two_slack_messages_reaches_no_route
         assert [m.text for m in history.messages if m.author == "Dana"][-2] == "[REDACTED]"
     finally:
         await h.settle()
+        await other.settle()
         await http.close()
+        await other_http.close()
         await h.slack.close()
 
 

@@ -14,7 +14,7 @@ from .instructions import (
     without_instructions,
 )
 from .lines import holds_secret, rejected, values
-from .redact import redact, redact_after, secrets_in
+from .redact import redact, redact_after, secrets_in, tail
 
 __all__ = [
     "addresses_the_assistant",
@@ -30,6 +30,7 @@ __all__ = [
     "split_instructions",
     "stated_as_fact",
     "statements",
+    "tail",
     "unstated",
     "values",
     "without_instructions",

@@ -104,27 +104,64 @@ _OTHER_SUBJECT = frozenset("""we i i'm we're we've we'll they he she it it's the
     chaque nosotros nosotras yo él ella ellos ellas nuestro nuestra nuestros nuestras el los las este esta estos
     estas todo todos cada nós eu ele ela eles elas nosso nossa nossos nossas o os as um uma noi io lui lei loro
     nostro nostra nostri il lo gli i ogni tutti tutte""".split())
-_OPENS_OBJECT = frozenset("""the a an all every each any some this that these those my our his her their them me us
-    him it everyone everybody everything anyone anything nothing nobody
-    in on at to for with without as about from by like into onto of than that if when only
-    den dem der die das ein eine einen einem alle jede jeden mir mich uns ihm ihn ihnen es alles nichts
-    auf in an zu für mit ohne als über von bei nach aus um dass jeder jedem jeden
-    le la les l' l’ un une des tout tous toutes chaque me moi nous lui leur leurs en à avec pour sur comme sans de
-    du par dans que qu' qu’
-    el los las una todo todos todas cada me nos le les lo con a para por sobre como sin de del en que
-    o os as um uma tudo me nos lhe lhes com para por sobre como sem de do da em no na que
-    il lo gli le un una ogni tutto tutti mi ci gli con a per su come senza di da in che""".split())
+_OPENERS = {language: frozenset(words.split()) for language, words in {
+    "en": """the a an all every each any some this that these those my our his her their them me us him it everyone
+        everybody everything anyone anything nothing nobody in on at to for with without as about from by like into
+        onto of than that if when only""",
+    "de": """den dem der die das ein eine einen einem alle jede jeden mir mich uns ihm ihn ihnen es alles nichts auf in
+        an zu für mit ohne als über von bei nach aus um dass jeder jedem jeden""",
+    "fr": """le la les l' l’ un une des tout tous toutes chaque me moi nous lui leur leurs en à avec pour sur comme sans
+        de du par dans que qu' qu’""",
+    "es": "el los las una todo todos todas cada me nos le les lo con a para por sobre como sin de del en que",
+    "pt": "o os as um uma tudo me nos lhe lhes com a para por sobre como sem de do da em no na que",
+    "it": "il lo gli le un una ogni tutto tutti mi ci con a per su come senza di da in che",
+}.items()}
+"""Words that open an object or a complement, by language: after a clause's first word, they show it is a verb ("tell
+them", "make all …", "réponds en …")."""
+_PREPOSITIONS_OF = {language: frozenset(words.split()) for language, words in {
+    "en": "in on at to for with without as about from by like into onto of than that if when only",
+    "de": "auf in an zu für mit ohne als über von bei nach aus um dass",
+    "fr": "à avec pour sur comme sans de du par dans que qu' qu’",
+    "es": "con a para por sobre como sin de del en que",
+    "pt": "com a para por sobre como sem de do da em no na que",
+    "it": "con a per su come senza di da in che",
+}.items()}
+"""The words of :data:`_OPENERS` that also follow a noun ("Standup at 10:30"), by language: after a first word, they
+tell an imperative only together with a standing scope. A word that is one only in another language ("a" and "an" in
+English) does not stand in the way once the sentence's language is known (:func:`_languages`)."""
+_OPENS_OBJECT = frozenset().union(*_OPENERS.values())
+_PREPOSITIONS = frozenset().union(*_PREPOSITIONS_OF.values())
+"""Both, whatever the language: a word that follows a noun in any of them ("a" in Spanish, "an" in German) counts as
+one when a sentence's language is not told (:func:`_languages`)."""
 _ENGLISH_PREPOSITIONS = frozenset("to in on at for with from of by about into".split())
-_PREPOSITIONS = frozenset("""in on at to for with without as about from by like into onto of than that if when only
-    auf in an zu für mit ohne als über von bei nach aus um dass à avec pour sur comme sans de du par dans que qu' qu’
-    con a para por sobre como sin del en com sem do da em no na per su come senza di da che""".split())
-"""The words of ``_OPENS_OBJECT`` that also follow a noun ("Standup at 10:30"): after a first word, they tell an
-imperative only together with a standing scope."""
 _FIRST_PLURAL = re.compile(r"(?:amos|emos|imos|iamo|ámos|êmos|ons)$")
 _SECOND_SINGULAR = re.compile(r"^\w{2,6}(?:i|es|as|is)$")
 _INFINITIVE = re.compile(r"\w\w(?:are|ere|ire|ar|er|ir)$")
 """Two word characters and an infinitive's ending at the end of a word (searched: two, not two or more, so a word of
 40,000 letters is read once, not once from each of its letters)."""
+
+_MOODS = {language: tuple(tuple(tuple(pair.split(":")) for pair in pairs.split()) for pairs in moods)
+          for language, moods in {
+    "pt": ("e:ar es:ar em:ar que:car ques:car quem:car gue:gar gues:gar guem:gar ce:çar ces:çar cem:çar a:er a:ir as:er "
+           "as:ir am:er am:ir ça:cer ças:cer çam:cer ça:cir ja:ger jas:ger jam:ger ja:gir",
+           "a:ar as:ar am:ar e:er e:ir es:er es:ir em:er em:ir"),
+    "es": ("e:ar es:ar en:ar que:car ques:car quen:car gue:gar gues:gar guen:gar ce:zar ces:zar cen:zar a:er a:ir as:er "
+           "as:ir an:er an:ir za:cer zas:cer zan:cer ja:ger jas:ger jan:ger ja:gir",
+           "a:ar as:ar an:ar e:er e:ir es:er es:ir en:er en:ir"),
+    "it": ("i:are ino:are chi:care chino:care ghi:gare ghino:gare a:ere a:ire ano:ere ano:ire",
+           "a:are ano:are e:ere e:ire ono:ere ono:ire"),
+}.items()}
+"""The present subjunctive and the present indicative of regular verbs, by the languages that give their commands in
+the subjunctive ("Não revele", "No lo compartas", "Escriba", "Non lo condivida"): each an ending and the ending of the
+infinitive it comes from (``que:car``: "indique" from "indicar"). A form of one is the other's too ("revele" could
+be of "reveler"), so a word is read in the mood whose infinitive is the more common word (:func:`_subjunctive`)."""
+_VERB_AT = 3.0
+"""How common an infinitive must be (Zipf) for a word to be read as one of its forms."""
+_NEGATIONS = frozenset("não no non".split())
+_CLITICS = frozenset("""me te se lhe lhes o a os as nos vos lo la los las le les os mi ti si ci vi gli li ne""".split())
+"""Object pronouns that stand between a negation and its verb ("Não o revele", "No lo compartas", "Non lo dica")."""
+_CLOSED = _SECOND | _OTHER_SUBJECT | _OPENS_OBJECT | _TRANSPARENT | _CLITICS
+"""Pronouns, determiners, prepositions and adverbs: never a verb, whatever their ending ("una", "la", "esta")."""
 
 _NEGATIVE_IMPERATIVE = re.compile(r"\w\w(?:are|ere|ire|(?:ar|er|ir)(?:lo|la|li|le|gli|ne|mi|ti|ci|vi|si))$")
 """An Italian infinitive, or one that carries its pronoun and drops its "e" ("rivelare", "rivelarlo",
@@ -211,10 +248,16 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
                                      or tokens[skipped] == "do" and tokens[skipped + 1:skipped + 2] == ["not"]):
         fronted = fronted or tokens[skipped] in _FREQUENCY_WORDS
         skipped += 1
+    negated = not _NEGATIONS.isdisjoint(tokens[:skipped])
     tokens, cased = tokens[skipped:], cased[skipped:]
     if not tokens:
         return addressed
     first = tokens[0]
+    languages = [] if standing else _languages(sentence)
+    language = languages[0] if len(languages) == 1 else None
+    verb = next((t for t in tokens if t not in _CLITICS), "") if negated else first
+    if verb not in _CLOSED and any(_subjunctive(verb, lang) for lang in languages if lang in _MOODS):
+        return True  # a command in the subjunctive, with no subject: "Não revele a senha", "Escreva um haiku"
     if first in _SECOND:
         return True
     if first in _BOT or first == "the" and tokens[1:2] and tokens[1] in _BOT:
@@ -255,8 +298,22 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
     if fronted or addressed:
         return True
     if not standing:  # without a standing scope, a noun and its modifier ("Standup at 10:30") is no imperative
-        return bool(second) and second in _OPENS_OBJECT and second not in _PREPOSITIONS
+        prepositions = _PREPOSITIONS_OF[language] if language else _PREPOSITIONS  # "a", "an": in English, no
+        return bool(second) and second in _OPENS_OBJECT and second not in prepositions
     return not second or second in _OPENS_OBJECT or second in _SECOND
+
+
+def _subjunctive(word: str, language: str) -> bool:
+    """Whether ``word`` reads as a present subjunctive of ``language`` (:data:`_MOODS`): the infinitive it comes from
+    read so is a word of the language, and more common than the one it comes from read as an indicative."""
+    subjunctive, indicative = _MOODS[language]
+
+    def best(endings: tuple[tuple[str, ...], ...]) -> float:
+        return max((zipf(word[:-len(end)] + infinitive, language) for end, infinitive in endings
+                    if word.endswith(end) and len(word) > len(end) + 1), default=0.0)
+
+    found = best(subjunctive)
+    return found >= _VERB_AT and found > best(indicative)
 
 
 def _gate(lowered: str) -> bool:
@@ -340,6 +397,27 @@ def _latin(word: str) -> bool:
     return all(not c.isalpha() or c < "\u0250" or unicodedata.name(c, "").startswith("LATIN") for c in word)
 
 
+def _words(sentence: str) -> list[str]:
+    """The words of a sentence, identifiers ("k8s", "v2.3", "10:30", "OPS-77", "@ana", "https://…", "deploy_eu") and
+    Latin-lettered markup and code set aside."""
+    words = []
+    for chunk in _IDENTIFIER.sub(lambda m: " " if _latin(m.group()) else f" {m.group()} ", sentence).split():
+        if (any(c.isdigit() for c in chunk) or not _IDENTIFIER_MARKS.isdisjoint(chunk)) and _latin(chunk):
+            continue
+        words.extend(_letters(chunk))
+    return words
+
+
+def _languages(sentence: str) -> list[str]:
+    """The languages of :data:`LANGUAGES` with the most of the sentence's words among their common words (as
+    :func:`readable` counts them): one, or those that tie ("No lo publiques en el canal" reads as Spanish, Italian
+    and Portuguese alike)."""
+    words = [word.lower() for word in _words(sentence)]
+    counts = {lang: sum(zipf(word, lang) >= _READ_AT for word in words) for lang in LANGUAGES}
+    most = max(counts.values())
+    return [lang for lang in LANGUAGES if counts[lang] == most]
+
+
 def readable(sentence: str) -> bool:
     """Whether the checks here can read the sentence: at least half of its words are among the common words of one
     of the languages their word lists cover (:data:`LANGUAGES`: English, German, French, Spanish, Portuguese,
@@ -348,11 +426,7 @@ def readable(sentence: str) -> bool:
     language ("Kata sandi rahasia adalah …") or with a word in another script ("Пароль …", "密码是…") is not: none
     of the rules here can tell whether it states a fact or gives an instruction, so nothing may take it for a
     fact; it stays its author's words, quoted under their name."""
-    words = []
-    for chunk in _IDENTIFIER.sub(lambda m: " " if _latin(m.group()) else f" {m.group()} ", sentence).split():
-        if (any(c.isdigit() for c in chunk) or not _IDENTIFIER_MARKS.isdisjoint(chunk)) and _latin(chunk):
-            continue  # "k8s", "v2.3", "10:30", "OPS-77", "@ana", "https://…", "deploy_eu"
-        words.extend(_letters(chunk))
+    words = _words(sentence)
     if not all(_latin(word) for word in words):
         return False  # a script none of the languages is written in
     for lang in LANGUAGES:

@@ -28,6 +28,12 @@ Four layers, each finding values that :func:`redact` replaces by a ``[REDACTED �
 Measured on secrets this project did not write: ``threadkeeper eval redaction --source gitleaks --path DIR``
 (docs/safety.md).
 
+What it costs: layers 1, 2 and 4 look only around runs of token characters (:func:`_windows`), and a rule runs on
+such a part only when it holds the strings every match of the rule holds (``AKIA``, ``xox``, ``=`` or ``:``), read
+from the rule's own pattern (:mod:`.literals`); the patterns that ignore case and read the whole text (a name that
+says secret, a password in prose, an ``Authorization`` header) are tried only where one of the words they start with
+starts. Neither changes what is found, only where a pattern is tried.
+
 :func:`secrets_in` gives the values themselves, so a summary can be checked for repeating one.
 :func:`redact_after` redacts a person's message with the end of their previous message in view: a secret split over
 the two (a value after a name that ended the previous message, a key pasted in two pieces).
@@ -40,9 +46,10 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..lexicon import common
+from .literals import Anchored, fold, folded, needs
 
 if TYPE_CHECKING:
     from detect_secrets.plugins.base import BasePlugin
@@ -52,28 +59,66 @@ _SKIPPED_DETECTORS = frozenset({"Public IP (ipv4)", "Basic Auth Credentials", "P
 rules below that cover more (a URL with no user name; the key's body, not only its first line)."""
 
 
+class _Rule(NamedTuple):
+    label: str
+    pattern: re.Pattern[str]
+    needs_name: bool
+    """Whether the pattern needs a word that names a secret ("key", "pwd", "token", …) before its value."""
+    needs: tuple[re.Pattern[str], ...]
+    """What a match holds (:func:`.literals.needs`): one of the strings of each, found by one search."""
+    folded: bool
+    """Whether the pattern ignores case: its :attr:`needs` are looked for in a window's folded text."""
+
+    @classmethod
+    def of(cls, label: str, pattern: re.Pattern[str], needs_name: bool = False) -> _Rule:
+        return cls(label, pattern, needs_name, tuple(re.compile("|".join(map(re.escape, sorted(strings))))
+                                                     for strings in needs(pattern)),
+                   bool(pattern.flags & re.IGNORECASE))
+
+    def may_match(self, window: _Window) -> bool:
+        """Whether a match can lie in ``window``: it holds one string of each of :attr:`needs`."""
+        text = window.folded if self.folded else window.text
+        return all(strings.search(text) for strings in self.needs)
+
+
 @lru_cache(maxsize=1)
-def _maintained_rules() -> tuple[tuple[str, re.Pattern[str], bool], ...]:
-    """(marker, pattern, whether the pattern needs a word that names a secret: "key", "pwd", "token", …). Read from
-    detect-secrets on the first text redacted: importing its plugins (and ``requests``, which they import) costs a
-    process 9 MB that a command which never redacts does not pay."""
+def _maintained_rules() -> tuple[_Rule, ...]:
+    """Read from detect-secrets on the first text redacted: importing its plugins (and ``requests``, which they
+    import) costs a process 9 MB that a command which never redacts does not pay."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import RegexBasedDetector
 
-    rules: list[tuple[str, re.Pattern[str], bool]] = []
+    rules: list[_Rule] = []
     # detect-secrets annotates the mapping with a type variable only its return mentions: its classes are plugins
     detectors: Mapping[str, type[BasePlugin]] = get_mapping_from_secret_type_to_class()
     for secret_type, plugin in sorted(detectors.items()):
         if secret_type in _SKIPPED_DETECTORS or not issubclass(plugin, RegexBasedDetector):
             continue
         label = f"[REDACTED {secret_type.upper()}]"
-        rules.extend((label, pattern, "(?:key|pwd" in pattern.pattern or "secret[-_]?" in pattern.pattern)
+        rules.extend(_Rule.of(label, pattern, "(?:key|pwd" in pattern.pattern or "secret[-_]?" in pattern.pattern)
                      for pattern in plugin().denylist)
     return tuple(rules)
 
+
+class _Window:
+    """A part of a text where layers 1, 2 and 4 look (:func:`_windows`), with its text folded for patterns that ignore
+    case, made once for all rules."""
+
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.text = text[start:end]
+        self._folded: str | None = None
+
+    @property
+    def folded(self) -> str:
+        if self._folded is None:
+            self._folded = fold(self.text)
+        return self._folded
+
+
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
                           r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)", re.DOTALL)
-_OWN: list[tuple[str, re.Pattern[str], bool]] = [(label, pattern, False) for label, pattern in (
+_OWN: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("[REDACTED SLACK TOKEN]", re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}")),
     ("[REDACTED SLACK TOKEN]", re.compile(r"\bxapp-[A-Za-z0-9-]{10,}")),
     ("[REDACTED API KEY]", re.compile(r"\bsk-(?:ant-|proj-|live-)?[A-Za-z0-9_-]{16,}")),
@@ -83,11 +128,18 @@ _OWN: list[tuple[str, re.Pattern[str], bool]] = [(label, pattern, False) for lab
     ("[REDACTED STRIPE KEY]", re.compile(r"\b[rsp]k_(?:live|test)_[A-Za-z0-9]{16,}")),
     ("[REDACTED AWS KEY]", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b")),
     ("[REDACTED API KEY]", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
-)]
+)
 
-_HEADER = re.compile(r"(?i)\b((?:proxy-)?authori[sz]ation\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|negotiate|"
-                     r"apikey|sharedaccesssignature)\s+)?)([^\s\"',;]{6,})")
-_BEARER = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/-]{16,}=*)")
+
+@lru_cache(maxsize=1)
+def _rules() -> tuple[_Rule, ...]:
+    """The maintained rules and this module's own, with what each needs: read on the first text redacted."""
+    return (*_maintained_rules(), *(_Rule.of(label, pattern) for label, pattern in _OWN))
+
+
+_HEADER = Anchored(re.compile(r"(?i)\b((?:proxy-)?authori[sz]ation\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|"
+                              r"negotiate|apikey|sharedaccesssignature)\s+)?)([^\s\"',;]{6,})"))
+_BEARER = Anchored(re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/-]{16,}=*)"))
 _SCHEME = (r"(?<![a-z0-9+.-])(?=[a-z0-9+.-]*+://)(?>[a-z0-9+.-]*?\b(?=[a-z]))"
            r"([a-z][a-z0-9+.-]*+://)")
 """A URL's scheme and ``://`` (its group 1), found in one look at the run of scheme characters before ``://``: a
@@ -95,8 +147,8 @@ match starts only where such a run starts, and settles on the first place in it 
 non-word character), so a long run of ``a-a-a-…`` costs its length once, not once for each place in it."""
 _URL_PASSWORD = re.compile(_SCHEME + r"([^\s:/@]*:)([^\s@/]+)@")
 
-_SECRET_NAME = re.compile(r"(?i)passw(?:or)?d|pwd|secret|api[_-]?key|(?:access|account|private|signing|encryption|"
-                          r"master|shared[_-]?access)[_-]?key|token|credential|passphrase")
+_SECRET_NAME = Anchored(re.compile(r"(?i)passw(?:or)?d|pwd|secret|api[_-]?key|(?:access|account|private|signing|"
+                                   r"encryption|master|shared[_-]?access)[_-]?key|token|credential|passphrase"))
 _ABOUT = re.compile(r"(?i)ids?|names?|ur[li]s?|files?|paths?|dirs?|length|len|size|count|types?|kinds?|format|"
                     r"version|ttl|expiry|expires|expiration|policy|prefix|suffix|header|field|label|var|variable|env|"
                     r"enabled|required|arn|ref|location|store|vault|provider|usage")
@@ -106,19 +158,21 @@ _SECRET_WORD = re.compile(r"(?i)(?:passw(?:or)?ds?|pwd|secrets?|keys?|tokens?|cr
 _SECRET_WORDS = ("passw", "pwd", "secret", "key", "token", "credential", "passphrase")
 _NAME_RUN = re.compile(r"[\w.-]+")
 """A run of the characters a name is made of (letters and digits of any script, ``_``, ``.``, ``-``)."""
-_ASSIGNMENT = re.compile(r"""([A-Za-z0-9_.-]+["']?\s*[:=][ \t]*["']?)([^\s,;'"]{6,})""")
-"""A name, ``=`` or ``:``, and its value on the same line (``API_KEY=`` at the end of a line has none)."""
+_ASSIGNMENT = re.compile(r"""([A-Za-z0-9_.-]++["']?\s*+[:=][ \t]*["']?)([^\s,;'"]{6,})""")
+"""A name, ``=`` or ``:``, and its value on the same line (``API_KEY=`` at the end of a line has none). The name and
+the space after it are read once (``++``, ``*+``): what follows each is none of its characters, so giving some back
+never helps a match, and a run of 40,000 name characters with no value is not read again from each end."""
 
-_PROSE = re.compile(
+_PROSE = Anchored(re.compile(
     r"(?i)\b(?:passwords?|passwd|passphrase|passcode|pin code|api key|secret key|access token|"
     r"passwort|kennwort|mot de passe|contraseña|contrasena|clave|senha|palavra-passe|parola d'ordine)\b"
     r"[^.!?;\n]{0,60}?\b(?:is|was|are|ist|lautet|war|est|était|es|era|é|è|sono|sind)\s*:?\s+"
-    r"[\"'`“«]?([^\s\"'`”»]{4,})")
-_NAMED = re.compile(
+    r"[\"'`“«]?([^\s\"'`”»]{4,})"))
+_NAMED = Anchored(re.compile(
     r"(?i)(?<!\w)(?:keys?|tokens?|secrets?|credentials?|creds|schlüssel|zugangsdaten|clé|cle|jeton|identifiants|"
     r"chave|chiave|credenciales|credenciais|credenziali)(?!\w)"
     r"[^.!?;:\n]{0,60}?(?:\s(?=[iwaleèésv])(?:is|was|are|ist|lautet|war|est|était|es|era|é|è|sono|sind)\s*:?|:)"
-    r"\s+[\"'`“«]?([^\s\"'`”»]{8,})")
+    r"\s+[\"'`“«]?([^\s\"'`”»]{8,})"))
 """A value stated after a word for a key, a token, a secret or credentials, in the languages of :data:`_PROSE` ("the
 stripe key is …", "der Schlüssel lautet …", "la clé est …", "deploy token: …"): kept unless it looks like a token (see
 :func:`_token_shaped`)."""
@@ -130,9 +184,23 @@ never a secret."""
 _PROSE_WORDS = ("passw", "passc", "passphrase", "pin code", "api key", "secret key", "access token", "kennwort",
                 "mot de passe", "contrase", "clave", "senha", "palavra-passe", "parola d")
 
+
+def _any_of(words: tuple[str, ...]) -> re.Pattern[str]:
+    """One search for any of ``words`` in a lower-case text (``any(word in text for word in words)``, in one pass)."""
+    return re.compile("|".join(map(re.escape, words)))
+
+
+_SECRET_GATE = _any_of((*_SECRET_WORDS, "pw", "pass"))
+_PROSE_GATE = _any_of(_PROSE_WORDS)
+_NAMED_GATE = _any_of(_NAMED_WORDS)
+_TAIL_GATE = _any_of((*_SECRET_WORDS, *_NAMED_WORDS, *_PROSE_WORDS, "pw"))
+"""Whether the end of a person's previous message holds a word any rule that names a secret needs."""
+
 _URL = re.compile(_SCHEME + r"[^\s<>|?#]*")
-_VALUE = re.compile(r"[\w-]{24,}")
-_LONG = re.compile(r"[\w+/=.\-]{12,}")
+_VALUE = re.compile(r"(?<![\w-])[\w-]{24}")
+"""24 characters of a value, from the start of their run: a run is read once, not once from each place in it."""
+_LONG = re.compile(r"(?<![\w+/=.\-])[\w+/=.\-]{12,}")
+"""A run of 12 or more token characters, tried only where such a run starts (each run is read once)."""
 _RUN = re.compile(r"(?<![A-Za-z0-9+_.~-])[A-Za-z0-9+_~-][A-Za-z0-9+_.~-]{14,}[A-Za-z0-9+_~-]"
                   r"(?:={1,3}(?![A-Za-z0-9]))?(?![A-Za-z0-9+_~-]|\.[A-Za-z0-9])")
 """A run of token characters (letters, digits, ``+_~-`` and dots inside it) of 16 or more, with base64's padding: a
@@ -143,6 +211,7 @@ _MIN_BITS = 3.9
 _MIN_BITS_ONE_CASE = 3.5
 _MIN_BITS_NO_DIGITS = 4.2
 _HEX = frozenset("0123456789abcdefABCDEF")
+_DIGITS = "0123456789"
 _PARTS = re.compile(r"[_.~-]")
 _KIND_CHANGE = re.compile(r"(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])")
 _EDGES = frozenset(" \t\n\"'=:")
@@ -163,18 +232,22 @@ def _random_looking(token: str) -> bool:
     - its longest part between ``_ - . ~`` (a prefix such as ``hf_`` or ``pat.`` is not the secret): 30 or more
       letters of both cases, 4.2 bits.
 
-    Hex alone never is (commit hashes, UUIDs, checksums): a hex secret is found by its name."""
-    upper, lower = any(c.isupper() for c in token), any(c.islower() for c in token)
-    if upper and lower and sum(c.isdigit() for c in token) >= 2 and len(token) >= 20:
+    Hex alone never is (commit hashes, UUIDs, checksums): a hex secret is found by its name.
+
+    ``token`` is ASCII (a run :data:`_RUN` finds), so cases and digits are counted by whole-string operations, each
+    one pass in C over a token that may be as long as the message."""
+    upper, lower = token.lower() != token, token.upper() != token
+    digits = sum(map(token.count, _DIGITS))
+    if upper and lower and digits >= 2 and len(token) >= 20:
         bits = _MIN_BITS
     else:
-        longest = max(_PARTS.split(token), key=len)
-        joined = "".join(_PARTS.split(token))
-        digits = sum(c.isdigit() for c in joined)
+        parts = _PARTS.split(token)
+        longest = max(parts, key=len)
+        joined = "".join(parts)
         if 2 <= digits <= len(joined) - 4 and not (upper and lower) and not set(longest) <= _HEX and \
                 len(_KIND_CHANGE.findall(joined)) >= 6:
             bits, token = _MIN_BITS_ONE_CASE, joined
-        elif len(longest) >= 30 and any(c.isupper() for c in longest) and any(c.islower() for c in longest):
+        elif len(longest) >= 30 and longest.lower() != longest and longest.upper() != longest:
             bits, token = _MIN_BITS_NO_DIGITS, longest
         else:
             return False
@@ -216,37 +289,40 @@ def _found(text: str) -> list[tuple[int, int, str]]:
     """Spans (start, end, marker) of secret values in ``text``, possibly overlapping."""
     spans: list[tuple[int, int, str]] = []
     low = text.lower()
-    named = any(word in low for word in _SECRET_WORDS) or "pw" in low or "pass" in low
+    places = low if text.isascii() else folded(text)
+    named = _SECRET_GATE.search(low) is not None
     windows = _windows(text)
     if "PRIVATE KEY" in text:
         spans.extend((m.start(), m.end(), "[REDACTED PRIVATE KEY]") for m in _PRIVATE_KEY.finditer(text))
+    parts = [_Window(text, a, b) for a, b in windows]
     # the rules that need a secret's name before its value all need a value of 24 characters or more
-    valued = [(a, b) for a, b in windows if _VALUE.search(text, a, b)] if named else []
-    for label, pattern, needs_name in (*_maintained_rules(), *_OWN):
-        for m in (m for start, end in (valued if needs_name else windows) for m in pattern.finditer(text, start, end)):
+    valued = [w for w in parts if _VALUE.search(w.text)] if named else []
+    for rule in _rules() if parts else ():
+        for m in (m for w in (valued if rule.needs_name else parts) if rule.may_match(w)
+                  for m in rule.pattern.finditer(text, w.start, w.end)):
             start, end = m.span()
             while start < end and text[start] in _EDGES:  # some rules match the delimiter around a value
                 start += 1
             while end > start and text[end - 1] in _EDGES and text[end - 1] != "=":
                 end -= 1
             if end > start:
-                spans.append((start, end, label))
+                spans.append((start, end, rule.label))
     if "auth" in low:
-        spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _HEADER.finditer(text))
+        spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _HEADER.finditer(text, places))
     if "earer" in low:
-        spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _BEARER.finditer(text))
+        spans.extend((m.start(2), m.end(2), "[REDACTED]") for m in _BEARER.finditer(text, places))
     if "://" in text and "@" in text:
         spans.extend((m.start(3), m.end(3), "[REDACTED]") for m in _URL_PASSWORD.finditer(text))
-    if ("=" in text or ":" in text) and named and _SECRET_NAME.search(text):
-        spans.extend(_assignments(text))
-    if any(word in low for word in _PROSE_WORDS):
-        for m in _PROSE.finditer(text):
+    if ("=" in text or ":" in text) and named and _SECRET_NAME.search(text, places):
+        spans.extend(_assignments(text, places))
+    if _PROSE_GATE.search(low):
+        for m in _PROSE.finditer(text, places):
             value = m.group(1).rstrip(".,;:!?)")
             if len(value) >= 4 and not _common_word(value) and not value.startswith("[REDACTED") \
                     and not (value.isdigit() and len(value) < 6):  # "the token budget is 4096"
                 spans.append((m.start(1), m.start(1) + len(value), "[REDACTED]"))
-    if any(word in low for word in _NAMED_WORDS):
-        for m in _NAMED.finditer(text):
+    if _NAMED_GATE.search(low):
+        for m in _NAMED.finditer(text, places):
             value = m.group(1).rstrip(".,;:!?)")
             if _token_shaped(value):
                 spans.append((m.start(1), m.start(1) + len(value), "[REDACTED]"))
@@ -293,32 +369,43 @@ def _token_shaped(value: str) -> bool:
     return (letters and digits) or (len(value) >= 16 and not _common_word(value))
 
 
-def _assignments(text: str) -> list[tuple[int, int, str]]:
+def _assignments(text: str, places: str | None) -> list[tuple[int, int, str]]:
     """Values of assignments whose name says secret (``DB_PASSWORD=…``, ``"api_key": "…"``): found from each
     name that says secret, so a long log costs in proportion to those names, not to its assignments. An assignment
     is read once from the start of the run of name characters that holds the name ("aws_secret_access_key",
-    "DB_PASSWORD"), however many names that say secret the run holds, so a run of 40,000 characters costs its
-    length, not its length once for each name in it."""
+    "DB_PASSWORD"), and the next name is looked for after that run, so a run of 40,000 characters full of names that
+    say secret costs its length, not its length once for each name in it."""
     out = []
-    done = -1
-    tried = -1
-    runs = _NAME_RUN.finditer(text)
-    run = next(runs, None)
-    for name in _SECRET_NAME.finditer(text):
-        while run is not None and run.end() <= name.start():
-            run = next(runs, None)
-        start = run.start() if run is not None and run.start() <= name.start() else name.start()
-        if start <= done or start == tried:
-            continue  # inside the last assignment, or its run was read already
-        tried = start
+    pos = 0
+    while (name := _SECRET_NAME.search(text, places, pos)) is not None:
+        start = _run_start(text, name.start(), pos)
+        pos = _NAME_RUN.match(text, name.start()).end()  # type: ignore[union-attr]  # a name is name characters
         match = _ASSIGNMENT.match(text, start)
         if match is None or not _names_a_secret(match.group(1)):
             continue
         value = match.group(2)
         if not _reference(value) and not value.isdigit():
             out.append((match.start(2), match.end(2), "[REDACTED]"))
-        done = match.end(2)
+        pos = max(pos, match.end(2))
     return out
+
+
+_BEFORE_RUN = re.compile(r"(?s:.*)[^\w.-]")
+"""Text up to the last character that is no name character (where a run of name characters starts after it)."""
+
+
+def _run_start(text: str, at: int, floor: int) -> int:
+    """Where the run of name characters (:data:`_NAME_RUN`) holding position ``at`` starts, not before ``floor``: read
+    backwards in steps that double, so finding it costs about the run's length however long the run is."""
+    step = 64
+    while True:
+        low = max(floor, at - step)
+        before = _BEFORE_RUN.match(text, low, at)
+        if before is not None:
+            return before.end()
+        if low == floor:
+            return floor
+        step *= 2
 
 
 def _names_a_secret(name: str) -> bool:
@@ -358,7 +445,7 @@ _JOINERS = frozenset("'’-.")
 """Signs inside a word of prose (``Here's``, ``History-wise``, ``e.g.``), not of a value."""
 
 
-def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
+def redact_after(earlier: str | None, text: str, *, halves: bool = True) -> tuple[str, str]:
     """A person's message ``text`` redacted with the context of their previous message in the conversation
     (``earlier``, as it was stored): ``(earlier, text)``, each with what :func:`redact` removes and:
 
@@ -372,7 +459,8 @@ def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
       both halves go (the caller stores ``earlier``'s half removed only if it has not stored it yet).
 
     Only the end of ``earlier`` and the start of ``text`` are read again, so the cost stays linear in the length of
-    ``text`` (plus a bounded amount)."""
+    ``text`` (plus a bounded amount). Without ``halves`` a token split between the two is left for a later read that
+    can remove both halves (the first is found only with the second as it was written)."""
     spans = _merged(text)
     if not earlier or not text:
         return earlier or "", _replaced(text, spans)
@@ -381,7 +469,7 @@ def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
     lead = len(line) - len(line.lstrip())
     if tail and lead < len(line):
         spans.extend(_named_before(tail, line, lead, text))
-    cut = _split_token(earlier, line)
+    cut = _split_token(earlier, line) if halves else None
     if cut is not None:
         earlier_cut, text_end = cut
         spans.append((0, text_end, "[REDACTED]"))
@@ -389,10 +477,18 @@ def redact_after(earlier: str | None, text: str) -> tuple[str, str]:
     return earlier, _replaced(text, _disjoint(spans))
 
 
+def tail(text: str) -> str:
+    """What :func:`redact_after` reads of a previous message ``text``: its last characters before trailing space, and
+    whether space follows them. ``redact_after(tail(earlier), text)`` redacts ``text`` as ``redact_after(earlier,
+    text)`` does, so the end of a person's last message can be kept instead of the message."""
+    stripped = text.rstrip()
+    return stripped[-_TAIL:] + text[len(stripped):len(stripped) + 1]
+
+
 def _named_before(tail: str, line: str, lead: int, text: str) -> list[tuple[int, int, str]]:
     """The value ``line`` starts with that a name ending ``tail`` gives away (see :func:`redact_after`)."""
     low = tail.lower()
-    if not (any(word in low for word in (*_SECRET_WORDS, *_NAMED_WORDS, *_PROSE_WORDS)) or "pw" in low):
+    if not _TAIL_GATE.search(low):
         return []
     joined = f"{tail} {line[lead:]}"
     offset = len(tail) + 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,7 +24,7 @@ from ..context import refs
 from ..conversation import Conversation
 from ..models import ContextBudget, Tokenizer, bound_text
 from ..recall import change_notice_id
-from ..safety import redact, redact_after
+from ..safety import redact_after, tail
 from ..text import make_note
 from .types import Intake
 
@@ -64,6 +65,17 @@ class PreparedTurn:
         return next((i.author_id for i in reversed(self.items) if i.reply_expected and i.author_id), None)
 
 
+REMEMBERED = 4096
+"""Conversations whose authors' last message ends a process keeps for redacting the next one as it arrives."""
+REMEMBERED_AUTHORS = 64
+"""Authors of one conversation it keeps them for (the most recent)."""
+
+
+def _author(item: InboxItem) -> str:
+    """Who sent an arriving message, as the transport named them (its id; names are settled later)."""
+    return item.author_id or (item.message.author if item.message is not None else None) or ""
+
+
 class TurnInput:
     """Turns inbox items into a :class:`PreparedTurn`, and makes the messages a turn writes (counted once)."""
 
@@ -76,6 +88,9 @@ class TurnInput:
         self.clock = clock
         """When the turn's own messages (replies, notices) are written; a replay sets the thread's clock."""
         self.routing = asyncio.Semaphore(ROUTING_CONCURRENCY)
+        self._ends: OrderedDict[str, dict[str, str]] = OrderedDict()
+        """Conversation id → author → the end of the last message of theirs this process stored
+        (:func:`safety.tail`), for the most recent :data:`REMEMBERED` conversations."""
 
     # -- the items one turn takes --------------------------------------------------------------
 
@@ -170,15 +185,33 @@ class TurnInput:
             for t in waiting:
                 t.cancel()
 
-    def arriving(self, item: InboxItem) -> InboxItem:
-        """``item`` as the inbox keeps it: a person's message redacted alone (its author is not named yet, and
-        their previous message is not read before the event is acknowledged); :meth:`redacted` reads it with that
-        context when a turn takes it."""
+    def arriving(self, item: InboxItem, conversation_id: str | None = None) -> InboxItem:
+        """``item`` as the inbox keeps it: a person's message redacted, after the end of the last message its author
+        sent this process in the conversation when it has one in memory (:meth:`stored`: no round trip before the
+        event is acknowledged), else alone; :meth:`redacted` reads it with its author's previous message again when
+        a turn takes it, wherever that message arrived. A token split between the two is left for that read, which
+        removes both halves (the stored first half cannot be rewritten here, and is found only with the second)."""
         message = item.message
         if message is None or message.role != "user":
             return item
-        clean = self._with_text(message, redact(message.text))
+        ends = self._ends.get(conversation_id or "") if item.kind == "message" else None
+        _, text = redact_after(ends.get(_author(item)) if ends else None, message.text, halves=False)
+        clean = self._with_text(message, text)
         return item if clean is message else item.model_copy(update={"message": clean})
+
+    def stored(self, conversation_id: str, item: InboxItem) -> None:
+        """Remember the end of a person's message the inbox stored (as :meth:`arriving` left it): the next message
+        of its author in the conversation that reaches this process is redacted after it."""
+        message = item.message
+        if message is None or message.role != "user" or item.kind != "message":
+            return
+        ends = self._ends.setdefault(conversation_id, {})
+        self._ends.move_to_end(conversation_id)
+        ends[_author(item)] = tail(message.text)
+        if len(ends) > REMEMBERED_AUTHORS:
+            del ends[next(iter(ends))]
+        if len(self._ends) > REMEMBERED:
+            self._ends.popitem(last=False)
 
     def redacted(self, items: Sequence[InboxItem], history: History | None) -> list[InboxItem]:
         """``items`` with each person's message redacted (:func:`safety.redact_after`) in the context of the same
