@@ -812,6 +812,10 @@ MUTANTS: list[Mutant] = [
            "        with _woken_by_signals(asyncio.get_running_loop()):\n",
            "        with contextlib.nullcontext():\n",
            ("tests/test_cli_manners.py", "-k", "another_thread")),
+    Mutant("recalled-line-kept-across-an-edit", "services/recall/index.py",
+           "made = None if changed else lines.get((source_at, target, bool(note)))",
+           "made = lines.get((source_at, target, bool(note)))",
+           ("tests/test_recall.py", "-k", "recalled_before_its_edit")),
 ]
 
 
