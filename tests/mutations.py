@@ -816,6 +816,18 @@ MUTANTS: list[Mutant] = [
            "made = None if changed else lines.get((source_at, target, bool(note)))",
            "made = lines.get((source_at, target, bool(note)))",
            ("tests/test_recall.py", "-k", "recalled_before_its_edit")),
+    Mutant("stale-plan-ahead-kept-while-it-descends", "services/handoff/compactor.py",
+           "if kept is not None and unadoptable(kept, history, notes) is None:",
+           "if kept is not None and kept.from_checkpoint_id in history.chain:",
+           ("tests/test_compaction_ahead.py", "-k", "planned_again_from_the_new_head")),
+    Mutant("plan-ahead-remembered-across-an-edit", "services/handoff/compactor.py",
+           "if planned in history.chain and read == changes_of(notes) and \\\n",
+           "if planned in history.chain and \\\n",
+           ("tests/test_compaction_ahead.py", "-k", "planned_again_from_the_new_head")),
+    Mutant("head-moved-while-planning-not-looked-at", "services/handoff/compactor.py",
+           "            self._later[conversation_id] = (checkpoint_id, budget)\n",
+           "",
+           ("tests/test_compaction_ahead.py", "-k", "left_behind_while_it_was_made")),
 ]
 
 
