@@ -80,8 +80,27 @@ def current_text(message: Message, notes: Notes) -> str | None:
     return f"{change.text or ''} (edited)"
 
 
+RENDERED_KEPT = 4_096
+"""Messages whose text as the model reads it is kept (:func:`render_text`): a turn's request repeats the history the
+last one sent, a few hundred messages, so each is rendered once while it stays in the window."""
+_rendered: dict[int, tuple[Message, str]] = {}
+"""id of a message → the message (held, so its id is not reused meanwhile) and its text as the model reads it."""
+
+
 def render_text(message: Message) -> str:
-    """A message's text as the model reads it (people's messages carry their author)."""
+    """A message's text as the model reads it (people's messages carry their author). A message does not change once
+    made (its model is frozen), so its text is rendered once and kept (:data:`RENDERED_KEPT`)."""
+    held = _rendered.get(id(message))
+    if held is not None and held[0] is message:
+        return held[1]
+    text = _rendered_text(message)
+    if len(_rendered) >= RENDERED_KEPT:
+        _rendered.clear()
+    _rendered[id(message)] = (message, text)
+    return text
+
+
+def _rendered_text(message: Message) -> str:
     text = "\n".join(p.text for p in message.parts if isinstance(p, TextPart))
     images = [p for p in message.parts if isinstance(p, ImagePart)]
     if images:
