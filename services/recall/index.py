@@ -335,6 +335,8 @@ class Recall:
         self.max_messages = max_messages
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._leads: dict[tuple[str, int], int] = {}
+        self._headers: dict[str, int] = {}
+        """The tokens of each block header counted (:data:`RECALL_HEADER`, the search tool's)."""
         self._locks: dict[str, asyncio.Lock] = {}
         """Per conversation: held while its index is read or changed (the heavy part in a thread)."""
 
@@ -539,7 +541,12 @@ class Recall:
         """Hits in rank order: the best as written (a long one as its matching passages) while they take under
         :data:`WHOLE_SHARE` of the budget, the rest and every hit's neighbours as their notes."""
         wide = cap_tokens + max(0, focus_tokens)
-        budget = wide - self.tokenizer.count(header) - 1
+        header_tokens = self._headers.get(header)
+        if header_tokens is None:  # (a block's header is one of a few constant texts)
+            if len(self._headers) >= 64:
+                self._headers.clear()
+            header_tokens = self._headers[header] = self.tokenizer.count(header)
+        budget = wide - header_tokens - 1
         whole_budget = int(budget * WHOLE_SHARE)
         chosen: dict[str, tuple[int, str, str, int]] = {}  # target id -> (position, day, line, tokens)
         order: list[tuple[str, int, bool]] = []  # (target id, cost, a direct hit or its neighbour)
@@ -623,7 +630,7 @@ class Recall:
         direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
         focused = focus_tokens > 0 and direct_tokens > cap_tokens
         limit = wide if focused else cap_tokens
-        head = self.tokenizer.count(header) + 1
+        head = header_tokens + 1
         costs_of = dict((target, cost) for target, cost, _ in order)
         # Each line's estimate is rounded up and a margin is kept, so a block within the limit by them is within it
         # without counting it again (the runtime context that carries it is counted whole).
