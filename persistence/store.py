@@ -129,10 +129,11 @@ class CheckpointStore(HistoryReader):
             parent_id = state.head_checkpoint_id if state else None
         meta = CheckpointMeta(id=new_id(), conversation_id=conversation_id, kind=CheckpointKind.TURN,
                               parent_id=parent_id, info=info or {})
-        await self._create(meta, messages, inbox_consumed)
+        args = _message_args(messages)
+        await self._create(meta, args, inbox_consumed)
         if len(self._writing) > 10_000:  # turns that ended elsewhere (a lost lease): never left running here long
             self._writing.clear()
-        self._writing[(conversation_id, meta.id)] = [m.model_dump_json() for m in messages]
+        self._writing[(conversation_id, meta.id)] = args[::2]
         return Checkpoint(meta=meta, status=CheckpointStatus.RUNNING, message_count=len(messages),
                           token_count=sum(carried_tokens(m) for m in messages), inbox_consumed=inbox_consumed)
 
@@ -190,10 +191,11 @@ class CheckpointStore(HistoryReader):
     async def release_preparation(self, conversation_id: str, token: str) -> bool:
         return await self._release_lease(self.keys(conversation_id).preparing, token)
 
-    async def _create(self, meta: CheckpointMeta, messages: Sequence[Message], inbox_consumed: int = 0) -> None:
+    async def _create(self, meta: CheckpointMeta, message_args: Sequence[Any], inbox_consumed: int = 0) -> None:
+        """Write a running checkpoint holding the messages of ``message_args`` (:func:`_message_args`)."""
         await self._write("CREATE", meta.conversation_id, [meta.id, meta.kind.value, meta.parent_id or "",
                                                  meta.model_dump_json(), time.time(), self.retention_seconds,
-                                                 max(0, inbox_consumed), *_message_args(messages)])
+                                                 max(0, inbox_consumed), *message_args])
 
     async def append(self, conversation_id: str, checkpoint_id: str, messages: Sequence[Message], *,
                      inbox_consumed: int = 0) -> int:

@@ -5,6 +5,9 @@ was planned from; otherwise it compacts as before."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +21,21 @@ CONV = "slack:T1:C9:1700000000.000400"
 
 
 class CountingSummarizer(RecordingSummarizer):
-    """A summarizer that writes one narrative line citing the first message it is given, and counts its calls."""
+    """A summarizer that writes one narrative line citing the first message it is given, and counts its calls;
+    while ``gate`` is clear, a call waits for it (``waiting`` counts those)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.waiting = 0
+
+    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any  # type: ignore[override]
+                          ) -> Any:
+        if not self.gate.is_set():
+            self.waiting += 1
+            await self.gate.wait()
+        return await super().acompletion(model, messages, *args, **kwargs)
 
     def narrative(self, body: str) -> str:
         new = body.split("\n\nNew messages:\n")[-1].splitlines()
@@ -68,6 +85,13 @@ async def until_compacted(p: Any, start: int, texts: dict[int, str] | None = Non
         if results and results[0].compaction is not None:
             return i, results[0]
     raise AssertionError("no turn compacted in 200 turns")
+
+
+async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        await asyncio.sleep(0.01)
 
 
 def epoch_root(history: History) -> str:
@@ -139,16 +163,51 @@ async def test_messages_arriving_after_the_plan_are_carried_into_the_adopted_com
     assert "the thread reviewed its status updates" in history.messages[0].text, "the planned narrative is used"
 
 
-async def test_an_edit_after_the_plan_makes_the_turn_compact_as_before(prefix: str, redis_client: Any) -> None:
+async def test_an_edit_after_the_plan_has_it_planned_again_from_the_new_head(prefix: str, redis_client: Any) -> None:
     p, summarizer = summarized(prefix, redis_client, "ahead-edit")
     start, record = await until_planned(p)
     edited = p.message("status update 1: rolled back, see INC-88", author="alice", id="1700.000001")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
+    await say(p, start)  # the turn that takes the edit; after it, the plan it left stale is made again
+    head = (await p.checkpoints.require_state(CONV)).head_checkpoint_id
+    again = await p.checkpoints.prepared(CONV)
+    assert again is not None and again.from_checkpoint_id == head != record.from_checkpoint_id
+    assert again.changes == {"1700.000001": edited.text}, "planned from the messages as they read now"
     before = summarizer.calls
-    _, result = await until_compacted(p, start)
+    _, result = await until_compacted(p, start + 1)
     fork = await p.checkpoints.get(CONV, result.compaction.new_checkpoint_id)
-    assert "prepared_from" not in fork.meta.info and summarizer.calls > before, \
-        "the summarizer reads the messages as they read now"
+    assert fork.meta.info["prepared_from"] == head and summarizer.calls == before, \
+        "the compacting turn adopted the plan made again, without asking the summarizer while a person waited"
+
+
+async def test_a_plan_the_head_left_behind_while_it_was_made_is_made_again_from_the_newest_head(
+        prefix: str, redis_client: Any) -> None:
+    p, summarizer = summarized(prefix, redis_client, "ahead-moved")
+    start, record = await until_planned(p)
+    summarizer.gate.clear()  # the summarizer answers only once the test lets it
+    first = p.message("status update 1: rolled back, see INC-88", author="alice", id="1700.000001")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit-1", message=first))
+    await p.submit(CONV, update(start), author="alice", id=f"1700.{start:06d}")
+    await p.run(CONV)  # takes the edit: the kept plan is stale, and is planned again in the background
+    planning = await p.checkpoints.require_state(CONV)
+    await until(lambda: summarizer.waiting == 1)
+    second = p.message("status update 2: paused, see INC-89", author="alice", id="1700.000002")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit-2", message=second))
+    await p.submit(CONV, update(start + 1), author="alice", id=f"1700.{start + 1:06d}")
+    await p.run(CONV)  # the head moves on (and another edit) while that plan is being made
+    head = (await p.checkpoints.require_state(CONV)).head_checkpoint_id
+    assert head != planning.head_checkpoint_id
+    summarizer.gate.set()
+    await p.settle()
+    again = await p.checkpoints.prepared(CONV)
+    assert again is not None and again.from_checkpoint_id == head, "planned again from the newest head"
+    assert again.changes == {"1700.000001": first.text, "1700.000002": second.text}
+    before = summarizer.calls
+    _, result = await until_compacted(p, start + 2)
+    fork = await p.checkpoints.get(CONV, result.compaction.new_checkpoint_id)
+    assert fork.meta.info["prepared_from"] == head and summarizer.calls == before
+    history = await p.checkpoints.load_history(CONV)
+    assert history.chain[0] == fork.id and fork.meta.forked_from in {r.id for r in await p.checkpoints.lineage(CONV)}
 
 
 async def test_nothing_is_planned_ahead_while_a_turn_awaits_resume(prefix: str, redis_client: Any) -> None:

@@ -194,6 +194,20 @@ async def test_edited_messages_are_recalled_as_they_read_now_and_deleted_ones_ne
     assert "eu-west-3" not in text and "1700.000001" not in report.context[-1].source_ids
 
 
+async def test_a_message_recalled_before_its_edit_is_recalled_as_it_reads_after_it(model, prefix, client) -> None:
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(120, 10)])
+    question = "when does the vendor contract renew?"
+    before = (await p.context(CONV, arriving=[p.message(question)])).context[-1].text
+    assert "2025-03-31" in before, "recalled (its line is made and kept)"
+    edited = p.message("The vendor contract renews on 2025-06-30 and costs 52,000 euros a year.",
+                       author="alice", id="1700.000002")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-e", message=edited))
+    await p.run(CONV)
+    after = (await p.context(CONV, arriving=[p.message(question)])).context[-1].text
+    assert "2025-06-30" in after and "(edited)" in after and "2025-03-31" not in after
+
+
 async def test_a_worker_without_an_index_builds_it_from_redis(model, prefix, client) -> None:
     p = _pipeline(prefix, client)
     await _thread(p, [*FACTS, *_filler(120)])

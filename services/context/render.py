@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -91,23 +92,40 @@ def render_text(message: Message) -> str:
     return text
 
 
+CHAT_KEPT = 4_096
+"""Messages whose chat-completion entries are kept (:func:`to_chat`): a turn's request repeats the history the last
+one sent, a few hundred messages, so each is rendered once while it stays in the window."""
+_chat: dict[int, tuple[Message, list[dict[str, Any]]]] = {}
+"""id of a message → the message (held, so its id is not reused meanwhile) and its chat-completion entries."""
+
+
 def to_chat(system_prompt: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Chat-completion messages for litellm: system prompt first, tool calls and results paired."""
+    """Chat-completion messages for litellm: system prompt first, tool calls and results paired. A message does not
+    change once made (its model is frozen), so its entries are made once and kept (:data:`CHAT_KEPT`); each request
+    gets copies of them."""
     chat: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
     for m in messages:
-        calls = [p for p in m.parts if isinstance(p, ToolCallPart)]
-        results = [p for p in m.parts if isinstance(p, ToolResultPart)]
-        if results:
-            for r in results:
-                chat.append({"role": "tool", "tool_call_id": r.call_id, "content": r.content})
-            continue
-        entry: dict[str, Any] = {"role": m.role if m.role != "tool" else "user", "content": render_text(m)}
-        if calls:
-            entry["content"] = entry["content"] or None
-            entry["tool_calls"] = [{"id": c.call_id, "type": "function",
-                                    "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
-        chat.append(entry)
+        held = _chat.get(id(m))
+        if held is None or held[0] is not m:
+            if len(_chat) >= CHAT_KEPT:
+                _chat.clear()
+            held = _chat[id(m)] = (m, _chat_entries(m))
+        chat.extend(copy.deepcopy(entry) if "tool_calls" in entry else entry.copy() for entry in held[1])
     return chat
+
+
+def _chat_entries(m: Message) -> list[dict[str, Any]]:
+    """One message's chat-completion entries (a tool step's results are one entry each)."""
+    results = [p for p in m.parts if isinstance(p, ToolResultPart)]
+    if results:
+        return [{"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in results]
+    calls = [p for p in m.parts if isinstance(p, ToolCallPart)]
+    entry: dict[str, Any] = {"role": m.role if m.role != "tool" else "user", "content": render_text(m)}
+    if calls:
+        entry["content"] = entry["content"] or None
+        entry["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+    return [entry]
 
 
 def entries(messages: Sequence[Message]) -> list[ContextEntry]:

@@ -64,6 +64,19 @@ PLANNED_CONVERSATIONS = 10_000
 """How many conversations this process remembers having planned ahead for (least recently used first out)."""
 
 
+def unadoptable(record: PreparedHandoff, history: History, notes: Notes) -> str | None:
+    """Why the compaction of ``history`` cannot adopt the handoff planned ahead in ``record`` (None: it can): the
+    head no longer descends from the checkpoint it was planned from, or a message it read was edited or deleted
+    since (``notes``: as they are now). The one rule by which a turn adopts a plan and a job plans again."""
+    at = record.message_count
+    if record.from_checkpoint_id not in history.chain or len(history.messages) < at \
+            or (at > 0 and history.messages[at - 1].id != record.last_message_id):
+        return "the head no longer descends from it"
+    if record.changes != changes_of(notes):
+        return "messages were edited or deleted since"
+    return None
+
+
 class Compactor:
     def __init__(self, *, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer,
                  summarizer: Summarizer, fixed_prompt_tokens: int) -> None:
@@ -76,9 +89,12 @@ class Compactor:
         self._running_notes = 0
         self._preparing: dict[str, asyncio.Task[None]] = {}
         """conversation → the job planning its next handoff ahead, while it runs in this process."""
-        self._planned: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        """conversation → the checkpoint its kept handoff was planned from here, and when (so each epoch is planned
-        once while that plan is kept)."""
+        self._planned: OrderedDict[str, tuple[str, float, dict[str, str | None]]] = OrderedDict()
+        """conversation → the checkpoint its kept handoff was planned from here, when, and the edits and deletions it
+        read (so each epoch is planned once while that plan is kept and still adoptable)."""
+        self._later: dict[str, tuple[str, ContextBudget]] = {}
+        """conversation → the newest checkpoint a turn committed while its job planning ahead ran (and the budget):
+        the job looks again from there once done."""
 
     # -- the running fold ----------------------------------------------------------------------
 
@@ -182,10 +198,16 @@ class Compactor:
         preparation threshold (:meth:`ContextBudget.preparing`: four turns like it before the trigger, asked
         through :meth:`should_compact`), plan the next compaction from that checkpoint in the background, as a job
         of its own under its own lease, and keep it for the turn that reaches the trigger (:meth:`before_turn`
-        adopts it). Returns at once."""
-        if budget.preparing() is None or conversation_id in self._preparing:
+        adopts it). A kept plan that the head has left behind (messages it read were edited or deleted since, or the
+        head no longer descends from where it was planned) is planned again from the new head, so the turn that
+        reaches the trigger still finds one it can adopt. When a job is already planning for the conversation here,
+        it looks again from the newest such checkpoint once done. Returns at once."""
+        if budget.preparing() is None:
             return
-        task = asyncio.create_task(self._prepare(conversation_id, checkpoint_id, budget))
+        if conversation_id in self._preparing:
+            self._later[conversation_id] = (checkpoint_id, budget)
+            return
+        task = asyncio.create_task(self._prepare_from(conversation_id, checkpoint_id, budget))
         self._preparing[conversation_id] = task
         task.add_done_callback(lambda done: self._preparing.pop(conversation_id, None)
                                if self._preparing.get(conversation_id) is done else None)
@@ -194,6 +216,20 @@ class Compactor:
         """Wait for the handoffs this process is planning ahead (a worker's orderly stop; tests)."""
         while self._preparing:
             await asyncio.gather(*self._preparing.values(), return_exceptions=True)
+
+    async def _prepare_from(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
+        """:meth:`_prepare` from ``checkpoint_id``, then from the newest checkpoint a turn committed meanwhile (see
+        :meth:`prepare_after`), until no newer one came."""
+        try:
+            while True:
+                await self._prepare(conversation_id, checkpoint_id, budget)
+                later = self._later.pop(conversation_id, None)
+                if later is None or later[0] == checkpoint_id:
+                    return
+                checkpoint_id, budget = later
+        except asyncio.CancelledError:
+            self._later.pop(conversation_id, None)
+            raise
 
     async def _prepare(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
         """Plan the next compaction from ``checkpoint_id`` and keep it (see :meth:`prepare_after`). Writes no
@@ -204,16 +240,18 @@ class Compactor:
             ahead = budget.preparing(history.visible_tokens() - history.visible_tokens(added))
             if ahead is None or not self.should_compact(history, (), ahead):
                 return
-            planned, at = self._planned.get(conversation_id, ("", 0.0))
-            if planned in history.chain and time.monotonic() - at < PREPARED_SECONDS / 2:
+            notes = await self.notes.get(conversation_id)
+            planned, at, read = self._planned.get(conversation_id, ("", 0.0, {}))
+            if planned in history.chain and read == changes_of(notes) and \
+                    time.monotonic() - at < PREPARED_SECONDS / 2:
                 self._planned.move_to_end(conversation_id)
-                return  # this epoch's next handoff is planned already, and still kept
+                return  # this epoch's next handoff is planned already, still kept, and nothing it read changed
             token = await self.checkpoints.claim_preparation(conversation_id, PREPARING_SECONDS)
             if token is None:
                 return  # another worker plans it
             heartbeat = asyncio.create_task(self._renew_preparation(conversation_id, token))
             try:
-                await self._plan_ahead(conversation_id, history, budget)
+                await self._plan_ahead(conversation_id, history, budget, notes)
             finally:
                 heartbeat.cancel()
                 await self.checkpoints.release_preparation(conversation_id, token)
@@ -222,29 +260,28 @@ class Compactor:
         except Exception as exc:  # noqa: BLE001 - planning ahead is an optimization: the turn compacts as before
             log.warning("%s: the next handoff was not planned ahead: %s", conversation_id, exc)
 
-    async def _plan_ahead(self, conversation_id: str, history: History, budget: ContextBudget) -> None:
+    async def _plan_ahead(self, conversation_id: str, history: History, budget: ContextBudget, notes: Notes) -> None:
         try:
             kept = await self.checkpoints.prepared(conversation_id)
         except CorruptRecordError:
             kept = None  # planned again, in its place
-        if kept is not None and kept.from_checkpoint_id in history.chain:
-            self._remember(conversation_id, kept.from_checkpoint_id)
+        if kept is not None and unadoptable(kept, history, notes) is None:
+            self._remember(conversation_id, kept.from_checkpoint_id, kept.changes)
             return
         if await self.checkpoints.paused_turn(conversation_id) is not None:
             return  # a turn awaiting resume is never compacted
-        notes = await self.notes.get(conversation_id)
         report, plan = await self._plan_and_report(conversation_id, history, (), budget, "trigger", notes=notes)
         record = PreparedHandoff(from_checkpoint_id=history.checkpoint.id, message_count=len(history.messages),
                                  last_message_id=history.messages[-1].id if history.messages else "",
                                  narrative=[e.model_dump(mode="json") for e in plan.ledger.narrative],
                                  strategy=plan.strategy, detail=plan.detail, changes=changes_of(notes))
         if await self.checkpoints.keep_prepared(conversation_id, record, ttl_seconds=PREPARED_SECONDS):
-            self._remember(conversation_id, history.checkpoint.id)
+            self._remember(conversation_id, history.checkpoint.id, record.changes)
             event(COMPACTIONS, "prepared", conversation_id=conversation_id, from_checkpoint_id=history.checkpoint.id,
                   strategy=report.strategy, tokens_before=report.tokens_before, duration_ms=report.duration_ms)
 
-    def _remember(self, conversation_id: str, checkpoint_id: str) -> None:
-        self._planned[conversation_id] = (checkpoint_id, time.monotonic())
+    def _remember(self, conversation_id: str, checkpoint_id: str, changes: dict[str, str | None]) -> None:
+        self._planned[conversation_id] = (checkpoint_id, time.monotonic(), dict(changes))
         self._planned.move_to_end(conversation_id)
         while len(self._planned) > PLANNED_CONVERSATIONS:
             self._planned.popitem(last=False)
@@ -274,15 +311,10 @@ class Compactor:
             return None
         if record is None:
             return None
-        at = record.message_count
-        if record.from_checkpoint_id not in history.chain or len(history.messages) < at \
-                or (at > 0 and history.messages[at - 1].id != record.last_message_id):
-            log.info("%s: the handoff planned from %s is not adopted: the head no longer descends from it",
-                     conversation_id, record.from_checkpoint_id)
-            return None
-        if record.changes != changes_of(notes):
-            log.info("%s: the handoff planned ahead is not adopted: messages were edited or deleted since",
-                     conversation_id)
+        why = unadoptable(record, history, notes)
+        if why is not None:
+            log.info("%s: the handoff planned from %s is not adopted: %s", conversation_id, record.from_checkpoint_id,
+                     why)
             return None
         try:
             entries = [NarrativeEntry.model_validate(e) for e in record.narrative]

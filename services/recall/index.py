@@ -108,6 +108,9 @@ EMBED_BATCH = 256
 was configured is embedded over its next turns, not all in one."""
 EMBED_CHARS = 4000
 """What of a message is embedded (embedding models take a few thousand tokens at most)."""
+LINES_KEPT = 4_096
+"""Recalled lines an index keeps made (see :attr:`ConversationIndex.lines`): a turn shows about a hundred, and the
+next turn's question often finds many of the same."""
 MIN_LINE_TOKENS = 24
 """Below this much room left, no further line is tried."""
 DAY_TOKENS = 8
@@ -168,6 +171,10 @@ class ConversationIndex:
     synced: tuple[str, int] = ("", 0)
     """The checkpoint of the last history given to :meth:`Recall.sync` and how many of its messages were added:
     a later history whose chain holds that checkpoint begins with those same messages."""
+    lines: dict[tuple[int, str, bool], tuple[str, int]] = field(default_factory=dict)
+    """Recalled lines made before, by (position of the message, the id the line cites, as its note): the line and
+    what it is estimated to cost, from the counts stored with the message. A message never changes once indexed
+    (an edit is a message of its own), so neither does its line; at most :data:`LINES_KEPT` are kept."""
 
     def add(self, messages: Sequence[Message], derived: Sequence[Derived | None] | None = None) -> int:
         """Index the messages not indexed yet, in order; ``derived``: what :func:`derive` gives each of them (read
@@ -305,6 +312,8 @@ class Recall:
         self.max_messages = max_messages
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._leads: dict[tuple[str, int], int] = {}
+        self._headers: dict[str, int] = {}
+        """The tokens of each block header counted (:data:`RECALL_HEADER`, the search tool's)."""
         self._locks: dict[str, asyncio.Lock] = {}
         """Per conversation: held while its index is read or changed (the heavy part in a thread)."""
 
@@ -517,7 +526,12 @@ class Recall:
         """Hits in rank order: the best as written (a long one as its matching passages) while they take under
         :data:`WHOLE_SHARE` of the budget, the rest and every hit's neighbours as their notes."""
         wide = cap_tokens + max(0, focus_tokens)
-        budget = wide - self.tokenizer.count(header) - 1
+        header_tokens = self._headers.get(header)
+        if header_tokens is None:  # (a block's header is one of a few constant texts)
+            if len(self._headers) >= 64:
+                self._headers.clear()
+            header_tokens = self._headers[header] = self.tokenizer.count(header)
+        budget = wide - header_tokens - 1
         whole_budget = int(budget * WHOLE_SHARE)
         chosen: dict[str, tuple[int, str, str, int]] = {}  # target id -> (position, day, line, tokens)
         order: list[tuple[str, int, bool]] = []  # (target id, cost, a direct hit or its neighbour)
@@ -525,13 +539,16 @@ class Recall:
         hits = 0
         whole_used = 0
         exact_lines: list[str] = []
+        lines = index.lines
 
         def take(position: int, limit: int, full: bool, is_direct: bool, is_hit: bool = True) -> int:
             nonlocal budget
             target = index.targets[position]
             if target in chosen or target in held:
                 return 0
-            source = index.messages[index.position[target]] if target in index.position else index.messages[position]
+            source_at = index.position.get(target, position)
+            source = index.messages[source_at]
+            day = int(source.created_at // 86_400)
             changed = source.id in notes.changes
             edited = current_text(source, notes) if changed else None
             if changed and edited is None:
@@ -544,29 +561,37 @@ class Recall:
                 tokens = self.tokenizer.count(line) + 1
             else:
                 note = source.note if not full and not changed else None
-                form = "note" if note else "whole"
                 estimate = source.note_tokens[0] if note and source.note_tokens else size
                 if estimate > budget + 8:  # cannot fit: not worth counting
                     return 0
-                # from the counts stored with the message (an edited one's text is counted as it now reads)
-                tokens = 0 if changed else self._estimate(source, form)
-                if 0 < tokens <= limit and \
-                        tokens + (0 if int(source.created_at // 86_400) in days else DAY_TOKENS) > budget:
-                    return 0  # does not fit: its line is not made
-                text = note or (edited if edited is not None else source.text)
-                line = _line(source, target, text)
+                made = None if changed else lines.get((source_at, target, bool(note)))
+                if made is not None:  # made before: its line and estimate are what they were
+                    line, tokens = made
+                    if 0 < tokens <= limit and tokens + (0 if day in days else DAY_TOKENS) > budget:
+                        return 0
+                else:
+                    # from the counts stored with the message (an edited one's text is counted as it now reads)
+                    tokens = 0 if changed else self._estimate(source, "note" if note else "whole")
+                    if 0 < tokens <= limit and tokens + (0 if day in days else DAY_TOKENS) > budget:
+                        return 0  # does not fit: its line is not made
+                    line = _line(source, target, note or (edited if edited is not None else source.text))
+                    if tokens and not changed:
+                        if len(lines) >= LINES_KEPT:
+                            lines.clear()
+                        lines[(source_at, target, bool(note))] = (line, tokens)
                 if not tokens:
                     tokens = self.tokenizer.count(line) + 1
                     exact_lines.append(target)
+                if tokens > limit:
+                    text = note or (edited if edited is not None else source.text)
             if tokens > limit:
                 text, _ = bound_text(text, self.tokenizer, max(16, limit - (tokens - self.tokenizer.count(text))))
                 line = _line(source, target, text)
                 tokens = self.tokenizer.count(line) + 1
-            day = int(source.created_at // 86_400)
             cost = tokens + (0 if day in days else DAY_TOKENS)
             if cost > budget:
                 return 0
-            chosen[target] = (index.position.get(target, position), _day(source), line, tokens)
+            chosen[target] = (source_at, _date_line(day), line, tokens)
             order.append((target, cost, is_direct))
             days.add(day)
             budget -= cost
@@ -590,7 +615,7 @@ class Recall:
         direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
         focused = focus_tokens > 0 and direct_tokens > cap_tokens
         limit = wide if focused else cap_tokens
-        head = self.tokenizer.count(header) + 1
+        head = header_tokens + 1
         costs_of = dict((target, cost) for target, cost, _ in order)
         # Each line's estimate is rounded up and a margin is kept, so a block within the limit by them is within it
         # without counting it again (the runtime context that carries it is counted whole).
@@ -683,14 +708,16 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
     """``(step, position)`` of the messages around the one at ``base`` that come with it as its neighbours, the
     nearest on each side first: people's messages only, :data:`NEIGHBOUR_SPAN` each side at most. The bot's own
     replies are shown only when they are the hit: a neighbour's slot goes to the next person's message."""
+    messages = index.messages
+    size = len(messages)
     sides: list[list[int]] = []
     for side in (-1, 1):
         found: list[int] = []
-        near = base + side
-        while 0 <= near < index.size and len(found) < NEIGHBOURS and abs(near - base) <= NEIGHBOUR_SPAN:
-            if index.messages[near].role != "assistant":
+        for near in range(base + side, base + side * (NEIGHBOUR_SPAN + 1), side):
+            if not 0 <= near < size or len(found) == NEIGHBOURS:
+                break
+            if messages[near].role != "assistant":
                 found.append(near)
-            near += side
         sides.append(found)
     return [(step + 1, side[step]) for step in range(NEIGHBOURS) for side in sides if step < len(side)]
 

@@ -83,6 +83,9 @@ class _Segment:
     weights: dict[str, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
     """Term → what it adds to the score of each document holding it, and the index's documents (added, removed) it
     was weighed at (a warm query weighs nothing again; any document added or removed changes the weights)."""
+    scaled: dict[str, np.ndarray] = field(default_factory=dict)
+    """Term → ``B`` times the length of each document holding it: the part of its weights no document added or
+    removed changes (a document's length is fixed when it is added)."""
 
 
 @dataclass
@@ -225,8 +228,16 @@ class TermIndex:
                     ps, ns = found
                     weighed = segment.weights.get(term)
                     if weighed is None or weighed[0] != stamp:
-                        weighed = segment.weights[term] = \
-                            (stamp, idf * ns / (K1 * (1 - B + B * self._lengths[ps] / average) + ns))
+                        scaled = segment.scaled.get(term)
+                        if scaled is None:
+                            scaled = segment.scaled[term] = B * self._lengths[ps]
+                        # idf * ns / (K1 * (1 - B + B * length / average) + ns), the same operations in the same
+                        # order (so the same scores to the last bit), in one array made here
+                        norm = scaled / average
+                        np.add(1 - B, norm, out=norm)
+                        np.multiply(K1, norm, out=norm)
+                        np.add(norm, ns, out=norm)
+                        weighed = segment.weights[term] = (stamp, np.divide(idf * ns, norm, out=norm))
                     read_positions.append(ps)
                     read_weights.append(weighed[1])
         if not read_positions:

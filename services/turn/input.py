@@ -225,11 +225,19 @@ class TurnInput:
         """author → the position in ``out`` of their last message (None: in the history) and its text."""
         preceding: dict[str, str] = {}
         """a message's id in the history → its author's message before it (what an edit of it is read with)."""
-        for m in history.messages if history else []:
+        asking = {i.message.author or "" for i in items if i.kind == "message" and i.message is not None}
+        edited = {i.message.id for i in items if i.kind != "message" and i.message is not None}
+        after: dict[str, str] = {}
+        """(read from the newest back) author → the id of their message after the one read now"""
+        for m in reversed(history.messages) if history else []:
             if m.role == "user" and m.author and not m.flags.runtime and not m.flags.handoff:
-                if m.author in earlier:
-                    preceding[m.id] = earlier[m.author][1]
-                earlier[m.author] = (None, m.text)
+                if m.author in asking and m.author not in earlier:
+                    earlier[m.author] = (None, m.text)
+                if after.get(m.author) in edited:
+                    preceding[after[m.author]] = m.text
+                after[m.author] = m.id
+                if len(earlier) == len(asking) and len(preceding) == len(edited):
+                    break  # (what the batch needs is found: the rest of the history is not read)
         out = list(items)
         order = sorted((i.kind != "message", i.message.created_at, n) for n, i in enumerate(out)
                        if i.message is not None and i.message.role == "user")
