@@ -15,6 +15,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
 from .envelope import problem as envelope_problem
 from .slack import SlackBot
+from .workspaces import KEY_WRONG
 
 log = logging.getLogger("threadkeeper.server")
 
@@ -32,12 +33,15 @@ def socket_state(handler: Any) -> SlackState:
 
 def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
                   durability: str = "unknown", slack: SlackState | None = None,
-                  ack_seconds: float = 2.0) -> web.Application:
+                  ack_seconds: float = 2.0, eviction: str = "unknown") -> web.Application:
     """``POST /slack/events`` (signature verified by Bolt), ``GET /healthz``, ``GET /metrics``.
 
     ``/healthz`` also says how Redis keeps acknowledged messages across its own restart (``durability``) and
     how Slack reaches this process: ``http`` (events are posted to it) or, in Socket Mode, whether the
     connection is up (``slack``); a worker whose socket is down answers 503, since it receives nothing.
+    ``eviction`` is Redis's ``maxmemory-policy`` (anything but ``noeviction`` can drop stored history), and
+    ``encryption_key`` whether stored installations open with the key: a worker whose key cannot decrypt them
+    answers 503, since every event of an installed workspace would fail.
 
     An event is acknowledged once it is stored; when Redis does not answer within ``ack_seconds`` (stalled,
     failing over) the endpoint answers 503 at once, so Slack sends the event again, instead of holding the
@@ -82,9 +86,12 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
         token = "unknown"
         with contextlib.suppress(Exception):
             token = await bot.slack_health()
-        ok = redis_ok and state != "disconnected" and token == "ok"
+        key = "unknown"
+        with contextlib.suppress(Exception):
+            key = await bot.workspaces.encryption_key()
+        ok = redis_ok and state != "disconnected" and token == "ok" and key != KEY_WRONG
         body = {"ok": ok, "redis": "reachable" if redis_ok else "unreachable", "durability": durability,
-                "slack": state, "slack_token": token}
+                "eviction": eviction, "slack": state, "slack_token": token, "encryption_key": key}
         return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
 
     async def metrics(_: web.Request) -> web.Response:
@@ -152,8 +159,10 @@ async def run_until_stopped(bot: SlackBot, *, sweep_seconds: float, shutdown_sec
 
 
 async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int, sweep_seconds: float,
-                     shutdown_seconds: float = 20.0, durability: str = "unknown", ack_seconds: float = 2.0) -> None:
-    runner = web.AppRunner(build_web_app(bot, health, durability=durability, ack_seconds=ack_seconds))
+                     shutdown_seconds: float = 20.0, durability: str = "unknown", ack_seconds: float = 2.0,
+                     eviction: str = "unknown") -> None:
+    runner = web.AppRunner(build_web_app(bot, health, durability=durability, ack_seconds=ack_seconds,
+                                         eviction=eviction))
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -165,14 +174,15 @@ async def serve_http(bot: SlackBot, health: HealthCheck, *, host: str, port: int
 
 
 async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, port: int | None,
-                       sweep_seconds: float, shutdown_seconds: float = 20.0, durability: str = "unknown") -> None:
+                       sweep_seconds: float, shutdown_seconds: float = 20.0, durability: str = "unknown",
+                       eviction: str = "unknown") -> None:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
     handler = AsyncSocketModeHandler(bot.app, app_token)
     runner = None
     if port:
         runner = web.AppRunner(build_web_app(bot, health, events=False, durability=durability,
-                                             slack=socket_state(handler)))
+                                             slack=socket_state(handler), eviction=eviction))
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
     await handler.connect_async()  # type: ignore[no-untyped-call]  # slack-bolt leaves it unannotated

@@ -18,8 +18,10 @@ lookups use, and the bot's own user id in that workspace.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ log = logging.getLogger("threadkeeper.slack")
 
 STATE_SECONDS = 600
 """How long an OAuth ``state`` issued by ``/slack/install`` stays valid."""
+KEY_WRONG = "cannot decrypt stored installations"
+"""What ``/healthz`` says of ``THREADKEEPER_ENCRYPTION_KEY`` when it is not the key installations were stored with."""
 
 
 class _InRedis:
@@ -103,13 +107,30 @@ class RedisInstallationStore(_InRedis, AsyncInstallationStore):
                                      "keys, list the new one first and keep the old one after it)") from None
         return value
 
+    def _keys(self) -> Any:
+        return self.client.scan_iter(match=f"{glob_escape(self.prefix)}:{{install:*", count=1000)
+
+    async def _try(self, key: bytes | str) -> None:
+        """Open both records of one stored installation (:class:`EncryptionKeyError` when the key cannot)."""
+        for field in ("bot", "installation"):
+            await self._open(key.decode() if isinstance(key, bytes) else key, field)
+
     async def check(self) -> int:
         """How many installations are stored, after opening one with the key (:class:`EncryptionKeyError` when it
         is not the key they were stored with)."""
-        keys = [k async for k in self.client.scan_iter(match=f"{glob_escape(self.prefix)}:{{install:*", count=1000)]
+        keys = [k async for k in self._keys()]
         for key in keys[:1]:
-            await self._open(key.decode() if isinstance(key, bytes) else key, "bot")
+            await self._try(key)
         return len(keys)
+
+    async def opens_one(self) -> bool:
+        """Open the first stored installation found with the key: False when none is stored,
+        :class:`EncryptionKeyError` when the key cannot open it. Stops scanning at the first one."""
+        async with contextlib.aclosing(self._keys()) as keys:
+            async for key in keys:
+                await self._try(key)
+                return True
+        return False
 
     async def async_save(self, installation: Installation) -> None:
         key = self._key(installation.enterprise_id, installation.team_id, installation.is_enterprise_install)
@@ -180,6 +201,7 @@ class Workspaces:
         self._clients: dict[str, AsyncWebClient] = {}
         self._identities: dict[str, Identity] = {}
         self._single: Identity | None = None
+        self._key_state: tuple[str | None, float] = (None, 0.0)
 
     async def _single_identity(self) -> Identity:
         if self._single is None:
@@ -219,6 +241,25 @@ class Workspaces:
         key: a worker with the wrong key stops at start instead of failing every event."""
         assert self.installations is not None
         return await self.installations.check()
+
+    key_seconds = 60.0
+    """How long ``/healthz`` reuses what it learned of the encryption key (finding an installation scans keys)."""
+
+    async def encryption_key(self) -> str:
+        """For ``/healthz``: ``not used`` (one token), ``no installations``, ``ok`` (a stored installation opens
+        with the key), or :data:`KEY_WRONG`; asked of Redis at most every :attr:`key_seconds`."""
+        if self.installations is None:
+            return "not used"
+        state, at = self._key_state
+        if state is None or time.monotonic() - at >= self.key_seconds:
+            try:
+                state = "ok" if await self.installations.opens_one() else "no installations"
+            except EncryptionKeyError:
+                state = KEY_WRONG
+                log.error("THREADKEEPER_ENCRYPTION_KEY cannot decrypt the stored installations: every event of an "
+                          "installed workspace fails; /healthz answers not ready")
+            self._key_state = (state, time.monotonic())
+        return state
 
     async def remove(self, team: str) -> None:
         """Forget ``team``'s installation (install mode) and the cached client."""

@@ -10,7 +10,7 @@ from threadkeeper.persistence.faces import lazy_names
 
 if TYPE_CHECKING:
     from .base import new_id
-    from .connection import connect, durability, ping
+    from .connection import connect, durability, eviction, eviction_warning, ping
     from .epochs import EpochIndexStore
     from .errors import (
         CorruptRecordError,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 _HOMES: dict[str, tuple[str, ...]] = {
     ".base": ("new_id",),
-    ".connection": ("connect", "durability", "ping"),
+    ".connection": ("connect", "durability", "eviction", "eviction_warning", "ping"),
     ".errors": (
         "CorruptRecordError", "HeadConflictError", "InvalidTransitionError", "LeaseLostError", "NotFoundError",
         "StoreUnavailableError", "ThreadkeeperError",
@@ -84,7 +84,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
 Redis client and the stores (6 MB), which a command may load after what it needs first."""
 
 __all__ = [
-    "Forgetter", "durability", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CitedSource", "CheckpointStatus",
+    "Forgetter", "durability", "eviction", "eviction_warning", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CitedSource", "CheckpointStatus",
     "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",

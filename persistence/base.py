@@ -177,6 +177,12 @@ class RedisStore:
 
         return await durability(self.client)
 
+    async def eviction(self) -> str:
+        """Redis's ``maxmemory-policy`` (see :func:`persistence.eviction`)."""
+        from .connection import eviction
+
+        return await eviction(self.client)
+
     async def _call(self, coro: Any) -> Any:
         try:
             return await coro

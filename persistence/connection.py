@@ -102,10 +102,32 @@ async def durability(client: Any) -> str:
     except Exception:  # noqa: BLE001 - a restricted Redis cannot tell
         return "unknown"
 
-    def value(reply: dict[Any, Any], key: str) -> str:
-        raw = reply.get(key, reply.get(key.encode(), b""))
-        return (raw.decode() if isinstance(raw, bytes) else str(raw or "")).strip()
-
-    if value(aof, "appendonly") == "yes":
+    if _config_value(aof, "appendonly") == "yes":
         return "aof"
-    return "rdb" if value(save, "save") else "none"
+    return "rdb" if _config_value(save, "save") else "none"
+
+
+def _config_value(reply: dict[Any, Any], key: str) -> str:
+    raw = reply.get(key, reply.get(key.encode(), b""))
+    return (raw.decode() if isinstance(raw, bytes) else str(raw or "")).strip()
+
+
+async def eviction(client: Any) -> str:
+    """Redis's ``maxmemory-policy``: ``noeviction`` (a full Redis refuses writes and drops nothing), an evicting
+    policy (``allkeys-lru``, ``volatile-ttl``, …), or ``unknown`` (``CONFIG GET`` is not allowed)."""
+    try:
+        reply = await client.config_get("maxmemory-policy")
+    except Exception:  # noqa: BLE001 - a restricted Redis cannot tell
+        return "unknown"
+    return _config_value(reply, "maxmemory-policy") or "unknown"
+
+
+def eviction_warning(policy: str) -> str | None:
+    """The one line an operator reads at start when Redis may drop stored keys (None when it does not, or cannot
+    tell). Every ``volatile-*`` policy counts: the stored history's keys expire after the retention period, so
+    they are the ones such a policy drops first."""
+    if policy in ("noeviction", "unknown"):
+        return None
+    return (f"Redis at REDIS_URL evicts keys when full (maxmemory-policy {policy}): stored history and "
+            "acknowledged messages can vanish without an error. Set maxmemory-policy noeviction "
+            "(see docs/configuration.md).")

@@ -306,6 +306,10 @@ class Pipeline:
         """How the store keeps acknowledged messages across its own restart: ``aof``, ``rdb`` or ``none``."""
         return await self.checkpoints.durability()
 
+    async def eviction(self) -> str:
+        """The store's ``maxmemory-policy``: ``noeviction``, an evicting policy, or ``unknown``."""
+        return await self.checkpoints.eviction()
+
     async def exists(self, conversation: Conversation | str) -> bool:
         return await self.checkpoints.conversation_exists(as_conversation(conversation).id)
 

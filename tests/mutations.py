@@ -921,6 +921,22 @@ MUTANTS: list[Mutant] = [
            "            self._later[conversation_id] = (checkpoint_id, budget)\n",
            "",
            ("tests/test_compaction_ahead.py", "-k", "left_behind_while_it_was_made")),
+    Mutant("healthz-ignores-a-wrong-encryption-key", "bot/server.py",
+           "token == \"ok\" and key != KEY_WRONG\n", "token == \"ok\"\n",
+           ("tests/test_health_checks.py", "-k", "cannot_decrypt")),
+    Mutant("installation-opened-with-any-key-counts-as-ok", "bot/workspaces.py",
+           "            except EncryptionKeyError:\n                state = KEY_WRONG\n",
+           "            except EncryptionKeyError:\n                state = \"ok\"\n",
+           ("tests/test_health_checks.py", "-k", "cannot_decrypt")),
+    Mutant("eviction-policy-never-asked", "persistence/connection.py",
+           "        reply = await client.config_get(\"maxmemory-policy\")\n", "        reply = {}\n",
+           ("tests/test_health_checks.py", "-k", "evicts")),
+    Mutant("writers-not-warned-of-an-evicting-redis", "threadkeeper/stores.py",
+           "warning = None if read_only else eviction_warning(", "warning = None and eviction_warning(",
+           ("tests/test_health_checks.py", "-k", "evicts")),
+    Mutant("a-redis-that-cannot-tell-is-warned-about", "persistence/connection.py",
+           "    if policy in (\"noeviction\", \"unknown\"):\n", "    if policy == \"noeviction\":\n",
+           ("tests/test_health_checks.py", "-k", "evicts")),
 ]
 
 

@@ -241,7 +241,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if not settings.redis_url:
             log.info("REDIS_URL is not set: the bot keeps its state in the %s (one machine only; a fleet of "
                      "workers needs a Redis they share)", stores.where)
-        kept = await pipeline.durability()
+        kept, policy = await pipeline.durability(), await pipeline.eviction()  # eviction: warned by open_stores
         if kept == "none":
             log.warning("Redis at REDIS_URL keeps nothing across a restart (appendonly no, no snapshots): every "
                         "acknowledged message not yet answered would be lost. Production needs appendonly yes "
@@ -252,12 +252,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if args.socket:
             await serve_socket(bot, health, app_token=settings.slack_app_token or "", port=args.port,
                                sweep_seconds=settings.threadkeeper_sweep_seconds,
-                               shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept)
+                               shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept,
+                               eviction=policy)
         else:
             await serve_http(bot, health, host=args.host, port=args.port or 3000,
                              sweep_seconds=settings.threadkeeper_sweep_seconds,
                              shutdown_seconds=settings.threadkeeper_shutdown_seconds, durability=kept,
-                             ack_seconds=settings.threadkeeper_ack_seconds)
+                             ack_seconds=settings.threadkeeper_ack_seconds, eviction=policy)
         return 0
 
     return asyncio.run(with_pipeline(settings, work))

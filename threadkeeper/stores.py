@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ if TYPE_CHECKING:  # the Redis client and the stores are imported when stores ar
         VectorStore,
     )
     from threadkeeper.services import Pipeline
+
+log = logging.getLogger("threadkeeper")
 
 
 class _StoreOptions(TypedDict):
@@ -98,8 +101,9 @@ async def open_stores(settings: Settings, *, read_only: bool = False) -> AsyncIt
     """The stores of ``settings`` with Redis checked first: the Redis at ``REDIS_URL``, or, when it is unset,
     the embedded Redis of ``THREADKEEPER_DATA_DIR`` (started if no other process runs it, and stopped on the
     way out if no other process uses it). ``read_only``: a command that only reads (or deletes) what is stored
-    makes no embedded store where there is none; it fails with :class:`NothingStoredError` instead."""
-    from threadkeeper.persistence import ping
+    makes no embedded store where there is none; it fails with :class:`NothingStoredError` instead. A command
+    that writes is warned, in one line, when Redis may evict what it stores (its ``maxmemory-policy``)."""
+    from threadkeeper.persistence import eviction, eviction_warning, ping
 
     embedded = None
     url = settings.redis_url
@@ -116,6 +120,9 @@ async def open_stores(settings: Settings, *, read_only: bool = False) -> AsyncIt
             stores.where = embedded.describe()
         try:
             await ping(stores.client, url)
+            warning = None if read_only else eviction_warning(await eviction(stores.client))
+            if warning:
+                log.warning("%s", warning)
             yield stores
         finally:
             await stores.close()
