@@ -812,6 +812,9 @@ MUTANTS: list[Mutant] = [
            "        with _woken_by_signals(asyncio.get_running_loop()):\n",
            "        with contextlib.nullcontext():\n",
            ("tests/test_cli_manners.py", "-k", "another_thread")),
+    Mutant("recall-reply-after-the-authors-run-is-a-second-neighbour", "services/recall/index.py",
+           "first_other = own and index.authors[near] != author", "first_other = False",
+           ("tests/test_recall.py", "-k", "reply_after_its_authors")),
 ]
 
 
