@@ -937,6 +937,9 @@ MUTANTS: list[Mutant] = [
     Mutant("a-redis-that-cannot-tell-is-warned-about", "persistence/connection.py",
            "    if policy in (\"noeviction\", \"unknown\"):\n", "    if policy == \"noeviction\":\n",
            ("tests/test_health_checks.py", "-k", "evicts")),
+    Mutant("recall-reply-after-the-authors-run-is-a-second-neighbour", "services/recall/index.py",
+           "first_other = own and authors[near] != author", "first_other = False",
+           ("tests/test_recall.py", "-k", "reply_after_its_authors")),
 ]
 
 

@@ -14,6 +14,7 @@ from threadkeeper.persistence import InboxItem, Notes
 from threadkeeper.services import Conversation
 from threadkeeper.services.context import calibration, visible
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
+from threadkeeper.services.recall.index import SHORT_TOKENS
 from threadkeeper.services.text import TermIndex, search_terms
 
 CONV = "slack:T1:C9:1700000000.000400"
@@ -491,6 +492,28 @@ async def test_a_hits_neighbour_is_the_next_persons_message_not_the_bots_reply(m
     runtime = next(str(m["content"]) for r in model.requests for m in r["messages"] if RECALL_HEADER in str(m["content"]))
     assert "OPS-4471" in runtime and "morning" in runtime, "the person's answer came with the hit"
     assert not re.search(r"\] assistant: noted", runtime), "the bot's reply took no neighbour slot"
+
+
+async def test_a_hits_neighbour_is_the_reply_after_its_authors_own_next_message(model, prefix, client) -> None:
+    """People split a thought over several messages: when the message next to a hit is its author's own, the next
+    person's message comes with the hit too, however long it is (the reply to what matched)."""
+    p = _pipeline(prefix, client)
+    answer = ("Yes, I will take that one tomorrow morning, right after the stand-up, once the dashboards for the "
+              "payment gateway have refreshed and the on-call rota for the coming weekend has been confirmed by "
+              "everyone who is on it, so that nobody is paged twice while we dig through the logs.")
+    for i, (author, text) in enumerate([("alice", "The billing outage ticket is OPS-4471."),
+                                        ("alice", "Can somebody look at it?"), ("bob", answer)]):
+        await p.submit(CONV, text, author=author, id=f"1699.{i:06d}", created_at=1699990000 + i * 60)
+    await _thread(p, _filler(120))
+    history = await p.checkpoints.load_history(CONV)
+    assert not any("tomorrow morning" in m.text for m in history.messages if not m.flags.handoff)
+    assert p.tokenizer.count(answer) > SHORT_TOKENS, "a long reply: the second message on its side"
+    model.requests.clear()
+    await p.submit(CONV, "what was the ticket for the billing outage?", author="carol", id="1700.009998")
+    await p.run(CONV)
+    runtime = next(str(m["content"]) for r in model.requests for m in r["messages"] if RECALL_HEADER in str(m["content"]))
+    assert "OPS-4471" in runtime and "somebody" in runtime, "the hit and its author's next message"
+    assert "morning" in runtime, "the other person's reply came with them"
 
 
 async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compaction(model, prefix, client) -> None:

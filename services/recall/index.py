@@ -93,7 +93,8 @@ FEEDBACK_TERMS = 10
 inverse document frequency in the conversation), searched after every direct hit has been placed."""
 NEIGHBOURS = 2
 """Messages on each side of a hit that come with it (an answer is often next to what matched); beyond the
-nearest, only short ones (at most ``SHORT_TOKENS``)."""
+nearest, only short ones (at most ``SHORT_TOKENS``), except the other person's message after the hit's author's own
+(see :func:`_around`)."""
 SHORT_TOKENS = 40
 NEIGHBOUR_SPAN = 2 * NEIGHBOURS
 """How far from a hit its neighbours are looked for, past the bot's own replies in between."""
@@ -707,19 +708,27 @@ def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Mess
 def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
     """``(step, position)`` of the messages around the one at ``base`` that come with it as its neighbours, the
     nearest on each side first: people's messages only, :data:`NEIGHBOUR_SPAN` each side at most. The bot's own
-    replies are shown only when they are the hit: a neighbour's slot goes to the next person's message."""
-    messages = index.messages
+    replies are shown only when they are the hit: a neighbour's slot goes to the next person's message.
+
+    Step 1 (shown whatever its length) is the nearest message on each side and, when that one is the hit's author's
+    own (people split a thought over several messages), also the next message by someone else: the reply to what
+    matched, or what it answered. The rest are step 2 (shown only when short)."""
+    messages, authors = index.messages, index.authors
+    author = authors[base]
     size = len(messages)
-    sides: list[list[int]] = []
+    sides: list[list[tuple[int, int]]] = []
     for side in (-1, 1):
-        found: list[int] = []
+        found: list[tuple[int, int]] = []
+        own = True  # still within the hit's author's run of messages
         for near in range(base + side, base + side * (NEIGHBOUR_SPAN + 1), side):
             if not 0 <= near < size or len(found) == NEIGHBOURS:
                 break
             if messages[near].role != "assistant":
-                found.append(near)
+                first_other = own and authors[near] != author
+                found.append((1 if not found or first_other else 2, near))
+                own = own and not first_other
         sides.append(found)
-    return [(step + 1, side[step]) for step in range(NEIGHBOURS) for side in sides if step < len(side)]
+    return [side[step] for step in range(NEIGHBOURS) for side in sides if step < len(side)]
 
 
 def _within(costs: Sequence[tuple[str, int]], room: int) -> list[str]:
