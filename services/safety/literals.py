@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from typing import Any
 
@@ -36,6 +36,17 @@ _ZERO_WIDTH = (_c.AT, _c.ASSERT, _c.ASSERT_NOT)
 
 def _times(left: set[str], right: set[str]) -> set[str]:
     return {a + b for a in left for b in right}
+
+
+def _union(alternatives: Iterable[Any], read: Callable[[Any], set[str] | None]) -> set[str] | None:
+    """What ``read`` finds in each of a branch's alternatives, together (None when one of them reads None)."""
+    out: set[str] = set()
+    for alternative in alternatives:
+        one = read(alternative)
+        if one is None:
+            return None
+        out |= one
+    return out
 
 
 def _exact(items: Iterable[Any]) -> set[str] | None:
@@ -58,13 +69,7 @@ def _exact_one(op: Any, av: Any) -> set[str] | None:
     if op is _c.SUBPATTERN:
         return _exact(av[3]) if not av[1] and not av[2] else None  # a group that changes no flag
     if op is _c.BRANCH:
-        out: set[str] = set()
-        for alternative in av[1]:
-            one = _exact(alternative)
-            if one is None:
-                return None
-            out |= one
-        return out
+        return _union(av[1], _exact)
     if op in _REPEATS and av[1] <= 4:
         body = _exact(av[2])
         if body is None:
@@ -136,13 +141,7 @@ def _first_strings(items: Iterable[Any]) -> set[str] | None:
             if op in _REPEATS and av[0] >= 1:
                 return _first_strings(av[2])
             if op is _c.BRANCH:
-                out: set[str] = set()
-                for alternative in av[1]:
-                    one = _first_strings(alternative)
-                    if one is None:
-                        return None
-                    out |= one
-                return out
+                return _union(av[1], _first_strings)
             return None
         break
     return None if "" in run else run
