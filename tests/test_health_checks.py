@@ -89,14 +89,9 @@ async def test_a_bot_token_bot_says_the_key_is_not_used(model, prefix, redis_cli
 
 
 def _free_port() -> int:
-    for port in range(7500, 7600):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free loopback port in 7500-7599")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _start_redis(*options: str) -> tuple[subprocess.Popen, str, str]:
@@ -115,11 +110,18 @@ def _start_redis(*options: str) -> tuple[subprocess.Popen, str, str]:
         try:
             while process.poll() is None:
                 try:
-                    probe.ping()
-                    return process, f"redis://127.0.0.1:{port}/0", directory
+                    # the server answering is this test's own, not another run's that took the port meanwhile
+                    if int(probe.info("server")["process_id"]) == process.pid:
+                        return process, f"redis://127.0.0.1:{port}/0", directory
+                    assert time.monotonic() < deadline, "another process's Redis answers on every port tried"
+                    time.sleep(0.05)
                 except (redis.RedisError, OSError):
                     assert time.monotonic() < deadline, "redis-server did not start"
                     time.sleep(0.05)
+        except BaseException:
+            process.kill()  # never left running when it is not handed to the caller
+            process.wait()
+            raise
         finally:
             probe.close()
         assert time.monotonic() < deadline, "redis-server did not start"  # the port was taken meanwhile: next one
