@@ -99,6 +99,9 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
             await bot.measure()
         return web.Response(body=bot.metrics.render(), content_type="text/plain")
 
+    async def preload(_: web.Application) -> None:  # before the site listens: no event waits on an import
+        await bot.pipeline.preload()
+
     async def hear_stops(_: web.Application) -> None:
         bot.listen()
 
@@ -106,6 +109,7 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
         await bot.close()
 
     app = web.Application()
+    app.on_startup.append(preload)
     app.on_startup.append(hear_stops)
     app.on_cleanup.append(stop_hearing)
     if events:
@@ -185,6 +189,7 @@ async def serve_socket(bot: SlackBot, health: HealthCheck, *, app_token: str, po
                                              slack=socket_state(handler), eviction=eviction))
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
+    await bot.pipeline.preload()  # (done already when the health port's app started: each part loads once)
     await handler.connect_async()  # type: ignore[no-untyped-call]  # slack-bolt leaves it unannotated
     log.info("connected to Slack in Socket Mode")
     try:

@@ -1,7 +1,9 @@
 """numpy for the search indexes, imported at the first use of one of its names: a process that builds no index (a
-console's first turn, which searches nothing) never pays its 10 MB. A worker about to build an index imports it in a
-thread first (:func:`imported`): its first import takes a quarter of a second, and on the event loop every
-conversation's acknowledgements would wait that long."""
+console's first turn, which searches nothing) never pays its 10 MB. A worker that serves Slack imports it before it
+listens (:func:`import_now`); another process about to build an index imports it in a thread first
+(:func:`imported`): its first import takes a quarter of a second, and on the event loop every conversation's
+acknowledgements would wait that long. Even in a thread it holds the interpreter 20 to 65 ms at a time, so a worker
+does not leave it for a moment when it serves."""
 
 from __future__ import annotations
 
@@ -25,6 +27,13 @@ np: Any = _Numpy()
 
 _ready = False
 """Whether :func:`imported` has seen numpy imported (later calls return at once)."""
+
+
+def import_now() -> None:
+    """numpy imported now (a worker before it serves)."""
+    global _ready
+    importlib.import_module("numpy")
+    _ready = True
 
 
 async def imported() -> None:

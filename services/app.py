@@ -10,6 +10,7 @@ command that only reads what is stored never loads a model's stack."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,11 +39,14 @@ from threadkeeper.persistence import (
     ThreadkeeperError,
 )
 
+from ._numpy import import_now as import_numpy
 from .conversation import PRIVACY, Conversation
 from .handoff import CompactionReport, Compactor
+from .lexicon import load as load_words
 from .memory import Extraction, Memory, Source
 from .models import ContextBudget, Tokenizer
 from .recall import Recall
+from .safety import read_rules
 from .turn import Clock, ContextReport, Intake, Model, Preview, ReplyExecutor, TurnEvents, TurnResult
 
 log = logging.getLogger("threadkeeper.app")
@@ -101,6 +105,14 @@ class Pipeline:
         self._turns = turns
 
     # -- what runs turns (built on first use) ----------------------------------------------------
+
+    async def preload(self) -> None:
+        """Build what runs turns and load what a first acknowledgement or a first turn would otherwise load while
+        the event loop waits (the redaction rules from detect-secrets, the word lists and ``wordfreq``'s tokenizer,
+        numpy: together about a second): a worker that serves Slack awaits it before it listens, so no
+        acknowledgement and no other conversation's turn waits on an import. The loading runs in a thread."""
+        self.turns  # noqa: B018 - built now, on the loop, as it would be by the first acknowledgement
+        await asyncio.to_thread(_preloaded)
 
     @property
     def turns(self) -> Turns:
@@ -483,6 +495,13 @@ class Pipeline:
         if self.memory is None:
             raise ThreadkeeperError("memory is not configured for this pipeline")
         return self.memory
+
+
+def _preloaded() -> None:
+    """What :meth:`Pipeline.preload` loads, each once per process."""
+    read_rules()
+    load_words()
+    import_numpy()
 
 
 def as_conversation(value: Conversation | str) -> Conversation:

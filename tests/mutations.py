@@ -940,6 +940,12 @@ MUTANTS: list[Mutant] = [
     Mutant("recall-reply-after-the-authors-run-is-a-second-neighbour", "services/recall/index.py",
            "first_other = own and authors[near] != author", "first_other = False",
            ("tests/test_recall.py", "-k", "reply_after_its_authors")),
+    Mutant("worker-listens-before-it-preloads", "bot/server.py",
+           "    app.on_startup.append(preload)\n", "",
+           ("tests/test_slack_startup.py", "-k", "loads_before_it_listens")),
+    Mutant("preload-leaves-wordfreqs-tokenizer-to-a-turn", "services/lexicon/frequency.py",
+           "    import wordfreq  # noqa: F401 - its tokenizer and digit rules, imported here rather than in a turn\n", "",
+           ("tests/test_slack_startup.py", "-k", "loads_before_it_listens")),
 ]
 
 

@@ -92,3 +92,70 @@ async def test_preflight_says_which_workspace_and_bot_user_are_served(model, pre
     finally:
         await http.close()
         await h.slack.close()
+
+
+LOADED_BEFORE_SERVING = ("detect_secrets", "numpy", "wordfreq.tokens")
+"""What a worker's first acknowledgement or turn would import while the event loop waits, had it not been loaded
+before the worker listens (each takes a fifth to a half of a second on this machine)."""
+
+
+async def test_a_worker_loads_before_it_listens_what_its_first_ack_and_turn_would_import(prefix: str) -> None:
+    """``threadkeeper serve`` imports the redaction rules' detect-secrets, wordfreq's tokenizer and numpy before it
+    listens for Slack's events, and its first acknowledgement (a message holding a secret-shaped token) and first
+    turn import none of them: Python's own import log (``-X importtime``, in the order of the log lines) says so."""
+    import socket
+    import time
+
+    import aiohttp
+    from slack_fake import event_body, sign
+    from test_slack_bot import CHANNEL, mention
+
+    slack = await FakeSlack().start()
+    with socket.socket() as s:  # a free port (the process binds it at once)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS", "SLACK", "AI_", "THREADKEEPER"))}
+    env = {**keep, "REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix, "SLACK_BOT_TOKEN": "xoxb-test",
+           "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_BASE_URL": slack.base_url, "AI_MODEL": "offline",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-X", "importtime", "-m", "threadkeeper", "serve",
+                                                "--http", "--host", "127.0.0.1", "--port", str(port), env=env,
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    before: list[str] = []
+    after: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 120
+        while not any("listening for Slack events" in line for line in before):
+            line = await asyncio.wait_for(proc.stderr.readline(), timeout=max(1.0, deadline - time.monotonic()))
+            assert line, "\n".join(before[-40:])
+            before.append(line.decode())
+
+        async def log_after() -> None:
+            while line := await proc.stderr.readline():  # type: ignore[union-attr]
+                after.append(line.decode())
+
+        reading = asyncio.create_task(log_after())
+        body = json.dumps(event_body(mention("1700004000.000100", "the deploy ref is Xq9vB7mKt2wZp4Lr, isn't it?"),
+                                     event_id="Ev-first"))
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{port}/slack/events", data=body,
+                                 headers=sign(SECRET, body)) as response:
+                assert response.status == 200
+        while not [c for c in slack.calls_to("chat.postMessage") if c.get("channel") == CHANNEL]:
+            assert time.monotonic() < deadline, "the first turn was answered"
+            await asyncio.sleep(0.05)
+    finally:
+        proc.terminate()
+        await proc.wait()
+        await slack.close()
+    await reading
+
+    def imported(lines: list[str]) -> set[str]:
+        """Of :data:`LOADED_BEFORE_SERVING`, what ``lines`` log an import of (a package imported in a thread is
+        logged by its modules only)."""
+        modules = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+        return {name for name in LOADED_BEFORE_SERVING for m in modules if m == name or m.startswith(name + ".")}
+
+    assert imported(before) == set(LOADED_BEFORE_SERVING)
+    assert not imported(after), "the first acknowledgement or turn imported it"

@@ -175,3 +175,14 @@ def _digits(token: str) -> tuple[str, float]:
 
     looked_up = smash_numbers(token)
     return looked_up, (digit_freq(token) if looked_up != token else 1.0)
+
+
+def load(languages: tuple[str, ...] = LANGUAGES) -> None:
+    """Read the lists of ``languages`` now (each takes tens of milliseconds the first time a word of it is asked
+    about), and import ``wordfreq``'s tokenizer, which reads the words that are not plain (a fifth of a second): a
+    worker does so before it serves, so no acknowledgement or turn waits for it."""
+    for lang in languages:
+        code = _code(lang)
+        if code is not None:
+            _table(code)
+    import wordfreq  # noqa: F401 - its tokenizer and digit rules, imported here rather than in a turn

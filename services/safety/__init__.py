@@ -14,7 +14,7 @@ from .instructions import (
     without_instructions,
 )
 from .lines import holds_secret, rejected, values
-from .redact import redact, redact_after, secrets_in, tail
+from .redact import read_rules, redact, redact_after, secrets_in, tail
 
 __all__ = [
     "addresses_the_assistant",
@@ -22,6 +22,7 @@ __all__ = [
     "holds_secret",
     "is_instruction",
     "readable",
+    "read_rules",
     "redact",
     "redact_after",
     "rejected",

@@ -137,6 +137,12 @@ def _rules() -> tuple[_Rule, ...]:
     return (*_maintained_rules(), *(_Rule.of(label, pattern) for label, pattern in _OWN))
 
 
+def read_rules() -> None:
+    """Read the rules now, detect-secrets' among them (importing it takes a quarter of a second): a worker does so
+    before it serves, so no acknowledgement waits for it."""
+    _rules()
+
+
 _HEADER = Anchored(re.compile(r"(?i)\b((?:proxy-)?authori[sz]ation\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|"
                               r"negotiate|apikey|sharedaccesssignature)\s+)?)([^\s\"',;]{6,})"))
 _BEARER = Anchored(re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/-]{16,}=*)"))
