@@ -946,6 +946,12 @@ MUTANTS: list[Mutant] = [
     Mutant("preload-leaves-wordfreqs-tokenizer-to-a-turn", "services/lexicon/frequency.py",
            "    import wordfreq  # noqa: F401 - its tokenizer and digit rules, imported here rather than in a turn\n", "",
            ("tests/test_slack_startup.py", "-k", "loads_before_it_listens")),
+    Mutant("ledger-fold-of-an-epoch-on-the-event-loop", "services/handoff/compaction.py",
+           "    if sum(len(m.text) for m in messages) > FOLD_ON_LOOP:\n", "    if False:\n",
+           ("tests/test_event_loop.py", "-k", "first_turns_fold or compactions_fold")),
+    Mutant("compaction-renders-its-handoff-on-the-event-loop", "services/handoff/compactor.py",
+           "await asyncio.to_thread(self._handoff, ledger,", "self._handoff(ledger,",
+           ("tests/test_event_loop.py", "-k", "compactions_fold")),
 ]
 
 

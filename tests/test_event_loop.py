@@ -136,6 +136,85 @@ async def test_folding_a_long_epoch_into_the_running_ledger_leaves_the_event_loo
     assert running.builder.ledger == alone.ledger
 
 
+def _updates(count: int) -> list:  # type: ignore[type-arg]
+    """``count`` people's messages of about 130 characters each, as a thread's epoch holds them."""
+    from factories import msg
+
+    return [msg(f"update {i}: the deploy of build {1000 + i} to eu-west-{i % 3} finished; p99 {i % 700} ms, "
+                f"ticket OPS-{i} owned by person{i % 11}", id=f"170000{i:04d}.000100", author=f"U{i % 5}")
+            for i in range(count)]
+
+
+async def _longest_wait(work):  # type: ignore[no-untyped-def]
+    """Run the coroutine ``work`` as a task while this one ticks every 5 ms: its result, how long it took, and the
+    loop's longest wait between ticks meanwhile (seconds). The cyclic collector is paused meanwhile: a full collection
+    of the test process's heap (a second and more on a loaded machine) holds whichever thread triggers it, and says
+    nothing of where the work runs."""
+    import gc
+
+    loop = asyncio.get_running_loop()
+    gaps: list[float] = []
+    gc.collect()
+    gc.disable()
+    try:
+        task = asyncio.create_task(work)
+        last = started = loop.time()
+        while not task.done():
+            await asyncio.sleep(0.005)
+            gaps.append(loop.time() - last)
+            last = loop.time()
+    finally:
+        gc.enable()
+    return task.result(), loop.time() - started, max(gaps)
+
+
+async def test_a_first_turns_fold_of_an_epoch_leaves_the_event_loop_free(prefix) -> None:
+    """A worker's first turn in an epoch of an ordinary window folds its oldest few hundred messages into the running
+    ledger (70 to 100 ms of work at a 32k window) in a thread; a turn's own few messages are folded on the loop.
+    Either way the ledger is the one a fold on the loop makes."""
+    from fakes import pipeline
+
+    from threadkeeper.persistence import Checkpoint, History
+    from threadkeeper.services.handoff import Ledger, LedgerBuilder
+
+    p, _ = pipeline(prefix, context_window=32_000)
+    compactor = p.executor.compactor
+    messages = _updates(600)
+    history = History.model_construct(checkpoint=Checkpoint.model_construct(), messages=messages, chain=["root"])
+    running, took, longest = await _longest_wait(compactor.advance("c", history, p.budget, previous=Ledger(),
+                                                                   changes={}))
+    print(f"fold of {len(running.consumed)} messages: {took:.3f} s; the loop's longest wait {longest:.3f} s")
+    assert 100 < len(running.consumed) < 1_000
+    assert longest <= took / 2, (longest, took)
+    alone = LedgerBuilder(None, count=p.tokenizer.count).fold(messages[:len(running.consumed)], {})
+    assert running.builder.ledger == alone.ledger
+    first = len(running.consumed)
+    grown = History.model_construct(checkpoint=Checkpoint.model_construct(), messages=[*messages, *_updates(603)[600:]],
+                                    chain=["root"])
+    again = await compactor.advance("c", grown, p.budget, previous=Ledger(), changes={})
+    assert len(again.consumed) > first
+    alone.fold(grown.messages[first:len(again.consumed)], {})
+    assert again.builder.ledger == alone.ledger
+
+
+async def test_a_compactions_fold_leaves_the_event_loop_free(prefix) -> None:
+    """A compaction that folds an epoch afresh (no running fold: a worker that never saw it, or one whose kept
+    messages it had folded) folds in a thread: the loop keeps running for most of the compaction, and the handoff is
+    the one the compactor plans whatever the loop does meanwhile."""
+    from fakes import pipeline
+
+    from threadkeeper.persistence import Notes
+
+    p, _ = pipeline(prefix, context_window=32_000)
+    compactor = p.executor.compactor
+    messages = _updates(600)
+    plan, took, longest = await _longest_wait(compactor.plan(messages, [], Notes(), None, p.budget, use_model=False))
+    print(f"plan over {len(messages)} messages: {took:.3f} s; the loop's longest wait {longest:.3f} s")
+    assert longest <= took / 2, (longest, took)
+    again = await compactor.plan(messages, [], Notes(), None, p.budget, use_model=False)
+    assert plan.messages[0].text == again.messages[0].text and plan.dropped == again.dropped > 400
+
+
 async def test_building_a_workspaces_memory_index_leaves_the_event_loop_free(prefix) -> None:
     """A worker's first read of a workspace's memory of thousands of records builds its index in a thread: the loop
     keeps running meanwhile, and the read finds what a later read finds."""

@@ -3,7 +3,7 @@ checkpoint; the ledger (asks, decisions, facts, notes) accumulates from generati
 comes from the summarizer when a model is configured; the view renders it all within its caps; ``record_state``
 lets a model propose validated ledger entries."""
 
-from .compaction import CompactionReport, Narrated, Plan, RunningFold, changes_of, foldable, suspects
+from .compaction import CompactionReport, Narrated, Plan, RunningFold, changes_of, fold, foldable, suspects
 from .compactor import Compactor
 from .ledger import Ask, Decision, Ledger, LedgerBuilder, ModelFact, NarrativeEntry, load_ledger, prose
 from .narrative import Summarizer, extractive
@@ -19,6 +19,7 @@ __all__ = [
     "Compactor",
     "Decision",
     "extractive",
+    "fold",
     "foldable",
     "Ledger",
     "LedgerBuilder",

@@ -35,7 +35,6 @@ from threadkeeper.persistence import (
 from ..context import calibration, current_text, label, measure, next_ref, visible
 from ..models import ContextBudget, Tokenizer, bound_text
 from ..safety import redact
-from ..text import OFF_LOOP
 from ..tracing import COMPACTIONS, event
 from .compaction import (
     RUNNING_NOTES,
@@ -44,13 +43,14 @@ from .compaction import (
     Plan,
     RunningFold,
     changes_of,
+    fold,
     foldable,
     suspects,
     target_for,
 )
 from .ledger import Ledger, LedgerBuilder, NarrativeEntry, load_ledger
 from .narrative import Summarizer
-from .view import SHARES, Narrative, render_handoff
+from .view import SHARES, Narrative, RenderedHandoff, render_handoff
 
 log = logging.getLogger("threadkeeper.compactor")
 
@@ -118,12 +118,9 @@ class Compactor:
         end = foldable(history.messages, 2 * budget.retained_user_tokens)
         if end > len(running.consumed):
             fresh = history.messages[len(running.consumed):end]
-            if len(fresh) > OFF_LOOP:  # (a worker's first turn in an epoch of a large window): off the event loop
-                # This fold is out of ``_running`` until it is done, and callers that hold one use it at once
-                # (``plan`` clones it first), so no other caller reads it meanwhile.
-                await asyncio.to_thread(running.builder.fold, fresh, running.changes)
-            else:
-                running.builder.fold(fresh, running.changes)
+            # This fold is out of ``_running`` until it is done, and callers that hold one use it at once (``plan``
+            # clones it first), so no other caller reads it meanwhile.
+            await fold(running.builder, fresh, running.changes)
             running.consumed.extend(m.id for m in fresh)
         replaced = self._running.pop(conversation_id, None)  # (another caller's, put while this one folded)
         if replaced is not None:
@@ -440,10 +437,9 @@ class Compactor:
             kept_ids = {m.id for m in kept}
             folded = [m for m in messages if m.id not in kept_ids and not m.flags.runtime and not m.flags.handoff]
             if base is not None and kept_ids.isdisjoint(consumed):
-                rest = messages[len(consumed):]
-                builder = base.clone().fold(rest, changes, kept_ids)
+                builder = await fold(base.clone(), messages[len(consumed):], changes, kept_ids)
             else:
-                builder = LedgerBuilder(previous, count=self.tokenizer.count).fold(messages, changes, kept_ids)
+                builder = await fold(LedgerBuilder(previous, count=self.tokenizer.count), messages, changes, kept_ids)
             ledger = builder.evict().build()
             ledger.generation = (previous.generation if previous else 0) + 1
             kept_tokens = sum(m.tokens for m in kept)
@@ -453,10 +449,10 @@ class Compactor:
                     carried_before, [c for c in (self._current(m, notes) for m in folded
                                                  if m.role in ("user", "assistant")) if c is not None],
                     int(cap * SHARES["narrative"]), use_model=use_model, label=ledger.label)
-            rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
-                                      carry_tokens=max(cap, carry), last_reply=last_reply)
-            handoff = self._message(redact(rendered.standing), redact(rendered.notes_text), rendered.source_ids,
-                                    next_ref(messages) - 1, now)
+            # rendered in a thread (choosing among the ledger's notes and redacting the text take a few hundred
+            # milliseconds once an epoch holds hundreds of notes): the event loop serves others meanwhile
+            rendered, handoff = await asyncio.to_thread(self._handoff, ledger, entries, changed, cap, max(cap, carry),
+                                                        last_reply, next_ref(messages) - 1, now)
             replacement = [handoff, *kept]
             after = sum(m.tokens for m in replacement)
             if after <= target or tightened >= 8:
@@ -477,6 +473,14 @@ class Compactor:
                     summary_tokens=handoff.tokens, kept=len(kept), dropped=dropped, tokens_after=after,
                     tightened=tightened, carried=carried, detail=narrative.detail,
                     prepared_from=narrated.checkpoint_id if narrated is not None else None)
+
+    def _handoff(self, ledger: Ledger, entries: list[NarrativeEntry], changed: dict[str, str], cap: int, carry: int,
+                 last_reply: str | None, top_ref: int, now: float) -> tuple[RenderedHandoff, Message]:
+        """The handoff rendered within ``cap`` tokens, and its message with every secret redacted."""
+        rendered = render_handoff(ledger, entries, changed, cap_tokens=cap, count=self.tokenizer.count, now=now,
+                                  carry_tokens=carry, last_reply=last_reply)
+        return rendered, self._message(redact(rendered.standing), redact(rendered.notes_text), rendered.source_ids,
+                                       top_ref, now)
 
     def _current(self, message: Message, notes: Notes) -> Message | None:
         text = current_text(message, notes)

@@ -33,7 +33,7 @@ from threadkeeper.persistence.memory import (
 )
 
 from ..conversation import PRIVACY, Conversation
-from ..handoff import LedgerBuilder, is_identifier, prose, select, whole_cost
+from ..handoff import LedgerBuilder, fold, is_identifier, prose, select, whole_cost
 from ..models import ModelClient, Tokenizer
 from ..safety import redact, rejected, without_instructions
 from ..text import extract as x
@@ -158,7 +158,7 @@ class Extractor:
         new = sorted([*again, *(edited.get(m.id, m) for m in new)], key=lambda m: (m.created_at, m.id))
         job.revised.update({m.id: source_version(m) for m in new if m.id in edited})
         visibility = await self.gate.visibility(where)
-        records = self._from_ledger(cid, where, visibility, new, changes, now)
+        records = await self._from_ledger(cid, where, visibility, new, changes, now)
         calls = 0
         if self.model is not None and not self.model.offline:
             today = day_of(now)
@@ -201,7 +201,7 @@ class Extractor:
         return message.model_copy(update={"parts": [TextPart(text=text)], "note": None, "note_tokens": [],
                                           "tokens": self.tokenizer.count(text)})
 
-    def _from_ledger(self, cid: str, where: Conversation, visibility: Visibility, new: Sequence[Message],
+    async def _from_ledger(self, cid: str, where: Conversation, visibility: Visibility, new: Sequence[Message],
                      changes: dict[str, str | None], now: float) -> list[MemoryRecord]:
         """Records from the ledger of the new messages (an edited one with its text now): decisions, closed asks,
         model-recorded entries and the most informative notes (``notes_share``). Deleted messages give none (their
@@ -210,7 +210,7 @@ class Extractor:
         kept = [m for m in new if m.id not in deleted]
         if not kept:
             return []
-        ledger = LedgerBuilder(count=self.tokenizer.count).fold(kept).build()
+        ledger = (await fold(LedgerBuilder(count=self.tokenizer.count), kept, {})).build()
         by_id = {m.id: m for m in kept}
         expires = now + self.config.ttl_days * DAY
         out: dict[str, MemoryRecord] = {}
