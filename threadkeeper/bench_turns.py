@@ -6,8 +6,8 @@ process of its own (nothing else the bench did is in its caches or its memory).
   thread (its first turn after a restart), in a worker rotating over many long threads, and in one alternating
   between a long thread and a short one.
 * The executor's CPU per turn with a model that costs nothing.
-* While a long thread takes its first turn: how long the durable append that precedes an ack takes, and how much
-  later another thread's reply comes than when it runs alone.
+* While a long thread takes its first turn: how long the durable append that precedes an ack takes, the event loop's
+  longest wait between ticks every 5 ms, and how much later another thread's reply comes than when it runs alone.
 * What the worker's caches hold, measured (its RSS), against the bound they are given.
 
 The threads are written by :func:`bench_data.fill_epochs` (chat messages over compaction epochs of 250), once per
@@ -108,6 +108,7 @@ async def _cold_and_beside(settings: Settings, client: aioredis.Redis, n: int) -
     for) and a turn in a short thread, whose reply (model: 1 s) is compared with its reply when it runs alone."""
     long_id, short_id = f"bench:turns:cold:{n}", f"bench:turns:cold-short:{n}"
     worker = _Worker(settings, client, latency=1.0)
+    await worker.pipeline.preload()  # (what a worker that serves Slack loads before it listens)
     await worker.turn(short_id, "hello")
     alone = time.perf_counter()
     await worker.turn(short_id, "and now?")
@@ -133,16 +134,28 @@ async def _cold_and_beside(settings: Settings, client: aioredis.Redis, n: int) -
         await worker.turn(short_id, "still there?")
         return time.perf_counter() - due
 
+    gaps: list[float] = []
+
+    async def ticks() -> None:  # the event loop's longest wait between ticks every 5 ms
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            gaps.append(time.perf_counter() - last)
+            last = time.perf_counter()
+
     chatter = asyncio.create_task(arrivals())
     other = asyncio.create_task(beside())
+    ticking = asyncio.create_task(ticks())
     try:
         preturn, _ = await worker.turn(long_id)
     finally:
         done.set()
         await chatter
+        await ticking
     return {f"cold_worker_preturn_ms_{n}": round(preturn, 1),
             f"cold_worker_ack_ms_max_{n}": round(max(acks), 1),
             f"cold_worker_ack_ms_p50_{n}": round(statistics.median(acks), 1),
+            f"cold_worker_loop_lag_ms_max_{n}": round(max(gaps) * 1000, 1),
             f"cold_worker_other_reply_over_alone_{n}": round(await other / alone, 3)}
 
 
