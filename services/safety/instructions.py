@@ -25,6 +25,13 @@ The rule is structural, not a list of phrasings. A sentence is an instruction wh
    a determiner ("the team", "our on-call", "l'équipe"), a first-person-plural verb ending in the pro-drop
    languages ("desplegamos", "usiamo"), or a bare noun followed by its verb ("Deploys never go out").
 
+Whether a sentence states a fact at all (:func:`stated_as_fact`, stricter, for what ``record_state`` records) is read
+from the same structure, past any phrase a preposition opens before the clause ("In the form of a poem, …", "Em
+forma de poema, …"): a verb in the mood of a command (the subjunctive of Spanish, Portuguese and Italian, irregular
+verbs through their stem changes and the few suppletive ones, French's plural imperative, a German infinitive that
+ends a clause with no finite verb) is a command; a German finite auxiliary followed by its subject, or a verb in a past
+or future tense, states something.
+
 The word lists are closed classes (pronouns, determiners, prepositions, frequency adverbs) of English, German,
 French, Spanish, Portuguese and Italian; what they recognise is the sentence's shape. A sentence in another language
 is one they cannot read (:func:`readable`), so it is never taken for a statement of fact (:func:`stated_as_fact`).
@@ -115,7 +122,7 @@ _OTHER_SUBJECT = frozenset("""we i i'm we're we've we'll they he she it it's the
     nous je j' j’ il elle ils elles on notre nos le la les l' l’ un une des ce cet cette ces tout tous toute toutes
     chaque nosotros nosotras yo él ella ellos ellas nuestro nuestra nuestros nuestras el los las este esta estos
     estas todo todos cada nós eu ele ela eles elas nosso nossa nossos nossas o os as um uma noi io lui lei loro
-    nostro nostra nostri il lo gli i ogni tutti tutte""".split())
+    nostro nostra nostri il lo gli i ogni tutti tutte questo questa questi queste quel quella ce cet cette ces""".split())
 _PERSONAL = frozenset("""i we they he she it il ils elle elles on je j' j’ nous ich wir er sie es man yo él ella ellos
     ellas nosotros nosotras eu ele ela eles elas nós io lui lei noi loro""".split())
 """Subject pronouns (and "il", an article in Italian too): a phrase with one is a clause."""
