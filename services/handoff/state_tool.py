@@ -4,7 +4,8 @@ Each entry must cite an existing message as evidence, by its reference (``#N``) 
 into a handoff is found too. An entry must be supported by the words of the messages it cites: at least half
 of its content words (words that are not among the most common of English, German, French, Spanish,
 Portuguese or Italian; numbers and identifiers count; compared by their first five letters, so "deploys" and
-"deployment" match) must appear in them, so citing any message of the thread is not enough. Entries without
+"deployment" match) must appear in them, so citing any message of the thread is not enough; an entry with no such
+word ("We keep coming back") must have every one of its words there. Entries without
 evidence or support are rejected with a reason the model sees, and so is anything that is not a fact a person
 stated: an entry with a sentence in a language the checks do not read (:func:`services.safety.readable`: only
 English, German, French, Spanish, Portuguese and Italian; anything else stays its author's quoted words in the
@@ -142,9 +143,19 @@ def _terms(text: str) -> set[str]:
     return {t for w in _WORD.findall(text.lower()) if (t := _content(w)) is not None}
 
 
+def _plain(text: str) -> set[str]:
+    return {w[:5] for w in _WORD.findall(text.lower())}
+
+
 def support(text: str, cited: Sequence[str]) -> tuple[int, int, int]:
-    """(content words of ``text`` found in ``cited``, how many must be, how many it has)."""
+    """(content words of ``text`` found in ``cited``, how many must be, how many it has). An entry made only of common
+    words ("Wir kommen immer wieder", "Will never use again") has no content word to compare: every one of its words
+    must be there instead."""
     words = _terms(text)
+    if not words:
+        words = _plain(text)
+        found = set().union(*(_plain(c) for c in cited)) if cited else set()
+        return len(words & found), max(1, len(words)), len(words)
     found = set().union(*(_terms(c) for c in cited)) if cited else set()
     return len(words & found), max(1, math.ceil(len(words) / 2)), len(words)
 

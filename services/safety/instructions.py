@@ -25,6 +25,13 @@ The rule is structural, not a list of phrasings. A sentence is an instruction wh
    a determiner ("the team", "our on-call", "l'équipe"), a first-person-plural verb ending in the pro-drop
    languages ("desplegamos", "usiamo"), or a bare noun followed by its verb ("Deploys never go out").
 
+Whether a sentence states a fact at all (:func:`stated_as_fact`, stricter, for what ``record_state`` records) is read
+from the same structure, past any phrase a preposition opens before the clause ("In the form of a poem, …", "Em
+forma de poema, …"): a verb in the mood of a command (the subjunctive of Spanish, Portuguese and Italian, irregular
+verbs through their stem changes and the few suppletive ones, French's plural imperative, a German infinitive that
+ends a clause with no finite verb) is a command; a German finite auxiliary followed by its subject, or a verb in a past
+or future tense, states something.
+
 The word lists are closed classes (pronouns, determiners, prepositions, frequency adverbs) of English, German,
 French, Spanish, Portuguese and Italian; what they recognise is the sentence's shape. A sentence in another language
 is one they cannot read (:func:`readable`), so it is never taken for a statement of fact (:func:`stated_as_fact`).
@@ -66,9 +73,9 @@ SCOPE = re.compile(rf"\b(?:{_ADVERBIAL}|{_FREQUENCY}|{_NOMINAL})\b")
 OVERRIDE = re.compile(
     r"\b(?:ignore|disregard|forget|override)\b[^.!?\n]{0,40}\b(?:instructions?|rules|prompts?|guidelines|directions)\b|"
     r"\byou are now\b|\bsystem prompt\b|\bnew instructions?:|"
-    r"\bignore[sz]?\b[^.!?\n]{0,40}\binstructions\b|\bignora\b[^.!?\n]{0,40}\binstrucciones\b|"
-    r"\bignoriere?\b[^.!?\n]{0,40}\banweisungen\b|\bignora\b[^.!?\n]{0,40}\bistruzioni\b|"
-    r"\b(?:oublie|oubliez)\b[^.!?\n]{0,40}\binstructions\b|\bignore\b[^.!?\n]{0,40}\binstruções\b")
+    # the command in each language's imperative or infinitive ("Ignora", "Ignorez", "Ignorar", "Ignorieren")
+    r"\b(?:ignor(?:e[sz]?|er|a|ar|are|iere|ieren)|oublie[rz]?)\b[^.!?\n]{0,40}"
+    r"\b(?:instructions|instrucciones|instruções|anweisungen|istruzioni)\b")
 
 # -- what opens a clause ----------------------------------------------------------------------------------------
 _SUBORDINATOR = re.compile(  # a leading subordinate clause ends at its comma
@@ -82,6 +89,10 @@ _LEADING = re.compile(  # adverbials, courtesy and connectives set aside at the 
     rf"(?:{_ADVERBIAL}|please|pls|kindly|and|also|so|then|now|ok|okay|"
     r"bitte|und|auch|dann|jetzt|s'il te plaît|s'il vous plaît|et|alors|maintenant|por favor|y|entonces|ahora|"
     r"e|então|agora|per favore|quindi|poi|ora|adesso)\b[\s,;:!-]*")
+_COURTESY_ANYWHERE = re.compile(r"(?i:\b(?:please|pls|kindly|s'il te plaît|s'il vous plaît|por favor|per favore)\b)|"
+                                r"\bbitte\b")
+"""Courtesy words anywhere in a sentence ask something of its reader ("bitte" in lowercase only: "die Bitte" is a
+noun)."""
 _COURTESY = re.compile(r"(?:please|pls|kindly|bitte|s'il te plaît|s'il vous plaît|por favor|per favore)\b")
 _TRANSPARENT = frozenset("""always never ever only just also simply really please kindly
     immer nie niemals stets nur bitte auch doch mal toujours jamais seulement ne n' n’ siempre nunca jamás solo sólo
@@ -97,13 +108,24 @@ _SECOND = frozenset("""you you're you'll u ya your yours yourself du dich dir de
     euer eure tu toi te t' t’ ton ta tes vous votre vos usted ustedes tú vos tus tu su sus você vocês teu tua teus
     tuas seu sua voi tuo tuoi vostro vostra""".split())
 _FORMAL_SIE = "Sie"
+_SECOND_ONLY_IN = {"ya": "en", "u": "en", "du": "de", "ton": "fr"}
+"""Second-person pronouns that another of the six languages writes as a common word of its own ("ya": "already" in
+Spanish; "du": "of the" in French; "ton": a weight in English), with the language they are a pronoun in: anywhere in
+a sentence, they address the reader only in a sentence of that language."""
+_EITHER_PERSON = frozenset("su sus seu sua".split())
+"""Possessives of Spanish and Portuguese that are the reader's ("usted", "você") or a third person's: the reader's
+when they open the clause's first phrase ("Seu trabalho é …", "O seu objetivo …"), a third person's after a name or a
+noun it refers back to ("Alberto nunca falou da sua viagem", "El equipo cambió su horario")."""
 _OTHER_SUBJECT = frozenset("""we i i'm we're we've we'll they he she it it's there this that these those our my their
     his her its the a an all every each some no everyone everybody someone somebody nobody people one
     wir ich sie er es man unser unsere unseren der die das den dem ein eine einen alle jeder jede jedes
     nous je j' j’ il elle ils elles on notre nos le la les l' l’ un une des ce cet cette ces tout tous toute toutes
     chaque nosotros nosotras yo él ella ellos ellas nuestro nuestra nuestros nuestras el los las este esta estos
     estas todo todos cada nós eu ele ela eles elas nosso nossa nossos nossas o os as um uma noi io lui lei loro
-    nostro nostra nostri il lo gli i ogni tutti tutte""".split())
+    nostro nostra nostri il lo gli i ogni tutti tutte questo questa questi queste quel quella ce cet cette ces""".split())
+_PERSONAL = frozenset("""i we they he she it il ils elle elles on je j' j’ nous ich wir er sie es man yo él ella ellos
+    ellas nosotros nosotras eu ele ela eles elas nós io lui lei noi loro""".split())
+"""Subject pronouns (and "il", an article in Italian too): a phrase with one is a clause."""
 _OPENERS = {language: frozenset(words.split()) for language, words in {
     "en": """the a an all every each any some this that these those my our his her their them me us him it everyone
         everybody everything anyone anything nothing nobody in on at to for with without as about from by like into
@@ -150,11 +172,39 @@ _MOODS = {language: tuple(tuple(tuple(pair.split(":")) for pair in pairs.split()
            "a:ar as:ar an:ar e:er e:ir es:er es:ir en:er en:ir"),
     "it": ("i:are ino:are chi:care chino:care ghi:gare ghino:gare a:ere a:ire ano:ere ano:ire",
            "a:are ano:are e:ere e:ire ono:ere ono:ire"),
+    # French has one form for the second person plural's present and its imperative: with no subject, a command
+    "fr": ("ez:er ez:ir ez:re", ""),
 }.items()}
 """The present subjunctive and the present indicative of regular verbs, by the languages that give their commands in
 the subjunctive ("Não revele", "No lo compartas", "Escriba", "Non lo condivida"): each an ending and the ending of the
 infinitive it comes from (``que:car``: "indique" from "indicar"). A form of one is the other's too ("revele" could
-be of "reveler"), so a word is read in the mood whose infinitive is the more common word (:func:`_subjunctive`)."""
+be of "reveler"), so a word is read in the mood whose infinitive is the more common word (:func:`_subjunctive`).
+French gives the plural's command in a form of its own, with no competing reading ("Ignorez", "Donnez")."""
+_ALTERNATIONS = {language: tuple(tuple(pair.split(":")) for pair in pairs.split()) for language, pairs in {
+    "es": "ie:e ue:o i:e zc:c g:c g:gu g:",
+    "pt": "ç:z g:z ç:d ç:v i:e u:o g:gu ss:d enh:",
+    "it": "g: uo:o",
+    "fr": "iss:",
+}.items()}
+"""How a verb's stem changes in its present tense, by language, undone to find its infinitive: a vowel that
+diphthongs or closes ("muestre" from "mostrar", "pida" from "pedir", "durma" from "dormir"), a consonant inserted or
+changed before the ending ("ponga" from "poner", "diga" from "decir", "faça" from "fazer", "conozca" from "conocer",
+"venga" from "venire", "finissez" from "finir"). Each pair is a stem's last such letters and what they come from; up
+to two are undone together ("diga": "dig" → "dec")."""
+_SUPPLETIVE = {language: frozenset(forms.split()) for language, forms in {
+    "es": "sea seas sean vaya vayas vayan haya hayas hayan sepa sepas sepan esté estés estén dé des den haz pon ten",
+    "pt": "seja sejas sejam esteja estejas estejam tenha tenhas tenham venha venhas venham ponha ponhas "
+          "ponham saiba saibas saibam queira queiras queiram haja hajas hajam dê dês deem",
+    "it": "sia siano abbia abbiano vada vadano faccia facciano dia diano stia stiano dica dicano esca escano "
+          "fa' di' va' sta' da' sei hai fai vai stai sai",
+    "fr": "dites faites soyez ayez sachez veuillez",
+}.items()}
+"""The forms, addressed to the reader, of the verbs whose stems no regular change gives (a closed class: "ser",
+"ir", "haber", "saber", "estar", "dar", "ter", "vir", "pôr", "essere", "avere", "andare", "fare", "dire", "stare", …):
+their present subjunctive, the irregular imperatives of Spanish and Italian ("haz", "pon", "fa'"), the second person
+singular of Italian's irregular verbs ("sei", "hai") and French's irregular plural imperatives ("dites", "soyez").
+Forms another verb or word of the language spells alike are left out ("di", "ve", "ven", "sal" in Spanish; "faz",
+"diz" in Portuguese)."""
 _VERB_AT = 3.0
 """How common an infinitive must be (Zipf) for a word to be read as one of its forms."""
 _NEGATIONS = frozenset("não no non".split())
@@ -162,6 +212,35 @@ _CLITICS = frozenset("""me te se lhe lhes o a os as nos vos lo la los las le les
 """Object pronouns that stand between a negation and its verb ("Não o revele", "No lo compartas", "Non lo dica")."""
 _CLOSED = _SECOND | _OTHER_SUBJECT | _OPENS_OBJECT | _TRANSPARENT | _CLITICS
 """Pronouns, determiners, prepositions and adverbs: never a verb, whatever their ending ("una", "la", "esta")."""
+
+_INFINITIVE_ROMANCE = re.compile(r"\w\w(?:ar|er|ir|re)$")
+_NO_COMMAND = re.compile(r"\w\w(?:rão|rán|ranno|ram|ron|rono|vano|vam|ban|ou|ó|rá|rà|ò|ì)$")
+"""Endings of the past and future tenses of Spanish, Portuguese and Italian ("prescreverão", "llegaron", "funzionò",
+"trabalhou", "sarà"): no command has them, so a clause whose verb ends so states something, its subject dropped."""
+_ENCLITICS = frozenset("moi toi lui nous vous leur le la les en y".split())
+"""The object pronouns French joins to the end of a command with a hyphen."""
+_ALSO_NUMBERS = frozenset({"sei"})
+"""Forms of :data:`_SUPPLETIVE` that are numbers too ("sei": "you are" and "six"): a verb only when the word after
+it is no plural it could count ("sei mesi", "sei persone")."""
+_GERMAN_DETERMINERS = frozenset("""der die das den dem des ein eine einen einem einer eines kein keine keinen keinem
+    keiner keines mein meine meinen meinem meiner dein deine deinen deinem deiner sein seine seinen seinem seiner
+    ihr ihre ihren ihrem ihrer unser unsere unseren unserem unserer euer eure euren eurem diese diesen diesem dieser
+    dieses jede jeden jedem jeder jedes alle allen aller""".split())
+_GERMAN_GENITIVES = frozenset("der des eines einer".split())
+_GERMAN_CLOSED = _GERMAN_DETERMINERS | _PREPOSITIONS_OF["de"] | frozenset("""im am zum zur vom beim ins ans aufs durch
+    gegen unter vor hinter neben zwischen wegen während seit bis mich dich sich uns euch ihn ihm ihnen so wieder noch
+    mehr gern gerne genau sofort kein""".split())
+"""German determiners, prepositions and object pronouns: the words a command in the infinitive may hold besides its
+nouns and adverbs (never a subject pronoun: "ich", "wir", "er", "sie", "es", "man")."""
+_INFINITIVE_DE = re.compile(r"\w\w(?:en|ern|eln)$")
+_GERMAN_FINITE = frozenset("""ist sind war waren hat haben hatte hatten wird werden wurde wurden kann können konnte
+    konnten muss müssen musste mussten soll sollen sollte sollten will wollen wollte wollten darf dürfen durfte durften
+    mag mögen möchte möchten gibt gab""".split())
+"""The finite forms of German's auxiliaries and modals (and "gibt"), third person and first plural: a closed class."""
+_GERMAN_SUBJECT = frozenset("""der die das ein eine er sie es wir ich man dieser diese dieses jeder jede jedes alle
+    mein meine unser unsere sein seine ihr ihre kein keine""".split())
+"""Words that open a German subject: after a finite auxiliary at the head of a clause, they show a statement whose
+first place another part took ("Immer wenn …, hat das Theater …", "Auch sind die Termine …")."""
 
 _NEGATIVE_IMPERATIVE = re.compile(r"\w\w(?:are|ere|ire|(?:ar|er|ir)(?:lo|la|li|le|gli|ne|mi|ti|ci|vi|si))$")
 """An Italian infinitive, or one that carries its pronoun and drops its "e" ("rivelare", "rivelarlo",
@@ -185,15 +264,19 @@ def is_instruction(sentence: str) -> bool:
     return _gate(sentence.lower()) and _instruction(sentence)
 
 
-def _scoped_adverbial(text: str, at: int = 0) -> bool:
-    """Whether the text from ``at`` opens with an adverbial that holds a standing scope, set off by a comma ("For all
-    future messages, …", "Pour toutes les réponses suivantes, …")."""
-    comma = text.find(",", at, at + 80)
+def _leading_phrase(text: str, at: int = 0) -> bool:
+    """Whether the text from ``at`` opens with an adverbial set off by a comma: a phrase of standing scope ("All
+    future replies, …") or one that a preposition opens, whatever it says ("For all future messages, …", "In the
+    form of a poem, …", "Em forma de poema, …", "Come chatbot sviluppato per …, …"). The clause's subject or verb
+    comes after it."""
+    comma = text.find(",", at, at + 100)
     if comma < 0:
         return False
     words = _TOKEN.findall(text[at:comma])
-    return bool(words) and len(words) <= 8 and (SCOPE.match(text, at) is not None or words[0] in _OPENS_OBJECT) \
-        and SCOPE.search(text, at, comma) is not None
+    if not words or SCOPE.match(text, at) is not None:
+        return 0 < len(words) <= 8
+    # a subject pronoun makes it a clause of its own ("Pour terminer ils disent …,"), and "on" is one in French
+    return len(words) <= 12 and words[0] in _PREPOSITIONS and _PERSONAL.isdisjoint(words)
 
 
 def _main_clause(text: str) -> tuple[str, bool]:
@@ -211,7 +294,7 @@ def _main_clause(text: str) -> tuple[str, bool]:
         elif (m := _LEADING.match(text, at)) is not None and m.end() > at:
             addressed = addressed or _COURTESY.match(m.group()) is not None
             at = m.end()
-        elif _SUBORDINATOR.match(text, at) or _scoped_adverbial(text, at):
+        elif _SUBORDINATOR.match(text, at) or _leading_phrase(text, at):
             comma = text.find(",", at, at + 121)
             if comma < 0:
                 break
@@ -249,6 +332,8 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
         fronted = fronted or tokens[skipped] in _FREQUENCY_WORDS
         skipped += 1
     negated = not _NEGATIONS.isdisjoint(tokens[:skipped])
+    if _infinitive_command(tokens, cased) and "de" in _languages(sentence):
+        return True  # German commands with a bare infinitive at the end: "Nicht die Passwörter nennen"
     tokens, cased = tokens[skipped:], cased[skipped:]
     if not tokens:
         return addressed
@@ -256,6 +341,11 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
     languages = [] if standing else _languages(sentence)
     language = languages[0] if len(languages) == 1 else None
     verb = next((t for t in tokens if t not in _CLITICS), "") if negated else first
+    if verb in _ALSO_NUMBERS and tokens[tokens.index(verb) + 1:][:1] and \
+            tokens[tokens.index(verb) + 1].endswith(("i", "e")):
+        verb = ""  # a number and the plural it counts: "sei mesi"
+    if "-" in verb and verb.rpartition("-")[2] in _ENCLITICS:
+        verb = verb.rpartition("-")[0]  # a French command carries its pronoun after it: "donnez-moi", "dites-le"
     if verb not in _CLOSED and any(_subjunctive(verb, lang) for lang in languages if lang in _MOODS):
         return True  # a command in the subjunctive, with no subject: "Não revele a senha", "Escreva um haiku"
     if first in _SECOND:
@@ -287,6 +377,9 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
         return second in _SECOND
     if second in _SECOND or second_cased == _FORMAL_SIE:
         return True  # inverted: "sollst du", "antwortest du", "Antworten Sie"
+    if first in _GERMAN_FINITE and second in _GERMAN_SUBJECT and not _BOT.intersection(t for t, _ in rest[:2]) \
+            and "de" in (languages or _languages(sentence)):
+        return False  # German puts its finite verb second, after a leading clause or adverb: "…, hat das Team …"
     if second in _OTHER_SUBJECT and second in ("wir", "nous", "noi", "nosotros", "nós", "we", "man", "ich", "on"):
         return False  # inverted first person: "deployen wir"
     if _FIRST_PLURAL.search(first):
@@ -295,6 +388,8 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
         return True  # no subject, a finite verb of the second person and an infinitive: "devi firmare", "debes usar"
     if first.endswith("s") and not first.endswith(("ss", "us", "is")) and second in _ENGLISH_PREPOSITIONS:
         return False  # a plural noun and its modifier ("Deployments to eu-west …"), not a verb in base form
+    if fronted and _NO_COMMAND.search(first) and not {"es", "pt", "it"}.isdisjoint(languages or _languages(sentence)):
+        return False  # a past or a future has no command: "nunca prescreverão", "sempre funzionò", "siempre llegó"
     if fronted or addressed:
         return True
     if not standing:  # without a standing scope, a noun and its modifier ("Standup at 10:30") is no imperative
@@ -303,17 +398,66 @@ def _instruction(sentence: str, *, standing: bool = True) -> bool:
     return not second or second in _OPENS_OBJECT or second in _SECOND
 
 
+def _infinitive_command(tokens: list[str], cased: list[str]) -> bool:
+    """Whether a clause reads as a German command in the infinitive: it ends in a lowercase infinitive, and every word
+    before it is a noun (capitalised), a determiner, a preposition, an object pronoun or an adverb, in two or more
+    phrases, so that the verb is not the second part of a statement ("Die Kinder spielen", "Die Preise der Waren
+    steigen": one phrase, a subject) but stands last with no finite verb at all ("Nicht die Passwörter nennen",
+    "Immer auf Deutsch antworten", "In Form eines Gedichts ein Rezept liefern")."""
+    if len(tokens) < 3 or len(cased) != len(tokens):
+        return False
+    last = cased[-1]
+    if not last.islower() or _INFINITIVE_DE.search(last) is None or last.startswith("ge") \
+            or last in _GERMAN_CLOSED or zipf(last, "de") < _VERB_AT:
+        return False
+    phrases, after_noun = 0, False
+    for i, (word, shown) in enumerate(zip(tokens[:-1], cased[:-1])):
+        if word in _TRANSPARENT:
+            phrases, after_noun = phrases + 1, False
+        elif word in _GERMAN_CLOSED:
+            # after a noun, a genitive or a preposition belongs to its phrase ("die Preise der Waren", "ein Rezept
+            # zum Backen"); another determiner opens the next one ("in Form eines Gedichts ein Rezept")
+            if after_noun and word in _GERMAN_DETERMINERS and word not in _GERMAN_GENITIVES:
+                phrases, after_noun = phrases + 1, False
+            elif not after_noun and (i == 0 or tokens[i - 1] in _TRANSPARENT):
+                phrases += 1
+        elif shown[:1].isupper():
+            if not after_noun and (i == 0 or tokens[i - 1] in _TRANSPARENT):
+                phrases += 1
+            after_noun = True
+        else:
+            return False  # a lowercase word that may be a finite verb ("sind", "spielen") or an adjective
+    return phrases >= 2
+
+
 def _subjunctive(word: str, language: str) -> bool:
     """Whether ``word`` reads as a present subjunctive of ``language`` (:data:`_MOODS`): the infinitive it comes from
     read so is a word of the language, and more common than the one it comes from read as an indicative."""
+    if word in _SUPPLETIVE[language]:
+        return True
     subjunctive, indicative = _MOODS[language]
+    alternations = _ALTERNATIONS[language]
 
     def best(endings: tuple[tuple[str, ...], ...]) -> float:
-        return max((zipf(word[:-len(end)] + infinitive, language) for end, infinitive in endings
-                    if word.endswith(end) and len(word) > len(end) + 1), default=0.0)
+        return max((zipf(stem + infinitive, language) for end, infinitive in endings
+                    if word.endswith(end) and len(word) > len(end) + 1
+                    for stem in _stems(word[:-len(end)], alternations)), default=0.0)
 
     found = best(subjunctive)
     return found >= _VERB_AT and found > best(indicative)
+
+
+def _stems(stem: str, alternations: tuple[tuple[str, ...], ...]) -> list[str]:
+    """The stem as written and as it was before up to two of the language's changes (:data:`_ALTERNATIONS`), each
+    undone at its last place in the stem: "dig" → "dig", "dic", "deg", "dec", …"""
+    found = [stem]
+    for _ in range(2):
+        for s in list(found):
+            for changed, original in alternations:
+                at = s.rfind(changed)
+                if at > 0 and (undone := s[:at] + original + s[at + len(changed):]) not in found:
+                    found.append(undone)
+    return found
 
 
 def _gate(lowered: str) -> bool:
@@ -354,14 +498,22 @@ def addresses_the_assistant(sentence: str) -> bool:
     (in the six languages or others: "you", "ты", "आप", "你", …), the bot as its subject, or the bot addressed."""
     text = sentence.strip()
     words = {w.lower() for w in _WORDS.findall(text)}
-    if not words.isdisjoint(_SECOND) or not words.isdisjoint(_ADDRESSEE) or not words.isdisjoint(_SECOND_VERBS) \
+    if _COURTESY_ANYWHERE.search(text):
+        return True  # "…, please, file it under …", "…, por favor, categorízala …": a request to the reader
+    if not words.isdisjoint(_SECOND - _EITHER_PERSON - _SECOND_ONLY_IN.keys()) \
+            or not words.isdisjoint(_ADDRESSEE) or not words.isdisjoint(_SECOND_VERBS) \
             or any(p in text for p in _ADDRESSEE_IN_WORDS):
         return True
+    if any(w in words and _SECOND_ONLY_IN[w] in _languages(text) for w in _SECOND_ONLY_IN):
+        return True  # "ya" in English, "du" in German, "ton" in French
     low = text.lower()
     if OVERRIDE.search(low):
         return True
     clause, addressed = _main_clause(low)
     tokens = [t for t in _TOKEN.findall(clause) if t not in _TRANSPARENT]
+    opening = next((i for i, t in enumerate(tokens) if t not in _CLOSED or t in _EITHER_PERSON), len(tokens))
+    if opening < len(tokens) and tokens[opening] in _EITHER_PERSON:
+        return True  # "Seu trabalho é …", "O seu objetivo é …": the possessive of the clause's own first phrase
     return (_VOCATIVE.match(low) is not None or bool(tokens) and
             (tokens[0] in _BOT or tokens[0] == "the" and tokens[1:2] != [] and tokens[1] in _BOT))
 
@@ -465,7 +617,15 @@ def introduces_material(sentence: str) -> bool:
         return False  # a label ("Policy:", "Update from ana:")
     if words[0] in _INTERROGATIVE:  # a question ("What is …:"), or a heading ("What we decided: …")
         return words[1] not in _OTHER_SUBJECT
-    return addresses_the_assistant(head) or _instruction(head, standing=False)
+    return addresses_the_assistant(head) or _instruction(head, standing=False) or _infinitive_request(words, head)
+
+
+def _infinitive_request(words: list[str], head: str) -> bool:
+    """Whether a heading opens with an infinitive of the Romance languages and its object ("Resumir esta página",
+    "Traduire le texte suivant", "Riassumere questo documento"): written instructions give their commands so."""
+    first, second = words[0], words[1]
+    return second in _CLOSED and _INFINITIVE_ROMANCE.search(first) is not None and any(
+        zipf(first, lang) >= _VERB_AT for lang in _languages(head) if lang in ("es", "pt", "it", "fr"))
 
 
 def stated_as_fact(sentence: str) -> bool:
