@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import litellm
 import pytest
 import redis
 from fakes import Paused, Step, pipeline, scripted
@@ -405,14 +406,14 @@ async def test_an_outage_while_a_paused_turn_resumes_stores_every_acknowledged_m
     """A turn the model did not answer in time waits to resume; the messages after it resume it, and Redis goes
     away as the turn adds them to its checkpoint (the inbox items it takes counted with them, and trimmed when it
     commits)."""
-    o: Outage = outage(f"outage-resume-{kind}", ahead=False, ai_timeout_seconds=1.0)
+    o: Outage = outage(f"outage-resume-{kind}", ahead=False)
     a = o.workers[0]
     await o.arrive()
     await a.run(CONV)
     before = await completed(a)
     head_before = (await a.checkpoints.require_state(CONV)).head_checkpoint_id
     assert head_before is not None
-    o.model.push(Step(text="too late", delay=3.0))
+    o.model.push(Step(error=litellm.Timeout("no answer in time", model="scripted/test", llm_provider="scripted")))
     await o.arrive()
     o.start(0)
     await until(lambda: any(r.status == "awaiting_resume" for r in o.results), 20, "the turn waits to resume")
