@@ -961,6 +961,9 @@ MUTANTS: list[Mutant] = [
     Mutant("own-job-lease-sent-again-taken-for-another-workers", "persistence/scripts.py",
            "if held == ARGV[1] then return 1 end", "if false then return 1 end",
            ("tests/test_store_contract.py", "-k", "sent_twice")),
+    Mutant("model-stream-read-to-its-end-after-the-lease-is-taken", "services/turn/executor.py",
+           "                self._lose(conversation_id)\n                return\n", "                return\n",
+           ("tests/test_slack_streaming.py", "-k", "mid_stream_stops_reading")),
 ]
 
 
