@@ -156,7 +156,7 @@ class RedisStore:
     async def _take_lease(self, key: str, seconds: float) -> str | None:
         """Take the lease ``key`` for ``seconds`` if nobody holds it (or its holder's expired): its token, or None."""
         token = secrets.token_hex(12)
-        ok = await self._call(self.client.set(key, token, nx=True, px=max(1, int(seconds * 1000))))
+        ok = int(await self._run("TAKE_LEASE", [key], [token, max(1, int(seconds * 1000))]))
         return token if ok else None
 
     async def _renew_lease(self, key: str, token: str, seconds: float) -> bool:

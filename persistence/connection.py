@@ -20,9 +20,10 @@ log = logging.getLogger("threadkeeper.persistence")
 def _retry() -> Retry:
     """A command that finds its pooled connection dead (Redis restarted, a failover, a dropped socket) is sent
     again on a new connection, up to three times within about two seconds, so a Redis restart costs no
-    request. A command Redis ran just before the connection dropped may run twice: the stores' scripts are
-    deduplicated (enqueue) or compare-and-set (commit, lease), and a commit that already happened fails
-    cleanly, leaving its reply to the sweep's delivery of committed replies."""
+    request. A command Redis ran just before the connection dropped, or a stalled Redis runs once it goes on,
+    may run twice: the stores' scripts are deduplicated (enqueue) or recognise a copy of their own write
+    (``persistence.scripts``: a lease taken, a checkpoint started, appended to, committed, forked or changed) and
+    answer as the first copy did."""
     # redis-py types supported_errors as Redis errors only; it retries on any exception class it is given
     errors = (RedisConnectionError, RedisTimeoutError, ConnectionResetError)
     return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3, supported_errors=errors)  # type: ignore[arg-type]

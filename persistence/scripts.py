@@ -8,6 +8,14 @@ they touch only keys sharing one hash tag, and refresh the retention TTL of all 
 checkpoint, move the head or set the conversation's notes are fenced (``_FENCED``, run by
 ``RedisStore._fenced``): they also take the lease and the writer's token, and refuse (``LEASE``) a writer whose
 lease another worker holds.
+
+A client sends a command again when Redis did not answer in time (a stall, a restart): Redis may then run both
+copies. Every write of a checkpoint recognises a copy of itself that already ran and answers as the first did
+(``REPLAYED`` in a script's comments), so a write is done once whatever the client sent: a message is never appended
+twice, nor the inbox trimmed twice for it, and a worker never takes its own commit, fork or lease for someone else's.
+What makes a copy recognisable is an id new to every write: the checkpoint's or the lease token's own, or (for an
+append, a commit, a change of status) the write id the checkpoint keeps of the last write it took (``:w``; its
+writer sends nothing else to it before it has the answer).
 """
 
 from __future__ import annotations
@@ -53,7 +61,9 @@ end
 # ARGV: id, kind, parent ('' for none), meta json, now, ttl, inbox items consumed, [msg json, tokens]...
 CREATE = _FENCED + """
 local id, kind, parent, meta, now, ttl, consumed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
+local existing = redis.call('HGET', K_CP, id .. ':meta')
+if existing == meta then return 1 end  -- REPLAYED: this very checkpoint, created by the copy that ran first
+if existing then
   return redis.error_reply('EXISTS checkpoint ' .. id .. ' already exists')
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, parent .. ':meta') == 0 then
@@ -80,6 +90,9 @@ return 1
 FORK_COMMIT = _FENCED + """
 local id, parent, meta, now, ttl, expected, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local head = redis.call('HGET', K_STATE, 'head') or ''
+if head == id then  -- REPLAYED: this fork (its id is new to every fork) is the head already
+  return {1, tonumber(redis.call('HGET', K_STATE, 'version')), redis.call('LLEN', K_INBOX)}
+end
 if head ~= expected then return {0, head} end
 if redis.call('HEXISTS', K_CP, id .. ':meta') == 1 then
   return redis.error_reply('EXISTS checkpoint ' .. id .. ' already exists')
@@ -119,51 +132,64 @@ end
 return 0
 """
 
-# ARGV: id, consumed increment, ttl, [msg json, tokens]...
+# ARGV: id, consumed increment, ttl, write id, [msg json, tokens]...
 APPEND = _FENCED + """
-local id, consumed, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local id, consumed, ttl, write = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+if redis.call('HGET', K_CP, id .. ':w') == write then  -- REPLAYED: its messages and inbox items are counted once
+  return tonumber(redis.call('HGET', K_CP, id .. ':n'))
+end
 local status = redis.call('HGET', K_CP, id .. ':status')
 if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
 if status ~= 'running' then
   return redis.error_reply('TRANSITION checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint takes messages')
 end
-local n = append(id, 4, #ARGV)
+local n = append(id, 5, #ARGV)
 if consumed > 0 then redis.call('HINCRBY', K_CP, id .. ':consumed', consumed) end
+redis.call('HSET', K_CP, id .. ':w', write)
 touch(ttl)
 return n
 """
 
-# ARGV: id, expected head ('' for none), outcome json, now, ttl, [last messages: json, tokens]... Returns {0, head}
-# when the head moved, else {1, version, items left in the inbox, the checkpoint's record as LOAD gives it}.
+# ARGV: id, expected head ('' for none), outcome json, now, ttl, write id, [last messages: json, tokens]... Returns
+# {0, head} when the head moved, else {1, version, items left in the inbox, the checkpoint's record as LOAD gives it}.
 COMMIT = _FENCED + """
-local id, expected, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local id, expected, outcome, now, ttl, write = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local status = redis.call('HGET', K_CP, id .. ':status')
 if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
+local function answer()
+  local out = {1, tonumber(redis.call('HGET', K_STATE, 'version')), redis.call('LLEN', K_INBOX)}
+  local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out',
+                         id .. ':consumed')
+  for i = 1, 6 do out[#out + 1] = rec[i] or false end
+  return out
+end
+if status == 'completed' and redis.call('HGET', K_CP, id .. ':w') == write then
+  return answer()  -- REPLAYED: committed (and its inbox items trimmed) by the copy that ran first
+end
 if status ~= 'running' then
   return redis.error_reply('TRANSITION checkpoint ' .. id .. ' is ' .. status .. '; only a running checkpoint can complete')
 end
 local head = redis.call('HGET', K_STATE, 'head') or ''
 if head ~= expected then return {0, head} end
-if #ARGV > 5 then append(id, 6, #ARGV) end
-redis.call('HSET', K_CP, id .. ':status', 'completed', id .. ':out', outcome)
+if #ARGV > 6 then append(id, 7, #ARGV) end
+redis.call('HSET', K_CP, id .. ':status', 'completed', id .. ':out', outcome, id .. ':w', write)
 local consumed = tonumber(redis.call('HGET', K_CP, id .. ':consumed') or '0')
 if consumed > 0 then redis.call('LTRIM', K_INBOX, consumed, -1) end
 redis.call('HSET', K_STATE, 'head', id, 'updated_at', now)
 if redis.call('HGET', K_STATE, 'active') == id then redis.call('HDEL', K_STATE, 'active') end
-local version = redis.call('HINCRBY', K_STATE, 'version', 1)
+redis.call('HINCRBY', K_STATE, 'version', 1)
 touch(ttl)
-local out = {1, version, redis.call('LLEN', K_INBOX)}
-local rec = redis.call('HMGET', K_CP, id .. ':meta', id .. ':status', id .. ':n', id .. ':tok', id .. ':out',
-                       id .. ':consumed')
-for i = 1, 6 do out[#out + 1] = rec[i] or false end
-return out
+return answer()
 """
 
-# ARGV: id, new status, outcome json ('' to keep), now, ttl
+# ARGV: id, new status, outcome json ('' to keep), now, ttl, write id
 TRANSITION = _FENCED + """
-local id, new, outcome, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local id, new, outcome, now, ttl, write = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local status = redis.call('HGET', K_CP, id .. ':status')
 if not status then return redis.error_reply('NOTFOUND checkpoint ' .. id .. ' does not exist') end
+if status == new and redis.call('HGET', K_CP, id .. ':w') == write then
+  return status  -- REPLAYED: changed by the copy that ran first
+end
 local allowed = {
   running = {failed = true, awaiting_resume = true, superseded = true},
   awaiting_resume = {running = true, failed = true, superseded = true},
@@ -171,7 +197,7 @@ local allowed = {
 if not (allowed[status] and allowed[status][new]) then
   return redis.error_reply('TRANSITION checkpoint ' .. id .. ' is ' .. status .. '; it cannot become ' .. new)
 end
-redis.call('HSET', K_CP, id .. ':status', new)
+redis.call('HSET', K_CP, id .. ':status', new, id .. ':w', write)
 if outcome ~= '' then redis.call('HSET', K_CP, id .. ':out', outcome) end
 if new == 'running' or new == 'awaiting_resume' then
   redis.call('HSET', K_STATE, 'active', id)
@@ -408,9 +434,10 @@ return len
 BEGIN = """
 local K_STATE, K_CP, K_INBOX, K_NOTES, K_LEASE = KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7]
 local token, ms = ARGV[1], ARGV[2]
-if ARGV[3] == 'acquire' then
+local held = redis.call('GET', K_LEASE)
+if ARGV[3] == 'acquire' and held ~= token then  -- (a token is new to every acquire: held, it was REPLAYED)
   if not redis.call('SET', K_LEASE, token, 'NX', 'PX', ms) then return {0} end
-elseif redis.call('GET', K_LEASE) == token then
+elseif held == token then
   redis.call('PEXPIRE', K_LEASE, ms)
 else
   return {0}
@@ -424,6 +451,16 @@ if active then
   if rec[2] == 'awaiting_resume' then start = tonumber(rec[6] or '0') end
 end
 return {1, state, rec, start, redis.call('LRANGE', K_INBOX, start, -1), redis.call('HGETALL', K_NOTES)}
+"""
+
+# KEYS: a lease. ARGV: a new token, ms. Takes the lease when nobody holds it: 1, or 0 when another holder has it
+# (a copy of this very take, REPLAYED after the first ran, finds its own token: 1).
+TAKE_LEASE = """
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then return 1 end
+if held then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
 """
 
 RENEW_LEASE = """

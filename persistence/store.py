@@ -202,11 +202,12 @@ class CheckpointStore(HistoryReader):
         """Append messages to a running checkpoint; returns its message count.
 
         ``inbox_consumed`` counts inbox items these messages came from: they leave the inbox only
-        when the checkpoint completes, so a crash before then loses nothing.
+        when the checkpoint completes, so a crash before then loses nothing. The append carries an id of its own,
+        so a copy the client sent again (Redis did not answer in time, and then ran both) is applied once.
         """
         args = _message_args(messages)
         count = int(await self._write("APPEND", conversation_id, [checkpoint_id, inbox_consumed, self.retention_seconds,
-                                                             *args]))
+                                                             secrets.token_hex(8), *args]))
         written = self._writing.get((conversation_id, checkpoint_id))
         if written is not None:
             written.extend(args[::2])
@@ -226,7 +227,7 @@ class CheckpointStore(HistoryReader):
         written = self._writing.pop((conversation_id, checkpoint_id), None)
         result = await self._write("COMMIT", conversation_id, [checkpoint_id, expected_head or "",
                                                              outcome.model_dump_json(), time.time(),
-                                                             self.retention_seconds, *args])
+                                                             self.retention_seconds, secrets.token_hex(8), *args])
         if not int(result[0]):
             raise HeadConflictError(conversation_id, expected_head, _text(result[1]) or None)
         if written is not None:
@@ -283,7 +284,7 @@ class CheckpointStore(HistoryReader):
             self._writing.pop((conversation_id, checkpoint_id), None)
         await self._write("TRANSITION", conversation_id, [checkpoint_id, status.value,
                                                      outcome.model_dump_json() if outcome else "",
-                                                     time.time(), self.retention_seconds])
+                                                     time.time(), self.retention_seconds, secrets.token_hex(8)])
 
     async def fail(self, conversation_id: str, checkpoint_id: str, *, error: str, trace_id: str | None = None) -> None:
         await self._transition(conversation_id, checkpoint_id, CheckpointStatus.FAILED,

@@ -79,6 +79,8 @@ class ModelServer:
     _runner: web.AppRunner | None = None
     sent: list[tuple[float, str]] = field(default_factory=list)
     """(monotonic time, text) of every streamed text chunk, so a test can tell what arrived before what."""
+    hung_up: list[float] = field(default_factory=list)
+    """When a caller hung up on a streamed reply before its end (monotonic time), one entry per stream cut."""
     embedded: list[list[str]] = field(default_factory=list)
     """The texts of each embedding request, in order."""
     embed_dims: int = 256
@@ -125,15 +127,19 @@ class ModelServer:
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         await event({"role": "assistant", "content": ""})
-        for n, piece in enumerate(reply.pieces() if reply.text else []):
-            if reply.fail_after_chunks is not None and n >= reply.fail_after_chunks:
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            if reply.chunk_delay:
-                await asyncio.sleep(reply.chunk_delay)
-            self.sent.append((time.monotonic(), piece))
-            await event({"content": piece})
+        try:
+            for n, piece in enumerate(reply.pieces() if reply.text else []):
+                if reply.fail_after_chunks is not None and n >= reply.fail_after_chunks:
+                    assert request.transport is not None
+                    request.transport.close()
+                    return response
+                if reply.chunk_delay:
+                    await asyncio.sleep(reply.chunk_delay)
+                self.sent.append((time.monotonic(), piece))
+                await event({"content": piece})
+        except (asyncio.CancelledError, ConnectionResetError):  # the caller hung up (the handler is cancelled)
+            self.hung_up.append(time.monotonic())
+            raise
         for i, call in enumerate(calls):  # a call's name first, then its arguments in two pieces
             arguments = call["function"]["arguments"]
             await event({"tool_calls": [{"index": i, "id": call["id"], "type": "function",

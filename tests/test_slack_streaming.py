@@ -401,3 +401,34 @@ async def test_a_reply_ending_in_whitespace_is_finished_in_place(h, server, refu
     [message] = h.slack.bot_messages(CHANNEL, root)
     assert message["text"].rstrip() == LONG
     assert len(h.slack.calls_to("chat.postMessage")) == (1 if refuse else 0), "and not posted a second time"
+
+
+async def test_a_worker_whose_lease_another_takes_mid_stream_stops_reading_the_model_at_once(
+        h, server, redis_client, prefix) -> None:
+    """The lease is taken by another worker while the model streams a long reply: the worker notices at its next
+    renewal (a third of the lease) and abandons the model call, hanging up on the stream, instead of reading it to
+    its end for a reply nobody will keep; its turn is not committed and the new holder's lease stands."""
+    root = "1700021160.000100"
+    cid = f"slack:T1:{CHANNEL}:{root}"
+    lease = 1.5
+    h.pipeline.executor.config.lease_seconds = lease
+    words = [f"word{i}" for i in range(600)]
+    server.push(Reply(text=" ".join(words), chunk_delay=0.02))  # about 12 s of writing
+    assert await h.post(event_body(mention(root, "the whole rollout plan please"), event_id="Ev-s13")) == 200
+    deadline = time.monotonic() + 20
+    while not h.slack.calls_to("chat.startStream"):
+        assert time.monotonic() < deadline, "the reply began streaming"
+        await asyncio.sleep(0.02)
+    await redis_client.set(f"{prefix}:{{{cid}}}:lease", "another-workers-token", px=60_000)  # taken over
+    taken = time.monotonic()
+    while not server.hung_up:
+        assert time.monotonic() < taken + 10, f"still read after 10 s: {len(server.sent)} of {len(words)} words"
+        await asyncio.sleep(0.02)
+    waited = server.hung_up[0] - taken
+    print(f"the stream was hung up on {waited:.2f} s after the lease was taken (renewed every {lease / 3:.2f} s)")
+    assert waited <= lease / 3 + 2.0, waited
+    assert len(server.sent) < len(words), "not read to its end"
+    await h.settle()
+    rows = await h.pipeline.checkpoints.lineage(cid)
+    assert all(r.status.value != "completed" for r in rows), "its turn was not committed"
+    assert await redis_client.get(f"{prefix}:{{{cid}}}:lease") == b"another-workers-token"

@@ -708,3 +708,50 @@ async def test_what_recall_derived_from_an_epoch_is_written_once_kept_and_forgot
     assert key in await forget.keys_of(CONV)
     await forget.conversation(CONV)
     assert await epochs.get(CONV, ["cp1", "cp2"]) == {}
+
+
+def sent_twice(store: CheckpointStore) -> None:
+    """Every script ``store`` runs from now on runs twice, and the caller hears the second copy's answer: what Redis
+    does with a command a client sent again after Redis took too long to answer (a stall), having run both."""
+    run, run_then = store._run, store._run_then
+
+    async def twice(name, keys, args):  # type: ignore[no-untyped-def]
+        await run(name, keys, args)
+        return await run(name, keys, args)
+
+    async def twice_then(name, keys, args, then):  # type: ignore[no-untyped-def]
+        await run_then(name, keys, args, then)
+        return await run_then(name, keys, args, then)
+
+    store._run, store._run_then = twice, twice_then  # type: ignore[method-assign]
+
+
+async def test_every_write_of_a_turn_sent_twice_is_done_once_and_answered_as_the_first(client, prefix) -> None:
+    """A command Redis ran, whose answer never reached the client, is sent again and run again: taking a lease,
+    starting, adding to, pausing, resuming, committing and forking a checkpoint each recognise their own earlier copy. The
+    messages are appended once, the inbox items they came from counted once (and trimmed once: the item after them
+    stays), and the writer is told it succeeded, not that another worker holds the lease or moved the head."""
+    store, inbox = CheckpointStore(client, prefix=prefix), Inbox(client, prefix=prefix)
+    first = await turn(store, ["a"])
+    for i in range(3):
+        await inbox.append(CONV, InboxItem(event_id=f"e{i}", message=msg(f"new {i}")))
+    sent_twice(store)
+    opening = await store.open_turn(CONV, lease_seconds=30)
+    assert opening is not None, "its own lease, taken by the first copy"
+    running = await store.start_turn(CONV, parent_id=first, from_head=False, messages=[msg("new 0")],
+                                     inbox_consumed=1)
+    await store.pause(CONV, running.id, resume={"reason": "timeout"})
+    assert (await store.get(CONV, running.id)).status is CheckpointStatus.AWAITING_RESUME
+    await store.resume(CONV, running.id)
+    assert await store.append(CONV, running.id, [msg("new 1")], inbox_consumed=1) == 2
+    stored = await store.get(CONV, running.id)
+    assert (stored.message_count, stored.inbox_consumed) == (2, 2)
+    done = await store.commit(CONV, running.id, expected_head=first, messages=[msg("answer", role="assistant")])
+    assert done.inbox_left == 1, "the two items taken are trimmed once: the third waits"
+    history = await store.load_history(CONV)
+    assert [m.text for m in history.messages] == ["a", "new 0", "new 1", "answer"]
+    fork = await store.fork_compaction(CONV, forked_from=running.id, messages=[msg("summary")], covered_ids=[])
+    state = await store.require_state(CONV)
+    assert state.head_checkpoint_id == fork.id and state.version == 3
+    assert [r.kind for r in await store.lineage(CONV)].count(CheckpointKind.COMPACTION) == 1
+    assert await store.claim_preparation(CONV, 30) is not None, "a job's lease too: its own, not another's"

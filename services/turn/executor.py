@@ -125,6 +125,8 @@ class ReplyExecutor:
         """conversation → its turn's model loop, while it runs (what a stop abandons)."""
         self._stops: set[str] = set()
         """Conversations whose running turn a person asked to stop before its model was called."""
+        self._lost: set[str] = set()
+        """Conversations whose lease another worker took while this one ran a turn (its model call is abandoned)."""
 
     def opened(self, conversation_id: str) -> ConversationState | None:
         """The conversation's state as this worker's opening read it with the lease, while it settles what an
@@ -249,6 +251,7 @@ class ReplyExecutor:
         finally:
             self._turning.discard(conversation_id)
             self._stops.discard(conversation_id)
+            self._lost.discard(conversation_id)
             self._opened.pop(conversation_id, None)
             self.checkpoints.let_go(conversation_id)
             try:
@@ -299,14 +302,33 @@ class ReplyExecutor:
             log.exception("setting aside the stopped turn of %s failed", conversation_id)
 
     async def _heartbeat(self, lease: Lease) -> None:
-        """Renew ``lease`` every third of its duration until cancelled; stop (and say so) if it was lost."""
+        """Renew ``lease`` every third of its duration until cancelled. Once it lapsed, watch it instead: when
+        another worker holds it, the turn's model call is abandoned at once (:meth:`_lose`), since nothing it writes
+        would be kept (a lease that lapsed with nobody taking it still lets the turn finish)."""
         every = max(0.05, self.config.lease_seconds / 3)
+        conversation_id = lease.conversation_id
+        lapsed = False
         while True:
             await asyncio.sleep(every)
-            if await self.leases.renew(lease, self.config.lease_seconds) is None:
-                log.warning("lease on %s lost during a turn; its commit will not overwrite newer work",
-                            lease.conversation_id)
+            if not lapsed and await self.leases.renew(lease, self.config.lease_seconds) is not None:
+                continue
+            if not lapsed:
+                log.warning("lease on %s lapsed during a turn; its commit will not overwrite newer work",
+                            conversation_id)
+                lapsed = True
+            if await self.leases.holder(conversation_id) not in (None, lease.token):
+                self._lose(conversation_id)
                 return
+
+    def _lose(self, conversation_id: str) -> None:
+        """Another worker holds the conversation now: the running turn's model call is abandoned (a streamed reply
+        stops being read, and its connection is closed), and the turn ends as one whose lease was lost."""
+        log.warning("lease on %s taken by another worker during a turn; its model call is abandoned",
+                    conversation_id)
+        self._lost.add(conversation_id)
+        call = self._calls.get(conversation_id)
+        if call is not None:
+            call.cancel()
 
     # -- one turn ------------------------------------------------------------------------------
 
@@ -523,7 +545,11 @@ class ReplyExecutor:
     async def _stoppable(self, conversation_id: str,
                          work: Coroutine[Any, Any, tuple[TurnStatus, str]]) -> tuple[TurnStatus, str]:
         """Run the turn's model loop so that :meth:`stop` can abandon it: :class:`TurnStopped` when it did (or when
-        the stop came before the loop began); a cancellation from outside (a shutdown) stays one."""
+        the stop came before the loop began), :class:`LeaseLostError` when another worker took the lease
+        (:meth:`_lose`); a cancellation from outside (a shutdown) stays one."""
+        if conversation_id in self._lost:
+            work.close()
+            raise LeaseLostError(f"another worker holds {conversation_id} now; its model is not asked")
         if conversation_id in self._stops:
             work.close()
             raise TurnStopped(conversation_id)
@@ -533,8 +559,12 @@ class ReplyExecutor:
             return await call
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if call.cancelled() and conversation_id in self._stops and not (current and current.cancelling()):
-                raise TurnStopped(conversation_id) from None
+            if call.cancelled() and not (current and current.cancelling()):
+                if conversation_id in self._lost:
+                    raise LeaseLostError(f"another worker holds {conversation_id} now; its model call was "
+                                         "abandoned") from None
+                if conversation_id in self._stops:
+                    raise TurnStopped(conversation_id) from None
             raise
         finally:
             self._calls.pop(conversation_id, None)
