@@ -321,6 +321,24 @@ def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (order.get(r["strategy"], 99), r["window"]))
 
 
+def misses(results: Sequence[RunResult], cases: Sequence[Case]) -> list[dict[str, Any]]:
+    """Each answerable benchmark question asked as the next message whose answer the context built for it did not
+    hold: the thread, strategy and window, the question and its evidence ids, and which baselines at the same spend
+    held it (what to read to see why recall missed it)."""
+    by_name = {c.name: {str(q["id"]): q for q in c.questions} for c in cases}
+    out = []
+    for r in results:
+        for q in r.asked:
+            if not q.answerable or q.kept:
+                continue
+            raw = by_name.get(r.thread, {}).get(q.id, {})
+            out.append({"thread": r.thread, "strategy": r.strategy, "window": r.window, "id": q.id, "kind": q.kind,
+                        "question": raw.get("question"), "answer": raw.get("answer"),
+                        "evidence": list(raw.get("evidence") or []), "bm25": q.bm25, "recent_bm25": q.recent_bm25,
+                        "bm25_neighbours": q.bm25_neighbours, "without_recall": q.without_recall})
+    return out
+
+
 async def run_matrix(settings: Settings, cases: Sequence[Case], strategies: Sequence[str], windows: Sequence[int], *,
                      turn_every: int, client: Any = None, judge: ModelClient | None = None,
                      progress: Callable[[str], None] | None = None, ask: bool = False) -> list[RunResult]:
