@@ -142,10 +142,13 @@ async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str
     asked: list[QuestionResult] = []
     probes: list[ProbeResult] = []
     spent: list[int] = []
+    # asked as the next message: a minute after the thread's last one ("last week" means the thread's last week)
+    times = [float(m["ts"]) for m in case.data.get("messages") or [] if m.get("ts")]
+    asked_at = max(times) + 60 if times else None
     for item in case.questions or case.probes:
         if not item.get("question"):
             continue
-        question = pipeline.message(str(item["question"]), author=item.get("asker"))
+        question = pipeline.message(str(item["question"]), author=item.get("asker"), created_at=asked_at)
         report = await pipeline.context(cid, arriving=[question])
         entries = expand([e for e in report.context
                           if question.id not in e.source_ids and (e.role != "system" or e.source_ids)], references)

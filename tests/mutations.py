@@ -940,6 +940,18 @@ MUTANTS: list[Mutant] = [
     Mutant("recall-reply-after-the-authors-run-is-a-second-neighbour", "services/recall/index.py",
            "first_other = own and authors[near] != author", "first_other = False",
            ("tests/test_recall.py", "-k", "reply_after_its_authors")),
+    Mutant("eval-misses-lists-the-questions-the-context-held-too", "evals/continuity.py",
+           "            if not q.answerable or q.kept:\n", "            if not q.answerable:\n",
+           ("tests/test_benchmarks.py", "-k", "misses_name_each")),
+    Mutant("recall-day-field-scores-nothing", "services/recall/index.py",
+           "                gain = field_gain(DAY_WEIGHT, len(inside), total)\n", "                gain = 0.0\n",
+           ("tests/test_recall.py", "-k", "day_a_message_was_sent")),
+    Mutant("days-a-question-names-read-in-utc-not-the-askers-zone", "services/recall/index.py",
+           "    zone = tz or timezone.utc\n", "    zone = timezone.utc\n",
+           ("tests/test_recall.py", "-k", "askers_time_zone")),
+    Mutant("a-lowercase-may-names-a-month", "services/text/dates.py",
+           "in (\"may\", \"mar\", \"march\") and not name[0].isupper()", "in ()",
+           ("tests/test_recall.py", "-k", "names_days")),
 ]
 
 
