@@ -14,6 +14,7 @@ from .continuity import (
            DEFAULT_WINDOWS,
            Case,
            load_cases,
+           misses,
            run_matrix,
            summarize,
 )
@@ -23,4 +24,4 @@ from .strategies import STRATEGIES
 
 __all__ = ["BENCHMARKS", "BENCHMARK_WINDOWS", "DEFAULT_WINDOWS", "STRATEGIES", "Benchmark", "BenchmarkInputError",
            "Case", "generate_thread", "grade", "grade_questions", "keep_newest", "load_benchmark", "load_cases",
-           "normalize_evidence", "present_ids", "run_matrix", "skipped_text", "summarize"]
+           "misses", "normalize_evidence", "present_ids", "run_matrix", "skipped_text", "summarize"]

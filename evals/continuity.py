@@ -142,10 +142,13 @@ async def ask_each(pipeline: Any, cid: str, case: Case, originals: dict[str, str
     asked: list[QuestionResult] = []
     probes: list[ProbeResult] = []
     spent: list[int] = []
+    # asked as the next message: a minute after the thread's last one ("last week" means the thread's last week)
+    times = [float(m["ts"]) for m in case.data.get("messages") or [] if m.get("ts")]
+    asked_at = max(times) + 60 if times else None
     for item in case.questions or case.probes:
         if not item.get("question"):
             continue
-        question = pipeline.message(str(item["question"]), author=item.get("asker"))
+        question = pipeline.message(str(item["question"]), author=item.get("asker"), created_at=asked_at)
         report = await pipeline.context(cid, arriving=[question])
         entries = expand([e for e in report.context
                           if question.id not in e.source_ids and (e.role != "system" or e.source_ids)], references)
@@ -319,6 +322,24 @@ def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
         rows.append(row)
     order = {name: i for i, name in enumerate(STRATEGIES)}
     return sorted(rows, key=lambda r: (order.get(r["strategy"], 99), r["window"]))
+
+
+def misses(results: Sequence[RunResult], cases: Sequence[Case]) -> list[dict[str, Any]]:
+    """Each answerable benchmark question asked as the next message whose answer the context built for it did not
+    hold: the thread, strategy and window, the question and its evidence ids, and which baselines at the same spend
+    held it (what to read to see why recall missed it)."""
+    by_name = {c.name: {str(q["id"]): q for q in c.questions} for c in cases}
+    out = []
+    for r in results:
+        for q in r.asked:
+            if not q.answerable or q.kept:
+                continue
+            raw = by_name.get(r.thread, {}).get(q.id, {})
+            out.append({"thread": r.thread, "strategy": r.strategy, "window": r.window, "id": q.id, "kind": q.kind,
+                        "question": raw.get("question"), "answer": raw.get("answer"),
+                        "evidence": list(raw.get("evidence") or []), "bm25": q.bm25, "recent_bm25": q.recent_bm25,
+                        "bm25_neighbours": q.bm25_neighbours, "without_recall": q.without_recall})
+    return out
 
 
 async def run_matrix(settings: Settings, cases: Sequence[Case], strategies: Sequence[str], windows: Sequence[int], *,

@@ -1052,6 +1052,18 @@ MUTANTS: list[Mutant] = [
     Mutant("model-stream-read-to-its-end-after-the-lease-is-taken", "services/turn/executor.py",
            "                self._lose(conversation_id)\n                return\n", "                return\n",
            ("tests/test_slack_streaming.py", "-k", "mid_stream_stops_reading")),
+    Mutant("eval-misses-lists-the-questions-the-context-held-too", "evals/continuity.py",
+           "            if not q.answerable or q.kept:\n", "            if not q.answerable:\n",
+           ("tests/test_benchmarks.py", "-k", "misses_name_each")),
+    Mutant("recall-day-field-scores-nothing", "services/recall/index.py",
+           "                gain = field_gain(DAY_WEIGHT, len(inside), total)\n", "                gain = 0.0\n",
+           ("tests/test_recall.py", "-k", "day_a_message_was_sent")),
+    Mutant("days-a-question-names-read-in-utc-not-the-askers-zone", "services/recall/index.py",
+           "    zone = tz or timezone.utc\n", "    zone = timezone.utc\n",
+           ("tests/test_recall.py", "-k", "askers_time_zone")),
+    Mutant("a-lowercase-may-names-a-month", "services/text/dates.py",
+           "in (\"may\", \"mar\", \"march\") and not name[0].isupper()", "in ()",
+           ("tests/test_recall.py", "-k", "names_days")),
 ]
 
 

@@ -15,6 +15,7 @@ from threadkeeper.evals import (
     grade_questions,
     keep_newest,
     load_benchmark,
+    misses,
     normalize_evidence,
     present_ids,
     run_matrix,
@@ -22,7 +23,8 @@ from threadkeeper.evals import (
 )
 from threadkeeper.evals.baselines import MessagePool
 from threadkeeper.evals.benchmarks import load_beam, load_locomo
-from threadkeeper.evals.graders import Question, content_words, held_text, holds
+from threadkeeper.evals.continuity import RunResult
+from threadkeeper.evals.graders import Question, QuestionResult, content_words, held_text, holds
 from threadkeeper.services.context import ContextEntry
 from threadkeeper.settings import Settings
 
@@ -242,9 +244,10 @@ def test_case_sizes_messages_with_the_offline_tokenizer() -> None:
 
 
 def test_eval_cli_runs_benchmarks_and_reports_rows(tmp_path: Path) -> None:
-    out, svg = tmp_path / "out.json", tmp_path / "plot.svg"
+    out, svg, missed = tmp_path / "out.json", tmp_path / "plot.svg", tmp_path / "misses.jsonl"
     result = cli("eval", "continuity", "--benchmark", "beam", "--path", str(BEAM), "--windows", "4000",
-                 "--strategies", "recency,threadkeeper", "--json", str(out), "--plot", str(svg))
+                 "--strategies", "recency,threadkeeper", "--json", str(out), "--plot", str(svg),
+                 "--misses", str(missed))
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["benchmark"] == "beam" and report["threads"] == ["beam-1", "beam-2"]
@@ -261,6 +264,27 @@ def test_eval_cli_runs_benchmarks_and_reports_rows(tmp_path: Path) -> None:
     ours = next(r for r in report["results"] if r["strategy"] == "threadkeeper")
     assert {"threadkeeper", "recency", "BM25 pick (at threadkeeper's spend)", "4,000"} <= set(drawn)
     assert f"{ours['asked']['content']:.0%}" in drawn and f"plot written to {svg}\n" in result.stderr
+    rows = [json.loads(line) for line in missed.read_text().splitlines()]
+    for row in report["results"]:  # one line per answerable question each strategy missed
+        asked = row["asked"]
+        assert len([r for r in rows if r["strategy"] == row["strategy"]]) == \
+            round(asked["answerable"] * (1 - asked["content"]))
+    assert f"{len(rows)} questions missed, written to {missed}" in result.stderr
+
+
+def test_misses_name_each_answerable_question_the_context_missed_with_its_evidence_and_baselines() -> None:
+    questions = [{"id": "q1", "question": "Where did Ana move?", "answer": "Porto", "evidence": ["m1"]},
+                 {"id": "q2", "question": "What is the cat called?", "answer": "Miso", "evidence": ["m2", "m3"]},
+                 {"id": "q3", "question": "What did Ben cook?", "answer": "soup", "evidence": ["m4"]}]
+    case = Case("chat", {"messages": [], "questions": questions})
+    asked = [QuestionResult("q1", "single-hop", True, True, True, False, True, True, True, False),
+             QuestionResult("q2", "multi-hop", True, False, False, False, False, False, True, False),
+             QuestionResult("q3", "single-hop", False, False, False, False, False, False, False, False)]
+    run = RunResult("threadkeeper", 8000, "chat", [], 0, 0, 0, 0, benchmark=True, asked=asked)
+    assert misses([run], [case]) == [{
+        "thread": "chat", "strategy": "threadkeeper", "window": 8000, "id": "q2", "kind": "multi-hop",
+        "question": "What is the cat called?", "answer": "Miso", "evidence": ["m2", "m3"], "bm25": False,
+        "recent_bm25": False, "bm25_neighbours": True, "without_recall": False}]
 
 
 def test_eval_cli_needs_a_path_for_benchmarks() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from factories import msg
@@ -14,8 +15,8 @@ from threadkeeper.persistence import InboxItem, Notes
 from threadkeeper.services import Conversation
 from threadkeeper.services.context import calibration, visible
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
-from threadkeeper.services.recall.index import SHORT_TOKENS
-from threadkeeper.services.text import TermIndex, search_terms
+from threadkeeper.services.recall.index import SHORT_TOKENS, sent_within
+from threadkeeper.services.text import TermIndex, named_days, search_terms
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",
@@ -126,15 +127,71 @@ def test_the_author_is_a_field_a_question_naming_someone_scores() -> None:
     index.add(talk)
     index.searchable(held=set())
     query = list(search_terms("what did ana say about the quarterly zeppelin budget review?"))
-    ranked, alone = index.by_author(index.scores(query), {"ana"})
+    ranked, alone = index.by_fields(index.scores(query), {"ana"})
     assert [index.targets[p] for _, p in ranked] == ["b0", "a0"], "a score, not a reordering"
     closer = list(search_terms("what did ana say about the zeppelin?"))
     assert [index.targets[p] for _, p in index.scores(closer)] == ["b0", "a0"]
-    assert [index.targets[p] for _, p in index.by_author(index.scores(closer), {"ana"})[0]] == ["a0", "b0"], \
+    assert [index.targets[p] for _, p in index.by_fields(index.scores(closer), {"ana"})[0]] == ["a0", "b0"], \
         "the author's field outweighs a few more mentions of the same word"
     assert "a1" in {index.targets[p] for _, p in alone}, "found by who wrote it"
     assert {index.authors[p] for _, p in alone} == {"ana"} and all(score > 0 for score, _ in alone)
-    assert index.by_author(index.scores(query), set()) == (index.scores(query), [])
+    assert index.by_fields(index.scores(query), set()) == (index.scores(query), [])
+
+
+@pytest.mark.parametrize(("question", "days"), [
+    ("Where was Elise on 31 Dec 2023?", [("2023-12-31", "2023-12-31")]),
+    ("What did we decide on December 28, 2023 and on the 3rd of January?", [("2023-12-28", "2023-12-28"),
+                                                                           ("2024-01-03", "2024-01-03")]),
+    ("what did Paola cook on 22.01.2024?", [("2024-01-22", "2024-01-22")]),
+    ("the 2024-01-05 meeting", [("2024-01-05", "2024-01-05")]),
+    ("Which books did Fahim start in January?", [("2024-01-01", "2024-01-31")]),
+    ("what did we plan in March?", [("2023-03-01", "2023-03-31")]),  # the latest March before the question
+    ("what happened last week?", [("2024-01-15", "2024-01-21")]),
+    ("what did you say yesterday?", [("2024-01-22", "2024-01-22")]),
+    ("may 2 of us join the 10 who march 3 miles?", []), ("what happened in 2017 and last year?", []), ("on 30 Feb 2024", []),
+])
+def test_a_question_names_days_by_date_or_relative_to_when_it_was_asked(question: str, days: list[tuple[str, str]]
+                                                                        ) -> None:
+    asked = datetime(2024, 1, 23, 10, tzinfo=timezone.utc).timestamp()  # a Tuesday
+    assert [(a.isoformat(), b.isoformat()) for a, b in named_days(question, asked)] == days
+
+
+def test_a_day_the_question_names_is_read_in_the_askers_time_zone() -> None:
+    """Just after midnight in Tokyo it is still yesterday in UTC: "yesterday" is the asker's."""
+    tokyo = timezone(timedelta(hours=9))
+    asked = datetime(2024, 1, 23, 0, 30, tzinfo=tokyo).timestamp()
+    question = msg("what did we agree yesterday?")
+    question = question.model_copy(update={"created_at": asked})
+    [(start, end)] = sent_within([question], tokyo)
+    assert start == datetime(2024, 1, 22, tzinfo=tokyo).timestamp(), "the asker's yesterday, from their midnight"
+    assert end == datetime(2024, 1, 24, tzinfo=tokyo).timestamp(), "and the day after it"
+    [(utc_start, _)] = sent_within([question])
+    assert utc_start == datetime(2024, 1, 21, tzinfo=timezone.utc).timestamp()
+
+
+def test_the_day_a_message_was_sent_is_a_field_a_question_naming_a_day_scores() -> None:
+    """Messages sent on the day a question names (or the day after) gain the day field's score, and those that share
+    no word with the question are found by their day alone; a question naming no day changes nothing."""
+    index = ConversationIndex()
+    day = datetime(2023, 12, 31, 12, tzinfo=timezone.utc).timestamp()
+    talk = [msg("we watched the fireworks over Miami with my family", author="ana", id="told"),
+            msg("what a dinner, fireworks again", author="bob", id="other"),
+            *[msg("status: lunch moved, the printer jammed again", author=("bob", "ana")[i % 2], id=f"s{i}")
+              for i in range(40)]]
+    when = {"told": day + 86_400 + 3_600, "other": day - 10 * 86_400}  # told the next day; the other ten days before
+    index.add([m.model_copy(update={"created_at": when[m.id] if m.id in when else day - 20 * 86_400 + i * 3_600})
+               for i, m in enumerate(talk)])
+    index.searchable(held=set())
+    question = msg("Where was Ana on 31 Dec 2023?").model_copy(update={"created_at": day + 30 * 86_400})
+    query = list(search_terms(question.text))
+    sent = sent_within([question])
+    ranked, alone = index.by_fields(index.scores(query), set(), sent)
+    assert ranked == [] and [index.targets[p] for _, p in alone] == ["told"], "found by its day alone"
+    fireworks = list(search_terms("the fireworks on 31 Dec 2023"))
+    plain = [index.targets[p] for _, p in index.scores(fireworks)]
+    assert plain[0] == "other", "without the day field, the shorter message matches best"
+    assert [index.targets[p] for _, p in index.by_fields(index.scores(fireworks), set(), sent)[0]] == ["told", "other"]
+    assert index.by_fields(index.scores(fireworks), set(), []) == (index.scores(fireworks), [])
 
 
 async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_request(model, prefix, client) -> None:

@@ -379,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also ask every question as the next message and grade the context built for it, "
                         "recall included (default on; --no-ask grades only the standing context)")
     c.add_argument("--json", help="write the results as JSON here")
+    c.add_argument("--misses", metavar="FILE",
+                   help="benchmarks: write each question asked whose answer the context missed as a JSON line here "
+                        "(question, evidence ids, which baselines held it)")
     c.add_argument("--plot", metavar="FILE", help=PLOT_HELP.format(what="the share kept per window, each strategy "
                                                                         "and baseline beside threadkeeper"))
     c.add_argument("--model", help="a real model to run the threads with (enables --judge-model)")

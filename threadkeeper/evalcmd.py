@@ -31,6 +31,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         DEFAULT_WINDOWS,
         load_benchmark,
         load_cases,
+        misses,
         run_matrix,
         skipped_text,
         summarize,
@@ -91,6 +92,11 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump(report, fh, indent=2)
             stderr_console().print(f"results written to {args.json}")
+        if args.misses:
+            missed = misses(results, cases)
+            with open(args.misses, "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(row) + "\n" for row in missed)
+            stderr_console().print(f"{len(missed)} questions missed, written to {args.misses}")
         if args.plot:
             from . import plots
 

@@ -41,7 +41,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, time, timedelta, timezone, tzinfo
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -60,13 +60,16 @@ from .._numpy import imported as numpy_imported
 from ..context import current_text, label, parse, refs
 from ..models import MESSAGE_OVERHEAD, Embedder, EmbeddingError, Tokenizer, ToolContext, bound_text
 from ..text import (
+    DAY_WEIGHT,
     OFF_LOOP,
     STOPWORDS,
     TermIndex,
     author_gain,
     compress,
+    field_gain,
     language,
     name_words,
+    named_days,
     search_terms,
     speaks_of_self,
 )
@@ -236,13 +239,15 @@ class ConversationIndex:
         """The pending positions whose messages the context no longer holds (those :meth:`searchable` takes)."""
         return [p for p in self.search.pending if self.targets[p] not in held]
 
-    def by_author(self, ranked: Sequence[tuple[float, int]], named: AbstractSet[str]
-                  ) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
-        """``ranked`` with the author field scored: each message of a person ``named`` gains
+    def by_fields(self, ranked: Sequence[tuple[float, int]], named: AbstractSet[str],
+                  sent: Sequence[tuple[float, float]] = ()) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
+        """``ranked`` with the author and day fields scored: each message of a person ``named`` gains
         :func:`services.text.author_gain` (the field's weight times its inverse document frequency: rare authors weigh
-        more, as a rare word does), and their messages that share no word with the question join with that score alone (the newest
-        :data:`MAX_HITS` of each), best first (ties: the later position first)."""
-        if not named:
+        more, as a rare word does), each message sent within one of the ``sent`` spans (Unix times, from and before)
+        gains the day field's (:data:`services.text.DAY_WEIGHT`, the same way); the messages that match a field and
+        share no word with the question join with that score alone (the newest :data:`MAX_HITS` of each author and
+        span), best first (ties: the later position first)."""
+        if not named and not sent:
             return list(ranked), []
         total = max(1, self.search.size)
         boost: dict[str, float] = {}
@@ -250,24 +255,37 @@ class ConversationIndex:
             count = len(self.written.get(author, ()))
             if count:
                 boost[author] = author_gain(count, total)
-        if not boost:
+        waiting = set(self.search.pending)
+        unsearchable = waiting | self.search.removed
+        dated: dict[int, float] = {}
+        groups: list[list[int]] = [list(reversed(self.written[author])) for author in boost]
+        for start, end in sent:
+            inside = [p for p, m in enumerate(self.messages) if start <= m.created_at < end and p not in unsearchable]
+            if inside:
+                gain = field_gain(DAY_WEIGHT, len(inside), total)
+                for position in inside:
+                    dated[position] = max(dated.get(position, 0.0), gain)
+                groups.append(list(reversed(inside)))
+        if not boost and not dated:
             return list(ranked), []
-        out = [(score + boost.get(self.authors[position], 0.0), position) for score, position in ranked]
+
+        def gain_of(position: int) -> float:
+            return boost.get(self.authors[position], 0.0) + dated.get(position, 0.0)
+
+        out = [(score + gain_of(position), position) for score, position in ranked]
         out.sort(key=lambda sp: (-sp[0], -sp[1]))
         found = {position for _, position in ranked}
-        alone: list[tuple[float, int]] = []
-        waiting = set(self.search.pending)
-        for author, gain in boost.items():
+        alone: dict[int, float] = {}
+        for group in groups:
             taken = 0
-            for position in reversed(self.written[author]):
+            for position in group:
                 if taken >= MAX_HITS:
                     break
-                if position in found or position in waiting or position in self.search.removed:
+                if position in found or position in unsearchable:
                     continue
-                alone.append((gain, position))
+                alone[position] = gain_of(position)
                 taken += 1
-        alone.sort(key=lambda sp: (-sp[0], -sp[1]))
-        return out, alone
+        return out, sorted(((gain, position) for position, gain in alone.items()), key=lambda sp: (-sp[0], -sp[1]))
 
     def searchable(self, held: AbstractSet[str]) -> int:
         """Index the pending messages the context no longer holds; returns how many are searchable."""
@@ -389,14 +407,16 @@ class Recall:
 
     async def recall(self, conversation_id: str, history: History | None, context: Sequence[Message],
                      incoming: Sequence[Message], cap_tokens: int, *, focus_tokens: int = 0,
-                     notes: Notes | None = None) -> Recalled:
+                     notes: Notes | None = None, tz: tzinfo | None = None) -> Recalled:
         """The earlier messages most relevant to ``incoming`` that ``context`` does not hold, within ``cap_tokens``.
 
         ``history`` is the head the turn starts from (after any compaction); ``context`` what the request
         carries besides the runtime context. ``focus_tokens``: the handoff's notes, which this turn may leave out.
         When the question's direct hits alone need more than ``cap_tokens``, the block takes that room too
         (:attr:`Recalled.focused`): what the question is about is worth more than notes chosen before it was asked.
-        Messages by the people the new messages name score higher (the author field, see :data:`services.text.AUTHOR_WEIGHT`).
+        Messages by the people the new messages name score higher (the author field, see :data:`services.text.AUTHOR_WEIGHT`),
+        and so do those sent on the days they name (the day field: "on 31 Dec 2023", "last week", read in time zone
+        ``tz``, UTC when None; see :func:`sent_within`).
         """
         asked = [m for m in incoming if m.role == "user" and not m.flags.runtime]
         query = [t for m in asked for t in search_terms(m.text)]
@@ -413,7 +433,7 @@ class Recall:
             async with self._lock(conversation_id):  # (it gives the index's messages their vectors)
                 meaning = await self._meaning(conversation_id, index, asked)
         return await self.search(conversation_id, history, context, query, cap_tokens, widen=True, named=named,
-                                 focus_tokens=focus_tokens, notes=notes, meaning=meaning)
+                                 sent=sent_within(asked, tz), focus_tokens=focus_tokens, notes=notes, meaning=meaning)
 
     async def _meaning(self, conversation_id: str, index: ConversationIndex, asked: Sequence[Message]) -> Any:
         """The question's embedding (the mean of its messages'), after giving the index's messages without a vector
@@ -471,7 +491,7 @@ class Recall:
                      query: Sequence[str], cap_tokens: int, *, notes: Notes | None = None,
                      keep: Callable[[Message], bool] | None = None, header: str = RECALL_HEADER,
                      widen: bool = False, named: AbstractSet[str] = frozenset(),
-                     focus_tokens: int = 0, meaning: Any = None) -> Recalled:
+                     sent: Sequence[tuple[float, float]] = (), focus_tokens: int = 0, meaning: Any = None) -> Recalled:
         """Messages the context does not hold that match ``query`` (search terms) and ``keep``, best first,
         rendered within ``cap_tokens`` under ``header``. Recall and the ``thread_search`` tool share it. ``meaning``:
         the question's embedding, whose nearest messages are fused with the BM25 hits.
@@ -483,12 +503,13 @@ class Recall:
             return Recalled([], "", 0)
         async with self._lock(conversation_id):  # nothing changes the index while it is searched
             return await self._search(conversation_id, history, context, query, cap_tokens, notes=notes, keep=keep,
-                                      header=header, widen=widen, named=named, focus_tokens=focus_tokens,
+                                      header=header, widen=widen, named=named, sent=sent, focus_tokens=focus_tokens,
                                       meaning=meaning)
 
     async def _search(self, conversation_id: str, history: History, context: Sequence[Message], query: Sequence[str],
                       cap_tokens: int, *, notes: Notes | None, keep: Callable[[Message], bool] | None, header: str,
-                      widen: bool, named: AbstractSet[str], focus_tokens: int, meaning: Any) -> Recalled:
+                      widen: bool, named: AbstractSet[str], sent: Sequence[tuple[float, float]], focus_tokens: int,
+                      meaning: Any) -> Recalled:
         index = await self._synced(conversation_id, history)
         held = {m.id for m in context if not index.shortened(m)}
         ready = index.ready(held)
@@ -498,8 +519,8 @@ class Recall:
             searchable = index.search.searchable(ready)
         ranked = index.scores(query, meaning) if searchable else []
         alone: list[tuple[float, int]] = []
-        if named and searchable:  # a question about someone: the author field counts
-            ranked, alone = index.by_author(ranked, named)
+        if (named or sent) and searchable:  # a question about someone or some day: the author and day fields count
+            ranked, alone = index.by_fields(ranked, named, sent)
         if keep is not None:
             ranked = [(score, pos) for score, pos in ranked if keep(index.messages[pos])]
             alone = [(score, pos) for score, pos in alone if keep(index.messages[pos])]
@@ -729,6 +750,19 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
                 own = own and not first_other
         sides.append(found)
     return [side[step] for step in range(NEIGHBOURS) for side in sides if step < len(side)]
+
+
+def sent_within(asked: Sequence[Message], tz: tzinfo | None = None) -> list[tuple[float, float]]:
+    """The spans of Unix time (from, before) of the days ``asked`` names, each seen from when it was sent, in time
+    zone ``tz`` (UTC when None): each day named and the day after it (what happened on a day is often told the
+    next)."""
+    zone = tz or timezone.utc
+    spans: list[tuple[float, float]] = []
+    for m in asked:
+        for first, last in named_days(m.text, m.created_at, zone):
+            start = datetime.combine(first, time(), zone).timestamp()
+            spans.append((start, datetime.combine(last + timedelta(days=2), time(), zone).timestamp()))
+    return spans
 
 
 def _within(costs: Sequence[tuple[str, int]], room: int) -> list[str]:

@@ -2,22 +2,36 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .index import AUTHOR_WEIGHT, OFF_LOOP, TermIndex, author_gain, fuse, name_words, speaks_of_self
+from .dates import named_days
+from .index import (
+    AUTHOR_WEIGHT,
+    DAY_WEIGHT,
+    OFF_LOOP,
+    TermIndex,
+    author_gain,
+    field_gain,
+    fuse,
+    name_words,
+    speaks_of_self,
+)
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
 from .search import search_terms
 
 __all__ = [
     "AUTHOR_WEIGHT",
+    "DAY_WEIGHT",
     "OFF_LOOP",
     "STOPWORDS",
     "TermIndex",
     "author_gain",
+    "field_gain",
     "fuse",
     "compress",
     "information",
     "language",
     "make_note",
     "name_words",
+    "named_days",
     "reply_additions",
     "resolve_dates",
     "search_terms",

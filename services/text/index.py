@@ -50,6 +50,9 @@ person's matching messages first whatever their score, 137 / 170 / 194 of 232; w
 138 / 171 / 194; 10 (with messages matching by author alone as direct hits): 156 at 8k. For memory at 8k (answers
 in the records shown): the authors' names as words of each record's text, 148 of 232; the author field at weight 1,
 151; at 3, 155; at 10 (authors' names still in the text), 146."""
+DAY_WEIGHT = 3.0
+"""The day field's weight beside the text's: a message sent on a day the question names (or the day after, when what
+happened is told) gains this times the field's inverse document frequency (:func:`field_gain`)."""
 _NAME_WORD = re.compile(r"[^\W\d_]{2,}")
 _FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|ich|mich|mir|mein\w*|je|j'|moi|mon|ma|mes|yo|mí|mis?|"
                            r"io|mio|mia|miei|mie|eu|meu|minha)\b", re.IGNORECASE)
@@ -72,7 +75,13 @@ def author_gain(written: int, total: int) -> float:
     """What a document by a person the question names gains: :data:`AUTHOR_WEIGHT` times the author field's inverse
     document frequency, the person having written ``written`` of the ``total`` documents (a rare author weighs
     more, as a rare word does)."""
-    return AUTHOR_WEIGHT * math.log(1 + (total - written + 0.5) / (written + 0.5))
+    return field_gain(AUTHOR_WEIGHT, written, total)
+
+
+def field_gain(weight: float, matching: int, total: int) -> float:
+    """What a document whose field matches the question gains: the field's ``weight`` times its inverse document
+    frequency (``matching`` of ``total`` documents match), as BM25 weighs a word."""
+    return weight * math.log(1 + (total - matching + 0.5) / (matching + 0.5))
 
 
 @dataclass
