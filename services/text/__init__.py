@@ -2,7 +2,18 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .index import AUTHOR_WEIGHT, OFF_LOOP, TermIndex, author_gain, fuse, name_words, speaks_of_self
+from .index import (
+    AUTHOR_WEIGHT,
+    OFF_LOOP,
+    TermIndex,
+    Unread,
+    author_gain,
+    fuse,
+    length,
+    name_words,
+    postings,
+    speaks_of_self,
+)
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
 from .search import search_terms
 
@@ -11,13 +22,16 @@ __all__ = [
     "OFF_LOOP",
     "STOPWORDS",
     "TermIndex",
+    "Unread",
     "author_gain",
     "fuse",
     "compress",
     "information",
     "language",
+    "length",
     "make_note",
     "name_words",
+    "postings",
     "reply_additions",
     "resolve_dates",
     "search_terms",
