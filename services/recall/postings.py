@@ -13,9 +13,10 @@ Fields, for the epoch ending at checkpoint ``E``:
 * ``E:p``: the header, compressed text: ``tk-postings <format> <rules> <messages> <ids digest> <buckets> <documents>
   <length sum>``, then the length of each message's document (``-`` for a message the index never takes), then the
   number of terms in each bucket.
-* ``E:p:<bucket>``: a non-empty bucket, compressed text: a line naming the header it belongs to (a digest of its
-  first line) and the bucket, then one line per term: the term, the offsets in the epoch of the messages holding it,
-  how often each does (tab between them, spaces within).
+* ``E:p:<bucket>``: a non-empty bucket, compressed: a line naming the header it belongs to (a digest of its first
+  line) and the bucket, a line of its terms each followed by how many messages hold it, then the offsets in the epoch
+  of those messages, term after term, and how often each holds it, as unsigned 32-bit little-endian integers (read
+  as arrays, not parsed).
 
 A document's place is its message's offset in the epoch; the reader maps it to the position its index gave that
 message (a message already indexed from an earlier epoch, such as one a compaction retained, has none there and its
@@ -29,18 +30,25 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from threadkeeper.persistence import Message
 
 from ..text import length, postings
 from .derived import Derived, Unusable, ids_digest, rules
 
-FORMAT = 1
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .._numpy import np
+
+FORMAT = 2
 """The stored form's version: raise it when the form changes."""
 TERMS_PER_BUCKET = 32
 """About how many terms one bucket holds: what a question reads beyond its own terms' postings."""
 MAX_BUCKETS = 1024
+_NUMBER = "<u4"
+"""How the postings' numbers are stored: unsigned 32-bit little-endian integers."""
 
 
 def header_field(epoch: str) -> str:
@@ -93,18 +101,19 @@ def encode(epoch: str, messages: Sequence[Message], derived: Sequence[Derived | 
         return None
     made = postings(documents)
     buckets = max(1, min(MAX_BUCKETS, len(made) // TERMS_PER_BUCKET))
-    lines: list[list[str]] = [[] for _ in range(buckets)]
+    held: list[list[tuple[str, Any, Any]]] = [[] for _ in range(buckets)]
     for term, (offsets, counts) in sorted(made.items()):
-        lines[bucket_of(term, buckets)].append(
-            f"{term}\t{' '.join(map(str, offsets.tolist()))}\t{' '.join(str(int(n)) for n in counts.tolist())}")
+        held[bucket_of(term, buckets)].append((term, offsets, counts))
     lengths = ["-" if found is None else str(length(found.terms)) for found in derived]
     first = _first_line(messages, buckets, len(documents), sum(length(t) for _, t in documents))
     tag = _tag(first)
     out = {header_field(epoch): zlib.compress(
-        "\n".join([first, " ".join(lengths), " ".join(str(len(b)) for b in lines)]).encode(), 1)}
-    for bucket, held in enumerate(lines):
-        if held:
-            out[bucket_field(epoch, bucket)] = zlib.compress("\n".join([f"{tag} {bucket}", *held]).encode(), 1)
+        "\n".join([first, " ".join(lengths), " ".join(str(len(b)) for b in held)]).encode(), 1)}
+    for bucket, terms in enumerate(held):
+        if terms:
+            names = " ".join(f"{term} {len(offsets)}" for term, offsets, _ in terms)
+            numbers = np.concatenate([*(o for _, o, _ in terms), *(n for _, _, n in terms)]).astype(_NUMBER)
+            out[bucket_field(epoch, bucket)] = zlib.compress(f"{tag} {bucket}\n{names}\n".encode() + numbers.tobytes(), 1)
     return out
 
 
@@ -132,28 +141,34 @@ def decode_header(raw: bytes, messages: Sequence[Message], derived: Sequence[Der
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
 
 
-def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterable[str],
-                  ) -> dict[str, tuple[list[int], list[int]]]:
-    """The postings of ``terms`` that bucket ``bucket`` of ``stored`` holds (a term it does not hold has none);
-    raises :class:`.derived.Unusable` when the bucket is missing, another header's, or corrupt."""
+def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterable[str]) -> dict[str, tuple[Any, Any]]:
+    """The postings of ``terms`` that bucket ``bucket`` of ``stored`` holds (a term it does not hold has none): per
+    term, the offsets of the messages holding it and how often each does; raises :class:`.derived.Unusable` when the
+    bucket is missing, another header's, or corrupt."""
     if raw is None:
         raise Unusable(f"bucket {bucket} is missing")
-    wanted = set(terms)
     try:
-        head, *lines = zlib.decompress(raw).decode().split("\n")
-        if head != f"{stored.tag} {bucket}":
+        head, names, payload = zlib.decompress(raw).split(b"\n", 2)
+        if head.decode() != f"{stored.tag} {bucket}":
             raise Unusable(f"bucket {bucket} belongs to another header: {head[:40]!r}")
-        if len(lines) != stored.terms[bucket]:
-            raise Unusable(f"bucket {bucket} holds {len(lines)} terms, its header says {stored.terms[bucket]}")
-        out: dict[str, tuple[list[int], list[int]]] = {}
-        for line in lines:
-            term, offsets, counts = line.split("\t")
-            if term not in wanted:
-                continue
-            found = [int(o) for o in offsets.split(" ")], [int(n) for n in counts.split(" ")]
-            if len(found[0]) != len(found[1]) or not all(0 <= o < stored.messages for o in found[0]):
-                raise Unusable(f"bucket {bucket}: the postings of {term!r} are cut or out of range")
-            out[term] = found
+        words = names.decode().split(" ")
+        held = dict(zip(words[::2], (int(n) for n in words[1::2]), strict=True))
+        if len(held) != stored.terms[bucket]:
+            raise Unusable(f"bucket {bucket} holds {len(held)} terms, its header says {stored.terms[bucket]}")
+        total = sum(held.values())
+        numbers = np.frombuffer(payload, dtype=_NUMBER)
+        if len(payload) != total * 2 * 4:
+            raise Unusable(f"bucket {bucket} holds {len(payload)} bytes of postings for {total}")
+        out: dict[str, tuple[Any, Any]] = {}
+        start = 0
+        wanted = set(terms)
+        for term, n in held.items():
+            if term in wanted:
+                offsets = numbers[start:start + n]
+                if n and int(offsets.max()) >= stored.messages:
+                    raise Unusable(f"bucket {bucket}: the postings of {term!r} are out of range")
+                out[term] = (offsets, numbers[total + start:total + start + n])
+            start += n
         return out
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
