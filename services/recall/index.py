@@ -359,6 +359,11 @@ class Recall:
         index = self._indexes.get(conversation_id)
         if index is None:
             await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)
+        if index is not None and index.search.stored and index.synced != (history.checkpoint.id, len(history.messages)):
+            # the index's first turn searched its sealed epochs through their stored segments; from its next turn on
+            # they are searched in memory (each new question's postings are not read from Redis again), built off the loop
+            await asyncio.to_thread(index.search.build_stored)
+            index.forms.clear()
         built = index or ConversationIndex()
         earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=built.roots,
                                                         forks=built.epochs)

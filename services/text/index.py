@@ -237,6 +237,13 @@ class TermIndex:
                 segment.postings[term] = (positions[live], np.asarray(counts, dtype=np.float64)[live])
         segment.read.update(read)
 
+    def build_stored(self) -> None:
+        """Build in memory, as one segment, every segment kept elsewhere (their postings are then never read again)."""
+        if self.stored:
+            positions = np.sort(np.concatenate([s.positions for s in self.stored])).tolist()
+            self.segments = [self._build(positions), *self.segments]
+            self.stored = []
+
     def restore(self, name: str) -> None:
         """Build in memory the segment kept under ``name`` (what it keeps cannot be read): from its documents'
         terms, as :meth:`searchable` builds one."""
