@@ -770,7 +770,10 @@ def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Mess
         if form is not None:
             index.forms[checkpoint_id] = form
             index.search.adopt(checkpoint_id, where)
-        else:  # (a worker that holds the index has just seen the epoch sealed: it stores the segment, once)
+        elif not cold or stored is not None or header is not None:
+            # (a worker that holds the index has just seen the epoch sealed: it stores the segment, once; a worker
+            # building the index makes a segment that is missing or unusable beside what was stored for the epoch, but
+            # not for an epoch of which nothing was stored: it derives that one already, the next worker makes it)
             segment = stored_segment.encode(checkpoint_id, messages, derived)
             if segment is not None:
                 made[header is not None].update(segment)
