@@ -111,7 +111,8 @@ def test_the_widened_query_finds_what_shares_no_word_with_the_question_after_eve
     query = list(search_terms("what game do they like?"))
     direct = [index.targets[pos] for _, pos in index.scores(query)]
     assert direct == ["w0"], "only the first message says 'game'"
-    widened = [index.targets[pos] for _, pos in index.widening(index.scores(query), query)]
+    ranked = index.scores(query)
+    widened = [index.targets[pos] for _, pos in index.widening(ranked, index.feedback(ranked, query))]
     assert widened[0] == "w1", "the best hit's words (play, Friday, night) find the answer, and only new hits"
 
 
@@ -625,7 +626,10 @@ async def test_a_cold_worker_reads_what_each_epoch_gave_the_index_and_recalls_wh
     earlier = await p.checkpoints.earlier_epochs(CONV, history)
     key = ConversationKeys(prefix, CONV).recall
     assert key.startswith(f"{prefix}:{{{CONV}}}:"), "beside the conversation, in its hash slot"
-    assert len(earlier) >= 2 and await client.hlen(key) == len(earlier), "each sealed epoch's, stored as it was sealed"
+    fields = {f.decode() for f in await client.hkeys(key)}
+    assert len(earlier) >= 2 and {e.checkpoint.id for e in earlier} == {f for f in fields if ":" not in f}, \
+        "each sealed epoch's, stored as it was sealed"
+    assert {f"{e.checkpoint.id}:p" for e in earlier} <= fields, "with its search segment"
     assert 0 < await client.ttl(key) <= p.checkpoints.retention_seconds
     stored = await client.hgetall(key)
     derived: list[str] = []
@@ -661,7 +665,8 @@ async def test_what_is_stored_for_an_epoch_that_cannot_be_used_is_derived_again_
     await _epochs_thread(p)
     key = ConversationKeys(prefix, CONV).recall
     stored = await client.hgetall(key)
-    first, second, *rest = sorted(stored)
+    derived = sorted(f for f in stored if b":" not in f)
+    first, second, *rest = derived
     await client.hset(key, first, stored[first][:len(stored[first]) // 2])
     await client.hset(key, second, zlib.compress(zlib.decompress(stored[second])[:-40]))
     deriver = _pipeline(prefix, client)
@@ -684,8 +689,102 @@ async def test_what_is_stored_for_an_epoch_that_cannot_be_used_is_derived_again_
         with caplog.at_level("INFO", logger="threadkeeper.recall"):
             await later.recall.sync(CONV, await later.checkpoints.load_history(CONV))
         [line] = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
-        assert f"for {len(stored)} of {len(stored)} epochs" in line and "derived otherwise" in line
+        assert f"for {len(derived)} of {len(derived)} epochs" in line and "derived otherwise" in line
         index = later.recall.loaded(CONV)
         assert index is not None and all(t[-1:] == ("x",) for t in index.search.terms)
     finally:
         rules.rules.cache_clear()
+
+
+async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segment_reading_only_the_questions_terms(
+        model, prefix, client, monkeypatch) -> None:
+    """Each sealed epoch's search segment (its postings and its documents' lengths) is stored beside what was derived
+    from it, made by the rule every segment is made by. A worker that starts cold builds no segment for those epochs:
+    it reads each epoch's header with what was derived, then, for its first question, only the buckets that hold its
+    terms and its widened query's; from its next turn on it searches them in memory. It scores and recalls exactly
+    what a worker that built every segment does."""
+    from threadkeeper.persistence import ConversationKeys
+    from threadkeeper.services.recall import postings as stored_form
+
+    monkeypatch.setattr(stored_form, "TERMS_PER_BUCKET", 1)  # many buckets, so what is not read shows
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    history = await p.checkpoints.load_history(CONV)
+    sealed = {e.checkpoint.id for e in await p.checkpoints.earlier_epochs(CONV, history)}
+    key = ConversationKeys(prefix, CONV).recall
+    buckets = [f.decode() for f in await client.hkeys(key) if f.count(b":") == 2]
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    asked: list[list[str]] = []
+    real = reader.recall.epochs.get
+
+    async def get(conversation_id: str, fields: list[str]) -> dict[str, bytes]:
+        asked.append(list(fields))
+        return await real(conversation_id, fields)
+
+    monkeypatch.setattr(reader.recall.epochs, "get", get)
+    for n, question in enumerate(QUESTIONS):
+        got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
+        expected = await builder.context(CONV, arriving=[builder.message(question, author="carol")])
+        assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+        index, built = reader.recall.loaded(CONV), builder.recall.loaded(CONV)
+        assert index is not None and built is not None
+        terms = list(search_terms(question))
+        assert index.scores(terms) == built.scores(terms), "the same scores, to the last bit"
+        if n:
+            continue
+        assert {s.stored for s in index.search.stored} == sealed and not built.search.stored, \
+            "no segment built for a sealed epoch"
+        assert all(f in sealed or f.endswith(":p") for f in asked[0]), "first the headers, with what was derived"
+        read = [f for fields in asked[1:] for f in fields]
+        assert read and set(read) <= set(buckets) and len(set(read)) < len(buckets) / 3, "the question's buckets only"
+        for segment in index.search.stored:
+            assert segment.stored is not None
+            form = index.forms[segment.stored]
+            wanted = {stored_form.bucket_of(t, form.buckets) for t in segment.read}
+            assert {int(f.rsplit(":", 1)[1]) for f in read if f.startswith(segment.stored + ":")} <= wanted
+            assert set(segment.postings) <= segment.read, "postings held only for the terms asked"
+    # a turn later, the sealed epochs are searched in memory
+    await _thread(p, ["one more word about the garden plan"], start=1_000)
+    later = await p.checkpoints.load_history(CONV)
+    index, built = await reader.recall.sync(CONV, later), await builder.recall.sync(CONV, later)
+    assert not index.search.stored and index.search.segments
+    terms = list(search_terms(QUESTIONS[0]))
+    assert index.scores(terms) == built.scores(terms)
+
+
+async def test_a_stored_segment_that_cannot_be_used_is_built_from_the_messages_and_stored_again(
+        model, prefix, client, caplog) -> None:
+    """A segment header cut short is found when the index is built, a corrupt bucket when a question reads it: either
+    way that epoch's segment is built from its messages, with one log line, what is recalled does not change, and
+    what is stored is made again (at once for the header; by the next worker that builds the index for the bucket,
+    whose fields are removed meanwhile). Forgetting the conversation removes it all."""
+    import zlib
+
+    from threadkeeper.persistence import ConversationKeys
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    key = ConversationKeys(prefix, CONV).recall
+    stored = await client.hgetall(key)
+    first, second = sorted(f for f in stored if b":" not in f)[:2]
+    await client.hset(key, first + b":p", stored[first + b":p"][:12])
+    for field in (f for f in stored if f.startswith(second + b":p:")):
+        await client.hset(key, field, zlib.compress(b"not a bucket"))
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    with caplog.at_level("INFO", logger="threadkeeper.recall"):
+        got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
+    expected = await builder.context(CONV, arriving=[builder.message(QUESTIONS[0], author="carol")])
+    assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+    lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+    assert len(lines) == 2 and "for 1 of" in lines[0] and "segment of 1 of" in lines[1], lines
+    assert await client.hget(key, first + b":p") == stored[first + b":p"], "the header made again in its place"
+    assert not [f for f in await client.hkeys(key) if f.startswith(second + b":p")], "the unusable segment removed"
+    index = reader.recall.loaded(CONV)
+    assert index is not None and second.decode() not in {s.stored for s in index.search.stored}
+    later = _pipeline(prefix, client)
+    await later.context(CONV, arriving=[later.message(QUESTIONS[1], author="carol")])
+    assert await client.hgetall(key) == stored, "made again by the next worker that builds the index"
+    await p.forget(CONV)
+    assert not await client.exists(key)

@@ -701,6 +701,10 @@ async def test_what_recall_derived_from_an_epoch_is_written_once_kept_and_forgot
     assert await epochs.get(CONV, ["cp1", "cp2", "cp3"]) == {"cp1": b"one", "cp2": b"two"}, "written once"
     await epochs.put(CONV, {}, unusable={"cp2": b"derived again"})
     assert await epochs.get(CONV, ["cp2"]) == {"cp2": b"derived again"}, "what could not be used is replaced"
+    await epochs.put(CONV, {"cp2:p": b"header", "cp2:p:0": b"bucket"})
+    await epochs.drop(CONV, ["cp2:p", "cp2:p:0"])
+    assert await epochs.get(CONV, ["cp1", "cp2", "cp2:p", "cp2:p:0"]) == {"cp1": b"one", "cp2": b"derived again"}, \
+        "what a reader cannot use or make removed, nothing else"
     key = ConversationKeys(prefix, CONV).recall
     assert key.startswith(ConversationKeys(prefix, CONV).base + ":"), "in the conversation's hash slot"
     assert 0 < await client.ttl(key) <= 86_400, "kept as long as the conversation"

@@ -113,12 +113,13 @@ def rules() -> str:
     return digest.hexdigest()
 
 
-def _ids(messages: Sequence[Message]) -> str:
+def ids_digest(messages: Sequence[Message]) -> str:
+    """A digest of the messages' ids, in order: what a stored form names the epoch it was made from by."""
     return hashlib.blake2b("\n".join(m.id for m in messages).encode(), digest_size=12).hexdigest()
 
 
 def _header(messages: Sequence[Message]) -> str:
-    return f"tk-recall {FORMAT} {rules()} {len(messages)} {_ids(messages)}"
+    return f"tk-recall {FORMAT} {rules()} {len(messages)} {ids_digest(messages)}"
 
 
 _SEPARATORS = re.compile(r"[\s]")

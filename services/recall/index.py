@@ -14,6 +14,9 @@ The index lives in the worker, per conversation, and is incremental:
 * A message enters it once: when this worker commits its turn (:meth:`Recall.observe`), or when a
   worker that has no index yet reads the conversation's epochs from Redis on first use
   (:meth:`Recall.sync`, which also picks up what other workers wrote).
+* A sealed epoch's segment is stored beside the conversation (:mod:`.postings`): a worker that builds its index from
+  the stored epochs searches them through it, reading the postings of each question's terms as it is asked, instead
+  of building a segment of its own.
 * Messages the context still holds stay *pending*: they cannot be recalled anyway. Once a compaction
   folds them they are indexed as one new segment. Segments of similar size are merged (a log-structured
   layout), so the work per message is logarithmic and a warm query touches a handful of segments.
@@ -73,6 +76,7 @@ from ..text import (
     search_terms,
     speaks_of_self,
 )
+from . import postings as stored_segment
 from .derived import Derived, Unusable, change_target, decode, derive, encode
 
 if TYPE_CHECKING:
@@ -175,20 +179,27 @@ class ConversationIndex:
     synced: tuple[str, int] = ("", 0)
     """The checkpoint of the last history given to :meth:`Recall.sync` and how many of its messages were added:
     a later history whose chain holds that checkpoint begins with those same messages."""
+    forms: dict[str, stored_segment.Stored] = field(default_factory=dict)
+    """Per sealed epoch whose segment is read from where it is stored (:mod:`.postings`): its header."""
     lines: dict[tuple[int, str, bool], tuple[str, int]] = field(default_factory=dict)
     """Recalled lines made before, by (position of the message, the id the line cites, as its note): the line and
     what it is estimated to cost, from the counts stored with the message. A message never changes once indexed
     (an edit is a message of its own), so neither does its line; at most :data:`LINES_KEPT` are kept."""
 
-    def add(self, messages: Sequence[Message], derived: Sequence[Derived | None] | None = None) -> int:
+    def add(self, messages: Sequence[Message], derived: Sequence[Derived | None] | None = None, *,
+            where: list[int] | None = None) -> int:
         """Index the messages not indexed yet, in order; ``derived``: what :func:`derive` gives each of them (read
-        from where it was stored), else derived here."""
+        from where it was stored), else derived here. ``where`` gets, per message, the position it took (-1: none)."""
         added = 0
         for i, m in enumerate(messages):
             if m.id in self.position:
+                if where is not None:
+                    where.append(-1)
                 continue
             found = derive(m) if derived is None else derived[i]
             if found is None:
+                if where is not None:
+                    where.append(-1)
                 continue
             change = change_target(m.id)
             if m.ref and change is None:
@@ -197,6 +208,8 @@ class ConversationIndex:
             if change is None:
                 self._learn_names(author, found)
             self.position[m.id] = self.search.add(found.terms)
+            if where is not None:
+                where.append(self.position[m.id])
             self.messages.append(m)
             self.authors.append(author)
             self.written.setdefault(author, []).append(self.position[m.id])
@@ -300,9 +313,9 @@ class ConversationIndex:
         """Terms to widen ``query`` with: those that weigh most across its best hits (RM3-style feedback)."""
         return self.search.feedback([p for _, p in ranked[:FEEDBACK_HITS]], query, terms=FEEDBACK_TERMS)
 
-    def widening(self, ranked: Sequence[tuple[float, int]], query: Sequence[str]) -> list[tuple[float, int]]:
-        """The hits of the widened query that ``ranked`` (``scores(query)``) does not hold, best first."""
-        extra = self.feedback(ranked, query) if ranked else []
+    def widening(self, ranked: Sequence[tuple[float, int]], extra: Sequence[str]) -> list[tuple[float, int]]:
+        """The hits of the widened query (``extra``: :meth:`feedback` of ``ranked``) that ``ranked`` does not hold,
+        best first."""
         if not extra:
             return []
         found = {position for _, position in ranked}
@@ -364,22 +377,30 @@ class Recall:
         index = self._indexes.get(conversation_id)
         if index is None:
             await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)
+        if index is not None and index.search.stored and index.synced != (history.checkpoint.id, len(history.messages)):
+            # the index's first turn searched its sealed epochs through their stored segments; from its next turn on
+            # they are searched in memory (each new question's postings are not read from Redis again), built off the loop
+            await asyncio.to_thread(index.search.build_stored)
+            index.forms.clear()
         built = index or ConversationIndex()
         earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=built.roots,
                                                         forks=built.epochs)
-        # What was derived from the epochs is read when this worker builds the index (a worker holding it has just
-        # seen the head's epoch sealed: another worker's copy is rarely there yet)
-        stored = await self.epochs.get(conversation_id, [e.checkpoint.id for e in earlier]) \
-            if self.epochs is not None and index is None and earlier else {}
+        # What was derived from the epochs, and the header of each one's stored segment, are read when this worker
+        # builds the index (a worker holding it has just seen the head's epoch sealed: another worker's copy is rarely
+        # there yet)
+        cold = self.epochs is not None and index is None and bool(earlier)
+        stored = await self.epochs.get(conversation_id, [f for e in earlier for f in (
+            e.checkpoint.id, stored_segment.header_field(e.checkpoint.id))]) if self.epochs is not None and cold else {}
         synced, added = built.synced
         # (the head's messages are mostly indexed already when this worker holds the index: those of the last history
         # given, when this one extends it, are not looked at again)
         head = history.messages[added:] if synced in history.chain else history.messages
-        epochs = [(e.checkpoint.id, e.messages, stored.get(e.checkpoint.id)) for e in reversed(earlier)]
+        epochs = [(e.checkpoint.id, e.messages, stored.get(e.checkpoint.id),
+                   stored.get(stored_segment.header_field(e.checkpoint.id))) for e in reversed(earlier)]
         if sum(len(e.messages) for e in earlier) + (len(history.messages) if index is None else 0) > OFF_LOOP:
-            derived = await asyncio.to_thread(_add_all, built, epochs, head, conversation_id)
+            derived = await asyncio.to_thread(_add_all, built, epochs, head, conversation_id, cold)
         else:
-            derived = _add_all(built, epochs, head, conversation_id)
+            derived = _add_all(built, epochs, head, conversation_id, cold)
         if (derived[0] or derived[1]) and self.epochs is not None:
             await self.epochs.put(conversation_id, derived[0], unusable=derived[1])
         built.synced = (history.checkpoint.id, len(history.messages))
@@ -395,6 +416,39 @@ class Recall:
         ident = index.refs.get(ref) if ref is not None else cited.strip()
         position = index.position.get(ident) if ident else None
         return index.messages[position] if position is not None else None
+
+    async def _postings(self, conversation_id: str, index: ConversationIndex, terms: Sequence[str]) -> None:
+        """Read the postings of ``terms`` that the index's stored segments have not given yet (one round trip for
+        all of them). A segment whose stored buckets cannot be used is built here from its messages' terms instead,
+        with one log line, and its stored fields are removed (the next worker that builds the index makes them
+        again)."""
+        wanted = index.search.unread(terms)
+        if not wanted or self.epochs is None:
+            return
+        plan = {name: index.forms[name].fields(name, asked) for name, asked in wanted.items()}
+        raw = await self.epochs.get(conversation_id, [stored_segment.bucket_field(name, bucket)
+                                                      for name, buckets in plan.items() for bucket in buckets])
+        bad: dict[str, str] = {}
+        for name, asked in wanted.items():
+            found: dict[str, tuple[list[int], list[int]]] = {}
+            try:
+                for bucket, held in plan[name].items():
+                    found.update(stored_segment.decode_bucket(
+                        raw.get(stored_segment.bucket_field(name, bucket)), index.forms[name], bucket, held))
+                index.search.take(name, asked, found)
+            except (Unusable, IndexError) as exc:
+                bad[name] = f"epoch {name}: {exc}"
+        if not bad:
+            return
+        log.warning("recall in %s: the stored segment of %d of %d epochs cannot be used (%s); building it from its "
+                    "messages", conversation_id, len(bad), len(index.forms), next(iter(bad.values())))
+        fields = []
+        for name in bad:
+            form = index.forms.pop(name)
+            index.search.restore(name)
+            fields += [stored_segment.header_field(name),
+                       *(stored_segment.bucket_field(name, b) for b in range(form.buckets) if form.terms[b])]
+        await self.epochs.drop(conversation_id, fields)
 
     def _evict(self) -> None:
         total = sum(i.size for i in self._indexes.values())
@@ -517,6 +571,8 @@ class Recall:
             searchable = await asyncio.to_thread(index.search.searchable, ready)
         else:
             searchable = index.search.searchable(ready)
+        if searchable:
+            await self._postings(conversation_id, index, query)
         ranked = index.scores(query, meaning) if searchable else []
         alone: list[tuple[float, int]] = []
         if (named or sent) and searchable:  # a question about someone or some day: the author and day fields count
@@ -528,11 +584,14 @@ class Recall:
             return Recalled([], "", 0, searched=searchable)
         notes = notes if notes is not None else await self.notes.get(conversation_id)
         direct = len(ranked)
+        # the widened query's terms, whose postings are read now (searched only once every direct hit is placed and
+        # room is left)
+        extra = index.feedback(ranked, query) if widen and ranked else []
+        await self._postings(conversation_id, index, extra)
 
         def candidates() -> Iterable[tuple[float, int]]:
             yield from ranked
-            # searched only once every direct hit is placed and room is left
-            wider = index.widening(ranked, query) if widen else []
+            wider = index.widening(ranked, extra)
             yield from wider
             # then a named person's messages that matched by their author alone (newest first): what they said
             # about something the question words differently
@@ -698,31 +757,51 @@ class Recall:
         return "\n".join(out)
 
 
-def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Message], bytes | None]],
-             head: Sequence[Message], conversation_id: str) -> tuple[dict[str, bytes], dict[str, bytes]]:
-    """Add the messages of ``epochs`` (the checkpoint each ends at, its messages, what was stored for them), oldest
-    first, then ``head``, to ``index`` (in a thread when there are many: no other caller uses it then). Returns the
-    stored form of what was derived here from the epochs for which nothing was stored, and from those for which
-    what was stored could not be used."""
+def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Message], bytes | None, bytes | None]],
+             head: Sequence[Message], conversation_id: str, cold: bool) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Add the messages of ``epochs`` (the checkpoint each ends at, its messages, what was stored for them, the header
+    of its stored segment), oldest first, then ``head``, to ``index`` (in a thread when there are many: no other caller
+    uses it then). ``cold``: the index is built from the stored epochs, and an epoch whose stored segment can be used
+    is searched through it (its postings read as questions ask for them) instead of a segment built here.
+
+    Returns the stored form of what was derived and made here (fields of the ``:recall`` hash) for the epochs for
+    which nothing was stored, and for those for which what was stored could not be used."""
     made: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {})
-    unusable: list[str] = []
-    for checkpoint_id, messages, stored in epochs:
+    unusable: dict[str, str] = {}
+    for checkpoint_id, messages, stored, header in epochs:
         derived = None
         if stored is not None:
             try:
                 derived = decode(stored, messages)
             except Unusable as exc:
-                unusable.append(f"epoch {checkpoint_id}: {exc}")
+                unusable[checkpoint_id] = f"epoch {checkpoint_id}: {exc}"
         if derived is None:
             derived = [derive(m) for m in messages]
             encoded = encode(messages, derived)
             if encoded is not None:
                 made[stored is not None][checkpoint_id] = encoded
-        index.add(messages, derived)
+        where: list[int] = []
+        index.add(messages, derived, where=where)
+        form = None
+        if cold and header is not None:
+            try:
+                form = stored_segment.decode_header(header, messages, derived)
+            except Unusable as exc:
+                unusable.setdefault(checkpoint_id, f"the segment of epoch {checkpoint_id}: {exc}")
+        if form is not None:
+            index.forms[checkpoint_id] = form
+            index.search.adopt(checkpoint_id, where)
+        elif not cold or stored is not None or header is not None:
+            # (a worker that holds the index has just seen the epoch sealed: it stores the segment, once; a worker
+            # building the index makes a segment that is missing or unusable beside what was stored for the epoch, but
+            # not for an epoch of which nothing was stored: it derives that one already, the next worker makes it)
+            segment = stored_segment.encode(checkpoint_id, messages, derived)
+            if segment is not None:
+                made[header is not None].update(segment)
     index.add(head)
     if unusable:
         log.warning("recall in %s: what was stored for %d of %d epochs cannot be used (%s); deriving it again",
-                    conversation_id, len(unusable), len(epochs), unusable[0])
+                    conversation_id, len(unusable), len(epochs), next(iter(unusable.values())))
     return made
 
 

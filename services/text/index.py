@@ -84,11 +84,42 @@ def field_gain(weight: float, matching: int, total: int) -> float:
     return weight * math.log(1 + (total - matching + 0.5) / (matching + 0.5))
 
 
+def length(terms: Sequence[str]) -> int:
+    """A document's length as BM25 weighs it: its terms, at least 1."""
+    return max(1, len(terms))
+
+
+def postings(documents: Iterable[tuple[int, Sequence[str]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The postings of ``documents`` (position, terms), given in position order: per term, the positions of the
+    documents holding it and how often each holds it. The one rule a segment is made by, held in memory
+    (:meth:`TermIndex.searchable`) or stored (a sealed epoch's, :mod:`services.recall.postings`)."""
+    found: dict[str, tuple[list[int], list[int]]] = {}
+    for p, terms in documents:
+        for term, n in Counter(terms).items():
+            held = found.get(term)
+            if held is None:
+                held = found[term] = ([], [])
+            held[0].append(p)
+            held[1].append(n)
+    return {t: (np.asarray(ps, dtype=np.int64), np.asarray(ns, dtype=np.float64)) for t, (ps, ns) in found.items()}
+
+
+class Unread(LookupError):
+    """A stored segment's postings of a term were asked for before they were read (:meth:`TermIndex.take`)."""
+
+
 @dataclass
 class _Segment:
     positions: np.ndarray
     postings: dict[str, tuple[np.ndarray, np.ndarray]]
     """Term → the positions of the documents holding it and how often each holds it."""
+    stored: str | None = None
+    """For a segment kept elsewhere (:meth:`TermIndex.adopt`): the name it is kept under. Its postings are read term
+    by term as queries ask for them (:meth:`TermIndex.take`); ``postings`` holds those read so far."""
+    where: Any = None
+    """For a segment kept elsewhere: per document of its stored form, the position it has here (-1: none)."""
+    read: set[str] = field(default_factory=set)
+    """For a segment kept elsewhere: the terms whose postings were read (one not in ``postings``: it holds none)."""
     weights: dict[str, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
     """Term → what it adds to the score of each document holding it, and the index's documents (added, removed) it
     was weighed at (a warm query weighs nothing again; any document added or removed changes the weights)."""
@@ -106,6 +137,8 @@ class TermIndex:
     documents: Counter[str] = field(default_factory=Counter)
     """Per term, how many live documents contain it (its weight's rarity, and feedback's)."""
     segments: list[_Segment] = field(default_factory=list)
+    stored: list[_Segment] = field(default_factory=list)
+    """Segments kept elsewhere (:meth:`adopt`), never merged: their postings are read as queries ask for them."""
     pending: list[int] = field(default_factory=list)
     """Positions added and not searchable yet."""
     removed: set[int] = field(default_factory=set)
@@ -136,8 +169,8 @@ class TermIndex:
             self._embedded = np.concatenate([self._embedded, np.zeros(size, dtype=bool)])
             if self._vectors is not None:
                 self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
-        self._lengths[position] = max(1, len(terms))
-        self._length += max(1, len(terms))
+        self._lengths[position] = length(terms)
+        self._length += length(terms)
         self.documents.update(set(terms))
         self.pending.append(position)
         return position
@@ -148,7 +181,7 @@ class TermIndex:
             return
         self.removed.add(position)
         self._alive[position] = False
-        self._length -= max(1, len(self.terms[position]))
+        self._length -= length(self.terms[position])
         self.documents.subtract(set(self.terms[position]))
         if position in self.pending:
             self.pending.remove(position)
@@ -172,7 +205,60 @@ class TermIndex:
                 self._stale -= len(before.positions) + len(last.positions) - len(merged.positions)
                 segments.append(merged)
             self.segments = segments
-        return sum(len(s.positions) for s in self.segments) - self._stale
+        return self._searchable()
+
+    def _searchable(self) -> int:
+        return sum(len(s.positions) for s in (*self.segments, *self.stored)) - self._stale
+
+    def adopt(self, name: str, where: Sequence[int]) -> int:
+        """Make the pending documents ``where`` names (per document of a segment kept elsewhere under ``name``: its
+        position here, -1 for none) searchable through that segment, without building one: their postings are read
+        term by term as queries ask for them (:meth:`unread`, :meth:`take`). How many documents are searchable."""
+        mapped = np.asarray(where, dtype=np.int64)
+        held = np.sort(mapped[mapped >= 0])
+        chosen = set(held.tolist())
+        if not chosen <= set(self.pending):
+            raise ValueError(f"segment {name!r} names documents that are not pending")
+        self.pending = [p for p in self.pending if p not in chosen]
+        self._taken[held] = True
+        self.stored.append(_Segment(held, {}, stored=name, where=mapped))
+        return self._searchable()
+
+    def unread(self, query: Iterable[str]) -> dict[str, list[str]]:
+        """Per segment kept elsewhere (by name), the terms of ``query`` whose postings it has not given yet (only terms
+        some live document holds: another has no postings anywhere)."""
+        asked = [t for t in dict.fromkeys(query) if self.documents[t] > 0]
+        out: dict[str, list[str]] = {}
+        for segment in self.stored:
+            wanted = [t for t in asked if t not in segment.read]
+            if wanted and segment.stored is not None:
+                out[segment.stored] = wanted
+        return out
+
+    def take(self, name: str, read: Iterable[str], found: dict[str, tuple[Any, Any]]) -> None:
+        """The postings of the terms ``read`` as the segment kept under ``name`` holds them: ``found``, per term it
+        holds, its documents (by their place in the stored form) and how often each holds it."""
+        segment = next(s for s in self.stored if s.stored == name)
+        for term, (offsets, counts) in found.items():
+            positions = segment.where[np.asarray(offsets, dtype=np.int64)]
+            live = positions >= 0
+            if len(positions) and live.any():
+                segment.postings[term] = (positions[live], np.asarray(counts, dtype=np.float64)[live])
+        segment.read.update(read)
+
+    def build_stored(self) -> None:
+        """Build in memory, as one segment, every segment kept elsewhere (their postings are then never read again)."""
+        if self.stored:
+            positions = np.sort(np.concatenate([s.positions for s in self.stored])).tolist()
+            self.segments = [self._build(positions), *self.segments]
+            self.stored = []
+
+    def restore(self, name: str) -> None:
+        """Build in memory the segment kept under ``name`` (what it keeps cannot be read): from its documents'
+        terms, as :meth:`searchable` builds one."""
+        segment = next(s for s in self.stored if s.stored == name)
+        self.stored = [s for s in self.stored if s is not segment]
+        self.segments = [self._build(segment.positions.tolist()), *self.segments]
 
     def indexing(self, ready: int) -> int:
         """How many documents :meth:`searchable` would index for ``ready`` new ones (its merges included): its cost."""
@@ -188,17 +274,7 @@ class TermIndex:
 
     def _build(self, positions: list[int]) -> _Segment:
         kept = sorted(p for p in positions if p not in self.removed)
-        found: dict[str, tuple[list[int], list[int]]] = {}
-        for p in kept:
-            for term, n in Counter(self.terms[p]).items():
-                held = found.get(term)
-                if held is None:
-                    held = found[term] = ([], [])
-                held[0].append(p)
-                held[1].append(n)
-        return _Segment(np.asarray(kept, dtype=np.int64),
-                        {t: (np.asarray(ps, dtype=np.int64), np.asarray(ns, dtype=np.float64))
-                         for t, (ps, ns) in found.items()})
+        return _Segment(np.asarray(kept, dtype=np.int64), postings((p, self.terms[p]) for p in kept))
 
     def _merged(self, before: _Segment, last: _Segment) -> _Segment:
         """Two segments as one, without their removed documents (``before`` holds the earlier positions)."""
@@ -220,7 +296,7 @@ class TermIndex:
         (ties: the later position first); ``among``: only positions this boolean array (by position) holds; with
         ``limit``, at most that many."""
         live = self.size
-        if not live or not self.segments:
+        if not live or not (self.segments or self.stored):
             return np.zeros(0), np.zeros(0, dtype=np.int64)
         average = self._length / live
         stamp = (len(self.terms), len(self.removed))
@@ -231,7 +307,9 @@ class TermIndex:
             if df <= 0:
                 continue
             idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
-            for segment in self.segments:
+            for segment in (*self.segments, *self.stored):
+                if segment.stored is not None and term not in segment.read:
+                    raise Unread(f"the postings of {term!r} in segment {segment.stored!r} were not read")
                 found = segment.postings.get(term)
                 if found is not None:
                     ps, ns = found

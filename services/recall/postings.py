@@ -1,0 +1,174 @@
+"""A sealed epoch's search segment, stored beside what was derived from it, read term by term.
+
+An epoch never changes once forked, so neither does the BM25 segment its messages make: their postings (per term,
+the messages holding it and how often each does) and their lengths. Whoever derives an epoch's messages
+(:mod:`.derived`) also makes that segment, with the rule every segment is made by
+(:func:`services.text.index.postings`), and stores it in the conversation's ``:recall`` hash
+(:class:`persistence.EpochIndexStore`): a header field, and the postings spread over buckets by a hash of the term,
+so a worker that starts cold reads the header of each epoch and then, for a question, only the buckets that hold its
+terms (:meth:`services.text.TermIndex.adopt`, :meth:`~services.text.TermIndex.take`), instead of building the segment.
+
+Fields, for the epoch ending at checkpoint ``E``:
+
+* ``E:p``: the header, compressed text: ``tk-postings <format> <rules> <messages> <ids digest> <buckets> <documents>
+  <length sum>``, then the length of each message's document (``-`` for a message the index never takes), then the
+  number of terms in each bucket.
+* ``E:p:<bucket>``: a non-empty bucket, compressed: a line naming the header it belongs to (a digest of its first
+  line) and the bucket, a line of its terms each followed by how many messages hold it, then the offsets in the epoch
+  of those messages, term after term, and how often each holds it, as unsigned 32-bit little-endian integers (read
+  as arrays, not parsed).
+
+A document's place is its message's offset in the epoch; the reader maps it to the position its index gave that
+message (a message already indexed from an earlier epoch, such as one a compaction retained, has none there and its
+postings are left out). What does not match (another format or term rule, another epoch, a corrupt or truncated
+value, a header that disagrees with the messages it describes) cannot be used: the reader builds the segment from the
+messages instead, with one log line, and what is stored is made again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from threadkeeper.persistence import Message
+
+from ..text import length, postings
+from .derived import Derived, Unusable, ids_digest, rules
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .._numpy import np
+
+FORMAT = 2
+"""The stored form's version: raise it when the form changes."""
+TERMS_PER_BUCKET = 32
+"""About how many terms one bucket holds: what a question reads beyond its own terms' postings."""
+MAX_BUCKETS = 1024
+_NUMBER = "<u4"
+"""How the postings' numbers are stored: unsigned 32-bit little-endian integers."""
+
+
+def header_field(epoch: str) -> str:
+    return f"{epoch}:p"
+
+
+def bucket_field(epoch: str, bucket: int) -> str:
+    return f"{epoch}:p:{bucket}"
+
+
+def bucket_of(term: str, buckets: int) -> int:
+    """The bucket that holds ``term``'s postings among ``buckets``."""
+    return zlib.crc32(term.encode()) % buckets
+
+
+class Stored(NamedTuple):
+    """An epoch's stored segment, as its header describes it."""
+
+    buckets: int
+    """How many buckets its postings are spread over."""
+    tag: str
+    """What each of its buckets names as its header."""
+    terms: tuple[int, ...]
+    """Per bucket, how many terms it holds (0: not stored)."""
+    messages: int
+
+    def fields(self, epoch: str, terms: Iterable[str]) -> dict[int, list[str]]:
+        """The non-empty buckets that hold ``terms``, and which of them each holds."""
+        out: dict[int, list[str]] = {}
+        for term in terms:
+            bucket = bucket_of(term, self.buckets)
+            if self.terms[bucket]:
+                out.setdefault(bucket, []).append(term)
+        return out
+
+
+def _first_line(messages: Sequence[Message], buckets: int, documents: int, total: int) -> str:
+    return f"tk-postings {FORMAT} {rules()} {len(messages)} {ids_digest(messages)} {buckets} {documents} {total}"
+
+
+def _tag(first: str) -> str:
+    return hashlib.blake2b(first.encode(), digest_size=8).hexdigest()
+
+
+def encode(epoch: str, messages: Sequence[Message], derived: Sequence[Derived | None]) -> dict[str, bytes] | None:
+    """The fields of ``epoch``'s stored segment (its messages and what was derived from each); None when a term
+    would not survive the form (one holding a separator: :func:`.derived.encode` says the same)."""
+    documents = [(offset, found.terms) for offset, found in enumerate(derived) if found is not None]
+    if any(not t or any(c.isspace() for c in t) for _, terms in documents for t in terms):
+        return None
+    made = postings(documents)
+    buckets = max(1, min(MAX_BUCKETS, len(made) // TERMS_PER_BUCKET))
+    held: list[list[tuple[str, Any, Any]]] = [[] for _ in range(buckets)]
+    for term, (offsets, counts) in sorted(made.items()):
+        held[bucket_of(term, buckets)].append((term, offsets, counts))
+    lengths = ["-" if found is None else str(length(found.terms)) for found in derived]
+    first = _first_line(messages, buckets, len(documents), sum(length(t) for _, t in documents))
+    tag = _tag(first)
+    out = {header_field(epoch): zlib.compress(
+        "\n".join([first, " ".join(lengths), " ".join(str(len(b)) for b in held)]).encode(), 1)}
+    for bucket, terms in enumerate(held):
+        if terms:
+            names = " ".join(f"{term} {len(offsets)}" for term, offsets, _ in terms)
+            numbers = np.concatenate([*(o for _, o, _ in terms), *(n for _, _, n in terms)]).astype(_NUMBER)
+            out[bucket_field(epoch, bucket)] = zlib.compress(f"{tag} {bucket}\n{names}\n".encode() + numbers.tobytes(), 1)
+    return out
+
+
+def decode_header(raw: bytes, messages: Sequence[Message], derived: Sequence[Derived | None]) -> Stored:
+    """The header :func:`encode` stored for ``messages``, checked against what was derived from them; raises
+    :class:`.derived.Unusable`, saying why, when it cannot be used."""
+    try:
+        first, lengths, counts = zlib.decompress(raw).decode().split("\n")
+        words = first.split(" ")
+        if len(words) != 8 or " ".join(words[:5]) != f"tk-postings {FORMAT} {rules()} {len(messages)} " \
+                                                      f"{ids_digest(messages)}":
+            raise Unusable(f"made otherwise: {first[:80]!r}")
+        buckets = int(words[5])
+        expected = ["-" if found is None else str(length(found.terms)) for found in derived]
+        if lengths.split(" ") != expected:
+            raise Unusable("its documents' lengths are not those of the messages")
+        documents = [found.terms for found in derived if found is not None]
+        if words[5:] != [str(buckets), str(len(documents)), str(sum(length(t) for t in documents))]:
+            raise Unusable(f"its counts disagree with the messages: {first[:80]!r}")
+        terms = tuple(int(n) for n in counts.split(" "))
+        if len(terms) != buckets or buckets < 1:
+            raise Unusable(f"{len(terms)} bucket counts for {buckets} buckets")
+        return Stored(buckets, _tag(first), terms, len(messages))
+    except (zlib.error, UnicodeDecodeError, ValueError) as exc:
+        raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+
+
+def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterable[str]) -> dict[str, tuple[Any, Any]]:
+    """The postings of ``terms`` that bucket ``bucket`` of ``stored`` holds (a term it does not hold has none): per
+    term, the offsets of the messages holding it and how often each does; raises :class:`.derived.Unusable` when the
+    bucket is missing, another header's, or corrupt."""
+    if raw is None:
+        raise Unusable(f"bucket {bucket} is missing")
+    try:
+        head, names, payload = zlib.decompress(raw).split(b"\n", 2)
+        if head.decode() != f"{stored.tag} {bucket}":
+            raise Unusable(f"bucket {bucket} belongs to another header: {head[:40]!r}")
+        words = names.decode().split(" ")
+        held = dict(zip(words[::2], (int(n) for n in words[1::2]), strict=True))
+        if len(held) != stored.terms[bucket]:
+            raise Unusable(f"bucket {bucket} holds {len(held)} terms, its header says {stored.terms[bucket]}")
+        total = sum(held.values())
+        numbers = np.frombuffer(payload, dtype=_NUMBER)
+        if len(payload) != total * 2 * 4:
+            raise Unusable(f"bucket {bucket} holds {len(payload)} bytes of postings for {total}")
+        out: dict[str, tuple[Any, Any]] = {}
+        start = 0
+        wanted = set(terms)
+        for term, n in held.items():
+            if term in wanted:
+                offsets = numbers[start:start + n]
+                if n and int(offsets.max()) >= stored.messages:
+                    raise Unusable(f"bucket {bucket}: the postings of {term!r} are out of range")
+                out[term] = (offsets, numbers[total + start:total + start + n])
+            start += n
+        return out
+    except (zlib.error, UnicodeDecodeError, ValueError) as exc:
+        raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
