@@ -966,7 +966,7 @@ MUTANTS: list[Mutant] = [
     Mutant("slack-ids-of-any-shape", "services/conversation.py",
            "    if not isinstance(value, str) or not _SLACK_PART.fullmatch(value):\n",
            "    if not isinstance(value, str):\n",
-           ("tests/test_cli_fuzz.py", "-k", "dot-dot and channel")),
+           ("tests/test_cli_fuzz.py", "-k", "bad_arguments")),
     Mutant("a-generated-thread-too-small-for-its-facts", "threadkeeper/evalcmd.py",
            "    if generated and not args.dataset and args.messages < MIN_MESSAGES:\n",
            "    if False:\n",

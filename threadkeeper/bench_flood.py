@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import hmac
 import http.client
+import importlib
 import json
 import math
 import os
@@ -175,9 +176,10 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
     import aiohttp
 
     sys.path.insert(0, str(TESTS))
-    from slack_fake import BOT_USER, FakeSlack
+    slack_fake: Any = importlib.import_module("slack_fake")  # (the tests' module: no package of this one)
+    bot_user: str = slack_fake.BOT_USER
 
-    fake = await FakeSlack().start()
+    fake = await slack_fake.FakeSlack().start()
     log = tempfile.TemporaryFile()
     server = await _serve(fake.base_url, url, prefix, port := _free_port(), log)
     sent = 0
@@ -189,9 +191,9 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
         ts = f"1700000000.{sent:06d}"
         body = json.dumps({"token": "unused", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
                            "event_id": f"EvBench{sent}", "event_time": int(time.time()),
-                           "event": {"type": "app_mention", "user": "U1", "text": f"<@{BOT_USER}> status?", "ts": ts,
+                           "event": {"type": "app_mention", "user": "U1", "text": f"<@{bot_user}> status?", "ts": ts,
                                      "channel": "C1", "event_ts": ts},
-                           "authorizations": [{"user_id": BOT_USER, "is_bot": True, "team_id": "T1"}]})
+                           "authorizations": [{"user_id": bot_user, "is_bot": True, "team_id": "T1"}]})
         started = time.perf_counter()
         async with session.post(f"http://127.0.0.1:{port}/slack/events", data=body, headers=_signed(body)) as answer:
             await answer.read()
