@@ -172,7 +172,8 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
     """The real bot on a loopback port; ``unsigned`` requests of ``body_kb`` KB posted by ``clients`` clients at once,
     while a signed mention arrives every ``pace_seconds``. The signed events' acknowledgement p50 and p99 in seconds
     during the flood, and at the same pace alone before it (``quiet_events`` of them); the flood's requests per
-    second, and the bot's CPU per unsigned request (the signed events' turns meanwhile included)."""
+    second, and the bot's CPU per unsigned request: its CPU from the flood's start until every signed event is
+    answered, less what as many signed events cost it without a flood."""
     import aiohttp
 
     sys.path.insert(0, str(TESTS))
@@ -180,6 +181,11 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
     bot_user: str = slack_fake.BOT_USER
 
     fake = await slack_fake.FakeSlack().start()
+
+    def answered() -> int:
+        """How many of the mentions' threads hold the bot's reply."""
+        return sum(1 for (channel, _), messages in fake.threads.items() if channel == "C1" and any(
+            m.get("user") == bot_user and not str(m.get("text") or "_").startswith("_") for m in messages))
     log = tempfile.TemporaryFile()
     server = await _serve(fake.base_url, url, prefix, port := _free_port(), log)
     sent = 0
@@ -214,8 +220,19 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
                     await asyncio.sleep(max(0.0, due - time.perf_counter()))
                 return list(await asyncio.gather(*acks))
 
+            async def all_answered() -> float:
+                """Once every signed event so far is answered (its turn done): the bot's CPU seconds until then."""
+                deadline = time.monotonic() + 300
+                while answered() < sent:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{sent - answered()} signed events were not answered within 300 s")
+                    await asyncio.sleep(0.1)
+                return _cpu_seconds(server.pid)
+
             await paced(lambda: sent >= 5)  # (the first turns: the bot's imports and caches)
+            cpu = await all_answered()
             quiet = await paced(lambda: sent >= 5 + quiet_events)
+            per_event = (await all_answered() - cpu) / quiet_events
             cpu = _cpu_seconds(server.pid)
             flood = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", "import sys; from threadkeeper.bench_flood import flood_main; "
@@ -224,7 +241,7 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
             waiting = asyncio.create_task(flood.communicate())
             during = await paced(waiting.done)
             flooded = json.loads((await waiting)[0])
-            cpu = _cpu_seconds(server.pid) - cpu
+            cpu = await all_answered() - cpu - len(during) * per_event
     finally:
         _stop(server)
         await fake.close()
@@ -243,7 +260,7 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
             "signed_ack_p50_s_quiet": round(statistics.median(quiet), 3),
             "signed_acks_during_unsigned_flood": len(during),
             "signed_acks_failed_during_unsigned_flood": len(failed),
-            "bot_cpu_ms_per_unsigned_request": round(cpu * 1000 / unsigned, 2),
+            "bot_cpu_ms_per_unsigned_request": round(max(0.0, cpu) * 1000 / unsigned, 2),
             "unsigned_flood_requests_per_s": round(unsigned / max(flooded["seconds"], 1e-6), 1)}
 
 
