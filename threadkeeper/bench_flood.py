@@ -234,7 +234,7 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
             cpu = await all_answered()
             quiet = await paced(lambda: sent >= 5 + quiet_events)
             per_event = (await all_answered() - cpu) / quiet_events
-            cpu = _cpu_seconds(server.pid)
+            cpu, failed_before = _cpu_seconds(server.pid), len(failed)
             flood = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", "import sys; from threadkeeper.bench_flood import flood_main; "
                 "flood_main(*map(int, sys.argv[1:]))", str(port), str(unsigned), str(clients), str(body_kb),
@@ -242,7 +242,8 @@ async def flood_metrics(url: str, prefix: str, *, unsigned: int = 300, clients: 
             waiting = asyncio.create_task(flood.communicate())
             during = await paced(waiting.done)
             flooded = json.loads((await waiting)[0])
-            cpu = await all_answered() - cpu - len(during) * per_event
+            stored = len(during) - (len(failed) - failed_before)  # (the turns to leave out)
+            cpu = await all_answered() - cpu - stored * per_event
     finally:
         _stop(server)
         await fake.close()
