@@ -14,6 +14,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
 from .envelope import problem as envelope_problem
+from .signature import SignatureGate
 from .slack import SlackBot
 from .workspaces import KEY_WRONG
 
@@ -34,7 +35,12 @@ def socket_state(handler: Any) -> SlackState:
 def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
                   durability: str = "unknown", slack: SlackState | None = None,
                   ack_seconds: float = 2.0, eviction: str = "unknown") -> web.Application:
-    """``POST /slack/events`` (signature verified by Bolt), ``GET /healthz``, ``GET /metrics``.
+    """``POST /slack/events``, ``GET /healthz``, ``GET /metrics``.
+
+    An event's signature is checked before its body is read as anything (:class:`bot.signature.SignatureGate`): by
+    the headers alone (unsigned, stale, a body declared over the bound), then by one HMAC of the body, read up to its
+    bound; only a request Slack signed is parsed, checked for its shape (:func:`bot.envelope.problem`) and given to
+    Bolt.
 
     ``/healthz`` also says how Redis keeps acknowledged messages across its own restart (``durability``) and
     how Slack reaches this process: ``http`` (events are posted to it) or, in Socket Mode, whether the
@@ -47,17 +53,40 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
     failing over) the endpoint answers 503 at once, so Slack sends the event again, instead of holding the
     request until Slack gives up on it (a retry that finds the event stored is deduplicated)."""
 
+    gate = SignatureGate(bot.signing_secret or "") if events else None
+
+    def refused(refusal: tuple[int, str]) -> web.Response:
+        status, reason = refusal
+        if status == 400:
+            return malformed(reason)
+        bot.metrics.events.labels("request", "unsigned").inc()  # (counted, not logged: a flood would fill the log)
+        return web.Response(status=status, text=reason)
+
+    def malformed(why: str) -> web.Response:
+        bot.metrics.events.labels("request", "rejected").inc()
+        log.warning("rejected a malformed Slack request: %s", why)
+        return web.Response(status=400, text=f"malformed Slack request: {why}")
+
     async def slack_events(request: web.Request) -> web.Response:
-        why = envelope_problem(request.headers, await request.read())
+        assert gate is not None
+        refusal = gate.headers(request.headers, request.content_length)
+        if refusal is not None:
+            return refused(refusal)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:  # (sent without a Content-Length, larger than it may be)
+            return refused((413, f"the body is larger than {gate.max_body_bytes:,} bytes"))
+        refusal = await gate.body(request.headers, body)
+        if refusal is not None:
+            return refused(refusal)
+        why = envelope_problem(request.headers, body)
         if why is None:
             try:
                 bolt_request = await to_bolt_request(request)
             except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:  # Bolt could not read it
                 why = f"{type(exc).__name__}: {str(exc)[:200]}"
         if why is not None:
-            bot.metrics.events.labels("request", "rejected").inc()
-            log.warning("rejected a malformed Slack request: %s", why)
-            return web.Response(status=400, text=f"malformed Slack request: {why}")
+            return malformed(why)
         try:
             async with asyncio.timeout(ack_seconds):
                 response = await bot.app.async_dispatch(bolt_request)
@@ -108,7 +137,7 @@ def build_web_app(bot: SlackBot, health: HealthCheck, *, events: bool = True,
     async def stop_hearing(_: web.Application) -> None:
         await bot.close()
 
-    app = web.Application()
+    app = web.Application(client_max_size=gate.max_body_bytes if gate is not None else 1024 * 1024)
     app.on_startup.append(preload)
     app.on_startup.append(hear_stops)
     app.on_cleanup.append(stop_hearing)

@@ -344,11 +344,18 @@ def _plant_casual(b: _Builder, fam: str, i: int, later: int, followups: Followup
                        "on Friday", "When does the flight land on Friday?", i, followups)
 
 
+MIN_MESSAGES = 100
+"""The fewest messages a generated thread has room for its planted facts and their follow-ups in."""
+
+
 def generate_thread(seed: int, *, messages: int = 1500, items: int = 24, style: str = "work") -> Thread:
-    """A thread of about ``messages`` messages with ``items`` planted identifiers (and proportionally
-    fewer decisions, asks, constraints, pins and edited facts) spread across it, in the given ``style``."""
+    """A thread of about ``messages`` messages (at least :data:`MIN_MESSAGES`) with ``items`` planted identifiers (and
+    proportionally fewer decisions, asks, constraints, pins and edited facts) spread across it, in the given
+    ``style``."""
     if style not in STYLES:
         raise ValueError(f"unknown style {style!r}; expected one of {', '.join(STYLES)}")
+    if messages < MIN_MESSAGES:
+        raise ValueError(f"a generated thread needs at least {MIN_MESSAGES} messages, not {messages}")
     rng = random.Random(f"{style}:{seed}" if style != "work" else seed)
     b = _Builder(rng, 1_700_000_000 + seed * 1_000_000, f"eval:thread-{seed}" + ("" if style == "work" else
                                                                                  f"-{style}"), style)

@@ -40,7 +40,7 @@ from threadkeeper.persistence import (
 )
 
 from ._numpy import import_now as import_numpy
-from .conversation import PRIVACY, Conversation
+from .conversation import PRIVACY, Conversation, slack_id
 from .handoff import CompactionReport, Compactor
 from .lexicon import load as load_words
 from .memory import Extraction, Memory, Source
@@ -391,11 +391,13 @@ class Pipeline:
         return await self.forgetter.keys_of(as_conversation(conversation).id)
 
     async def conversations_of_workspace(self, workspace: str) -> list[str]:
+        slack_id("team", workspace)
         return await self.forgetter.conversations_of_team(workspace)
 
     async def forget_workspace(self, workspace: str) -> tuple[int, list[str]]:
         """Delete every conversation of a workspace and its memory: how many keys went, and the conversations left
         because a turn held them (forget those again once it has finished)."""
+        slack_id("team", workspace)
         deleted, busy = await self.forgetter.team(workspace)
         if self.memory is not None:
             deleted += await self.memory.forget_workspace(workspace)
@@ -418,6 +420,7 @@ class Pipeline:
 
     async def memory_records(self, workspace: str | None = None, channel: str | None = None) -> list[MemoryRecord]:
         """The live records of one workspace (or every workspace), of one channel if given."""
+        _named(workspace, channel)
         spaces = [workspace] if workspace else await self.memory_store.workspaces()
         return [r for w in spaces for r in await self.memory_store.records(w)
                 if not channel or r.channel == channel]
@@ -437,12 +440,14 @@ class Pipeline:
 
     async def forget_memory(self, workspace: str) -> int:
         """Every memory key of a workspace (records, versions, switches, jobs)."""
+        slack_id("team", workspace)
         return await self.memory_store.forget_workspace(workspace)
 
     async def switch_memory(self, workspace: str, channel: str | None, on: bool) -> None:
         """Switch memory on or off for a workspace or one of its channels. Switched on, the conversations already
         stored there owe extraction again (the sweep had let go of them while memory was off): the idle sweep
         extracts them without waiting for their next message."""
+        _named(workspace, channel)
         await self.memory_store.set_switch(workspace, f"channel:{channel}" if channel else "workspace", on)
         if on:
             await self.memory_store.owe(await self.checkpoints.listed(Conversation.beginning(workspace, channel)))
@@ -480,6 +485,7 @@ class Pipeline:
         return await self._memory().extract(conversation.said(flags.get(PRIVACY)), force=True)
 
     async def consolidate_memory(self, workspace: str, channel: str | None) -> MemoryVersion | None:
+        _named(workspace, channel)
         return await self._memory().consolidate(workspace, f"channel:{channel}" if channel else "workspace")
 
     @property
@@ -502,6 +508,14 @@ def _preloaded() -> None:
     read_rules()
     load_words()
     import_numpy()
+
+
+def _named(workspace: str | None, channel: str | None) -> None:
+    """A workspace and a channel a command names, each checked when given (:func:`slack_id`)."""
+    if workspace is not None:
+        slack_id("team", workspace)
+    if channel is not None:
+        slack_id("channel", channel)
 
 
 def as_conversation(value: Conversation | str) -> Conversation:

@@ -29,6 +29,15 @@ class ConversationIdError(ThreadkeeperError):
     """A conversation id or one of its parts is not one a transport could have made."""
 
 
+def slack_id(kind: str, value: object) -> str:
+    """``value`` if it can be a Slack ``kind`` id (a team, channel or thread: letters, digits, '.', '-', '_', up to
+    64), else :class:`ConversationIdError` saying so: the one rule for ids a command or an event names."""
+    if not isinstance(value, str) or not _SLACK_PART.fullmatch(value):
+        shown = value[:80] if isinstance(value, str) else value
+        raise ConversationIdError(f"invalid Slack {kind} id {shown!r} (letters, digits, '.', '-', '_')")
+    return value
+
+
 @dataclass(frozen=True)
 class Conversation:
     id: str
@@ -50,8 +59,7 @@ class Conversation:
     def slack(cls, team: str, channel: str, thread: str, privacy: Privacy = "unknown") -> Conversation:
         """A Slack thread (``thread``: the thread's ts, or ``dm`` for a direct message's top level)."""
         for name, part in (("team", team), ("channel", channel), ("thread", thread)):
-            if not isinstance(part, str) or not _SLACK_PART.fullmatch(part):
-                raise ConversationIdError(f"invalid Slack {name} id {part!r} (letters, digits, '.', '-', '_')")
+            slack_id(name, part)
         return cls(f"slack:{team}:{channel}:{thread}", "slack", team, channel, thread, privacy)
 
     @staticmethod

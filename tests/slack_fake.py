@@ -358,9 +358,11 @@ def _streamed(params: dict[str, Any]) -> str:
                                                          if c.get("type") == "markdown_text")
 
 
-def sign(secret: str, body: str, timestamp: int | None = None) -> dict[str, str]:
+def sign(secret: str, body: str | bytes, timestamp: int | None = None) -> dict[str, str]:
+    """Slack's headers for ``body`` (its bytes as sent: a string is sent as UTF-8)."""
     ts = str(timestamp if timestamp is not None else int(time.time()))
-    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    sent = body.encode() if isinstance(body, str) else body
+    digest = hmac.new(secret.encode(), f"v0:{ts}:".encode() + sent, hashlib.sha256).hexdigest()
     return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}", "Content-Type": "application/json"}
 
 

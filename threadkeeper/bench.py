@@ -29,6 +29,7 @@ from threadkeeper.services.recall import Recall
 from threadkeeper.services.turn import SilentEvents
 
 from .bench_data import chat_text, fill, fill_epochs, filler, message, note_cost_us, redaction_ms_adversarial
+from .bench_flood import flood_process_metrics
 from .bench_turns import turn_process_metrics
 from .root import build_pipeline, build_stores
 from .settings import Settings
@@ -599,7 +600,8 @@ def _worker_process_metrics(url: str, prefix: str, route: str, quick: bool) -> d
 
 
 async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str], None] = lambda _: None,
-                    ) -> dict[str, float]:
+                    notes: list[str] | None = None) -> dict[str, float]:
+    """Every figure of the bench; ``notes`` receives what could not be measured here, and why."""
     url = settings.redis_url or "redis://127.0.0.1:6379/15"
     # Under the configured prefix, so a caller can find (and check it removed) exactly its own keys.
     prefix = f"tkbench-{settings.threadkeeper_key_prefix}-{uuid.uuid4().hex[:8]}"
@@ -710,6 +712,10 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
                      + (", then reply latency with a slow summarizer" if route == "litellm" else ""))
             out.update(_worker_process_metrics(url, prefix, route, quick))
         out.update(turn_process_metrics(url, prefix, quick, progress))
+        flood, why = flood_process_metrics(url, prefix, quick, progress)
+        out.update(flood)
+        if why is not None and notes is not None:
+            notes.append(why)
         # Last: reading 100,000 messages into this process's caches would inflate the memory figure above.
         out.update(await _recall_bench(local, client, (1_000, 10_000) if quick else (1_000, 10_000, 100_000),
                                        15 if quick else 41, progress))
@@ -741,7 +747,9 @@ REQUIRED = [f"{m}_{n}" for n in (100, 1000, 10000) for m in ("preturn_ms_p50", "
     "memory_sweep_commands_max_pass_1000", "conversations_list_s_2000", "reply_p95_over_p50_with_slow_summarizer",
     "cold_worker_preturn_ms_5000", "cold_worker_ack_ms_max_5000", "cold_worker_other_reply_over_alone_5000",
     "executor_cpu_ms_5000", "alternating_preturn_ms_p50_5000", "cache_measured_over_bound",
-    "rotation_preturn_ms_p50_10x1000", "rotation_preturn_ms_p99_10x1000", "rotation_rss_mb_10x1000"]
+    "rotation_preturn_ms_p50_10x1000", "rotation_preturn_ms_p99_10x1000", "rotation_rss_mb_10x1000",
+    "signed_ack_p99_s_during_unsigned_flood", "signed_ack_p50_s_during_unsigned_flood",
+    "unsigned_flood_requests_per_s"]
 
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -763,6 +771,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "rotation_rss_mb_100x10000": ("<=", 400), "alternating_preturn_ms_p50_100000": ("<=", 10),
     "cache_measured_over_bound": ("<=", 1),
     "langgraph_redis_turn_ratio_10000": (">=", 10),
+    "signed_ack_p99_s_during_unsigned_flood": ("<=", 0.1),
 }
 """What the service promises, by metric: ``(<= or >=, bound)``. A write costs at most 1.5× at 10,000 messages what
 it costs at 100 (:func:`targets`). At 10,000 messages a turn costs LangGraph's Redis saver at least ten times what it

@@ -267,20 +267,32 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_manifest(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.bot.manifest import manifest
 
-    if args.http and not args.http.startswith(("https://", "http://")):
+    if args.http is not None and not args.http.startswith(("https://", "http://")):
         raise ThreadkeeperError(f"--http must be the URL Slack reaches this app at (https://…), not {args.http!r}")
     made = manifest("http" if args.http else "socket", args.surface, args.http or "https://threadkeeper.example.com")
     print(json.dumps(made, indent=2))
     return 0
 
 
+MAX_COUNT = 1_000_000_000
+"""The largest count an option takes (a limit, a window, messages, turns): beyond it a number is a mistake, and one
+past 2**63 would fail deep in Redis."""
+
+
 def _positive(value: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a whole number") from None
+    if not 1 <= number <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{value[:40]} must be from 1 to {MAX_COUNT:,}")
+    return number
+
+
+def _port(value: str) -> int:
+    number = _positive(value)
+    if number > 65_535:
+        raise argparse.ArgumentTypeError(f"{value[:40]} is not a port (1 to 65535)")
     return number
 
 
@@ -350,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--socket", action="store_true", help="Socket Mode (needs SLACK_APP_TOKEN)")
     mode.add_argument("--http", action="store_true", help="HTTP events at /slack/events (needs SLACK_SIGNING_SECRET)")
-    p.add_argument("--port", type=_positive, help="HTTP port (default 3000; with --socket: serve /healthz and "
+    p.add_argument("--port", type=_port, help="HTTP port (default 3000; with --socket: serve /healthz and "
                                                   "/metrics on this port)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0: every interface)")
     p.set_defaults(func=cmd_serve)

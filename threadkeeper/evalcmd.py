@@ -36,7 +36,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         skipped_text,
         summarize,
     )
-    from threadkeeper.evals.generator import STYLES
+    from threadkeeper.evals.generator import MIN_MESSAGES, STYLES
     from threadkeeper.services import ModelClient
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -49,6 +49,9 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     if not generated and args.dataset:
         raise SettingsError(f"--dataset is for generated threads; with --benchmark {args.benchmark} use --path")
     benchmark = None if generated else load_benchmark(args.benchmark, args.path, limit=args.limit)
+    if generated and not args.dataset and args.messages < MIN_MESSAGES:
+        raise SettingsError(f"--messages must be at least {MIN_MESSAGES} (a generated thread's room for its planted "
+                            "facts)")
     styles = [st.strip() for st in args.styles.split(",") if st.strip()]
     unknown_styles = [st for st in styles if st not in STYLES]
     if unknown_styles or not styles:

@@ -28,9 +28,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     check_plot(args.plot)
     quiet_turn_lines(settings.threadkeeper_log_level)  # thousands of turns: the table says what happened
 
+    notes: list[str] = []
+
     async def work() -> tuple[dict[str, float], str | None]:
         with WorkProgress("bench", None) as phases:
-            metrics = await run_bench(settings, quick=args.quick, progress=lambda text: phases.update(what=text))
+            metrics = await run_bench(settings, quick=args.quick, progress=lambda text: phases.update(what=text),
+                                      notes=notes)
             peer = await langgraph_redis_rows(settings, quick=args.quick, progress=lambda text: phases.update(what=text))
         return {**metrics, **peer.rows}, peer.note
 
@@ -49,8 +52,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     missed = [t.metric for t in rows if not t.met]
     print(f"targets: {len(rows) - len(missed)} of {len(rows)} met" + (f"; missed: {', '.join(missed)}" if missed
                                                                       else ""))
-    if peer:
-        print(peer)
+    for note in [*notes, *([peer] if peer else [])]:
+        print(note)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(metrics, fh, indent=2)
@@ -127,7 +130,8 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
     async def work(stores: Stores, pipeline: Pipeline) -> int:
         if args.action == "list":
             counts = await pipeline.dead_letter_counts()
-            if args.conversation_id:
+            if args.conversation_id is not None:
+                await pipeline.exists(args.conversation_id)  # (an id no conversation can have is refused here)
                 counts = {c: n for c, n in counts.items() if c == args.conversation_id}
             listed = {cid: [_dead_letter(raw) for raw in await pipeline.dead_letters(cid)] for cid in counts}
             if args.json:

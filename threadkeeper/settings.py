@@ -113,6 +113,8 @@ class Settings(BaseSettings):
     def _redis_scheme(cls, value: str | None) -> str | None:
         if value and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
+        if value:
+            _check_redis_url(value)
         return value
 
     @model_validator(mode="after")
@@ -182,6 +184,31 @@ class Settings(BaseSettings):
         return (f"Slack is half configured: {named} {'is' if len(given) == 1 else 'are'} set but {lacking} "
                 f"{'is' if len(missing) == 1 else 'are'} not. Set {'them' if len(missing) > 1 else 'it'} to run the "
                 f"Slack bot, or unset {named} (environment or .env) to chat in the local console")
+
+
+_MAX_DB = 2**31 - 1
+"""The largest database number Redis's ``databases`` setting allows (the server says which of them it has)."""
+
+
+def _check_redis_url(url: str) -> None:
+    """A ``REDIS_URL`` the client reads as it is written: its port a number from 1 to 65535, its database (the path
+    of ``redis://host:port/<db>``, or ``?db=``) a whole number, else a ``ValueError`` saying what is wrong (redis-py
+    would read ``/abc`` as database 0 and ``/2/3`` as 23, someone else's data)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"not a URL redis-py can read: {exc}") from None
+    if port == 0:
+        raise ValueError("the port must be 1 to 65535")
+    dbs = parse_qs(parts.query).get("db", [])
+    if parts.scheme != "unix" and parts.path.strip("/"):
+        dbs.append(parts.path[1:])
+    for db in dbs:
+        if not db.isascii() or not db.isdigit() or int(db) > _MAX_DB:
+            raise ValueError(f"the database must be a whole number from 0 to {_MAX_DB}, not {db[:40]!r}")
 
 
 def export_dotenv(path: str = ".env") -> list[str]:
