@@ -40,6 +40,25 @@ async def drop_prefix(client: aioredis.Redis, prefix: str) -> None:
         await client.delete(key)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Test processes (pytest-xdist, ``--dist load``) are handed one test at a time, not a block of the collection
+    # each: the slowest tests, first in the collection (below), go to whichever process is free, and none waits
+    # queued behind another's block.
+    if config.getoption("dist", "no") == "load" and config.getoption("maxschedchunk", None) is None:
+        config.option.maxschedchunk = 1
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow(seconds)`` run first, the slowest first, so that in several test processes none of
+    them starts near the end and the run ends with the quick ones, spread over the processes."""
+    def seconds(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("slow")
+        return float(mark.args[0]) if mark is not None else 0.0
+
+    items.sort(key=seconds, reverse=True)  # stable: the others keep their order
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"tktest-{uuid.uuid4().hex[:12]}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +36,13 @@ class Step:
     """(prompt tokens, completion tokens); default: rough counts."""
     finish_reason: str | None = None
     """What the provider says ended the output (default: ``stop``, or ``tool_calls`` with tool calls)."""
+
+
+def free_port() -> int:
+    """A loopback port free now (bound, then released), for a server a test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 _COUNTER = Tokenizer("gpt-4o")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from fakes import free_port
 from model_server import ModelServer, Reply
 from test_budget_and_cli import clean_env
 
@@ -28,13 +29,6 @@ a start-up without a model takes on a busy machine."""
 MODEL_SECONDS = 45.0
 """A row that names a model imports litellm (3 to 6 s on a quiet machine, three times that under load): it is
 bounded only so that a retry loop would show."""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -57,7 +51,7 @@ def loopback() -> Iterator[Loopback]:
     server = shutil.which("redis-server")
     if server is None:
         pytest.skip("needs redis-server on the PATH")
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--requirepass", PASSWORD,
                                 "--save", "", "--appendonly", "no", "--loglevel", "warning"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -75,7 +69,7 @@ def loopback() -> Iterator[Loopback]:
                 assert time.monotonic() < deadline, "the password-protected redis-server did not start"
                 time.sleep(0.05)
         client.close()
-        yield Loopback(redis_pw=port, plain=listener.getsockname()[1], closed=_free_port())
+        yield Loopback(redis_pw=port, plain=listener.getsockname()[1], closed=free_port())
     finally:
         listener.close()
         process.terminate()  # the redis-server this fixture started, by its PID

@@ -15,6 +15,7 @@ from threadkeeper.bench import REQUIRED, checked
 
 
 @pytest.mark.redis
+@pytest.mark.slow(240)
 async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> None:
     client = await real_redis()
     await client.aclose()

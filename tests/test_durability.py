@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from fakes import free_port
 
 from threadkeeper.persistence import durability
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start its own")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _started(tmp: Path, *args: str) -> tuple[subprocess.Popen[bytes], aioredis.Redis]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp),
                                 *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = aioredis.Redis(host="127.0.0.1", port=port)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -16,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography.fernet import Fernet
-from fakes import Step, scripted
+from fakes import Step, free_port, scripted
 from fakes import settings as make_settings
 from slack_sdk.oauth.installation_store.models import Installation
 from test_slack_bot import ENCRYPTION_KEY, make_harness
@@ -88,12 +87,6 @@ async def test_a_bot_token_bot_says_the_key_is_not_used(model, prefix, redis_cli
         await h.slack.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_redis(*options: str) -> tuple[subprocess.Popen, str, str]:
     import redis
 
@@ -102,7 +95,7 @@ def _start_redis(*options: str) -> tuple[subprocess.Popen, str, str]:
     directory = tempfile.mkdtemp(prefix="threadkeeper-evict-")
     deadline = time.monotonic() + 20
     while True:
-        port = _free_port()
+        port = free_port()
         process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                     "--appendonly", "no", "--dir", directory, *options],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 from conftest import REDIS_URL
+from fakes import free_port
 from model_server import ModelServer, Reply
 from slack_fake import FakeSlack, event_body, sign
 
@@ -34,15 +34,11 @@ from threadkeeper.services.app import POSTED
 from threadkeeper.settings import Settings
 from threadkeeper.stores import build_stores
 
+pytestmark = pytest.mark.slow(30)  # worker processes start, are killed and replaced: 10 to 60 s a test
+
 SECRET = "process-test-secret"
 CHANNEL = "C500"
 LEASE = 5.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Worker:
@@ -99,7 +95,7 @@ class Fleet:
     async def start(self, n: int) -> list[Worker]:
         started = []
         for i in range(n):
-            port = _free_port()
+            port = free_port()
             log = self.tmp / f"worker-{len(self.workers)}.log"
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "threadkeeper", "serve", "--http", "--host", "127.0.0.1", "--port", str(port),
@@ -185,7 +181,8 @@ async def test_three_workers_answer_every_turn_exactly_once_when_turns_outlast_t
     roots = [f"1700030{i}00.000100" for i in range(3)]
     for i, root in enumerate(roots):
         assert await workers[i].post(event_body(mention(root, f"question {i}"), event_id=f"Ev-p{i}")) == 200
-    await asyncio.sleep(1.0)  # thread 0's turn is running: a follow-up arrives at another worker
+    await fleet.until(lambda: any("question 0" in json.dumps(r["messages"]) for r in fleet.model.requests), 30,
+                      "thread 0's turn is running")  # a follow-up arrives at another worker meanwhile
     follow_up = "1700030000.000200"
     assert await workers[1].post(event_body(mention(follow_up, "and a follow-up", roots[0]), event_id="Ev-p9")) == 200
     await fleet.until(lambda: [len(fleet.replies(r)) for r in roots] == [2, 1, 1], 45, "every turn answered")
@@ -331,7 +328,7 @@ class OwnRedis:
     """A redis-server this test starts on a free loopback port (and restarts, and stops)."""
 
     def __init__(self, tmp: Path, *args: str) -> None:
-        self.port, self.dir, self.args = _free_port(), tmp / "redis", args
+        self.port, self.dir, self.args = free_port(), tmp / "redis", args
         self.dir.mkdir(exist_ok=True)
         self.process: asyncio.subprocess.Process | None = None
 
