@@ -12,7 +12,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import litellm
 import pytest
 import redis
-from fakes import Paused, Step, pipeline, scripted
+from fakes import Paused, Step, free_port, pipeline, scripted
 from test_compaction_ahead import CountingSummarizer
 
 from threadkeeper.persistence import CheckpointKind, CheckpointStatus, connect, scripts
@@ -43,19 +42,13 @@ connection, and a stalled Redis runs both copies when it goes on. A stall shorte
 conversation to the worker that held it; a longer one lets the other worker take it over."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class OwnRedis:
     """A redis-server of this test's own on a free loopback port, keeping an append-only file in its own
     directory: stopped (SIGSTOP) and resumed, restarted on the same port and file, and stopped by its process id."""
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="threadkeeper-outage-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
