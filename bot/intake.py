@@ -32,7 +32,7 @@ class SlackIntake:
     fast_model: ModelClient | None
     history_pace: HistoryPace
     worker: TurnWorker
-    _names: dict[tuple[str, str], str]
+    _names: dict[tuple[str, str], tuple[str, str | None]]
 
     async def _me(self, team: str) -> Identity | None:
         return await self.workspaces.identity(team)
@@ -77,22 +77,31 @@ class SlackIntake:
     async def author(self, conversation: Conversation, author_id: str) -> str:
         """A person's display name in the conversation's workspace (cached), so the model and the ledger read
         names, not ids; the id when the lookup fails."""
-        team = conversation.workspace
-        name = self._names.get((team, author_id))
-        if name is None:
-            name = author_id
-            client = await self.workspaces.client(team)
-            try:
-                if client is not None:
-                    profile = (await client.users_info(user=author_id)).get("user") or {}
-                    details = profile.get("profile") or {}
-                    name = details.get("display_name") or details.get("real_name") or profile.get("name") or author_id
-            except SlackApiError as exc:  # users:read missing or the user is gone: keep the id
-                log.info("users.info for %s failed: %s", author_id, slack_error(exc))
-            self._names[(team, author_id)] = name
-            if len(self._names) > 50_000:
-                self._names.clear()
-        return name
+        return (await self._person(conversation.workspace, author_id))[0]
+
+    async def zone(self, conversation: Conversation, author_id: str) -> str | None:
+        """The time zone Slack's profile gives the person (``users.info``'s ``tz``, an IANA name; cached with the
+        name, one lookup for both); None when Slack gives none or the lookup fails."""
+        return (await self._person(conversation.workspace, author_id))[1]
+
+    async def _person(self, team: str, author_id: str) -> tuple[str, str | None]:
+        known = self._names.get((team, author_id))
+        if known is not None:
+            return known
+        name, zone = author_id, None
+        client = await self.workspaces.client(team)
+        try:
+            if client is not None:
+                profile = (await client.users_info(user=author_id)).get("user") or {}
+                details = profile.get("profile") or {}
+                name = details.get("display_name") or details.get("real_name") or profile.get("name") or author_id
+                zone = profile.get("tz") if isinstance(profile.get("tz"), str) else None
+        except SlackApiError as exc:  # users:read missing or the user is gone: keep the id
+            log.info("users.info for %s failed: %s", author_id, slack_error(exc))
+        if len(self._names) >= 50_000:
+            self._names.clear()
+        self._names[(team, author_id)] = (name, zone)
+        return name, zone
 
     async def route(self, conversation: Conversation, text: str, recent: Sequence[str]) -> bool:
         me = await self._me(conversation.workspace)

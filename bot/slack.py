@@ -66,7 +66,7 @@ class SlackBot(SlackIntake):
         self.events = SlackEvents(workspaces, pipeline, self.trigger_ts, self.metrics, surface=surface)
         self.worker = TurnWorker(pipeline, self.events, self.metrics)
         self.home = Home(pipeline, workspaces)
-        self._names: dict[tuple[str, str], str] = {}
+        self._names: dict[tuple[str, str], tuple[str, str | None]] = {}
         pipeline.use_intake(self)
         self.signing_secret = signing_secret
         """Checked by the events endpoint before it reads a request (:class:`bot.signature.SignatureGate`), so Bolt's

@@ -1120,6 +1120,16 @@ MUTANTS: list[Mutant] = [
     Mutant("manifest-with-an-empty-url-is-the-socket-one", "threadkeeper/cli.py",
            "    if args.http is not None and not args.http.startswith(", "    if args.http and not args.http.startswith(",
            ("tests/test_cli_fuzz.py", "-k", "bad_arguments")),
+    Mutant("days-read-in-utc-whatever-the-askers-zone", "services/turn/assembler.py",
+           "notes=notes, tz=time_zone(zone))", "notes=notes, tz=None)",
+           ("tests/test_recall.py", "-k", "askers_time_zone")),
+    Mutant("askers-zone-never-asked-of-the-transport", "services/turn/input.py",
+           "            prepared = replace(prepared, zone=await self.intake.zone(conversation, asking.author_id))\n",
+           "            pass\n",
+           ("tests/test_recall.py", "-k", "askers_time_zone")),
+    Mutant("askers-zone-not-read-from-slacks-profile", "bot/intake.py",
+           'zone = profile.get("tz") if isinstance(profile.get("tz"), str) else None', "zone = None",
+           ("tests/test_slack_bot.py", "-k", "askers_time_zone")),
 ]
 
 

@@ -37,6 +37,8 @@ class FakeSlack:
         """(method, bot token) of every call."""
         self.people: dict[str, str] = {}
         """user id → display name answered by users.info (others: user_not_found)."""
+        self.zones: dict[str, str] = {}
+        """user id → the time zone users.info gives them (``tz``, an IANA name); none for others."""
         self.admins: set[str] = set()
         """user ids users.info calls admins of the workspace (``is_admin``); they are found even if not in
         ``people``."""
@@ -237,7 +239,8 @@ class FakeSlack:
             if user in self.people or user in self.admins:
                 return web.json_response({"ok": True, "user": {
                     "id": user, "name": user.lower(), "is_admin": user in self.admins, "is_owner": False,
-                    "profile": {"display_name": self.people.get(user, user.lower())}}})
+                    "profile": {"display_name": self.people.get(user, user.lower())},
+                    **({"tz": self.zones[user]} if user in self.zones else {})}})
             return web.json_response({"ok": False, "error": "user_not_found"})
         if method == "conversations.replies":
             messages = self.threads.get((params.get("channel", ""), params.get("ts", "")))

@@ -17,6 +17,7 @@ from threadkeeper.services.context import calibration, visible
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
 from threadkeeper.services.recall.index import SHORT_TOKENS, sent_within
 from threadkeeper.services.text import TermIndex, named_days, search_terms
+from threadkeeper.services.turn import Preparation
 
 CONV = "slack:T1:C9:1700000000.000400"
 FACTS = ["The billing outage ticket is OPS-4471 and Priya owns the follow-up.",
@@ -193,6 +194,56 @@ def test_the_day_a_message_was_sent_is_a_field_a_question_naming_a_day_scores() 
     assert plain[0] == "other", "without the day field, the shorter message matches best"
     assert [index.targets[p] for _, p in index.by_fields(index.scores(fireworks), set(), sent)[0]] == ["told", "other"]
     assert index.by_fields(index.scores(fireworks), set(), []) == (index.scores(fireworks), [])
+
+
+class _Zoned:
+    """A transport's intake that knows each person's time zone (as Slack's ``users.info`` gives it)."""
+
+    def __init__(self, zones: dict[str, str]) -> None:
+        self.zones = zones
+
+    async def author(self, conversation: Conversation, author_id: str) -> str:
+        return author_id
+
+    async def zone(self, conversation: Conversation, author_id: str) -> str | None:
+        return self.zones.get(author_id)
+
+    async def route(self, conversation: Conversation, text: str, recent: object) -> bool:
+        return False
+
+    async def prepare(self, conversation: Conversation) -> Preparation:
+        return Preparation()
+
+
+async def test_a_turn_reads_the_days_a_question_names_in_the_askers_time_zone(model, prefix, client) -> None:
+    """Just after midnight in Tokyo, "yesterday" is Tokyo's day before: a message sent on the UTC day before that is
+    recalled by its day for an asker whose zone the transport does not know (UTC), not for the one in Tokyo."""
+    p = _pipeline(prefix, client)
+    p.use_intake(_Zoned({"carol": "Asia/Tokyo", "erin": "Not/A_Zone"}))
+    utc = timezone.utc
+    only_utc = datetime(2023, 11, 19, 10, tzinfo=utc).timestamp()  # Tokyo: the 19th, 19:00
+    both = datetime(2023, 11, 20, 1, tzinfo=utc).timestamp()  # Tokyo: the 20th, 10:00
+    before = datetime(2023, 11, 1, tzinfo=utc).timestamp()  # the rest, weeks before
+    said = {0: (FACTS[0], only_utc), 4: (FACTS[1], both)}  # apart, so neither is the other's neighbour
+    for i, filler in enumerate(_filler(124)):
+        text, when = said.get(i, (filler, before + i * 60))
+        await p.submit(CONV, text, author=("alice", "bob")[i % 2], id=f"1700.{i:06d}", created_at=when)
+        await p.run(CONV)
+    asked = datetime(2023, 11, 20, 15, 30, tzinfo=utc).timestamp()  # Tokyo: the 21st, 00:30
+
+    async def recalled(asker: str, n: int) -> str:
+        model.requests.clear()
+        await p.submit_item(CONV, InboxItem(message=p.message("what happened yesterday?", author=asker,
+                                                              id=f"1800.{n:06d}", created_at=asked + n),
+                                            author_id=asker, reply_expected=True))
+        await p.run(CONV)
+        return "\n".join(m["content"] for m in model.requests[0]["messages"][1:] if m["role"] == "system")
+
+    tokyo = await recalled("carol", 1)
+    assert "eu-west-3" in tokyo and "OPS-4471" not in tokyo, "Tokyo's yesterday began after the first was sent"
+    for n, asker in enumerate(("dave", "erin"), start=2):  # no zone known; a zone this machine does not know
+        told = await recalled(asker, n)
+        assert "eu-west-3" in told and "OPS-4471" in told, f"{asker}: UTC's yesterday holds both"
 
 
 async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_request(model, prefix, client) -> None:

@@ -141,6 +141,19 @@ async def test_mention_gets_a_threaded_reply(h: Harness) -> None:
         assert h.slack.calls_to("reactions.add") and h.slack.calls_to("reactions.remove")
 
 
+async def test_the_askers_time_zone_comes_with_their_name_from_one_profile_lookup(h: Harness) -> None:
+    """Slack's profile gives a person's time zone beside their name (``users.info``'s ``tz``): the turn reads the
+    days a question names in it, and one lookup serves both; a person Slack gives no zone has none (UTC)."""
+    h.slack.people.update({"U1": "Aiko", "U2": "Dana"})
+    h.slack.zones["U1"] = "Asia/Tokyo"
+    assert await h.post(event_body(mention("1700000001.000300", "what happened yesterday?"), event_id="EvZ")) == 200
+    await h.settle()
+    conversation = Conversation.of(f"slack:T1:{CHANNEL}:1700000001.000300")
+    assert await h.bot.zone(conversation, "U1") == "Asia/Tokyo" and await h.bot.author(conversation, "U1") == "Aiko"
+    assert [c["user"] for c in h.slack.calls_to("users.info")].count("U1") == 1, "name and zone: one lookup"
+    assert await h.bot.zone(conversation, "U2") is None
+
+
 async def test_where_slack_refuses_agent_sessions_a_reaction_shows_the_work(agent: Harness) -> None:
     agent.slack.errors["agents.sessions.setStatus"] = "not_allowed_token_type"
     assert await agent.post(event_body(mention("1700000001.000200", "status?"), event_id="Ev1b")) == 200

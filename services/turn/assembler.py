@@ -12,7 +12,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from threadkeeper.persistence import History, Message, MessageFlags, Notes, TextPart, ThreadkeeperError, new_id
 
@@ -28,6 +30,23 @@ log = logging.getLogger("threadkeeper.executor")
 
 FOCUS_NOTE = ("(The handoff's notes are left out of this turn: the messages recalled above are what the new message "
               "is about.)")
+
+
+def time_zone(name: str | None) -> tzinfo | None:
+    """The time zone a transport named (an IANA name such as ``Asia/Tokyo``); None (UTC) for none or one this
+    machine's zone database does not know, logged once per name."""
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        if name not in _UNKNOWN_ZONES:
+            _UNKNOWN_ZONES.add(name)
+            log.warning("time zone %r is unknown here; days a question names are read in UTC", name)
+        return None
+
+
+_UNKNOWN_ZONES: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -67,7 +86,7 @@ class ContextAssembler:
 
     async def assemble(self, conversation: Conversation, history: History | None, context: Sequence[Message],
                        incoming: Sequence[Message], notes: Notes, *, asker: str | None = None,
-                       hint: str | None = None) -> RuntimeContext:
+                       hint: str | None = None, zone: str | None = None) -> RuntimeContext:
         """The turn's runtime context: who and when, the memory from other conversations found for ``incoming``
         (visible to this conversation and to ``asker``, a transport's user id), and the earlier messages recalled
         for it (as ``notes`` say they read now).
@@ -76,7 +95,8 @@ class ContextAssembler:
         carries besides this one (history and incoming). Recall and memory each take at most their budget share
         (memory also the recall share when there is nothing to recall, as in a new thread), together never more
         than the request has room for beside a tool result. ``hint``: what the person asking has open in the transport
-        (see :attr:`PreparedTurn.hint`)."""
+        (see :attr:`PreparedTurn.hint`); ``zone``: the asker's time zone, in which recall reads the days a question
+        names (see :attr:`PreparedTurn.zone`)."""
         conversation_id = conversation.id
         header = self.header(conversation_id, context, incoming, self.clock())
         if hint:
@@ -100,7 +120,7 @@ class ContextAssembler:
             # the notes' room, less the line that says they are left out
             focus = max(0, handoff.note_tokens[0] - self.tokenizer.count(FOCUS_NOTE) - 2) if handoff else 0
             found = await self.recall.recall(conversation_id, history, shown, incoming, cap, focus_tokens=focus,
-                                             notes=notes)
+                                             notes=notes, tz=time_zone(zone))
             if found.ids:
                 parts.append(found.text)
                 recalled = list(found.ids)

@@ -500,7 +500,8 @@ class ReplyExecutor:
         runtime_id = ""
         if prepared.wants_reply:
             runtime = await self.assembler.assemble(conversation, history, base + new, new, prepared.notes,
-                                                    asker=prepared.asker, hint=prepared.hint)
+                                                    asker=prepared.asker, hint=prepared.hint,
+                                                    zone=prepared.zone)
             runtime_id = runtime.message.id
             new.append(runtime.message)
             stored.append(runtime.stored)

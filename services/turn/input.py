@@ -54,6 +54,9 @@ class PreparedTurn:
     hint: str | None = None
     """What the person asking had open in the transport when they asked, as the transport said it with their message
     (a hint, not an instruction)."""
+    zone: str | None = None
+    """The time zone (an IANA name) of the person asking, as the transport knows it: the days a question names
+    ("yesterday", "last week") are theirs. None: unknown (UTC)."""
 
     @property
     def wants_reply(self) -> bool:
@@ -125,6 +128,8 @@ class TurnInput:
         asking = next((i for i in reversed(settled) if i.reply_expected and i.author_id), None)
         if asking is not None and asking.view:
             prepared = replace(prepared, hint=asking.view)
+        if asking is not None and asking.author_id and self.intake is not None:
+            prepared = replace(prepared, zone=await self.intake.zone(conversation, asking.author_id))
         return prepared
 
     async def settled(self, conversation: Conversation, items: Sequence[InboxItem], history: History | None, *,

@@ -107,7 +107,8 @@ class Preview:
             runtime_id = next((m.id for m in reversed(earlier) if m.flags.runtime), None)
         elif prepared.wants_reply:
             runtime = await self.assembler.assemble(conversation, history, messages, incoming, prepared.notes,
-                                                    asker=prepared.asker, hint=prepared.hint)
+                                                    asker=prepared.asker, hint=prepared.hint,
+                                                    zone=prepared.zone)
             messages.append(runtime.message)
             runtime_id = runtime.message.id
         shown = visible(messages, runtime_id)

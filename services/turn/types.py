@@ -77,6 +77,10 @@ class Intake(Protocol):
         """The display name of the author the transport knows as ``author_id`` in that conversation."""
         ...
 
+    async def zone(self, conversation: Conversation, author_id: str) -> str | None:
+        """The time zone (an IANA name) of the person the transport knows as ``author_id``; None when unknown."""
+        ...
+
     async def route(self, conversation: Conversation, text: str, recent: Sequence[str]) -> bool:
         """Whether the bot should answer ``text``, a message not addressed to it; ``recent`` are the thread's
         last lines (``author: text``)."""
