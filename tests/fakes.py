@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,20 @@ class Step:
     """(prompt tokens, completion tokens); default: rough counts."""
     finish_reason: str | None = None
     """What the provider says ended the output (default: ``stop``, or ``tool_calls`` with tool calls)."""
+
+
+async def until(done: Callable[[], Awaitable[bool] | bool], seconds: float, why: str) -> None:
+    """Wait until ``done()`` (a value or an awaitable) holds, checking every 20 ms; fail with ``why`` after
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = done()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return
+        assert time.monotonic() < deadline, why
+        await asyncio.sleep(0.02)
 
 
 def free_port() -> int:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
-from fakes import Step, counted_commands, scripted
+from fakes import Step, counted_commands, scripted, until
 from slack_fake import BOT_USER, FakeSlack, event_body
 from test_slack_bot import CHANNEL, make_harness, mention
 
@@ -21,13 +20,6 @@ def model():
     m = scripted()
     m.default = Step(text="Here is what I found.", delay=0.1)
     return m
-
-
-async def until(done: Callable[[], bool], seconds: float, why: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, why
-        await asyncio.sleep(0.02)
 
 
 def replies_in(slack: FakeSlack, root: str) -> list[dict]:

@@ -15,14 +15,14 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import litellm
 import pytest
 import redis
-from fakes import Paused, Step, free_port, pipeline, scripted
+from fakes import Paused, Step, free_port, pipeline, scripted, until
 from test_compaction_ahead import CountingSummarizer
 
 from threadkeeper.persistence import CheckpointKind, CheckpointStatus, connect, scripts
@@ -109,18 +109,6 @@ def own_redis() -> Any:
         yield server
     finally:
         server.remove()
-
-
-async def until(condition: Callable[[], Awaitable[bool] | bool], seconds: float, why: str) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        result = condition()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, why
-        await asyncio.sleep(0.02)
 
 
 def update(i: int) -> str:
@@ -348,17 +336,23 @@ async def _check(o: Outage, before: dict[str, Any], head_before: str, *, compact
         assert forks <= reported or not told, f"made, {forks}; reported, {reported}; errors {o.errors[-5:]}"
 
 
+async def _held(o: Outage) -> tuple[dict[str, Any], str]:
+    """The completed checkpoints and the head before the outage, with the summarizer held back from here on."""
+    a = o.workers[0]
+    before = await completed(a)
+    head_before = (await a.checkpoints.require_state(CONV)).head_checkpoint_id
+    assert head_before is not None
+    o.summarizer.gate.clear()
+    return before, head_before
+
+
 @pytest.mark.parametrize("kind", list(OUTAGES))
 async def test_an_outage_while_a_turn_compacts_stores_every_acknowledged_message_once(outage: Any, kind: str) -> None:
     """The turn's compaction waits for the summarizer when Redis goes away; the summarizer answers meanwhile, so the
     fork is sent to a Redis that does not answer (and sent again, each time a command times out)."""
     o: Outage = outage(f"outage-turn-{kind}", ahead=False)
     await o.seed(until_compacting=True)
-    a = o.workers[0]
-    before = await completed(a)
-    head_before = (await a.checkpoints.require_state(CONV)).head_checkpoint_id
-    assert head_before is not None
-    o.summarizer.gate.clear()
+    before, head_before = await _held(o)
     await o.arrive()
     o.start(0)
     await until(lambda: o.summarizer.waiting >= 1, 20, "the turn's compaction asked the summarizer")
@@ -377,11 +371,7 @@ async def test_an_outage_while_a_handoff_is_planned_ahead_stores_every_acknowled
     and the turns after it go on to the trigger and compact, adopting that plan or planning again."""
     o: Outage = outage(f"outage-ahead-{kind}", ahead=True)
     await o.seed(until_compacting=False)
-    a = o.workers[0]
-    before = await completed(a)
-    head_before = (await a.checkpoints.require_state(CONV)).head_checkpoint_id
-    assert head_before is not None
-    o.summarizer.gate.clear()
+    before, head_before = await _held(o)
     await o.arrive()
     o.start(0, 1)
     await until(lambda: o.summarizer.waiting >= 1, 20, "the committed turn's job asked the summarizer")
