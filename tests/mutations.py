@@ -92,7 +92,7 @@ MUTANTS: list[Mutant] = [
            "return await self.search(conversation_id, history, context, query, cap_tokens, widen=False,",
            ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
     Mutant("recall-without-neighbours", "services/recall/index.py",
-           "or len(found) == NEIGHBOURS:\n", "or len(found) == 0:\n",
+           "if found < NEIGHBOURS or first_other:", "if found < 0:",
            ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
     Mutant("recall-neighbour-is-the-bots-reply", "services/recall/index.py",
            'if messages[near].role != "assistant":', "if True:",
@@ -1130,6 +1130,14 @@ MUTANTS: list[Mutant] = [
     Mutant("askers-zone-not-read-from-slacks-profile", "bot/intake.py",
            'zone = profile.get("tz") if isinstance(profile.get("tz"), str) else None', "zone = None",
            ("tests/test_slack_bot.py", "-k", "askers_time_zone")),
+    Mutant("reply-after-the-authors-run-not-looked-for", "services/recall/index.py",
+           "if not 0 <= near < size or (found >= NEIGHBOURS and not own):",
+           "if not 0 <= near < size or found >= NEIGHBOURS:",
+           ("tests/test_recall.py", "-k", "run_of_its_authors")),
+    Mutant("contracted-subject-pronouns-read-as-commands", "services/safety/instructions.py",
+           """for mark in "'’" for verb in ("s", "re", "ve", "ll", "d", "m"))""",
+           """for mark in "" for verb in ("s", "re", "ve", "ll", "d", "m"))""",
+           ("tests/test_instructions.py", "-k", "is_a_fact")),
 ]
 
 

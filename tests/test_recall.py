@@ -625,6 +625,25 @@ async def test_a_hits_neighbour_is_the_reply_after_its_authors_own_next_message(
     assert "morning" in runtime, "the other person's reply came with them"
 
 
+async def test_a_hits_neighbour_is_the_reply_after_a_run_of_its_authors_own_messages(model, prefix, client) -> None:
+    """The reply to what matched comes with the hit also when its author went on for more messages than a side's
+    neighbours: the next person's message is looked for past them (a short one: it is the third on its side)."""
+    p = _pipeline(prefix, client)
+    for i, (author, text) in enumerate([("alice", "The billing outage ticket is OPS-4471."),
+                                        ("alice", "Can somebody look at it?"), ("alice", "It blocks the invoices."),
+                                        ("bob", "Sure, right after lunch.")]):
+        await p.submit(CONV, text, author=author, id=f"1699.{i:06d}", created_at=1699990000 + i * 60)
+    await _thread(p, _filler(120))
+    history = await p.checkpoints.load_history(CONV)
+    assert not any("after lunch" in m.text for m in history.messages if not m.flags.handoff)
+    model.requests.clear()
+    await p.submit(CONV, "what was the ticket for the billing outage?", author="carol", id="1700.009998")
+    await p.run(CONV)
+    runtime = next(str(m["content"]) for r in model.requests for m in r["messages"] if RECALL_HEADER in str(m["content"]))
+    assert "OPS-4471" in runtime, "the hit"
+    assert "lunch" in runtime, "the other person's reply after the author's own two more messages came with it"
+
+
 async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compaction(model, prefix, client) -> None:
     """A worker holding a thread's index takes in what another worker wrote meanwhile, also when compactions began new
     epochs in between: every message of the history it reads next is found by its number."""

@@ -816,19 +816,21 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
     messages, authors = index.messages, index.authors
     author = authors[base]
     size = len(messages)
-    sides: list[list[tuple[int, int]]] = []
+    out: list[tuple[int, int, int]] = []  # (step, distance, position)
     for side in (-1, 1):
-        found: list[tuple[int, int]] = []
+        found = 0
         own = True  # still within the hit's author's run of messages
         for near in range(base + side, base + side * (NEIGHBOUR_SPAN + 1), side):
-            if not 0 <= near < size or len(found) == NEIGHBOURS:
+            # the other person's message after a run of the author's own is looked for past NEIGHBOURS
+            if not 0 <= near < size or (found >= NEIGHBOURS and not own):
                 break
             if messages[near].role != "assistant":
                 first_other = own and authors[near] != author
-                found.append((1 if not found or first_other else 2, near))
+                if found < NEIGHBOURS or first_other:
+                    out.append((1 if not found or (first_other and found < NEIGHBOURS) else 2, abs(near - base), near))
+                    found += 1
                 own = own and not first_other
-        sides.append(found)
-    return [side[step] for step in range(NEIGHBOURS) for side in sides if step < len(side)]
+    return [(step, near) for step, _, near in sorted(out)]
 
 
 def sent_within(asked: Sequence[Message], tz: tzinfo | None = None) -> list[tuple[float, float]]:

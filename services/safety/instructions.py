@@ -122,7 +122,11 @@ _OTHER_SUBJECT = frozenset("""we i i'm we're we've we'll they he she it it's the
     nous je j' j’ il elle ils elles on notre nos le la les l' l’ un une des ce cet cette ces tout tous toute toutes
     chaque nosotros nosotras yo él ella ellos ellas nuestro nuestra nuestros nuestras el los las este esta estos
     estas todo todos cada nós eu ele ela eles elas nosso nossa nossos nossas o os as um uma noi io lui lei loro
-    nostro nostra nostri il lo gli i ogni tutti tutte questo questa questi queste quel quella ce cet cette ces""".split())
+    nostro nostra nostri il lo gli i ogni tutti tutte questo questa questi queste quel quella ce cet cette ces""".split()) \
+    | frozenset(f"{pronoun}{mark}{verb}" for pronoun in ("i", "we", "they", "he", "she", "it", "there", "that")
+                for mark in "'’" for verb in ("s", "re", "ve", "ll", "d", "m"))
+"""Words that open a clause with a subject other than the reader, English subject pronouns with their verb contracted
+onto them included ("he's", "they’re", "she'll")."""
 _PERSONAL = frozenset("""i we they he she it il ils elle elles on je j' j’ nous ich wir er sie es man yo él ella ellos
     ellas nosotros nosotras eu ele ela eles elas nós io lui lei noi loro""".split())
 """Subject pronouns (and "il", an article in Italian too): a phrase with one is a clause."""
