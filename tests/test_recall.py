@@ -545,7 +545,7 @@ async def test_a_message_a_compaction_kept_only_in_part_is_recalled_whole(model,
     cut = [m for m in history.messages if index.shortened(m)]
     assert cut, "the compaction kept its oldest message in part"
     target = cut[0]
-    original = index.messages[index.position[target.id]].text
+    original = index.body(index.position[target.id]).text
     report = await p.context(CONV, arriving=[p.message(
         " ".join(original.split()[:12]) + "?", author="carol")])
     assert target.id in report.context[-1].source_ids, "what the context holds of it is not all it said"
@@ -593,7 +593,7 @@ async def test_a_hits_neighbour_is_the_next_persons_message_not_the_bots_reply(m
     history = await p.checkpoints.load_history(CONV)
     assert not any("tomorrow morning" in m.text for m in history.messages if not m.flags.handoff)
     index = p.recall.loaded(CONV)
-    assert index is not None and index.messages[1].role == "assistant", "the bot replied between the two"
+    assert index is not None and index.cards[1].role == "assistant", "the bot replied between the two"
     model.requests.clear()
     await p.submit(CONV, "what was the ticket for the billing outage?", author="carol", id="1700.009998")
     await p.run(CONV)
@@ -646,7 +646,7 @@ async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compa
 
 
 def _same_index(a: ConversationIndex, b: ConversationIndex) -> None:
-    assert [m.id for m in a.messages] == [m.id for m in b.messages] and a.targets == b.targets
+    assert a.cards == b.cards and a.targets == b.targets
     assert a.position == b.position and a.refs == b.refs and a.authors == b.authors and a.written == b.written
     assert a.names == b.names and a._capitalized == b._capitalized and a._vocative == b._vocative
     assert a.search.terms == b.search.terms and a.search.documents == b.search.documents
@@ -786,7 +786,8 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
             continue
         assert {s.stored for s in index.search.stored} == sealed and not built.search.stored, \
             "no segment built for a sealed epoch"
-        assert all(f in sealed or f.endswith(":p") for f in asked[0]), "first the headers, with what was derived"
+        assert all(f in sealed or f.endswith((":p", ":c")) for f in asked[0]), \
+            "first the headers, with what was derived and the cards"
         read = [f for fields in asked[1:] for f in fields]
         assert read and set(read) <= set(buckets) and len(set(read)) < len(buckets) / 3, "the question's buckets only"
         for segment in index.search.stored:
