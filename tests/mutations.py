@@ -95,7 +95,7 @@ MUTANTS: list[Mutant] = [
            "or len(found) == NEIGHBOURS:\n", "or len(found) == 0:\n",
            ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
     Mutant("recall-neighbour-is-the-bots-reply", "services/recall/index.py",
-           'if cards[near].role != "assistant":', "if True:",
+           'if roles[near] != "assistant":', "if True:",
            ("tests/test_recall.py", "-k", "next_persons_message")),
     Mutant("recall-author-field-unscored", "services/recall/index.py",
            "out = [(score + gain_of(position), position)",
@@ -1130,6 +1130,16 @@ MUTANTS: list[Mutant] = [
     Mutant("askers-zone-not-read-from-slacks-profile", "bot/intake.py",
            'zone = profile.get("tz") if isinstance(profile.get("tz"), str) else None', "zone = None",
            ("tests/test_slack_bot.py", "-k", "askers_time_zone")),
+    Mutant("cold-recall-reads-every-earlier-epoch-whole", "services/recall/index.py",
+           "        if stored is None or held is None:\n", "        if True:\n",
+           ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
+    Mutant("stored-cards-read-whatever-chain-they-name", "services/recall/cards.py",
+           "        if lines[0] != _header(chain):\n", "        if False:\n",
+           ("tests/test_recall.py", "-k", "cards_that_cannot and fakeredis")),
+    Mutant("unusable-stored-cards-left-in-place", "services/recall/index.py",
+           "                    made[epoch.cards is not None][stored_cards.field(checkpoint_id)] = held\n",
+           "                    made[0][stored_cards.field(checkpoint_id)] = held\n",
+           ("tests/test_recall.py", "-k", "cards_that_cannot and fakeredis")),
 ]
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import re
 from collections import Counter, OrderedDict
@@ -80,7 +81,6 @@ from ..text import (
 from . import cards as stored_cards
 from . import postings as stored_segment
 from .cards import Card
-from .cards import card as card_of
 from .derived import Derived, Unusable, change_target, decode, derive, encode
 
 if TYPE_CHECKING:
@@ -134,6 +134,11 @@ ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
 ASSISTANT = "assistant"
+@lru_cache(maxsize=4_096)
+def _name_words(author: str) -> tuple[str, ...]:
+    return tuple(name_words(author))
+
+
 class Unread(LookupError):
     """A message's body was needed before it was read (:meth:`ConversationIndex.body`)."""
 
@@ -164,9 +169,13 @@ class Recalled:
 class ConversationIndex:
     """One conversation's recall index: every message seen, in thread order, searchable once folded."""
 
-    cards: list[Card] = field(default_factory=list)
-    """Per position: what the index holds of the message besides its text (its id, role, author, reference, when it
-    was sent, its tokens)."""
+    ids: list[str] = field(default_factory=list)
+    """Per position: the message's id. With the lists below, what the index holds of it besides its text (its
+    card): its role, its author as written (None: none), when it was sent and its tokens."""
+    roles: list[str] = field(default_factory=list)
+    posters: list[str | None] = field(default_factory=list)
+    created: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
     bodies: list[Message | None] = field(default_factory=list)
     """Per position: the message, or None while its body was not read (a sealed epoch's message a cold worker took
     from the stored cards: read when a turn shows it, see :meth:`Recall.read_bodies`)."""
@@ -219,46 +228,91 @@ class ConversationIndex:
                 if where is not None:
                     where.append(-1)
                 continue
-            at = self._put(card_of(m), m, found)
+            at = self._put(m.id, m.role, m.author, m.ref, m.created_at, m.tokens, m, found)
             if where is not None:
                 where.append(at)
             added += 1
         return added
 
-    def add_cards(self, cards: Sequence[Card | None], derived: Sequence[Derived | None],
+    def add_cards(self, cards: stored_cards.Cards, derived: Sequence[Derived | None],
                   chain: Sequence[tuple[str, int]], where: list[int]) -> int:
         """Index an epoch's messages from their stored cards, without their bodies (read when shown, from where
         ``chain``, the epoch's checkpoints and how many messages each adds, says they are), as :meth:`add` indexes
-        the messages; ``where`` gets, per message, the position it took (-1: none)."""
-        added = 0
-        offset = 0
-        for cid, count in chain:
-            for j in range(count):
-                found, held = derived[offset], cards[offset]
-                offset += 1
-                if found is None or held is None or held.id in self.position:
-                    where.append(-1)
-                    continue
-                at = self._put(held, None, found)
-                self.places[at] = (cid, j)
-                where.append(at)
-                added += 1
-        return added
+        the messages, in bulk; ``where`` gets, per message, the position it took (-1: none)."""
+        held = self.position
+        kept = [i for i, (ident, role) in enumerate(zip(cards.ids, cards.roles, strict=True))
+                if role != "-" and derived[i] is not None and ident not in held]
+        if len(set(cards.ids[i] for i in kept)) < len(kept):  # (an id twice in one epoch: the first, as add takes)
+            kept = [i for n, i in enumerate(kept) if all(cards.ids[k] != cards.ids[i] for k in kept[:n])]
+        first = len(self.ids)
+        places = [(cid, j) for cid, count in chain for j in range(count)]
+        ids = [cards.ids[i] for i in kept]
+        roles = ["user" if cards.roles[i] == "u" else "assistant" for i in kept]
+        posters = [cards.authors[i] for i in kept]
+        authors = [a or (ASSISTANT if r == "assistant" else "someone") for a, r in zip(posters, roles, strict=True)]
+        found = [f for f in (derived[i] for i in kept) if f is not None]
+        changes = [change_target(ident) if ":" in ident else None for ident in ids]
+        positions = range(first, first + len(kept))
+        # in thread order, what depends on the messages before: the names people are addressed by (the capitalized
+        # words counted in bulk up to a message that addresses someone, which reads their count)
+        capitalized: list[tuple[str, ...]] = []
+        for author, change, f in zip(authors, changes, found, strict=True):
+            if change is None:
+                if author != ASSISTANT:
+                    for word in _name_words(author):
+                        self.names.setdefault(word, set()).add(author)
+                if f.vocatives:
+                    self._capitalized.update(itertools.chain.from_iterable(capitalized))
+                    capitalized.clear()
+                    self._capitalized.update(f.capitalized)
+                    self._vocatives(author, f)
+                elif f.capitalized:
+                    capitalized.append(f.capitalized)
+            self.authors.append(author)
+        self._capitalized.update(itertools.chain.from_iterable(capitalized))
+        self.search.add_many([f.terms for f in found])
+        for i, ident, change in zip(kept, ids, changes, strict=True):
+            if cards.refs[i] and change is None:
+                self.refs[cards.refs[i]] = ident
+        held.update(zip(ids, positions))
+        self.ids.extend(ids)
+        self.roles.extend(roles)
+        self.posters.extend(posters)
+        self.created.extend(cards.created[i] for i in kept)
+        self.tokens.extend(cards.tokens[i] for i in kept)
+        self.bodies.extend([None] * len(kept))
+        self.places.update(zip(positions, (places[i] for i in kept)))
+        for author, at in zip(authors, positions, strict=True):
+            self.written.setdefault(author, []).append(at)
+        self.targets.extend(change[0] if change else ident for ident, change in zip(ids, changes, strict=True))
+        mapped = dict(zip(kept, positions))
+        where.extend(mapped.get(i, -1) for i in range(len(cards.ids)))
+        return len(kept)
 
-    def _put(self, held: Card, body: Message | None, found: Derived) -> int:
-        change = change_target(held.id)
-        if held.ref and change is None:
-            self.refs[held.ref] = held.id
-        author = held.author or (ASSISTANT if held.role == "assistant" else "someone")
+    def _put(self, ident: str, role: str, poster: str | None, ref: int | None, created: float, tokens: int,
+             body: Message | None, found: Derived) -> int:
+        change = change_target(ident)
+        if ref and change is None:
+            self.refs[ref] = ident
+        author = poster or (ASSISTANT if role == "assistant" else "someone")
         if change is None:
             self._learn_names(author, found)
-        at = self.position[held.id] = self.search.add(found.terms)
-        self.cards.append(held)
+        at = self.position[ident] = self.search.add(found.terms)
+        self.ids.append(ident)
+        self.roles.append(role)
+        self.posters.append(poster)
+        self.created.append(created)
+        self.tokens.append(tokens)
         self.bodies.append(body)
         self.authors.append(author)
         self.written.setdefault(author, []).append(at)
-        self.targets.append(change[0] if change else held.id)
+        self.targets.append(change[0] if change else ident)
         return at
+
+    def card(self, position: int) -> Card:
+        """What the index holds of the message at ``position`` besides its text."""
+        return Card(self.ids[position], self.roles[position], self.posters[position], self.created[position],
+                    self.tokens[position])
 
     def body(self, position: int) -> Message:
         """The message at ``position``; :class:`Unread` when its body was not read yet."""
@@ -271,9 +325,13 @@ class ConversationIndex:
         """Each word of a person's name names them; so does a name people use to address them, once it was used
         :data:`ALIAS_MIN` times in reply to them, at least as often as anywhere else, and mostly for them."""
         if author != ASSISTANT:
-            for word in name_words(author):
+            for word in _name_words(author):
                 self.names.setdefault(word, set()).add(author)
         self._capitalized.update(found.capitalized)
+        if found.vocatives:
+            self._vocatives(author, found)
+
+    def _vocatives(self, author: str, found: Derived) -> None:
         # whom it answers: the last person before it (the assistant's replies in between address nobody)
         before = next((a for a in reversed(self.authors[-4:]) if a not in (author, ASSISTANT)), None)
         if before is None:
@@ -289,7 +347,7 @@ class ConversationIndex:
         """Whether ``message`` is a shortened copy of an indexed message (a compaction cut the oldest message it
         kept): what the context holds of it is not all it said."""
         position = self.position.get(message.id)
-        return position is not None and message.tokens < self.cards[position].tokens
+        return position is not None and message.tokens < self.tokens[position]
 
     def named(self, text: str) -> set[str]:
         """The people ``text`` names (by a word of their name or a name they are addressed by)."""
@@ -323,7 +381,7 @@ class ConversationIndex:
         dated: dict[int, float] = {}
         groups: list[list[int]] = [list(reversed(self.written[author])) for author in boost]
         for start, end in sent:
-            inside = [p for p, m in enumerate(self.cards) if start <= m.created_at < end and p not in unsearchable]
+            inside = [p for p, at in enumerate(self.created) if start <= at < end and p not in unsearchable]
             if inside:
                 gain = field_gain(DAY_WEIGHT, len(inside), total)
                 for position in inside:
@@ -373,7 +431,7 @@ class ConversationIndex:
 
     @property
     def size(self) -> int:
-        return len(self.cards)
+        return len(self.ids)
 
 
 class Recall:
@@ -490,10 +548,10 @@ class Recall:
             return
         found = await self.checkpoints.messages_in_place(conversation_id, [index.places[p] for p in wanted])
         for p, message in zip(wanted, found, strict=True):
-            if message.id != index.cards[p].id:
+            if message.id != index.ids[p]:
                 cid, offset = index.places[p]
                 raise CorruptRecordError(f"{conversation_id} (checkpoint {cid})",
-                                         f"message {offset} is {message.id!r}, its stored card names {index.cards[p].id!r}")
+                                         f"message {offset} is {message.id!r}, its stored card names {index.ids[p]!r}")
             index.bodies[p] = message
             del index.places[p]
 
@@ -659,8 +717,8 @@ class Recall:
         if (named or sent) and searchable:  # a question about someone or some day: the author and day fields count
             ranked, alone = index.by_fields(ranked, named, sent)
         if keep is not None:
-            ranked = [(score, pos) for score, pos in ranked if keep(index.cards[pos])]
-            alone = [(score, pos) for score, pos in alone if keep(index.cards[pos])]
+            ranked = [(score, pos) for score, pos in ranked if keep(index.card(pos))]
+            alone = [(score, pos) for score, pos in alone if keep(index.card(pos))]
         if not ranked and not alone:
             return Recalled([], "", 0, searched=searchable)
         notes = notes if notes is not None else await self.notes.get(conversation_id)
@@ -777,7 +835,7 @@ class Recall:
             base = index.position.get(index.targets[position], position)
             for step, near in _around(index, base):
                 # further out, only short messages: the replies around what matched, not whole exchanges
-                if (step == 1 or index.cards[near].tokens <= SHORT_TOKENS) and budget > MIN_LINE_TOKENS:
+                if (step == 1 or index.tokens[near] <= SHORT_TOKENS) and budget > MIN_LINE_TOKENS:
                     take(near, NEIGHBOUR_TOKENS, False, is_direct, False)
         # The handoff's notes give way only to a question whose direct hits alone need more than recall's share.
         direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
@@ -852,7 +910,7 @@ class _Epoch(NamedTuple):
     """Its checkpoints, oldest first, with how many messages each adds."""
     messages: Sequence[Message] | None
     """Its messages, when they were read (None: it is taken from its cards)."""
-    taken: tuple[list[str], list[Card | None], list[Derived | None]] | None
+    taken: tuple[list[str], stored_cards.Cards, list[Derived | None]] | None
     """When its messages were not read: their ids, their cards and what was derived from them, as stored."""
     stored: bytes | None
     """What was stored as derived from its messages."""
@@ -865,11 +923,11 @@ class _Epoch(NamedTuple):
 
 
 def _from_cards(epochs: Sequence[tuple[str, Sequence[tuple[str, int]], bytes | None, bytes | None]],
-                ) -> tuple[list[tuple[list[str], list[Card | None], list[Derived | None]] | None], dict[str, str], set[str]]:
+                ) -> tuple[list[tuple[list[str], stored_cards.Cards, list[Derived | None]] | None], dict[str, str], set[str]]:
     """Per epoch (the checkpoint it ends at, its chain, what was derived from it and its cards, as stored): its
     messages' ids, cards and derivation when both stored values can be used, else None (its messages are read); and
     why what was stored for an epoch cannot be used (by epoch), and the epochs whose cards cannot be."""
-    out: list[tuple[list[str], list[Card | None], list[Derived | None]] | None] = []
+    out: list[tuple[list[str], stored_cards.Cards, list[Derived | None]] | None] = []
     unusable: dict[str, str] = {}
     bad: set[str] = set()
     for checkpoint_id, chain, stored, held in epochs:
@@ -877,7 +935,8 @@ def _from_cards(epochs: Sequence[tuple[str, Sequence[tuple[str, int]], bytes | N
             out.append(None)
             continue
         try:
-            ids, cards = stored_cards.decode(held, chain)
+            cards = stored_cards.decode(held, chain)
+            ids = cards.ids
         except Unusable as exc:
             unusable[checkpoint_id] = f"the cards of epoch {checkpoint_id}: {exc}"
             bad.add(checkpoint_id)
@@ -889,7 +948,7 @@ def _from_cards(epochs: Sequence[tuple[str, Sequence[tuple[str, int]], bytes | N
             unusable[checkpoint_id] = f"epoch {checkpoint_id}: {exc}"
             out.append(None)
             continue
-        if any((c is None) != (d is None) for c, d in zip(cards, derived, strict=True)):
+        if any((role == "-") != (d is None) for role, d in zip(cards.roles, derived, strict=True)):
             unusable[checkpoint_id] = f"the cards of epoch {checkpoint_id}: they disagree with what was derived"
             bad.add(checkpoint_id)
             out.append(None)
@@ -978,9 +1037,9 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
     Step 1 (shown whatever its length) is the nearest message on each side and, when that one is the hit's author's
     own (people split a thought over several messages), also the next message by someone else: the reply to what
     matched, or what it answered. The rest are step 2 (shown only when short)."""
-    cards, authors = index.cards, index.authors
+    roles, authors = index.roles, index.authors
     author = authors[base]
-    size = len(cards)
+    size = len(roles)
     sides: list[list[tuple[int, int]]] = []
     for side in (-1, 1):
         found: list[tuple[int, int]] = []
@@ -988,7 +1047,7 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
         for near in range(base + side, base + side * (NEIGHBOUR_SPAN + 1), side):
             if not 0 <= near < size or len(found) == NEIGHBOURS:
                 break
-            if cards[near].role != "assistant":
+            if roles[near] != "assistant":
                 first_other = own and authors[near] != author
                 found.append((1 if not found or first_other else 2, near))
                 own = own and not first_other
