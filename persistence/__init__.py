@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     )
     from .notes import MessageChange, Notes, NotesStore
     from .pace import Pace
+    from .reading import settled
     from .signals import Signals
     from .store import CheckpointStore, Commit, EpochChain, Opening, compaction_checkpoint
     from .vectors import VectorStore
@@ -75,6 +76,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     ".notes": ("MessageChange", "Notes", "NotesStore"),
     ".pace": ("Pace",),
+    ".reading": ("settled",),
     ".signals": ("Signals",),
     ".store": ("CheckpointStore", "Commit", "EpochChain", "Opening", "compaction_checkpoint"),
     ".vectors": ("VectorStore",),
@@ -88,7 +90,7 @@ __all__ = [
     "CheckpointStore", "Commit", "ConversationKeys", "EpochChain", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "VectorStore", "EpochIndexStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
+    "ToolResultPart", "Usage", "VectorStore", "EpochIndexStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "settled", "why_unreadable",
 ]
 
 

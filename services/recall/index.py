@@ -59,6 +59,7 @@ from threadkeeper.persistence import (
     NotesStore,
     StoreUnavailableError,
     VectorStore,
+    settled,
 )
 
 from .._numpy import imported as numpy_imported
@@ -123,6 +124,9 @@ EMBED_CHARS = 4000
 LINES_KEPT = 4_096
 """Recalled lines an index keeps made (see :attr:`ConversationIndex.lines`): a turn shows about a hundred, and the
 next turn's question often finds many of the same."""
+OFF_LOOP_BUCKETS = 200
+"""A question's postings read from more stored buckets than this (about 10 ms of decoding) are decoded in a thread:
+a cold worker's first question in a thread of 100,000 messages reads thousands (150 ms and more on the loop)."""
 BODIES_FIRST = 48
 """The candidates whose messages' bodies are read before recall chooses what to show (with their neighbours'): a turn
 shows a few dozen hits; when the choice reaches further, four times as many are read and it is made again."""
@@ -566,16 +570,11 @@ class Recall:
         plan = {name: index.forms[name].fields(name, asked) for name, asked in wanted.items()}
         raw = await self.epochs.get(conversation_id, [stored_segment.bucket_field(name, bucket)
                                                       for name, buckets in plan.items() for bucket in buckets])
-        bad: dict[str, str] = {}
-        for name, asked in wanted.items():
-            found: dict[str, tuple[list[int], list[int]]] = {}
-            try:
-                for bucket, held in plan[name].items():
-                    found.update(stored_segment.decode_bucket(
-                        raw.get(stored_segment.bucket_field(name, bucket)), index.forms[name], bucket, held))
-                index.search.take(name, asked, found)
-            except (Unusable, IndexError) as exc:
-                bad[name] = f"epoch {name}: {exc}"
+        # (the buckets of hundreds of epochs: their decoding runs in a thread, off the event loop)
+        if sum(len(buckets) for buckets in plan.values()) > OFF_LOOP_BUCKETS:
+            bad = await asyncio.to_thread(_take_postings, index, wanted, plan, raw)
+        else:
+            bad = _take_postings(index, wanted, plan, raw)
         if not bad:
             return
         log.warning("recall in %s: the stored segment of %d of %d epochs cannot be used (%s); building it from its "
@@ -954,6 +953,7 @@ def _from_cards(epochs: Sequence[tuple[str, Sequence[tuple[str, int]], bytes | N
             out.append(None)
             continue
         out.append((ids, cards, derived))
+        settled(len(ids))  # (long-lived: out of the collector's sight, as messages read are)
     return out, unusable, bad
 
 
@@ -973,7 +973,7 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
         where: list[int] = []
         if epoch.taken is not None:
             ids, cards, derived = epoch.taken
-            index.add_cards(cards, derived, epoch.chain, where)
+            settled(index.add_cards(cards, derived, epoch.chain, where))
         else:
             messages = epoch.messages or []
             ids = [m.id for m in messages]
@@ -1015,6 +1015,23 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
         log.warning("recall in %s: what was stored for %d of %d epochs cannot be used (%s); deriving it again",
                     conversation_id, len(unusable), len(epochs), next(iter(unusable.values())))
     return made
+
+
+def _take_postings(index: ConversationIndex, wanted: dict[str, list[str]], plan: dict[str, dict[int, list[str]]],
+                   raw: dict[str, bytes]) -> dict[str, str]:
+    """Give the index's stored segments the postings of the terms ``wanted`` of each, from the buckets ``plan`` names
+    as read (``raw``); why a segment's buckets cannot be used, by segment."""
+    bad: dict[str, str] = {}
+    for name, asked in wanted.items():
+        found: dict[str, tuple[list[int], list[int]]] = {}
+        try:
+            for bucket, held in plan[name].items():
+                found.update(stored_segment.decode_bucket(
+                    raw.get(stored_segment.bucket_field(name, bucket)), index.forms[name], bucket, held))
+            index.search.take(name, asked, found)
+        except (Unusable, IndexError) as exc:
+            bad[name] = f"epoch {name}: {exc}"
+    return bad
 
 
 def _shown(index: ConversationIndex, ranked: Iterable[tuple[float, int]]) -> list[int]:
