@@ -37,7 +37,7 @@ from .models import (
     messages_so_far,
 )
 from .notes import Notes
-from .reading import EPOCH_PIECE, HistoryReader
+from .reading import EPOCH_PIECE, MESSAGES_PER_CALL, HistoryReader
 
 
 class Opening(NamedTuple):
@@ -527,11 +527,16 @@ class CheckpointStore(HistoryReader):
 
     async def messages_in_place(self, conversation_id: str, places: Sequence[tuple[str, int]]) -> list[Message]:
         """The messages at ``places`` (a checkpoint, the message's offset among those it adds), in that order: one
-        round trip. What recall shows of an earlier epoch, read without the rest of it."""
+        round trip (commands of at most ``MESSAGES_PER_CALL``). What recall shows of an earlier epoch, read without
+        the rest of it."""
         if not places:
             return []
         keys = self.keys(conversation_id)
-        raw = await self._call(self.client.hmget(keys.messages, [f"{cid}:{offset}" for cid, offset in places]))
+        fields = [f"{cid}:{offset}" for cid, offset in places]
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(fields), MESSAGES_PER_CALL):
+            pipe.hmget(keys.messages, fields[start:start + MESSAGES_PER_CALL])
+        raw = [v for chunk in await self._call(pipe.execute()) for v in chunk]
         if any(v is None for v in raw):
             missing = next(place for place, v in zip(places, raw, strict=True) if v is None)
             raise CorruptRecordError(keys.messages, f"message {missing[1]} of checkpoint {missing[0]} is missing")

@@ -777,7 +777,7 @@ MUTANTS: list[Mutant] = [
            "        head = history.messages[added:]\n",
            ("tests/test_recall.py", "-k", "another_wrote")),
     Mutant("long-history-read-left-in-the-collectors-sight", "persistence/reading.py",
-           "            gc.freeze()\n", "            pass\n",
+           "        gc.freeze()\n", "        pass\n",
            ("tests/test_store_contract.py", "-k", "collectors_sight")),
     Mutant("tokenizer-keeps-its-python-merge-ranks", "services/models/tokens.py",
            "    encoding._mergeable_ranks = {}\n", "    encoding._mergeable_ranks = encoding._mergeable_ranks\n",
@@ -1140,6 +1140,9 @@ MUTANTS: list[Mutant] = [
            "                    made[epoch.cards is not None][stored_cards.field(checkpoint_id)] = held\n",
            "                    made[0][stored_cards.field(checkpoint_id)] = held\n",
            ("tests/test_recall.py", "-k", "cards_that_cannot and fakeredis")),
+    Mutant("a-missing-message-read-by-place-not-a-corrupt-record", "persistence/store.py",
+           "        if any(v is None for v in raw):\n", "        if False:\n",
+           ("tests/test_store_contract.py", "-k", "read_by_place and fakeredis")),
 ]
 
 
