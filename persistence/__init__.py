@@ -52,8 +52,9 @@ if TYPE_CHECKING:
     )
     from .notes import MessageChange, Notes, NotesStore
     from .pace import Pace
+    from .reading import settled
     from .signals import Signals
-    from .store import CheckpointStore, Commit, Opening, compaction_checkpoint
+    from .store import CheckpointStore, Commit, EpochChain, Opening, compaction_checkpoint
     from .vectors import VectorStore
 
 _HOMES: dict[str, tuple[str, ...]] = {
@@ -75,8 +76,9 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     ".notes": ("MessageChange", "Notes", "NotesStore"),
     ".pace": ("Pace",),
+    ".reading": ("settled",),
     ".signals": ("Signals",),
-    ".store": ("CheckpointStore", "Commit", "Opening", "compaction_checkpoint"),
+    ".store": ("CheckpointStore", "Commit", "EpochChain", "Opening", "compaction_checkpoint"),
     ".vectors": ("VectorStore",),
     ".epochs": ("EpochIndexStore",),
 }
@@ -85,10 +87,10 @@ Redis client and the stores (6 MB), which a command may load after what it needs
 
 __all__ = [
     "Forgetter", "durability", "eviction", "eviction_warning", "ExtractionJob", "MemoryOrigin", "MemoryRecord", "MemoryStore", "MemoryVersion", "message_mark", "Checkpoint", "CheckpointKind", "CheckpointMeta", "CheckpointOutcome", "CitedSource", "CheckpointStatus",
-    "CheckpointStore", "Commit", "ConversationKeys", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
+    "CheckpointStore", "Commit", "ConversationKeys", "EpochChain", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "VectorStore", "EpochIndexStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "why_unreadable",
+    "ToolResultPart", "Usage", "VectorStore", "EpochIndexStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "settled", "why_unreadable",
 ]
 
 

@@ -16,9 +16,10 @@
 ``<prefix>:{<conversation>}:vectors``  hash  ``<model and text digest>`` → a message's embedding (float16), when an
     embedding model is configured (expires with the conversation)
 ``<prefix>:{<conversation>}:recall``  hash  ``<checkpoint>`` → what recall derived from the messages of the sealed epoch
-    that ends there (each message's search terms, what names it holds); ``<checkpoint>:p`` → the header of the BM25
-    segment those messages make, ``<checkpoint>:p:<bucket>`` → a bucket of its postings; each written once (expires
-    with the conversation)
+    that ends there (each message's search terms, what names it holds); ``<checkpoint>:c`` → their cards (each
+    message's id, role, author, reference, time and tokens: what recall holds of it without its text);
+    ``<checkpoint>:p`` → the header of the BM25 segment those messages make, ``<checkpoint>:p:<bucket>`` → a bucket of
+    its postings; each written once (expires with the conversation)
 ``<prefix>:{<conversation>}:dedup:<id>``  string  seen event ids and message ts (expire)
 ``<prefix>:pending``  sorted set  conversations with work owed (queued items, a reply not yet delivered): the sweep's
     registry; added on every append, removed by the lease holder once the conversation is drained

@@ -37,7 +37,7 @@ from .models import (
     messages_so_far,
 )
 from .notes import Notes
-from .reading import EPOCH_PIECE, HistoryReader
+from .reading import EPOCH_PIECE, MESSAGES_PER_CALL, HistoryReader
 
 
 class Opening(NamedTuple):
@@ -53,6 +53,15 @@ class Opening(NamedTuple):
     """The waiting items as stored, from ``inbox_start`` on (``Inbox.peek`` parses them)."""
     notes: Notes
     """The conversation's notes (edits, deletions, pins, the transport's flags)."""
+
+
+class EpochChain(NamedTuple):
+    """An earlier epoch, without its messages: the checkpoint it ends at (the one a compaction forked from), that
+    checkpoint's record as stored, and its chain, oldest first, each checkpoint with how many messages it adds."""
+
+    id: str
+    record: tuple[Any, ...]
+    chain: tuple[tuple[str, int], ...]
 
 
 class Commit(NamedTuple):
@@ -463,9 +472,17 @@ class CheckpointStore(HistoryReader):
         checkpoint a compaction forked from. The walk stops at an epoch whose first checkpoint is in ``roots`` or
         whose fork is in ``forks`` (what a caller already holds); both sets are updated with what it walked.
 
-        Not a round trip per epoch: the chain of every epoch in a few calls that each look at a bounded number of
-        checkpoints, then the messages this process does not hold, in pieces of ``EPOCH_PIECE`` (earlier epochs
-        are read for recall once per worker, so they are not kept in the segment cache)."""
+        Not a round trip per epoch: the chain of every epoch in a few calls (:meth:`epoch_chains`), then the messages
+        this process does not hold (:meth:`epoch_messages`)."""
+        chains = await self.epoch_chains(conversation_id, history, roots=roots, forks=forks)
+        return await self.epoch_messages(conversation_id, chains)
+
+    async def epoch_chains(self, conversation_id: str, history: History, *, roots: set[str] | None = None,
+                           forks: set[str] | None = None) -> list[EpochChain]:
+        """The epochs before ``history``'s, newest first, without their messages: each one's last checkpoint (the one
+        a compaction forked from) and its chain with each checkpoint's message count, walked as
+        :meth:`earlier_epochs` says, in calls that each look at a bounded number of checkpoints. A chain names the
+        epoch's messages for good: completed checkpoints never change."""
         roots = set() if roots is None else roots
         forks = set() if forks is None else forks
         if not history.chain or history.chain[0] in roots:
@@ -482,23 +499,48 @@ class CheckpointStore(HistoryReader):
             looked, epochs = await self._epochs(keys, "fork", fork, roots, forks)
         roots.update(looked)
         forks.update(fork for fork, _, _ in epochs)
+        return [EpochChain(fork, tuple(record), tuple(chain)) for fork, record, chain in epochs]
+
+    async def epoch_messages(self, conversation_id: str, chains: Sequence[EpochChain]) -> list[History]:
+        """The histories of the epochs ``chains`` names (from :meth:`epoch_chains`), in their order: the messages this
+        process does not hold read in pieces of ``EPOCH_PIECE`` (earlier epochs are read for recall once per worker,
+        so they are not kept in the segment cache)."""
+        keys = self.keys(conversation_id)
         held: dict[str, list[Message]] = {}
-        for _, _, chain in epochs:
-            for cid, _ in chain:
+        for epoch in chains:
+            for cid, _ in epoch.chain:
                 segment = self._segments.get(conversation_id, cid)
                 if segment is not None:
                     held[cid] = segment
         # (one small piece at a time: the earlier epochs of a long thread are many pieces, each parsed on the event loop
         # as it arrives, and other conversations' turns take their turns between them)
-        read = await self._read(keys, [(cid, count) for _, _, chain in epochs for cid, count in chain
+        read = await self._read(keys, [(cid, count) for epoch in chains for cid, count in epoch.chain
                                        if cid not in held], in_flight=1, piece=EPOCH_PIECE)
         earlier: list[History] = []
-        for fork, record, chain in epochs:
-            messages = [m for cid, _ in chain for m in (held[cid] if cid in held else read[cid])]
-            earlier.append(History.model_construct(checkpoint=self._checkpoint(keys, fork, record), messages=messages,
-                                                   chain=[cid for cid, _ in chain]))
+        for epoch in chains:
+            messages = [m for cid, _ in epoch.chain for m in (held[cid] if cid in held else read[cid])]
+            earlier.append(History.model_construct(checkpoint=self._checkpoint(keys, epoch.id, epoch.record),
+                                                   messages=messages,
+                                                   chain=[cid for cid, _ in epoch.chain]))
             await asyncio.sleep(0)  # (hundreds of epochs: other conversations' events are served between them)
         return earlier
+
+    async def messages_in_place(self, conversation_id: str, places: Sequence[tuple[str, int]]) -> list[Message]:
+        """The messages at ``places`` (a checkpoint, the message's offset among those it adds), in that order: one
+        round trip (commands of at most ``MESSAGES_PER_CALL``). What recall shows of an earlier epoch, read without
+        the rest of it."""
+        if not places:
+            return []
+        keys = self.keys(conversation_id)
+        fields = [f"{cid}:{offset}" for cid, offset in places]
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(fields), MESSAGES_PER_CALL):
+            pipe.hmget(keys.messages, fields[start:start + MESSAGES_PER_CALL])
+        raw = [v for chunk in await self._call(pipe.execute()) for v in chunk]
+        if any(v is None for v in raw):
+            missing = next(place for place, v in zip(places, raw, strict=True) if v is None)
+            raise CorruptRecordError(keys.messages, f"message {missing[1]} of checkpoint {missing[0]} is missing")
+        return self._parse(keys, places[0][0], b"[" + b",".join(bytes(v) for v in raw) + b"]")
 
     async def lineage(self, conversation_id: str) -> list[LineageEntry]:
         """Every checkpoint of the conversation, oldest first, with history sizes and the head."""

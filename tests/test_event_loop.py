@@ -280,7 +280,7 @@ async def main(url, prefix):
         sys.meta_path.insert(0, Watch())
         recall = Recall(stores.checkpoints, stores.notes, OfflineModel().tokenizer, epochs=stores.epochs)
         index = await recall.sync("c", await stores.checkpoints.load_history("c"))
-        return {"already": already, "importers": importers, "indexed": len(index.messages)}
+        return {"already": already, "importers": importers, "indexed": index.size}
     finally:
         await client.aclose()
 

@@ -545,7 +545,7 @@ async def test_a_message_a_compaction_kept_only_in_part_is_recalled_whole(model,
     cut = [m for m in history.messages if index.shortened(m)]
     assert cut, "the compaction kept its oldest message in part"
     target = cut[0]
-    original = index.messages[index.position[target.id]].text
+    original = index.body(index.position[target.id]).text
     report = await p.context(CONV, arriving=[p.message(
         " ".join(original.split()[:12]) + "?", author="carol")])
     assert target.id in report.context[-1].source_ids, "what the context holds of it is not all it said"
@@ -593,7 +593,7 @@ async def test_a_hits_neighbour_is_the_next_persons_message_not_the_bots_reply(m
     history = await p.checkpoints.load_history(CONV)
     assert not any("tomorrow morning" in m.text for m in history.messages if not m.flags.handoff)
     index = p.recall.loaded(CONV)
-    assert index is not None and index.messages[1].role == "assistant", "the bot replied between the two"
+    assert index is not None and index.roles[1] == "assistant", "the bot replied between the two"
     model.requests.clear()
     await p.submit(CONV, "what was the ticket for the billing outage?", author="carol", id="1700.009998")
     await p.run(CONV)
@@ -665,7 +665,7 @@ async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compa
 
 
 def _same_index(a: ConversationIndex, b: ConversationIndex) -> None:
-    assert [m.id for m in a.messages] == [m.id for m in b.messages] and a.targets == b.targets
+    assert [a.card(p) for p in range(a.size)] == [b.card(p) for p in range(b.size)] and a.targets == b.targets
     assert a.position == b.position and a.refs == b.refs and a.authors == b.authors and a.written == b.written
     assert a.names == b.names and a._capitalized == b._capitalized and a._vocative == b._vocative
     assert a.search.terms == b.search.terms and a.search.documents == b.search.documents
@@ -805,7 +805,8 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
             continue
         assert {s.stored for s in index.search.stored} == sealed and not built.search.stored, \
             "no segment built for a sealed epoch"
-        assert all(f in sealed or f.endswith(":p") for f in asked[0]), "first the headers, with what was derived"
+        assert all(f in sealed or f.endswith((":p", ":c")) for f in asked[0]), \
+            "first the headers, with what was derived and the cards"
         read = [f for fields in asked[1:] for f in fields]
         assert read and set(read) <= set(buckets) and len(set(read)) < len(buckets) / 3, "the question's buckets only"
         for segment in index.search.stored:
@@ -821,6 +822,87 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
     assert not index.search.stored and index.search.segments
     terms = list(search_terms(QUESTIONS[0]))
     assert index.scores(terms) == built.scores(terms)
+
+
+async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_when_a_turn_may_show_it(
+        model, prefix, client, monkeypatch) -> None:
+    """Whoever derives a sealed epoch also stores its messages' cards (id, role, author, reference, when sent, tokens).
+    A worker that starts cold indexes the earlier epochs from their cards and what was derived, reads none of them
+    whole, and reads a message's body only when a turn may show it (the best candidates and their neighbours, each
+    once); it recalls exactly what a worker that read every message recalls, and its index is that worker's."""
+    from threadkeeper.persistence import ConversationKeys
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    history = await p.checkpoints.load_history(CONV)
+    sealed = await p.checkpoints.epoch_chains(CONV, history)
+    key = ConversationKeys(prefix, CONV).recall
+    stored = await client.hgetall(key)
+    assert len(sealed) >= 3 and {f"{e.id}:c".encode() for e in sealed} <= set(stored), "each sealed epoch's cards"
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    store = reader.recall.checkpoints
+    whole: list[object] = []
+    places: list[tuple[str, int]] = []
+    read_whole, read_places = store.epoch_messages, store.messages_in_place
+
+    async def epoch_messages(conversation_id, chains):  # type: ignore[no-untyped-def]
+        whole.extend(chains)
+        return await read_whole(conversation_id, chains)
+
+    async def messages_in_place(conversation_id, wanted):  # type: ignore[no-untyped-def]
+        places.extend(wanted)
+        return await read_places(conversation_id, wanted)
+
+    monkeypatch.setattr(store, "epoch_messages", epoch_messages)
+    monkeypatch.setattr(store, "messages_in_place", messages_in_place)
+    shown: set[str] = set()
+    for n, question in enumerate(QUESTIONS):
+        got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
+        expected = await builder.context(CONV, arriving=[builder.message(question, author="carol")])
+        assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+        shown |= set(got.context[-1].source_ids)
+        if not n:
+            earlier = sum(count for e in sealed for _, count in e.chain)
+            assert places and len(places) < earlier / 2, (len(places), earlier)
+    assert not whole, "no earlier epoch read whole"
+    assert len(places) == len(set(places)), "each body read once"
+    index, built = reader.recall.loaded(CONV), builder.recall.loaded(CONV)
+    assert index is not None and built is not None
+    _same_index(index, built)
+    unread = {index.ids[at] for at in index.places}
+    assert unread and not unread & shown, "what was shown was read"
+    assert await client.hgetall(key) == stored, "read, not written again"
+
+
+async def test_cards_that_cannot_be_used_are_made_again_from_the_epochs_messages(model, prefix, client,
+                                                                                 caplog) -> None:
+    """Cards cut short, or that say they were made for another epoch's chain, are not used: that epoch's messages are
+    read, with one log line, what is recalled does not change, and the cards are stored anew in their place. Cards
+    never stored (an epoch sealed before they were) are made by the first worker that reads the epoch, without a log
+    line."""
+    import zlib
+
+    from threadkeeper.persistence import ConversationKeys
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    key = ConversationKeys(prefix, CONV).recall
+    stored = await client.hgetall(key)
+    first, second, third = sorted(f for f in stored if f.endswith(b":c"))[:3]
+    await client.hset(key, first, stored[first][:len(stored[first]) // 2])
+    _, *fields = zlib.decompress(stored[second]).split(b"\n")
+    await client.hset(key, second, zlib.compress(b"\n".join([zlib.decompress(stored[third]).split(b"\n")[0], *fields])))
+    await client.hdel(key, third)
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    with caplog.at_level("INFO", logger="threadkeeper.recall"):
+        got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
+    expected = await builder.context(CONV, arriving=[builder.message(QUESTIONS[0], author="carol")])
+    assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+    lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+    assert len(lines) == 1 and "for 2 of" in lines[0] and "the cards of epoch" in lines[0], lines
+    assert await client.hgetall(key) == stored, "made again, in place and where none was"
 
 
 async def test_a_stored_segment_that_cannot_be_used_is_built_from_the_messages_and_stored_again(

@@ -689,6 +689,30 @@ async def test_every_earlier_epoch_is_read_in_a_few_bounded_calls(store: Checkpo
     assert await cold.earlier_epochs(CONV, history, roots=held_roots, forks=held_forks) == []
 
 
+async def test_an_earlier_epochs_messages_are_read_by_place_without_the_rest_of_it(store: CheckpointStore, client,
+                                                                                    prefix, monkeypatch) -> None:
+    """Recall reads the messages it shows of an earlier epoch by where its chain says they are (a checkpoint, an
+    offset among the messages it adds), in the order asked, in commands of a bounded size; one that is missing is a
+    corrupt record, not a shorter answer."""
+    from threadkeeper.persistence import store as module
+
+    monkeypatch.setattr(module, "MESSAGES_PER_CALL", 2)
+    head = await turn(store, ["a0", "a1", "a2"])
+    cp = await store.start_turn(CONV, parent_id=head, from_head=False, messages=[msg("b0", id="b0"), msg("b1", id="b1")])
+    await store.commit(CONV, cp.id, expected_head=head)
+    fork = await store.fork_compaction(CONV, forked_from=cp.id, covered_ids=[], messages=[msg("handoff", id="h")])
+    history = await store.load_history(CONV, fork.id)
+    cold = CheckpointStore(client, prefix=prefix, cache_messages=0)
+    [epoch] = await cold.epoch_chains(CONV, history)
+    assert epoch.id == cp.id and [n for _, n in epoch.chain] == [3, 2]
+    (first, _), (second, _) = epoch.chain
+    whole = [m.id for m in (await cold.epoch_messages(CONV, [epoch]))[0].messages]
+    got = await cold.messages_in_place(CONV, [(second, 1), (first, 0), (first, 2)])
+    assert [m.id for m in got] == ["b1", whole[0], whole[2]]
+    with pytest.raises(CorruptRecordError):
+        await cold.messages_in_place(CONV, [(first, 0), (second, 5)])
+
+
 async def test_what_recall_derived_from_an_epoch_is_written_once_kept_and_forgotten_with_the_conversation(
         client, prefix) -> None:
     from threadkeeper.persistence import ConversationKeys, EpochIndexStore

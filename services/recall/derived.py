@@ -113,22 +113,22 @@ def rules() -> str:
     return digest.hexdigest()
 
 
-def ids_digest(messages: Sequence[Message]) -> str:
+def ids_digest(ids: Sequence[str]) -> str:
     """A digest of the messages' ids, in order: what a stored form names the epoch it was made from by."""
-    return hashlib.blake2b("\n".join(m.id for m in messages).encode(), digest_size=12).hexdigest()
+    return hashlib.blake2b("\n".join(ids).encode(), digest_size=12).hexdigest()
 
 
-def _header(messages: Sequence[Message]) -> str:
-    return f"tk-recall {FORMAT} {rules()} {len(messages)} {ids_digest(messages)}"
+def _header(ids: Sequence[str]) -> str:
+    return f"tk-recall {FORMAT} {rules()} {len(ids)} {ids_digest(ids)}"
 
 
 _SEPARATORS = re.compile(r"[\s]")
 
 
-def encode(messages: Sequence[Message], derived: Sequence[Derived | None]) -> bytes | None:
-    """The stored form of what was derived from an epoch's ``messages`` (None when a term would not survive it: one
-    holding a separator, or empty)."""
-    lines = [_header(messages)]
+def encode(ids: Sequence[str], derived: Sequence[Derived | None]) -> bytes | None:
+    """The stored form of what was derived from an epoch's messages (their ``ids``, in order; None when a term would
+    not survive it: one holding a separator, or empty)."""
+    lines = [_header(ids)]
     for found in derived:
         if found is None:
             lines.append("-")
@@ -146,15 +146,15 @@ class Unusable(ValueError):
     """What is stored cannot be used: derive it again."""
 
 
-def decode(raw: bytes, messages: Sequence[Message]) -> list[Derived | None]:
-    """What :func:`encode` stored for ``messages``; raises :class:`Unusable`, saying why, when it cannot be used
+def decode(raw: bytes, ids: Sequence[str]) -> list[Derived | None]:
+    """What :func:`encode` stored for the messages ``ids`` names; raises :class:`Unusable`, saying why, when it cannot be used
     (derived by another format or other rules, another epoch's, corrupt or cut short)."""
     try:
         lines = zlib.decompress(raw).decode().split("\n")
-        if lines[0] != _header(messages):
+        if lines[0] != _header(ids):
             raise Unusable(f"derived otherwise: {lines[0][:80]!r}")
-        if len(lines) != len(messages) + 1:
-            raise Unusable(f"{len(lines) - 1} lines for {len(messages)} messages")
+        if len(lines) != len(ids) + 1:
+            raise Unusable(f"{len(lines) - 1} lines for {len(ids)} messages")
         out: list[Derived | None] = []
         for line in lines[1:]:
             if line == "-":

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import re
 from collections import Counter, OrderedDict
@@ -46,10 +47,11 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone, tzinfo
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from threadkeeper.persistence import (
     CheckpointStore,
+    CorruptRecordError,
     EpochIndexStore,
     History,
     Message,
@@ -57,6 +59,7 @@ from threadkeeper.persistence import (
     NotesStore,
     StoreUnavailableError,
     VectorStore,
+    settled,
 )
 
 from .._numpy import imported as numpy_imported
@@ -76,7 +79,9 @@ from ..text import (
     search_terms,
     speaks_of_self,
 )
+from . import cards as stored_cards
 from . import postings as stored_segment
+from .cards import Card
 from .derived import Derived, Unusable, change_target, decode, derive, encode
 
 if TYPE_CHECKING:
@@ -119,6 +124,12 @@ EMBED_CHARS = 4000
 LINES_KEPT = 4_096
 """Recalled lines an index keeps made (see :attr:`ConversationIndex.lines`): a turn shows about a hundred, and the
 next turn's question often finds many of the same."""
+OFF_LOOP_BUCKETS = 200
+"""A question's postings read from more stored buckets than this (about 10 ms of decoding) are decoded in a thread:
+a cold worker's first question in a thread of 100,000 messages reads thousands (150 ms and more on the loop)."""
+BODIES_FIRST = 48
+"""The candidates whose messages' bodies are read before recall chooses what to show (with their neighbours'): a turn
+shows a few dozen hits; when the choice reaches further, four times as many are read and it is made again."""
 MIN_LINE_TOKENS = 24
 """Below this much room left, no further line is tried."""
 DAY_TOKENS = 8
@@ -127,6 +138,15 @@ ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
 ASSISTANT = "assistant"
+@lru_cache(maxsize=4_096)
+def _name_words(author: str) -> tuple[str, ...]:
+    return tuple(name_words(author))
+
+
+class Unread(LookupError):
+    """A message's body was needed before it was read (:meth:`ConversationIndex.body`)."""
+
+
 def author_of(message: Message) -> str:
     """Who wrote a message, as recall shows and searches it."""
     return message.author or (ASSISTANT if message.role == "assistant" else "someone")
@@ -153,7 +173,18 @@ class Recalled:
 class ConversationIndex:
     """One conversation's recall index: every message seen, in thread order, searchable once folded."""
 
-    messages: list[Message] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    """Per position: the message's id. With the lists below, what the index holds of it besides its text (its
+    card): its role, its author as written (None: none), when it was sent and its tokens."""
+    roles: list[str] = field(default_factory=list)
+    posters: list[str | None] = field(default_factory=list)
+    created: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    bodies: list[Message | None] = field(default_factory=list)
+    """Per position: the message, or None while its body was not read (a sealed epoch's message a cold worker took
+    from the stored cards: read when a turn shows it, see :meth:`Recall.read_bodies`)."""
+    places: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Per position whose body was not read: where it is stored (its checkpoint, its offset among that one's)."""
     targets: list[str] = field(default_factory=list)
     """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
     position: dict[str, int] = field(default_factory=dict)
@@ -201,29 +232,110 @@ class ConversationIndex:
                 if where is not None:
                     where.append(-1)
                 continue
-            change = change_target(m.id)
-            if m.ref and change is None:
-                self.refs[m.ref] = m.id
-            author = author_of(m)
-            if change is None:
-                self._learn_names(author, found)
-            self.position[m.id] = self.search.add(found.terms)
+            at = self._put(m.id, m.role, m.author, m.ref, m.created_at, m.tokens, m, found)
             if where is not None:
-                where.append(self.position[m.id])
-            self.messages.append(m)
-            self.authors.append(author)
-            self.written.setdefault(author, []).append(self.position[m.id])
-            self.targets.append(change[0] if change else m.id)
+                where.append(at)
             added += 1
         return added
+
+    def add_cards(self, cards: stored_cards.Cards, derived: Sequence[Derived | None],
+                  chain: Sequence[tuple[str, int]], where: list[int]) -> int:
+        """Index an epoch's messages from their stored cards, without their bodies (read when shown, from where
+        ``chain``, the epoch's checkpoints and how many messages each adds, says they are), as :meth:`add` indexes
+        the messages, in bulk; ``where`` gets, per message, the position it took (-1: none)."""
+        held = self.position
+        kept = [i for i, (ident, role) in enumerate(zip(cards.ids, cards.roles, strict=True))
+                if role != "-" and derived[i] is not None and ident not in held]
+        if len(set(cards.ids[i] for i in kept)) < len(kept):  # (an id twice in one epoch: the first, as add takes)
+            kept = [i for n, i in enumerate(kept) if all(cards.ids[k] != cards.ids[i] for k in kept[:n])]
+        first = len(self.ids)
+        places = [(cid, j) for cid, count in chain for j in range(count)]
+        ids = [cards.ids[i] for i in kept]
+        roles = ["user" if cards.roles[i] == "u" else "assistant" for i in kept]
+        posters = [cards.authors[i] for i in kept]
+        authors = [a or (ASSISTANT if r == "assistant" else "someone") for a, r in zip(posters, roles, strict=True)]
+        found = [f for f in (derived[i] for i in kept) if f is not None]
+        changes = [change_target(ident) if ":" in ident else None for ident in ids]
+        positions = range(first, first + len(kept))
+        # in thread order, what depends on the messages before: the names people are addressed by (the capitalized
+        # words counted in bulk up to a message that addresses someone, which reads their count)
+        capitalized: list[tuple[str, ...]] = []
+        for author, change, f in zip(authors, changes, found, strict=True):
+            if change is None:
+                if author != ASSISTANT:
+                    for word in _name_words(author):
+                        self.names.setdefault(word, set()).add(author)
+                if f.vocatives:
+                    self._capitalized.update(itertools.chain.from_iterable(capitalized))
+                    capitalized.clear()
+                    self._capitalized.update(f.capitalized)
+                    self._vocatives(author, f)
+                elif f.capitalized:
+                    capitalized.append(f.capitalized)
+            self.authors.append(author)
+        self._capitalized.update(itertools.chain.from_iterable(capitalized))
+        self.search.add_many([f.terms for f in found])
+        for i, ident, change in zip(kept, ids, changes, strict=True):
+            if cards.refs[i] and change is None:
+                self.refs[cards.refs[i]] = ident
+        held.update(zip(ids, positions))
+        self.ids.extend(ids)
+        self.roles.extend(roles)
+        self.posters.extend(posters)
+        self.created.extend(cards.created[i] for i in kept)
+        self.tokens.extend(cards.tokens[i] for i in kept)
+        self.bodies.extend([None] * len(kept))
+        self.places.update(zip(positions, (places[i] for i in kept)))
+        for author, at in zip(authors, positions, strict=True):
+            self.written.setdefault(author, []).append(at)
+        self.targets.extend(change[0] if change else ident for ident, change in zip(ids, changes, strict=True))
+        mapped = dict(zip(kept, positions))
+        where.extend(mapped.get(i, -1) for i in range(len(cards.ids)))
+        return len(kept)
+
+    def _put(self, ident: str, role: str, poster: str | None, ref: int | None, created: float, tokens: int,
+             body: Message | None, found: Derived) -> int:
+        change = change_target(ident)
+        if ref and change is None:
+            self.refs[ref] = ident
+        author = poster or (ASSISTANT if role == "assistant" else "someone")
+        if change is None:
+            self._learn_names(author, found)
+        at = self.position[ident] = self.search.add(found.terms)
+        self.ids.append(ident)
+        self.roles.append(role)
+        self.posters.append(poster)
+        self.created.append(created)
+        self.tokens.append(tokens)
+        self.bodies.append(body)
+        self.authors.append(author)
+        self.written.setdefault(author, []).append(at)
+        self.targets.append(change[0] if change else ident)
+        return at
+
+    def card(self, position: int) -> Card:
+        """What the index holds of the message at ``position`` besides its text."""
+        return Card(self.ids[position], self.roles[position], self.posters[position], self.created[position],
+                    self.tokens[position])
+
+    def body(self, position: int) -> Message:
+        """The message at ``position``; :class:`Unread` when its body was not read yet."""
+        found = self.bodies[position]
+        if found is None:
+            raise Unread(position)
+        return found
 
     def _learn_names(self, author: str, found: Derived) -> None:
         """Each word of a person's name names them; so does a name people use to address them, once it was used
         :data:`ALIAS_MIN` times in reply to them, at least as often as anywhere else, and mostly for them."""
         if author != ASSISTANT:
-            for word in name_words(author):
+            for word in _name_words(author):
                 self.names.setdefault(word, set()).add(author)
         self._capitalized.update(found.capitalized)
+        if found.vocatives:
+            self._vocatives(author, found)
+
+    def _vocatives(self, author: str, found: Derived) -> None:
         # whom it answers: the last person before it (the assistant's replies in between address nobody)
         before = next((a for a in reversed(self.authors[-4:]) if a not in (author, ASSISTANT)), None)
         if before is None:
@@ -239,7 +351,7 @@ class ConversationIndex:
         """Whether ``message`` is a shortened copy of an indexed message (a compaction cut the oldest message it
         kept): what the context holds of it is not all it said."""
         position = self.position.get(message.id)
-        return position is not None and message.tokens < self.messages[position].tokens
+        return position is not None and message.tokens < self.tokens[position]
 
     def named(self, text: str) -> set[str]:
         """The people ``text`` names (by a word of their name or a name they are addressed by)."""
@@ -273,7 +385,7 @@ class ConversationIndex:
         dated: dict[int, float] = {}
         groups: list[list[int]] = [list(reversed(self.written[author])) for author in boost]
         for start, end in sent:
-            inside = [p for p, m in enumerate(self.messages) if start <= m.created_at < end and p not in unsearchable]
+            inside = [p for p, at in enumerate(self.created) if start <= at < end and p not in unsearchable]
             if inside:
                 gain = field_gain(DAY_WEIGHT, len(inside), total)
                 for position in inside:
@@ -323,7 +435,7 @@ class ConversationIndex:
 
     @property
     def size(self) -> int:
-        return len(self.messages)
+        return len(self.ids)
 
 
 class Recall:
@@ -383,24 +495,36 @@ class Recall:
             await asyncio.to_thread(index.search.build_stored)
             index.forms.clear()
         built = index or ConversationIndex()
-        earlier = await self.checkpoints.earlier_epochs(conversation_id, history, roots=built.roots,
-                                                        forks=built.epochs)
-        # What was derived from the epochs, and the header of each one's stored segment, are read when this worker
-        # builds the index (a worker holding it has just seen the head's epoch sealed: another worker's copy is rarely
-        # there yet)
-        cold = self.epochs is not None and index is None and bool(earlier)
-        stored = await self.epochs.get(conversation_id, [f for e in earlier for f in (
-            e.checkpoint.id, stored_segment.header_field(e.checkpoint.id))]) if self.epochs is not None and cold else {}
+        chains = list(reversed(await self.checkpoints.epoch_chains(conversation_id, history, roots=built.roots,
+                                                                    forks=built.epochs)))
+        # What is stored for the epochs (what was derived, the cards of their messages, the header of each one's
+        # segment) is read when this worker builds the index (a worker holding it has just seen the head's epoch sealed:
+        # another worker's copy is rarely there yet)
+        cold = self.epochs is not None and index is None and bool(chains)
+        stored = await self.epochs.get(conversation_id, [f for e in chains for f in (
+            e.id, stored_segment.header_field(e.id), stored_cards.field(e.id))]
+        ) if self.epochs is not None and cold else {}
+        # an epoch whose cards and derivation can be used is indexed from them; the others' messages are read
+        listed = [(e.id, e.chain, stored.get(e.id), stored.get(stored_cards.field(e.id)))
+                  for e in chains]
+        if cold and sum(n for e in chains for _, n in e.chain) > OFF_LOOP:
+            taken, unusable, bad = await asyncio.to_thread(_from_cards, listed)
+        else:
+            taken, unusable, bad = _from_cards(listed) if cold else ([None] * len(chains), {}, set())
+        read = iter(await self.checkpoints.epoch_messages(conversation_id, [
+            e for e, t in zip(chains, taken, strict=True) if t is None]))
+        epochs = [_Epoch(e.id, e.chain, next(read).messages if t is None else None, t,
+                         stored.get(e.id), stored.get(stored_segment.header_field(e.id)),
+                         stored.get(stored_cards.field(e.id)), e.id in bad)
+                  for e, t in zip(chains, taken, strict=True)]
         synced, added = built.synced
         # (the head's messages are mostly indexed already when this worker holds the index: those of the last history
         # given, when this one extends it, are not looked at again)
         head = history.messages[added:] if synced in history.chain else history.messages
-        epochs = [(e.checkpoint.id, e.messages, stored.get(e.checkpoint.id),
-                   stored.get(stored_segment.header_field(e.checkpoint.id))) for e in reversed(earlier)]
-        if sum(len(e.messages) for e in earlier) + (len(history.messages) if index is None else 0) > OFF_LOOP:
-            derived = await asyncio.to_thread(_add_all, built, epochs, head, conversation_id, cold)
+        if sum(n for e in chains for _, n in e.chain) + (len(history.messages) if index is None else 0) > OFF_LOOP:
+            derived = await asyncio.to_thread(_add_all, built, epochs, head, conversation_id, cold, unusable)
         else:
-            derived = _add_all(built, epochs, head, conversation_id, cold)
+            derived = _add_all(built, epochs, head, conversation_id, cold, unusable)
         if (derived[0] or derived[1]) and self.epochs is not None:
             await self.epochs.put(conversation_id, derived[0], unusable=derived[1])
         built.synced = (history.checkpoint.id, len(history.messages))
@@ -415,7 +539,25 @@ class Recall:
         ref = parse(cited)
         ident = index.refs.get(ref) if ref is not None else cited.strip()
         position = index.position.get(ident) if ident else None
-        return index.messages[position] if position is not None else None
+        if position is None:
+            return None
+        await self.read_bodies(conversation_id, index, [position])
+        return index.body(position)
+
+    async def read_bodies(self, conversation_id: str, index: ConversationIndex, positions: Iterable[int]) -> None:
+        """Read the bodies of the messages at ``positions`` that the index holds only the cards of (one round trip);
+        a message read that is not the one its card names is a corrupt record (:class:`CorruptRecordError`)."""
+        wanted = sorted({p for p in positions if index.bodies[p] is None})
+        if not wanted:
+            return
+        found = await self.checkpoints.messages_in_place(conversation_id, [index.places[p] for p in wanted])
+        for p, message in zip(wanted, found, strict=True):
+            if message.id != index.ids[p]:
+                cid, offset = index.places[p]
+                raise CorruptRecordError(f"{conversation_id} (checkpoint {cid})",
+                                         f"message {offset} is {message.id!r}, its stored card names {index.ids[p]!r}")
+            index.bodies[p] = message
+            del index.places[p]
 
     async def _postings(self, conversation_id: str, index: ConversationIndex, terms: Sequence[str]) -> None:
         """Read the postings of ``terms`` that the index's stored segments have not given yet (one round trip for
@@ -428,16 +570,11 @@ class Recall:
         plan = {name: index.forms[name].fields(name, asked) for name, asked in wanted.items()}
         raw = await self.epochs.get(conversation_id, [stored_segment.bucket_field(name, bucket)
                                                       for name, buckets in plan.items() for bucket in buckets])
-        bad: dict[str, str] = {}
-        for name, asked in wanted.items():
-            found: dict[str, tuple[list[int], list[int]]] = {}
-            try:
-                for bucket, held in plan[name].items():
-                    found.update(stored_segment.decode_bucket(
-                        raw.get(stored_segment.bucket_field(name, bucket)), index.forms[name], bucket, held))
-                index.search.take(name, asked, found)
-            except (Unusable, IndexError) as exc:
-                bad[name] = f"epoch {name}: {exc}"
+        # (the buckets of hundreds of epochs: their decoding runs in a thread, off the event loop)
+        if sum(len(buckets) for buckets in plan.values()) > OFF_LOOP_BUCKETS:
+            bad = await asyncio.to_thread(_take_postings, index, wanted, plan, raw)
+        else:
+            bad = _take_postings(index, wanted, plan, raw)
         if not bad:
             return
         log.warning("recall in %s: the stored segment of %d of %d epochs cannot be used (%s); building it from its "
@@ -508,7 +645,8 @@ class Recall:
 
         search = index.search
         waiting = search.unembedded()
-        texts = {p: index.messages[p].text[:EMBED_CHARS] for p in waiting}
+        await self.read_bodies(conversation_id, index, waiting)
+        texts = {p: index.body(p).text[:EMBED_CHARS] for p in waiting}
         questions = [m.text[:EMBED_CHARS] for m in asked]
         unread = [p for p in waiting if p not in index.asked]
         wanted = list(dict.fromkeys([*(key(texts[p]) for p in unread), *(key(q) for q in questions)]))
@@ -543,7 +681,7 @@ class Recall:
 
     async def search(self, conversation_id: str, history: History | None, context: Sequence[Message],
                      query: Sequence[str], cap_tokens: int, *, notes: Notes | None = None,
-                     keep: Callable[[Message], bool] | None = None, header: str = RECALL_HEADER,
+                     keep: Callable[[Card], bool] | None = None, header: str = RECALL_HEADER,
                      widen: bool = False, named: AbstractSet[str] = frozenset(),
                      sent: Sequence[tuple[float, float]] = (), focus_tokens: int = 0, meaning: Any = None) -> Recalled:
         """Messages the context does not hold that match ``query`` (search terms) and ``keep``, best first,
@@ -561,7 +699,7 @@ class Recall:
                                       meaning=meaning)
 
     async def _search(self, conversation_id: str, history: History, context: Sequence[Message], query: Sequence[str],
-                      cap_tokens: int, *, notes: Notes | None, keep: Callable[[Message], bool] | None, header: str,
+                      cap_tokens: int, *, notes: Notes | None, keep: Callable[[Card], bool] | None, header: str,
                       widen: bool, named: AbstractSet[str], sent: Sequence[tuple[float, float]], focus_tokens: int,
                       meaning: Any) -> Recalled:
         index = await self._synced(conversation_id, history)
@@ -578,8 +716,8 @@ class Recall:
         if (named or sent) and searchable:  # a question about someone or some day: the author and day fields count
             ranked, alone = index.by_fields(ranked, named, sent)
         if keep is not None:
-            ranked = [(score, pos) for score, pos in ranked if keep(index.messages[pos])]
-            alone = [(score, pos) for score, pos in alone if keep(index.messages[pos])]
+            ranked = [(score, pos) for score, pos in ranked if keep(index.card(pos))]
+            alone = [(score, pos) for score, pos in alone if keep(index.card(pos))]
         if not ranked and not alone:
             return Recalled([], "", 0, searched=searchable)
         notes = notes if notes is not None else await self.notes.get(conversation_id)
@@ -589,17 +727,23 @@ class Recall:
         extra = index.feedback(ranked, query) if widen and ranked else []
         await self._postings(conversation_id, index, extra)
 
-        def candidates() -> Iterable[tuple[float, int]]:
-            yield from ranked
-            wider = index.widening(ranked, extra)
-            yield from wider
-            # then a named person's messages that matched by their author alone (newest first): what they said
-            # about something the question words differently
-            taken = {position for _, position in wider}
-            yield from (sp for sp in alone if sp[1] not in taken)
-
-        return self._select(index, candidates(), direct, held, notes, cap_tokens, focus_tokens, searchable, header,
-                            set(query))
+        wider = index.widening(ranked, extra)
+        # then a named person's messages that matched by their author alone (newest first): what they said about
+        # something the question words differently
+        taken = {position for _, position in wider}
+        candidates = [*ranked, *wider, *(sp for sp in alone if sp[1] not in taken)]
+        # The bodies of the messages the best candidates would show (theirs, their neighbours', an edited message's) are
+        # read first; should the choice reach further, it is made again with more read.
+        reach = BODIES_FIRST
+        while True:
+            await self.read_bodies(conversation_id, index, _shown(index, candidates[:reach]))
+            try:
+                return self._select(index, candidates, direct, held, notes, cap_tokens, focus_tokens, searchable,
+                                    header, set(query))
+            except Unread:
+                if reach >= len(candidates):
+                    raise
+                reach *= 4
 
     def _select(self, index: ConversationIndex, ranked: Iterable[tuple[float, int]], direct: int, held: set[str],
                 notes: Notes, cap_tokens: int, focus_tokens: int, searchable: int, header: str,
@@ -628,7 +772,7 @@ class Recall:
             if target in chosen or target in held:
                 return 0
             source_at = index.position.get(target, position)
-            source = index.messages[source_at]
+            source = index.body(source_at)
             day = int(source.created_at // 86_400)
             changed = source.id in notes.changes
             edited = current_text(source, notes) if changed else None
@@ -690,7 +834,7 @@ class Recall:
             base = index.position.get(index.targets[position], position)
             for step, near in _around(index, base):
                 # further out, only short messages: the replies around what matched, not whole exchanges
-                if (step == 1 or index.messages[near].tokens <= SHORT_TOKENS) and budget > MIN_LINE_TOKENS:
+                if (step == 1 or index.tokens[near] <= SHORT_TOKENS) and budget > MIN_LINE_TOKENS:
                     take(near, NEIGHBOUR_TOKENS, False, is_direct, False)
         # The handoff's notes give way only to a question whose direct hits alone need more than recall's share.
         direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
@@ -757,35 +901,103 @@ class Recall:
         return "\n".join(out)
 
 
-def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Message], bytes | None, bytes | None]],
-             head: Sequence[Message], conversation_id: str, cold: bool) -> tuple[dict[str, bytes], dict[str, bytes]]:
-    """Add the messages of ``epochs`` (the checkpoint each ends at, its messages, what was stored for them, the header
-    of its stored segment), oldest first, then ``head``, to ``index`` (in a thread when there are many: no other caller
-    uses it then). ``cold``: the index is built from the stored epochs, and an epoch whose stored segment can be used
-    is searched through it (its postings read as questions ask for them) instead of a segment built here.
+class _Epoch(NamedTuple):
+    """A sealed epoch as :func:`_add_all` takes it."""
+
+    checkpoint_id: str
+    chain: tuple[tuple[str, int], ...]
+    """Its checkpoints, oldest first, with how many messages each adds."""
+    messages: Sequence[Message] | None
+    """Its messages, when they were read (None: it is taken from its cards)."""
+    taken: tuple[list[str], stored_cards.Cards, list[Derived | None]] | None
+    """When its messages were not read: their ids, their cards and what was derived from them, as stored."""
+    stored: bytes | None
+    """What was stored as derived from its messages."""
+    header: bytes | None
+    """The header of its stored segment."""
+    cards: bytes | None
+    """Its stored cards."""
+    bad_cards: bool = False
+    """Its stored cards cannot be used (made again in their place)."""
+
+
+def _from_cards(epochs: Sequence[tuple[str, Sequence[tuple[str, int]], bytes | None, bytes | None]],
+                ) -> tuple[list[tuple[list[str], stored_cards.Cards, list[Derived | None]] | None], dict[str, str], set[str]]:
+    """Per epoch (the checkpoint it ends at, its chain, what was derived from it and its cards, as stored): its
+    messages' ids, cards and derivation when both stored values can be used, else None (its messages are read); and
+    why what was stored for an epoch cannot be used (by epoch), and the epochs whose cards cannot be."""
+    out: list[tuple[list[str], stored_cards.Cards, list[Derived | None]] | None] = []
+    unusable: dict[str, str] = {}
+    bad: set[str] = set()
+    for checkpoint_id, chain, stored, held in epochs:
+        if stored is None or held is None:
+            out.append(None)
+            continue
+        try:
+            cards = stored_cards.decode(held, chain)
+            ids = cards.ids
+        except Unusable as exc:
+            unusable[checkpoint_id] = f"the cards of epoch {checkpoint_id}: {exc}"
+            bad.add(checkpoint_id)
+            out.append(None)
+            continue
+        try:
+            derived = decode(stored, ids)
+        except Unusable as exc:
+            unusable[checkpoint_id] = f"epoch {checkpoint_id}: {exc}"
+            out.append(None)
+            continue
+        if any((role == "-") != (d is None) for role, d in zip(cards.roles, derived, strict=True)):
+            unusable[checkpoint_id] = f"the cards of epoch {checkpoint_id}: they disagree with what was derived"
+            bad.add(checkpoint_id)
+            out.append(None)
+            continue
+        out.append((ids, cards, derived))
+        settled(len(ids))  # (long-lived: out of the collector's sight, as messages read are)
+    return out, unusable, bad
+
+
+def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[Message], conversation_id: str,
+             cold: bool, unusable: dict[str, str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Add the messages of ``epochs``, oldest first, then ``head``, to ``index`` (in a thread when there are many: no
+    other caller uses it then): an epoch whose messages were not read from its cards and what was derived from it, as
+    stored; another from its messages. ``cold``: the index is built from the stored epochs, and an epoch whose stored
+    segment can be used is searched through it (its postings read as questions ask for them) instead of a segment built
+    here. ``unusable``: why what was stored for an epoch could not be used, by epoch (what is found here is added).
 
     Returns the stored form of what was derived and made here (fields of the ``:recall`` hash) for the epochs for
     which nothing was stored, and for those for which what was stored could not be used."""
     made: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {})
-    unusable: dict[str, str] = {}
-    for checkpoint_id, messages, stored, header in epochs:
-        derived = None
-        if stored is not None:
-            try:
-                derived = decode(stored, messages)
-            except Unusable as exc:
-                unusable[checkpoint_id] = f"epoch {checkpoint_id}: {exc}"
-        if derived is None:
-            derived = [derive(m) for m in messages]
-            encoded = encode(messages, derived)
-            if encoded is not None:
-                made[stored is not None][checkpoint_id] = encoded
+    for epoch in epochs:
+        checkpoint_id, stored, header = epoch.checkpoint_id, epoch.stored, epoch.header
         where: list[int] = []
-        index.add(messages, derived, where=where)
+        if epoch.taken is not None:
+            ids, cards, derived = epoch.taken
+            settled(index.add_cards(cards, derived, epoch.chain, where))
+        else:
+            messages = epoch.messages or []
+            ids = [m.id for m in messages]
+            found: list[Derived | None] | None = None
+            if stored is not None:
+                try:
+                    found = decode(stored, ids)
+                except Unusable as exc:
+                    unusable.setdefault(checkpoint_id, f"epoch {checkpoint_id}: {exc}")
+            if found is None:
+                found = [derive(m) for m in messages]
+                encoded = encode(ids, found)
+                if encoded is not None:
+                    made[stored is not None][checkpoint_id] = encoded
+            derived = found
+            if epoch.cards is None or epoch.bad_cards:
+                held = stored_cards.encode(epoch.chain, messages, derived)
+                if held is not None:
+                    made[epoch.cards is not None][stored_cards.field(checkpoint_id)] = held
+            index.add(messages, derived, where=where)
         form = None
         if cold and header is not None:
             try:
-                form = stored_segment.decode_header(header, messages, derived)
+                form = stored_segment.decode_header(header, ids, derived)
             except Unusable as exc:
                 unusable.setdefault(checkpoint_id, f"the segment of epoch {checkpoint_id}: {exc}")
         if form is not None:
@@ -795,7 +1007,7 @@ def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Mess
             # (a worker that holds the index has just seen the epoch sealed: it stores the segment, once; a worker
             # building the index makes a segment that is missing or unusable beside what was stored for the epoch, but
             # not for an epoch of which nothing was stored: it derives that one already, the next worker makes it)
-            segment = stored_segment.encode(checkpoint_id, messages, derived)
+            segment = stored_segment.encode(checkpoint_id, ids, derived)
             if segment is not None:
                 made[header is not None].update(segment)
     index.add(head)
@@ -803,6 +1015,35 @@ def _add_all(index: ConversationIndex, epochs: Sequence[tuple[str, Sequence[Mess
         log.warning("recall in %s: what was stored for %d of %d epochs cannot be used (%s); deriving it again",
                     conversation_id, len(unusable), len(epochs), next(iter(unusable.values())))
     return made
+
+
+def _take_postings(index: ConversationIndex, wanted: dict[str, list[str]], plan: dict[str, dict[int, list[str]]],
+                   raw: dict[str, bytes]) -> dict[str, str]:
+    """Give the index's stored segments the postings of the terms ``wanted`` of each, from the buckets ``plan`` names
+    as read (``raw``); why a segment's buckets cannot be used, by segment."""
+    bad: dict[str, str] = {}
+    for name, asked in wanted.items():
+        found: dict[str, tuple[list[int], list[int]]] = {}
+        try:
+            for bucket, held in plan[name].items():
+                found.update(stored_segment.decode_bucket(
+                    raw.get(stored_segment.bucket_field(name, bucket)), index.forms[name], bucket, held))
+            index.search.take(name, asked, found)
+        except (Unusable, IndexError) as exc:
+            bad[name] = f"epoch {name}: {exc}"
+    return bad
+
+
+def _shown(index: ConversationIndex, ranked: Iterable[tuple[float, int]]) -> list[int]:
+    """The positions whose messages showing the hits ``ranked`` may read: each hit's (the message it stands for: an
+    edit's is the edited message), and its neighbours' (see :func:`_around`)."""
+    out: list[int] = []
+    for _, position in ranked:
+        base = index.position.get(index.targets[position], position)
+        out.append(base)
+        for _, near in _around(index, base):
+            out.append(index.position.get(index.targets[near], near))
+    return out
 
 
 def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
@@ -813,9 +1054,9 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
     Step 1 (shown whatever its length) is the nearest message on each side and, when that one is the hit's author's
     own (people split a thought over several messages), also the next message by someone else: the reply to what
     matched, or what it answered. The rest are step 2 (shown only when short)."""
-    messages, authors = index.messages, index.authors
+    roles, authors = index.roles, index.authors
     author = authors[base]
-    size = len(messages)
+    size = len(roles)
     out: list[tuple[int, int, int]] = []  # (step, distance, position)
     for side in (-1, 1):
         found = 0
@@ -824,7 +1065,7 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
             # the other person's message after a run of the author's own is looked for past NEIGHBOURS
             if not 0 <= near < size or (found >= NEIGHBOURS and not own):
                 break
-            if messages[near].role != "assistant":
+            if roles[near] != "assistant":
                 first_other = own and authors[near] != author
                 if found < NEIGHBOURS or first_other:
                     out.append((1 if not found or (first_other and found < NEIGHBOURS) else 2, abs(near - base), near))

@@ -32,8 +32,6 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from threadkeeper.persistence import Message
-
 from ..text import length, postings
 from .derived import Derived, Unusable, ids_digest, rules
 
@@ -85,16 +83,16 @@ class Stored(NamedTuple):
         return out
 
 
-def _first_line(messages: Sequence[Message], buckets: int, documents: int, total: int) -> str:
-    return f"tk-postings {FORMAT} {rules()} {len(messages)} {ids_digest(messages)} {buckets} {documents} {total}"
+def _first_line(ids: Sequence[str], buckets: int, documents: int, total: int) -> str:
+    return f"tk-postings {FORMAT} {rules()} {len(ids)} {ids_digest(ids)} {buckets} {documents} {total}"
 
 
 def _tag(first: str) -> str:
     return hashlib.blake2b(first.encode(), digest_size=8).hexdigest()
 
 
-def encode(epoch: str, messages: Sequence[Message], derived: Sequence[Derived | None]) -> dict[str, bytes] | None:
-    """The fields of ``epoch``'s stored segment (its messages and what was derived from each); None when a term
+def encode(epoch: str, ids: Sequence[str], derived: Sequence[Derived | None]) -> dict[str, bytes] | None:
+    """The fields of ``epoch``'s stored segment (its messages' ids and what was derived from each); None when a term
     would not survive the form (one holding a separator: :func:`.derived.encode` says the same)."""
     documents = [(offset, found.terms) for offset, found in enumerate(derived) if found is not None]
     if any(not t or any(c.isspace() for c in t) for _, terms in documents for t in terms):
@@ -105,7 +103,7 @@ def encode(epoch: str, messages: Sequence[Message], derived: Sequence[Derived | 
     for term, (offsets, counts) in sorted(made.items()):
         held[bucket_of(term, buckets)].append((term, offsets, counts))
     lengths = ["-" if found is None else str(length(found.terms)) for found in derived]
-    first = _first_line(messages, buckets, len(documents), sum(length(t) for _, t in documents))
+    first = _first_line(ids, buckets, len(documents), sum(length(t) for _, t in documents))
     tag = _tag(first)
     out = {header_field(epoch): zlib.compress(
         "\n".join([first, " ".join(lengths), " ".join(str(len(b)) for b in held)]).encode(), 1)}
@@ -117,14 +115,14 @@ def encode(epoch: str, messages: Sequence[Message], derived: Sequence[Derived | 
     return out
 
 
-def decode_header(raw: bytes, messages: Sequence[Message], derived: Sequence[Derived | None]) -> Stored:
-    """The header :func:`encode` stored for ``messages``, checked against what was derived from them; raises
+def decode_header(raw: bytes, ids: Sequence[str], derived: Sequence[Derived | None]) -> Stored:
+    """The header :func:`encode` stored for the messages ``ids`` names, checked against what was derived from them; raises
     :class:`.derived.Unusable`, saying why, when it cannot be used."""
     try:
         first, lengths, counts = zlib.decompress(raw).decode().split("\n")
         words = first.split(" ")
-        if len(words) != 8 or " ".join(words[:5]) != f"tk-postings {FORMAT} {rules()} {len(messages)} " \
-                                                      f"{ids_digest(messages)}":
+        if len(words) != 8 or " ".join(words[:5]) != f"tk-postings {FORMAT} {rules()} {len(ids)} " \
+                                                      f"{ids_digest(ids)}":
             raise Unusable(f"made otherwise: {first[:80]!r}")
         buckets = int(words[5])
         expected = ["-" if found is None else str(length(found.terms)) for found in derived]
@@ -136,7 +134,7 @@ def decode_header(raw: bytes, messages: Sequence[Message], derived: Sequence[Der
         terms = tuple(int(n) for n in counts.split(" "))
         if len(terms) != buckets or buckets < 1:
             raise Unusable(f"{len(terms)} bucket counts for {buckets} buckets")
-        return Stored(buckets, _tag(first), terms, len(messages))
+        return Stored(buckets, _tag(first), terms, len(ids))
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
 

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from datetime import date, datetime, timezone
 from typing import Any
 
-from threadkeeper.persistence import CheckpointStore, Message
+from threadkeeper.persistence import CheckpointStore
 
 from ..models import Tool, ToolContext
 from ..text import search_terms
+from .cards import Card
 from .index import Recall
 
 THREAD_SEARCH = "thread_search"
@@ -45,7 +46,7 @@ def _day(value: Any, name: str) -> tuple[float | None, str | None]:
     return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp(), None
 
 
-def parse_arguments(args: dict[str, Any]) -> tuple[list[str], Callable[[Message], bool] | None, str | None]:
+def parse_arguments(args: dict[str, Any]) -> tuple[list[str], Callable[[Card], bool] | None, str | None]:
     """Search terms and a filter from the tool's arguments, or the reason they are rejected."""
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
@@ -71,7 +72,7 @@ def parse_arguments(args: dict[str, Any]) -> tuple[list[str], Callable[[Message]
     if who is None and after is None and before is None:
         return terms, None, None
 
-    def keep(message: Message) -> bool:
+    def keep(message: Card) -> bool:
         if who is not None and (message.author or "assistant").lower() != who:
             return False
         if after is not None and message.created_at < after:

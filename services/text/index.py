@@ -20,6 +20,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -174,6 +175,25 @@ class TermIndex:
         self.documents.update(set(terms))
         self.pending.append(position)
         return position
+
+    def add_many(self, documents: Sequence[Sequence[str]]) -> int:
+        """New documents, as :meth:`add` adds them one by one, in bulk; the position of the first."""
+        first = len(self.terms)
+        self.terms.extend(tuple(terms) for terms in documents)
+        while len(self.terms) > len(self._alive):
+            size = len(self._alive)
+            self._alive = np.concatenate([self._alive, np.ones(size, dtype=bool)])
+            self._lengths = np.concatenate([self._lengths, np.ones(size)])
+            self._taken = np.concatenate([self._taken, np.zeros(size, dtype=bool)])
+            self._embedded = np.concatenate([self._embedded, np.zeros(size, dtype=bool)])
+            if self._vectors is not None:
+                self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
+        lengths = [length(terms) for terms in documents]
+        self._lengths[first:len(self.terms)] = lengths
+        self._length += sum(lengths)
+        self.documents.update(chain.from_iterable(map(set, documents)))
+        self.pending.extend(range(first, len(self.terms)))
+        return first
 
     def remove(self, position: int) -> None:
         """The document at ``position`` is searched no more."""
