@@ -752,7 +752,7 @@ MUTANTS: list[Mutant] = [
     Mutant("cold-recall-index-built-on-the-event-loop", "services/recall/index.py",
            "            derived = await asyncio.to_thread(_add_all, built, epochs, head, conversation_id, cold, unusable)\n",
            "            derived = _add_all(built, epochs, head, conversation_id, cold, unusable)\n",
-           ("tests/test_event_loop.py",)),
+           ("tests/test_recall.py", "-k", "built_in_a_thread_when_it_is_large")),
     Mutant("indexing-work-leaves-out-merges", "services/text/index.py",
            "            work += merged\n", "            work += 0\n",
            ("tests/test_recall.py", "-k", "known_before_it_is_done")),

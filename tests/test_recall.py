@@ -824,6 +824,31 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
     assert index.scores(terms) == built.scores(terms)
 
 
+async def test_a_cold_workers_index_is_built_in_a_thread_when_it_is_large(model, prefix, client, monkeypatch) -> None:
+    """Indexing more than ``OFF_LOOP`` messages at once (a cold worker's first turn in a long thread) runs in a thread,
+    so the event loop acknowledges other conversations' events meanwhile (the threshold lowered to this thread's size)."""
+    import threading
+
+    from threadkeeper.services.recall import index as recall_index
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    history = await p.checkpoints.load_history(CONV)
+    assert len(await p.checkpoints.epoch_chains(CONV, history)) >= 3
+    where: list[bool] = []
+    add_all = recall_index._add_all
+
+    def watched(*args):  # type: ignore[no-untyped-def]
+        where.append(threading.current_thread() is threading.main_thread())
+        return add_all(*args)
+
+    monkeypatch.setattr(recall_index, "_add_all", watched)
+    monkeypatch.setattr(recall_index, "OFF_LOOP", 20)
+    cold = _pipeline(prefix, client)
+    index = await cold.recall.sync(CONV, history)
+    assert index.size > 20 and where == [False], "built once, in a thread"
+
+
 async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_when_a_turn_may_show_it(
         model, prefix, client, monkeypatch) -> None:
     """Whoever derives a sealed epoch also stores its messages' cards (id, role, author, reference, when sent, tokens).
