@@ -1151,6 +1151,10 @@ MUTANTS: list[Mutant] = [
     Mutant("a-missing-message-read-by-place-not-a-corrupt-record", "persistence/store.py",
            "        if any(v is None for v in raw):\n", "        if False:\n",
            ("tests/test_store_contract.py", "-k", "read_by_place and fakeredis")),
+    Mutant("many-epochs-postings-decoded-on-the-event-loop", "services/recall/index.py",
+           "            bad = await asyncio.to_thread(_take_postings, index, wanted, plan, raw)\n",
+           "            bad = _take_postings(index, wanted, plan, raw)\n",
+           ("tests/test_recall.py", "-k", "postings_in_a_thread")),
 ]
 
 

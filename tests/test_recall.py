@@ -849,6 +849,33 @@ async def test_a_cold_workers_index_is_built_in_a_thread_when_it_is_large(model,
     assert index.size > 20 and where == [False], "built once, in a thread"
 
 
+async def test_a_cold_workers_first_question_decodes_many_epochs_postings_in_a_thread(model, prefix, client,
+                                                                                       monkeypatch) -> None:
+    """A question whose postings come from more than ``OFF_LOOP_BUCKETS`` stored buckets (hundreds of epochs) decodes
+    them in a thread, off the event loop (the threshold lowered to this thread's size); what it finds is the same."""
+    import threading
+
+    from threadkeeper.services.recall import index as recall_index
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    history = await p.checkpoints.load_history(CONV)
+    question = [msg(QUESTIONS[0], author="carol")]
+    on_loop = await _pipeline(prefix, client).recall.recall(CONV, history, [], question, 2000)
+    where: list[bool] = []
+    take = recall_index._take_postings
+
+    def watched(*args):  # type: ignore[no-untyped-def]
+        where.append(threading.current_thread() is threading.main_thread())
+        return take(*args)
+
+    monkeypatch.setattr(recall_index, "_take_postings", watched)
+    monkeypatch.setattr(recall_index, "OFF_LOOP_BUCKETS", 0)
+    found = await _pipeline(prefix, client).recall.recall(CONV, history, [], question, 2000)
+    assert where and not any(where), "decoded in a thread"
+    assert found.text == on_loop.text and "garden plan" in found.text
+
+
 async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_when_a_turn_may_show_it(
         model, prefix, client, monkeypatch) -> None:
     """Whoever derives a sealed epoch also stores its messages' cards (id, role, author, reference, when sent, tokens).
