@@ -1130,6 +1130,12 @@ MUTANTS: list[Mutant] = [
     Mutant("askers-zone-not-read-from-slacks-profile", "bot/intake.py",
            'zone = profile.get("tz") if isinstance(profile.get("tz"), str) else None', "zone = None",
            ("tests/test_slack_bot.py", "-k", "askers_time_zone")),
+    Mutant("worker-stops-with-a-handoff-still-being-planned", "bot/delivery.py",
+           "        await self.pipeline.settle(max(0.0, ends - time.monotonic()))\n", "",
+           ("tests/test_compaction_ahead.py", "-k", "worker_that_stops")),
+    Mutant("planning-ahead-never-cancelled-at-the-deadline", "services/handoff/compactor.py",
+           "            for job in pending:\n                job.cancel()\n", "",
+           ("tests/test_compaction_ahead.py", "-k", "worker_that_stops")),
 ]
 
 
