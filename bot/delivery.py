@@ -435,20 +435,25 @@ class TurnWorker:
     async def shutdown(self, deadline_seconds: float) -> int:
         """Stop taking turns, let running ones finish for up to ``deadline_seconds``, then stop the rest:
         a stopped turn is set aside (superseded) and its lease released, so another worker takes the
-        conversation over at once from its inbox. Returns how many were stopped."""
+        conversation over at once from its inbox; the compactions planned ahead finish within the same deadline or
+        are cancelled. Returns how many turns were stopped."""
         self.closing = True
         for handle in self.waiting.values():
             handle.cancel()
         self.waiting.clear()
+        ends = time.monotonic() + max(0.0, deadline_seconds)
         running = [t for t in self.tasks.values() if not t.done()]
-        if not running:
-            return 0
-        _, pending = await asyncio.wait(running, timeout=max(0.0, deadline_seconds))
+        pending: set[asyncio.Task[None]] = set()
+        if running:
+            _, pending = await asyncio.wait(running, timeout=max(0.0, deadline_seconds))
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
             log.warning("shutdown: %d turns stopped at the deadline; other workers resume them", len(pending))
+        # The compactions planned ahead get what is left of the deadline; those still planning are cancelled, so none
+        # writes once the worker has stopped (the turn that reaches the trigger compacts as before).
+        await self.pipeline.settle(max(0.0, ends - time.monotonic()))
         return len(pending)
 
     async def sweep(self) -> int:

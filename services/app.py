@@ -220,11 +220,12 @@ class Pipeline:
         it)."""
         return await self.executor.run(as_conversation(conversation), events)
 
-    async def settle(self) -> None:
+    async def settle(self, seconds: float | None = None) -> None:
         """Wait for what turns left running in the background: the compactions planned ahead (a worker that stops in
-        order, a command that exits, a test)."""
+        order, a command that exits, a test). With ``seconds``, at most that long: what still runs then is cancelled,
+        so nothing of it writes after the process stopped."""
         if isinstance(self._turns, Turns):  # (nothing runs before turns are built)
-            await self._turns.executor.compactor.settle()
+            await self._turns.executor.compactor.settle(seconds)
 
     async def stop(self, conversation: Conversation | str) -> None:
         """A person asked to stop the conversation's running turn: whichever worker runs it stops it (see

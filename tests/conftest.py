@@ -8,6 +8,7 @@ import os
 # Whichever test module imports litellm first, it must not try to download its price map (no network here).
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
+import asyncio  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import AsyncIterator, Iterator  # noqa: E402
 from contextlib import asynccontextmanager  # noqa: E402
@@ -36,8 +37,29 @@ async def real_redis() -> aioredis.Redis:
 
 
 async def drop_prefix(client: aioredis.Redis, prefix: str) -> None:
+    """Removes the test's keys, once the compactions its pipelines planned ahead have ended (a job still planning
+    would write its plan after the keys were removed, and leave it behind)."""
+    await planned_ahead()
+    batch: list[bytes] = []
     async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-        await client.delete(key)
+        batch.append(key)
+    for start in range(0, len(batch), 500):
+        await client.delete(*batch[start:start + 500])
+
+
+async def planned_ahead() -> None:
+    """Wait for the compactions being planned ahead in this event loop (the product's ``prepare:<conversation>``
+    jobs, which a test that ran turns may leave running), whichever pipeline started them; one still planning after
+    30 s (held by a test that failed before letting its summarizer answer) is cancelled."""
+    me = asyncio.current_task()
+    while True:
+        jobs = [t for t in asyncio.all_tasks() if t is not me and not t.done() and t.get_name().startswith("prepare:")]
+        if not jobs:
+            return
+        _, stuck = await asyncio.wait(jobs, timeout=30)
+        for job in stuck:
+            job.cancel()
+        await asyncio.gather(*stuck, return_exceptions=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

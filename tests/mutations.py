@@ -1155,6 +1155,12 @@ MUTANTS: list[Mutant] = [
            "            bad = await asyncio.to_thread(_take_postings, index, wanted, plan, raw)\n",
            "            bad = _take_postings(index, wanted, plan, raw)\n",
            ("tests/test_recall.py", "-k", "postings_in_a_thread")),
+    Mutant("worker-stops-with-a-handoff-still-being-planned", "bot/delivery.py",
+           "        await self.pipeline.settle(max(0.0, ends - time.monotonic()))\n", "",
+           ("tests/test_compaction_ahead.py", "-k", "worker_that_stops")),
+    Mutant("planning-ahead-never-cancelled-at-the-deadline", "services/handoff/compactor.py",
+           "            for job in pending:\n                job.cancel()\n", "",
+           ("tests/test_compaction_ahead.py", "-k", "worker_that_stops")),
 ]
 
 

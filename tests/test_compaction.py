@@ -65,7 +65,9 @@ def model():
 
 
 async def chat(p, texts, *, author="alice", prefix_id="1700", turn_every=1):
-    """Post ``texts`` as messages with ids 1700.000000, 1700.000001, … continuing across calls."""
+    """Post ``texts`` as messages with ids 1700.000000, 1700.000001, … continuing across calls, a turn after every
+    ``turn_every`` of them (the tests of several generations take three to a turn: the same messages reach the same
+    compactions in a third of the turns)."""
     start = getattr(p, "_next_id", 0)
     p._next_id = start + len(texts)
     for i, text in enumerate(texts, start=start):
@@ -299,7 +301,7 @@ async def test_previous_narrative_reaches_the_next_summarizer_and_survives(model
     register_provider("echo-fast", echo)
     p, _ = pipeline(prefix, client, context_window=4096, settings={"ai_fast_model": "echo-fast/test",
                                                                    "ai_fast_model_context_window_tokens": 4096})
-    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service."] + filler(150, 1))
+    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service."] + filler(150, 1), turn_every=3)
     history = await p.checkpoints.load_history(CONV)
     root = await p.checkpoints.get(CONV, history.chain[0])
     assert root.meta.info["generation"] >= 3 and echo.calls >= 3
@@ -311,7 +313,7 @@ async def test_previous_narrative_reaches_the_next_summarizer_and_survives(model
 async def test_identifiers_survive_several_generations(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=4096)
     await chat(p, ["Decision: we'll use bucket s3://tk-archive/2024 for the export, tracked in DATA-4412."]
-               + filler(150, 1))
+               + filler(150, 1), turn_every=3)
     history = await p.checkpoints.load_history(CONV)
     root = await p.checkpoints.get(CONV, history.chain[0])
     assert root.meta.info["generation"] >= 3
@@ -607,7 +609,7 @@ async def test_context_preview_and_the_turn_agree_on_compacting(model, prefix, c
 
 async def test_references_are_short_stable_and_continue_across_compactions(model, prefix, client) -> None:
     p, _ = pipeline(prefix, client, context_window=4096)
-    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service."] + filler(150, 1))
+    await chat(p, ["Ticket OPS-77 tracks the outage of the ledger service."] + filler(150, 1), turn_every=3)
     rows = await p.checkpoints.lineage(CONV)
     assert sum(r.kind is CheckpointKind.COMPACTION for r in rows) >= 3
     references = await p.references(CONV)

@@ -223,3 +223,27 @@ async def test_nothing_is_planned_ahead_while_a_turn_awaits_resume(prefix: str, 
     await p.settle()
     assert await p.checkpoints.prepared(CONV) is None and summarizer.calls == 0, \
         "a turn awaiting resume is never compacted, nor planned for"
+
+
+async def test_a_worker_that_stops_leaves_no_handoff_being_planned_to_write_after_it(
+        prefix: str, redis_client: Any) -> None:
+    """A worker's shutdown gives the compactions planned ahead what is left of its deadline and then cancels them:
+    none is left running to write once the worker has stopped (its lease on the planning is released)."""
+    from threadkeeper.bot.delivery import TurnWorker
+
+    p, summarizer = summarized(prefix, redis_client, "ahead-stop")
+    start, record = await until_planned(p)
+    summarizer.gate.clear()  # the summarizer answers only once the test lets it
+    edited = p.message("status update 1: rolled back, see INC-88", author="alice", id="1700.000001")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
+    await p.submit(CONV, update(start), author="alice", id=f"1700.{start:06d}")
+    await p.run(CONV)  # takes the edit: the kept plan is stale, and is planned again in the background
+    await until(lambda: summarizer.waiting == 1)
+    worker = TurnWorker(p, None, None)  # type: ignore[arg-type]  # (shutdown uses neither)
+    assert await worker.shutdown(0.1) == 0
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("prepare:") and not t.done()], \
+        "the planning job was stopped with the worker"
+    summarizer.gate.set()
+    kept = await p.checkpoints.prepared(CONV)
+    assert kept is not None and kept.from_checkpoint_id == record.from_checkpoint_id, "nothing planned after the stop"
+    assert not await redis_client.exists(p.checkpoints.keys(CONV).preparing), "its planning lease was released"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from functools import lru_cache
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, MessageFlags, Role, TextPart, Usage
 from threadkeeper.services.models import Tokenizer
@@ -65,8 +66,11 @@ def redaction_ms_adversarial(n: int) -> float:
     return round(max(min(once(make(n)) for _ in range(3)) for make in ADVERSARIAL.values()) * 1000, 1)
 
 
+@lru_cache(maxsize=12_000)
 def message(i: int, role: Role = "user", chars: int = 400) -> Message:
-    """A stored message as a committed turn writes it: token count and note computed once."""
+    """A stored message as a committed turn writes it: token count and note computed once, and kept (messages are
+    frozen): the bench writes the same first messages into many conversations (every history size, each compaction
+    run, the listing)."""
     return committed(Message(id=f"{1700000000 + i}.000100" if role == "user" else f"a{i}", role=role,
                              parts=[TextPart(text=filler(chars, i))], author="U1" if role == "user" else None,
                              tokens=0, created_at=1_700_000_000.0 + i, ref=i + 1))
@@ -83,12 +87,14 @@ def note_cost_us(count: int = 2_000) -> float:
 
 
 async def fill(store: CheckpointStore, cid: str, messages: int, *, per_turn: int = 2, chars: int = 400) -> str:
+    """A conversation of ``messages`` messages, ``per_turn`` to a committed turn: each turn started holding its
+    messages and then committed (two round trips, as a worker writes a turn whose messages it has), the user's
+    and the assistant's alternating. Returns the head."""
     head: str | None = None
     for start in range(0, messages, per_turn):
-        cp = await store.start_turn(cid, parent_id=head, from_head=False)
         batch = [message(start + j, "user" if (start + j) % 2 == 0 else "assistant", chars)
                  for j in range(min(per_turn, messages - start))]
-        await store.append(cid, cp.id, batch)
+        cp = await store.start_turn(cid, parent_id=head, from_head=False, messages=batch)
         await store.commit(cid, cp.id, expected_head=head,
                            outcome=CheckpointOutcome(usage=Usage(input_tokens=sum(m.tokens for m in batch)),
                                                      usage_covered_messages=0))

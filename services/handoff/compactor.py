@@ -204,15 +204,26 @@ class Compactor:
         if conversation_id in self._preparing:
             self._later[conversation_id] = (checkpoint_id, budget)
             return
-        task = asyncio.create_task(self._prepare_from(conversation_id, checkpoint_id, budget))
+        task = asyncio.create_task(self._prepare_from(conversation_id, checkpoint_id, budget),
+                                   name=f"prepare:{conversation_id}")
         self._preparing[conversation_id] = task
         task.add_done_callback(lambda done: self._preparing.pop(conversation_id, None)
                                if self._preparing.get(conversation_id) is done else None)
 
-    async def settle(self) -> None:
-        """Wait for the handoffs this process is planning ahead (a worker's orderly stop; tests)."""
+    async def settle(self, seconds: float | None = None) -> None:
+        """Wait for the handoffs this process is planning ahead (a worker's orderly stop, a command that exits;
+        tests). With ``seconds``, for at most that long: the jobs still planning then are cancelled (planning ahead
+        only saves a later turn the summarizer's wait; that turn compacts as before), so none is left to write
+        after the process stopped."""
+        deadline = None if seconds is None else time.monotonic() + seconds
         while self._preparing:
-            await asyncio.gather(*self._preparing.values(), return_exceptions=True)
+            jobs = list(self._preparing.values())
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            _, pending = await asyncio.wait(jobs, timeout=left)
+            for job in pending:
+                job.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def _prepare_from(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
         """:meth:`_prepare` from ``checkpoint_id``, then from the newest checkpoint a turn committed meanwhile (see

@@ -94,8 +94,9 @@ class Compactor(Protocol):
         """A turn committed ``checkpoint_id`` and its reply was delivered: plan the next compaction ahead, in the
         background, when the history is past the preparation threshold."""
 
-    async def settle(self) -> None:
-        """Wait for the work :meth:`prepare_after` started."""
+    async def settle(self, seconds: float | None = None) -> None:
+        """Wait for the work :meth:`prepare_after` started: with ``seconds``, at most that long, then cancel what is
+        still running."""
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
                       budget: ContextBudget, notes: Notes) -> tuple[CompactionReport, History]:

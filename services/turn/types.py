@@ -39,7 +39,7 @@ class NoCompaction:
     def prepare_after(self, conversation_id: str, checkpoint_id: str, budget: ContextBudget) -> None:
         return None
 
-    async def settle(self) -> None:
+    async def settle(self, seconds: float | None = None) -> None:
         return None
 
     async def preview(self, conversation_id: str, history: History, pending: Sequence[Message],
