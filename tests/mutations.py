@@ -1161,6 +1161,9 @@ MUTANTS: list[Mutant] = [
     Mutant("planning-ahead-never-cancelled-at-the-deadline", "services/handoff/compactor.py",
            "            for job in pending:\n                job.cancel()\n", "",
            ("tests/test_compaction_ahead.py", "-k", "worker_that_stops")),
+    Mutant("long-identifiers-count-as-short-ones", "services/handoff/notebook.py",
+           "IDENTIFIER_WEIGHT * max(1.0, len(t) / IDENTIFIER_CHARS)", "IDENTIFIER_WEIGHT",
+           ("tests/test_notes.py", "-k", "long_identifier")),
 ]
 
 

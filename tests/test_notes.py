@@ -8,6 +8,7 @@ import pytest
 
 from threadkeeper.services import Tokenizer
 from threadkeeper.services.handoff import NoteEntry, TermStats, select
+from threadkeeper.services.handoff.notebook import note_cost
 from threadkeeper.services.text import information, make_note, notes, resolve_dates, terms
 
 FRIDAY = datetime(2023, 12, 29, 22, 42, tzinfo=timezone.utc).timestamp()  # a Friday
@@ -83,6 +84,22 @@ def test_selection_is_by_value_not_age_and_deterministic() -> None:
     assert "m3" not in ids, "the same person saying the same thing again is not repeated"
     assert chosen.tokens <= cap and chosen.evicted == len(pool) - len(ids)
     assert select(list(reversed(pool)), stats, cap_tokens=cap, now=day * 5, count=tokenizer.count) == chosen
+
+
+def test_a_long_identifier_counts_for_its_length_so_a_url_is_not_evicted_for_short_ones() -> None:
+    """A URL or a path cannot be guessed back and costs a note many tokens: it counts once more for each
+    ``IDENTIFIER_CHARS`` of it, so a dashboard's address holds its place beside notes of short identifiers."""
+    tokenizer = Tokenizer("gpt-4o")
+    url = "https://grafana.example.com/d/783e6e2f5c/auth-gateway-overview"
+    dashboard = _entry("u1", f"dashboard auth-gateway {url}", 0.0)
+    shas = [_entry(f"s{i}", f"deploy {i:02d} fixed commit {0x5a1b2c3d4e + i * 7919:010x}", float(i + 1))
+            for i in range(12)]
+    stats = TermStats()
+    stats.add([terms(dashboard.text)] + [terms(s.text) for s in shas])
+    pool = [dashboard, *shas]
+    cap = sum(note_cost(s, tokenizer.count) for s in shas[:6]) + 40
+    chosen = select(pool, stats, cap_tokens=cap, now=20.0, count=tokenizer.count)
+    assert "u1" in [n.id for n in chosen.notes] and 0 < len(chosen.notes) < len(pool)
 
 
 def test_a_note_drops_its_own_day_and_filler_and_keeps_every_content_word_of_an_ordinary_message() -> None:

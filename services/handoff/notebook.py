@@ -41,6 +41,9 @@ CONSTRAINT_WEIGHT = 1.3
 IDENTIFIER_WEIGHT = 2.0
 """A number or identifier (ticket key, SHA, URL, path, quantity, date) counts this many times a rare word:
 it cannot be guessed back from the rest of the thread."""
+IDENTIFIER_CHARS = 32
+"""An identifier longer than this (a URL, a path) counts once more for each such length: none of it can be guessed
+back, and the tokens it costs a note grow with it."""
 CJK_PAIR_WEIGHT = 0.5
 """Text without spaces is ranked by overlapping character pairs; half a pair is about one character's worth."""
 MAX_TERMS = 8_000
@@ -163,7 +166,8 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
     def rarity(t: str) -> float:
         base = idf.get(t)
         if base is None:
-            kind = IDENTIFIER_WEIGHT if is_identifier(t) else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
+            kind = IDENTIFIER_WEIGHT * max(1.0, len(t) / IDENTIFIER_CHARS) if is_identifier(t) \
+                else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
             base = idf[t] = stats.idf(t) * kind
         return base
 
