@@ -56,9 +56,13 @@ run: $(RUN_STAMP)
 console: $(RUN_STAMP)
 	$(BIN)/threadkeeper console
 
+# The suite starts many Python processes (test workers, CLI commands, bot workers): each reads the modules it imports
+# compiled, kept under the venv, instead of compiling them (and pytest rewriting its plugins) again, also where the
+# environment asks Python to write no bytecode.
 test: $(STAMP)
 	$(BIN)/python tests/ensure_redis.py
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # mypy, strict on the package ([tool.mypy] in pyproject.toml).
 typecheck: $(STAMP)
