@@ -106,6 +106,10 @@ class Message(_Record):
     part (see ``parts``)."""
     brief: str | None = None
     """Written by earlier versions (a shortened form of the note); no longer used."""
+    line_tokens: dict[str, list[int]] = Field(default_factory=dict)
+    """Tokens of the message's line as recall shows it (``[#N] author: text``) with its line break: written out, then
+    as its note (0: no note), per tokenizer (by its encoding's name); counted once, when its turn commits. Empty or
+    without this tokenizer's name: not counted (written before, or for another model): recall counts the line."""
 
     @property
     def text(self) -> str:

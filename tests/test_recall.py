@@ -992,3 +992,96 @@ async def test_a_stored_segment_that_cannot_be_used_is_built_from_the_messages_a
     assert await client.hgetall(key) == stored, "made again by the next worker that builds the index"
     await p.forget(CONV)
     assert not await client.exists(key)
+
+
+class _Encoded:
+    """A tokenizer's encoder that notes every text it encodes."""
+
+    def __init__(self, encoder) -> None:  # type: ignore[no-untyped-def]
+        self.encoder = encoder
+        self.texts: list[str] = []
+
+    def encode(self, text, **kwargs):  # type: ignore[no-untyped-def]
+        self.texts.append(text)
+        return self.encoder.encode(text, **kwargs)
+
+
+def model_tokenizer(prefix, client):  # type: ignore[no-untyped-def]
+    return _pipeline(prefix, client).executor.assembler.tokenizer
+
+
+def _recalled_lines(text: str) -> list[str]:
+    """The recalled messages' lines of a runtime context, each with its line break (the last one has none)."""
+    lines = text.split("\n")
+    return [line + ("\n" if n < len(lines) - 1 else "") for n, line in enumerate(lines) if line.startswith("[#")]
+
+
+async def test_a_turn_counts_the_lines_it_recalls_from_the_counts_stored_with_their_messages(
+        model, prefix, client) -> None:
+    from threadkeeper.services.models import MESSAGE_OVERHEAD, Tokenizer
+    from threadkeeper.services.models.tokens import LINES_FROM
+
+    p = _pipeline(prefix, client)
+    await _thread(p, [*FACTS, *_filler(120)])
+    tokenizer = p.executor.assembler.tokenizer
+    assert tokenizer.sums_lines
+    history = await p.checkpoints.load_history(CONV)
+    said = [m for m in history.messages if m.role in ("user", "assistant") and m.ref and not m.flags.handoff]
+    assert {m.role for m in said} == {"user", "assistant"}
+    for m in said:  # counted when its turn committed, as the line recall shows reads
+        whole = f"[#{m.ref}] {m.author or 'assistant'}: {' '.join(m.text.split())}\n"
+        note = tokenizer.count(f"[#{m.ref}] {m.author or 'assistant'}: {m.note}\n") if m.note else 0
+        assert m.line_tokens == {tokenizer.name: [tokenizer.count(whole), note]}
+    cold = _pipeline(prefix, client)  # (nothing counted in this process's caches)
+    encoder = cold.executor.assembler.tokenizer.encoder = _Encoded(tokenizer.encoder)
+    runtime = (await cold.context(CONV, arriving=[cold.message("any status update about the pastries?",
+                                                               author="carol")])).context[-1]
+    recalled = _recalled_lines(runtime.text)
+    assert len(recalled) >= 5 and len(runtime.text) > LINES_FROM
+    assert not set(recalled[:-1]) & set(encoder.texts), "a recalled line is not counted again"
+    assert runtime.tokens == MESSAGE_OVERHEAD + Tokenizer(tokenizer.model).count(runtime.text)
+
+
+@pytest.mark.parametrize("foreign", [False, True], ids=["none", "another tokenizer's"])
+async def test_lines_of_messages_written_without_this_tokenizers_counts_are_counted_when_recalled(
+        model, prefix, client, monkeypatch, foreign) -> None:
+    from threadkeeper.services.models import MESSAGE_OVERHEAD, Tokenizer
+    from threadkeeper.services.models.tokens import LINE_BREAKING, LINES_FROM
+    from threadkeeper.services.turn import input as turn_input
+    from threadkeeper.services.turn import loop as turn_loop
+
+    other = next(name for name in sorted(LINE_BREAKING) if name != model_tokenizer(prefix, client).name)
+    stored = {other: [1, 1]} if foreign else {}
+
+    def earlier(message, tokenizer):  # type: ignore[no-untyped-def]
+        return message.model_copy(update={"line_tokens": stored})
+
+    with monkeypatch.context() as m:  # the thread as an earlier version (or a worker of another model) wrote it
+        m.setattr(turn_input, "line_counted", earlier)
+        m.setattr(turn_loop, "line_counted", earlier)
+        p = _pipeline(prefix, client)
+        await _thread(p, [*FACTS, *_filler(120)])
+    tokenizer = p.executor.assembler.tokenizer
+    assert all(m.line_tokens == stored for m in (await p.checkpoints.load_history(CONV)).messages
+               if m.role == "user" and m.ref and not m.flags.handoff)
+    cold = _pipeline(prefix, client)
+    encoder = cold.executor.assembler.tokenizer.encoder = _Encoded(tokenizer.encoder)
+    runtime = (await cold.context(CONV, arriving=[cold.message("any status update about the pastries?",
+                                                               author="carol")])).context[-1]
+    recalled = _recalled_lines(runtime.text)
+    assert len(recalled) >= 5 and len(runtime.text) > LINES_FROM
+    assert set(recalled) <= set(encoder.texts), "each recalled line is counted as the model counts it"
+    assert runtime.tokens == MESSAGE_OVERHEAD + Tokenizer(tokenizer.model).count(runtime.text)
+
+
+def test_a_message_counted_again_drops_the_counts_of_the_lines_it_no_longer_reads() -> None:
+    from threadkeeper.persistence import TextPart
+    from threadkeeper.services.models import tokenizer_for
+    from threadkeeper.services.recall import line_counted
+
+    tokenizer = tokenizer_for("gpt-4o")
+    said = tokenizer.counted(msg("the first version of a long message", id="1700.1")).model_copy(update={"ref": 3})
+    said = line_counted(said, tokenizer)
+    assert said.line_tokens == {tokenizer.name: [tokenizer.count("[#3] U1: the first version of a long message\n"), 0]}
+    cut = tokenizer.counted(said.model_copy(update={"parts": [TextPart(text="the first … message")]}))
+    assert cut.line_tokens == {}, "a copy that reads otherwise (a compaction cut it) carries no counts of the old text"

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from threadkeeper.persistence import CheckpointOutcome, CheckpointStore, Message, MessageFlags, Role, TextPart, Usage
 from threadkeeper.services.models import Tokenizer
-from threadkeeper.services.recall import Recall
+from threadkeeper.services.recall import Recall, line_counted
 from threadkeeper.services.safety import redact_after
 from threadkeeper.services.text import notes
 
@@ -28,7 +28,7 @@ def committed(message: Message) -> Message:
     """``message`` as a committed turn stores it: its note and token counts made once."""
     note = notes.make_note(message.text, message.created_at) or ""
     message = message.model_copy(update={"note": note, "note_tokens": [TOKENIZER.count(" " + note)] if note else []})
-    return TOKENIZER.counted(message)
+    return line_counted(TOKENIZER.counted(message), TOKENIZER)
 
 
 ADVERSARIAL: dict[str, Callable[[int], str]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -53,14 +53,30 @@ class Tokenizer:
         self._line = lru_cache(maxsize=LINES_KEPT)(self._encoded)
         """The count of a line (with its line break), kept for the lines counted most recently."""
 
-    def count(self, text: str) -> int:
+    def count(self, text: str, known: Mapping[str, int] | None = None) -> int:
+        """``text``'s tokens. ``known``: counts of some of its lines (each with its line break), made by this
+        tokenizer before (:meth:`count_line`); where it counts a text by its lines (:attr:`sums_lines`), those lines
+        are not counted again."""
         if not text:
             return 0
         if self.encoder is None:
             return (len(text) + 3) // 4
-        if len(text) < LINES_FROM or self.name not in LINE_BREAKING or "\n" not in text:
+        if len(text) < LINES_FROM or not self.sums_lines or "\n" not in text:
             return self._encoded(text)
-        return sum(self._line(line) if len(line) <= LINE_MAX else self._encoded(line) for line in _lines(text))
+        known = known or {}
+        return sum(known.get(line) or (self._line(line) if len(line) <= LINE_MAX else self._encoded(line))
+                   for line in _lines(text))
+
+    @property
+    def sums_lines(self) -> bool:
+        """Whether a text's count is the sum of its lines' (see :data:`LINE_BREAKING`): then a line counted once, when
+        its message was written, need not be counted again where it is shown."""
+        return self.encoder is not None and self.name in LINE_BREAKING
+
+    def count_line(self, line: str) -> int:
+        """The tokens of one line of a longer text, ``line`` ending with its line break: what :meth:`count` adds for
+        it. Counted as it comes (a line counted when its message is written is not kept for this process)."""
+        return self._encoded(line)
 
     def _encoded(self, text: str) -> int:
         assert self.encoder is not None
@@ -69,10 +85,12 @@ class Tokenizer:
     def count_message(self, message: Message) -> int:
         return count_parts(self, message)
 
-    def counted(self, message: Message) -> Message:
+    def counted(self, message: Message, known: Mapping[str, int] | None = None) -> Message:
         """``message`` with its token count computed now: the one way a message is counted, once, before it is
-        stored (its reference and author included, as the model reads them)."""
-        return message.model_copy(update={"tokens": count_parts(self, message)})
+        stored (its reference and author included, as the model reads them). ``known``: lines of its text counted
+        before (see :meth:`count`). What was counted of its lines before (a message whose text is cut, say) is
+        dropped with the old count: a copy never carries the counts of what it no longer reads."""
+        return message.model_copy(update={"tokens": count_parts(self, message, known), "line_tokens": {}})
 
     def count_tools(self, schemas: list[dict[str, Any]]) -> int:
         """Tokens the tool schemas add to every request."""
@@ -119,13 +137,13 @@ def tokenizer_for(model: str) -> Tokenizer:
     return Tokenizer(OFFLINE_COUNTED_AS if is_offline(model) else model)
 
 
-def count_parts(tokenizer: Tokenizer, message: Message) -> int:
+def count_parts(tokenizer: Tokenizer, message: Message, known: Mapping[str, int] | None = None) -> int:
     total = MESSAGE_OVERHEAD + (tokenizer.count(refs.speaker(message)) if message.author else 0)
     if refs.shown(message):
         total += tokenizer.count(refs.prefix(message))
     for part in message.parts:
         if isinstance(part, TextPart):
-            total += tokenizer.count(part.text)
+            total += tokenizer.count(part.text, known)
         elif isinstance(part, ToolResultPart):
             total += tokenizer.count(part.content)
         elif isinstance(part, ToolCallPart):

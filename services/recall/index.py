@@ -42,7 +42,7 @@ import itertools
 import logging
 import re
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone, tzinfo
@@ -167,6 +167,9 @@ class Recalled:
     focused: bool = False
     """The block takes the room of the handoff's notes: the question's direct hits alone needed more than
     recall's own share (see :meth:`Recall.recall`)."""
+    known: Mapping[str, int] = field(default_factory=dict)
+    """Tokens of the block's lines counted when their messages were written (each line with its line break, as
+    :meth:`Tokenizer.count` takes them): whoever counts a text that carries the block need not count them again."""
 
 
 @dataclass
@@ -765,6 +768,7 @@ class Recall:
         whole_used = 0
         exact_lines: list[str] = []
         lines = index.lines
+        counted: dict[str, int] = {}  # target id -> its line's tokens as counted when its message was written
 
         def take(position: int, limit: int, full: bool, is_direct: bool, is_hit: bool = True) -> int:
             nonlocal budget
@@ -779,6 +783,7 @@ class Recall:
             if changed and edited is None:
                 return 0
             size = source.tokens if edited is None else self.tokenizer.count(edited)
+            stored = 0
             if size > (limit if full else LONG_TOKENS) and is_hit:  # what of a long hit matches the question
                 text = edited if edited is not None else source.text
                 text = _passages(text, query, limit, self.tokenizer, compressed=not full) or source.note or text
@@ -809,6 +814,9 @@ class Recall:
                     exact_lines.append(target)
                 if tokens > limit:
                     text = note or (edited if edited is not None else source.text)
+                elif not changed and target == source.id and source.line_tokens:
+                    written = source.line_tokens.get(self.tokenizer.name)
+                    stored = written[1 if note else 0] if written and len(written) == 2 else 0
             if tokens > limit:
                 text, _ = bound_text(text, self.tokenizer, max(16, limit - (tokens - self.tokenizer.count(text))))
                 line = _line(source, target, text)
@@ -817,6 +825,8 @@ class Recall:
             if cost > budget:
                 return 0
             chosen[target] = (source_at, _date_line(day), line, tokens)
+            if stored:
+                counted[target] = stored
             order.append((target, cost, is_direct))
             days.add(day)
             budget -= cost
@@ -847,8 +857,10 @@ class Recall:
         picked = _within([(target, cost) for target, cost, _ in order], limit - head - 2 - limit // 200)
         text = self._render(header, [chosen[mid] for mid in picked])
         tokens = head + sum(costs_of[mid] for mid in picked)
+        # the lines whose counts were stored with their messages: whoever counts the block need not count them
+        known = {chosen[mid][2] + "\n": counted[mid] for mid in picked if mid in counted}
         if exact_lines:  # a line counted as it will read (an edited message): the block is counted too
-            tokens = self.tokenizer.count(text)
+            tokens = self.tokenizer.count(text, known)
         if tokens > limit:  # the estimates ran over: count each line, then leave out what came last
             exact = {mid: self.tokenizer.count(chosen[mid][2]) + 1 for mid in picked}
             seen: set[str] = set()
@@ -859,15 +871,15 @@ class Recall:
                 seen.add(day)
             picked = _within(costs, limit - head)
             text = self._render(header, [chosen[mid] for mid in picked])
-            tokens = self.tokenizer.count(text)
+            tokens = self.tokenizer.count(text, known)
             while tokens > limit and picked:
                 picked.pop()
                 text = self._render(header, [chosen[mid] for mid in picked])
-                tokens = self.tokenizer.count(text)
+                tokens = self.tokenizer.count(text, known)
         if not picked:
             return Recalled([], "", 0, searched=searchable)
         ordered = sorted(picked, key=lambda mid: chosen[mid][0])
-        return Recalled(ordered, text, tokens, hits, searchable, focused)
+        return Recalled(ordered, text, tokens, hits, searchable, focused, known)
 
     def _estimate(self, source: Message, form: str) -> int:
         """A recalled line's tokens from the counts made when its message was written, rounded up (0: none stored).
@@ -1136,6 +1148,17 @@ def _day(message: Message) -> str:
 def _date_line(day: int) -> str:
     """The date line of a day (days since the epoch, UTC) in a recall block."""
     return datetime.fromtimestamp(day * 86_400, timezone.utc).strftime("%Y-%m-%d:")
+
+
+def line_counted(message: Message, tokenizer: Tokenizer) -> Message:
+    """``message`` with the tokens of its recall line, written out and as its note, counted now by ``tokenizer`` (see
+    :attr:`Message.line_tokens`): once, when its turn commits, so a turn that recalls it need not count it. Itself
+    for a tokenizer that counts a text whole (a line's count is not a part of a text's there)."""
+    if not tokenizer.sums_lines:
+        return message
+    whole = tokenizer.count_line(_line(message, message.id, message.text) + "\n")
+    note = tokenizer.count_line(_line(message, message.id, message.note) + "\n") if message.note else 0
+    return message.model_copy(update={"line_tokens": {**message.line_tokens, tokenizer.name: [whole, note]}})
 
 
 def _line(message: Message, target: str, text: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
@@ -114,6 +114,7 @@ class ContextAssembler:
                    self.budget.request_limit_tokens - self.budget.fixed_prompt_tokens) - sent - self.tool_tokens
         parts, recalled, shown_memory, recall_left, focused = [header], [], [], 0, False
         sources: list[str] = []
+        known: Mapping[str, int] = {}
         if self.recall is not None:
             cap = min(budget.recall_tokens, room) - 2  # the line break that joins the block to the header
             handoff = next((m for m in shown if m.flags.handoff and len(m.parts) > 1 and m.note_tokens), None)
@@ -123,6 +124,7 @@ class ContextAssembler:
                                              notes=notes, tz=time_zone(zone))
             if found.ids:
                 parts.append(found.text)
+                known = found.known
                 recalled = list(found.ids)
                 sources += recalled
                 room -= found.tokens + 2
@@ -146,7 +148,7 @@ class ContextAssembler:
         if not sources:
             return RuntimeContext(runtime)
         message = self.tokenizer.counted(runtime.model_copy(update={"parts": [TextPart(text="\n".join(parts))],
-                                                                    "source_ids": sources}))
+                                                                    "source_ids": sources}), known)
         return RuntimeContext(message, recalled, shown_memory, focused)
 
     # -- after the model answered, and when a turn commits ---------------------------------------

@@ -23,7 +23,7 @@ from threadkeeper.persistence import History, InboxItem, Message, MessageFlags, 
 from ..context import refs
 from ..conversation import Conversation
 from ..models import ContextBudget, Tokenizer, bound_text
-from ..recall import change_notice_id
+from ..recall import change_notice_id, line_counted
 from ..safety import redact_after, tail
 from ..text import make_note
 from .types import Intake
@@ -307,7 +307,7 @@ class TurnInput:
 
     def numbered(self, history: Sequence[Message], incoming: Sequence[Message]) -> list[Message]:
         """``incoming`` with references (``#N``) following on from ``history``'s, counted in the tokens of the
-        messages that show theirs."""
+        messages that show theirs, and the lines recall shows them as counted (see :func:`line_counted`)."""
         ref = refs.next_ref(history)
         out = []
         for m in incoming:
@@ -316,6 +316,7 @@ class TurnInput:
                 ref += 1
                 if refs.shown(m):
                     m = m.model_copy(update={"tokens": m.tokens + self.tokenizer.count(refs.prefix(m))})
+                m = line_counted(m, self.tokenizer)
             out.append(m)
         return out
 

@@ -12,6 +12,7 @@ from threadkeeper.persistence import CheckpointOutcome, Message, TextPart, ToolC
 from ..context import next_ref, to_chat, visible
 from ..conversation import Conversation
 from ..models import RECORDS, ContextBudget, Draft, ModelTimeoutError, Tokenizer, ToolContext, ToolRegistry, bound_text
+from ..recall import line_counted
 from ..text import reply_additions
 from .assembler import ContextAssembler
 from .input import TurnInput
@@ -149,7 +150,7 @@ class ModelLoop:
             update |= self.messages.noted(reply_additions(message.text, asked, earlier_replies(turn.messages)),
                                           message.created_at)
             update["source_ids"] = [m.id for m in turn.incoming if m.flags.addressed]
-        message = message.model_copy(update=update)
+        message = line_counted(message.model_copy(update=update), self.tokenizer)
         turn.messages.append(message)
         turn.final.append(message)
 
