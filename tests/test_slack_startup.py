@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
+from conftest import REDIS_URL, drop_prefix
 from fakes import scripted
 from slack_fake import FakeSlack
 from test_slack_bot import SECRET, make_harness
 
 from threadkeeper.bot.manifest import BOT_SCOPES
-
-REDIS_URL = os.environ.get("THREADKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 @pytest.fixture
@@ -149,6 +149,11 @@ async def test_a_worker_loads_before_it_listens_what_its_first_ack_and_turn_woul
         proc.terminate()
         await proc.wait()
         await slack.close()
+        client = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            await drop_prefix(client, prefix)  # what the worker stored of its turn
+        finally:
+            await client.aclose()
     await reading
 
     def imported(lines: list[str]) -> set[str]:
