@@ -824,25 +824,31 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
     assert index.scores(terms) == built.scores(terms)
 
 
+def _on_the_loop(monkeypatch, module, name: str) -> list[bool]:  # type: ignore[no-untyped-def]
+    """Whether each call of ``module.name`` ran on the main thread (the event loop's), in order."""
+    import threading
+
+    where: list[bool] = []
+    original = getattr(module, name)
+
+    def watched(*args):  # type: ignore[no-untyped-def]
+        where.append(threading.current_thread() is threading.main_thread())
+        return original(*args)
+
+    monkeypatch.setattr(module, name, watched)
+    return where
+
+
 async def test_a_cold_workers_index_is_built_in_a_thread_when_it_is_large(model, prefix, client, monkeypatch) -> None:
     """Indexing more than ``OFF_LOOP`` messages at once (a cold worker's first turn in a long thread) runs in a thread,
     so the event loop acknowledges other conversations' events meanwhile (the threshold lowered to this thread's size)."""
-    import threading
-
     from threadkeeper.services.recall import index as recall_index
 
     p = _pipeline(prefix, client)
     await _epochs_thread(p)
     history = await p.checkpoints.load_history(CONV)
     assert len(await p.checkpoints.epoch_chains(CONV, history)) >= 3
-    where: list[bool] = []
-    add_all = recall_index._add_all
-
-    def watched(*args):  # type: ignore[no-untyped-def]
-        where.append(threading.current_thread() is threading.main_thread())
-        return add_all(*args)
-
-    monkeypatch.setattr(recall_index, "_add_all", watched)
+    where = _on_the_loop(monkeypatch, recall_index, "_add_all")
     monkeypatch.setattr(recall_index, "OFF_LOOP", 20)
     cold = _pipeline(prefix, client)
     index = await cold.recall.sync(CONV, history)
@@ -853,8 +859,6 @@ async def test_a_cold_workers_first_question_decodes_many_epochs_postings_in_a_t
                                                                                        monkeypatch) -> None:
     """A question whose postings come from more than ``OFF_LOOP_BUCKETS`` stored buckets (hundreds of epochs) decodes
     them in a thread, off the event loop (the threshold lowered to this thread's size); what it finds is the same."""
-    import threading
-
     from threadkeeper.services.recall import index as recall_index
 
     p = _pipeline(prefix, client)
@@ -862,14 +866,7 @@ async def test_a_cold_workers_first_question_decodes_many_epochs_postings_in_a_t
     history = await p.checkpoints.load_history(CONV)
     question = [msg(QUESTIONS[0], author="carol")]
     on_loop = await _pipeline(prefix, client).recall.recall(CONV, history, [], question, 2000)
-    where: list[bool] = []
-    take = recall_index._take_postings
-
-    def watched(*args):  # type: ignore[no-untyped-def]
-        where.append(threading.current_thread() is threading.main_thread())
-        return take(*args)
-
-    monkeypatch.setattr(recall_index, "_take_postings", watched)
+    where = _on_the_loop(monkeypatch, recall_index, "_take_postings")
     monkeypatch.setattr(recall_index, "OFF_LOOP_BUCKETS", 0)
     found = await _pipeline(prefix, client).recall.recall(CONV, history, [], question, 2000)
     assert where and not any(where), "decoded in a thread"

@@ -158,11 +158,9 @@ class TermIndex:
     _stale: int = 0
     """Removed documents still in a segment (they leave it at its next merge)."""
 
-    def add(self, terms: Sequence[str]) -> int:
-        """A new document, pending until :meth:`searchable`; its position."""
-        self.terms.append(tuple(terms))
-        position = len(self.terms) - 1
-        if len(self.terms) > len(self._alive):
+    def _room(self) -> None:
+        """The per-document arrays doubled until they have a place for every document."""
+        while len(self.terms) > len(self._alive):
             size = len(self._alive)
             self._alive = np.concatenate([self._alive, np.ones(size, dtype=bool)])
             self._lengths = np.concatenate([self._lengths, np.ones(size)])
@@ -170,6 +168,12 @@ class TermIndex:
             self._embedded = np.concatenate([self._embedded, np.zeros(size, dtype=bool)])
             if self._vectors is not None:
                 self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
+
+    def add(self, terms: Sequence[str]) -> int:
+        """A new document, pending until :meth:`searchable`; its position."""
+        self.terms.append(tuple(terms))
+        position = len(self.terms) - 1
+        self._room()
         self._lengths[position] = length(terms)
         self._length += length(terms)
         self.documents.update(set(terms))
@@ -180,14 +184,7 @@ class TermIndex:
         """New documents, as :meth:`add` adds them one by one, in bulk; the position of the first."""
         first = len(self.terms)
         self.terms.extend(tuple(terms) for terms in documents)
-        while len(self.terms) > len(self._alive):
-            size = len(self._alive)
-            self._alive = np.concatenate([self._alive, np.ones(size, dtype=bool)])
-            self._lengths = np.concatenate([self._lengths, np.ones(size)])
-            self._taken = np.concatenate([self._taken, np.zeros(size, dtype=bool)])
-            self._embedded = np.concatenate([self._embedded, np.zeros(size, dtype=bool)])
-            if self._vectors is not None:
-                self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
+        self._room()
         lengths = [length(terms) for terms in documents]
         self._lengths[first:len(self.terms)] = lengths
         self._length += sum(lengths)
