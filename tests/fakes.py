@@ -39,9 +39,10 @@ class Step:
     """What the provider says ended the output (default: ``stop``, or ``tool_calls`` with tool calls)."""
 
 
-async def until(done: Callable[[], Awaitable[bool] | bool], seconds: float, why: str) -> None:
-    """Wait until ``done()`` (a value or an awaitable) holds, checking every 20 ms; fail with ``why`` after
-    ``seconds``."""
+async def until(done: Callable[[], Awaitable[bool] | bool], seconds: float, why: str | Callable[[], str], *,
+                every: float = 0.02) -> None:
+    """Wait until ``done()`` (a value or an awaitable) holds, checking every ``every`` seconds; fail with ``why`` (or
+    what ``why()`` says then: worker logs, say) after ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
         result = done()
@@ -49,8 +50,8 @@ async def until(done: Callable[[], Awaitable[bool] | bool], seconds: float, why:
             result = await result
         if result:
             return
-        assert time.monotonic() < deadline, why
-        await asyncio.sleep(0.02)
+        assert time.monotonic() < deadline, why if isinstance(why, str) else why()
+        await asyncio.sleep(every)
 
 
 def free_port() -> int:

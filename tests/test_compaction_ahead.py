@@ -6,12 +6,10 @@ was planned from; otherwise it compacts as before."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from fakes import Step, pipeline, scripted
+from fakes import Step, pipeline, scripted, until
 from summarizers import RecordingSummarizer
 
 from threadkeeper.persistence import CheckpointKind, History, InboxItem
@@ -87,11 +85,17 @@ async def until_compacted(p: Any, start: int, texts: dict[int, str] | None = Non
     raise AssertionError("no turn compacted in 200 turns")
 
 
-async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not reached in time"
-        await asyncio.sleep(0.01)
+EDITED = "status update 1: rolled back, see INC-88"
+
+
+async def planned_again_after_an_edit(p: Any, summarizer: Any, start: int, event_id: str) -> None:
+    """With the summarizer held (it answers only once the test lets it), a turn takes an edit of a message the kept
+    plan holds: the plan is stale, and is planned again in the background."""
+    summarizer.gate.clear()
+    edited = p.message(EDITED, author="alice", id="1700.000001")
+    await p.submit_item(CONV, InboxItem(kind="edit", event_id=event_id, message=edited))
+    await p.submit(CONV, update(start), author="alice", id=f"1700.{start:06d}")
+    await p.run(CONV)
 
 
 def epoch_root(history: History) -> str:
@@ -166,7 +170,7 @@ async def test_messages_arriving_after_the_plan_are_carried_into_the_adopted_com
 async def test_an_edit_after_the_plan_has_it_planned_again_from_the_new_head(prefix: str, redis_client: Any) -> None:
     p, summarizer = summarized(prefix, redis_client, "ahead-edit")
     start, record = await until_planned(p)
-    edited = p.message("status update 1: rolled back, see INC-88", author="alice", id="1700.000001")
+    edited = p.message(EDITED, author="alice", id="1700.000001")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
     await say(p, start)  # the turn that takes the edit; after it, the plan it left stale is made again
     head = (await p.checkpoints.require_state(CONV)).head_checkpoint_id
@@ -184,13 +188,9 @@ async def test_a_plan_the_head_left_behind_while_it_was_made_is_made_again_from_
         prefix: str, redis_client: Any) -> None:
     p, summarizer = summarized(prefix, redis_client, "ahead-moved")
     start, record = await until_planned(p)
-    summarizer.gate.clear()  # the summarizer answers only once the test lets it
-    first = p.message("status update 1: rolled back, see INC-88", author="alice", id="1700.000001")
-    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit-1", message=first))
-    await p.submit(CONV, update(start), author="alice", id=f"1700.{start:06d}")
-    await p.run(CONV)  # takes the edit: the kept plan is stale, and is planned again in the background
+    await planned_again_after_an_edit(p, summarizer, start, "Ev-edit-1")
     planning = await p.checkpoints.require_state(CONV)
-    await until(lambda: summarizer.waiting == 1)
+    await until(lambda: summarizer.waiting == 1, 10, "the plan is being made again")
     second = p.message("status update 2: paused, see INC-89", author="alice", id="1700.000002")
     await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit-2", message=second))
     await p.submit(CONV, update(start + 1), author="alice", id=f"1700.{start + 1:06d}")
@@ -201,7 +201,7 @@ async def test_a_plan_the_head_left_behind_while_it_was_made_is_made_again_from_
     await p.settle()
     again = await p.checkpoints.prepared(CONV)
     assert again is not None and again.from_checkpoint_id == head, "planned again from the newest head"
-    assert again.changes == {"1700.000001": first.text, "1700.000002": second.text}
+    assert again.changes == {"1700.000001": EDITED, "1700.000002": second.text}
     before = summarizer.calls
     _, result = await until_compacted(p, start + 2)
     fork = await p.checkpoints.get(CONV, result.compaction.new_checkpoint_id)
@@ -233,12 +233,8 @@ async def test_a_worker_that_stops_leaves_no_handoff_being_planned_to_write_afte
 
     p, summarizer = summarized(prefix, redis_client, "ahead-stop")
     start, record = await until_planned(p)
-    summarizer.gate.clear()  # the summarizer answers only once the test lets it
-    edited = p.message("status update 1: rolled back, see INC-88", author="alice", id="1700.000001")
-    await p.submit_item(CONV, InboxItem(kind="edit", event_id="Ev-edit", message=edited))
-    await p.submit(CONV, update(start), author="alice", id=f"1700.{start:06d}")
-    await p.run(CONV)  # takes the edit: the kept plan is stale, and is planned again in the background
-    await until(lambda: summarizer.waiting == 1)
+    await planned_again_after_an_edit(p, summarizer, start, "Ev-edit")
+    await until(lambda: summarizer.waiting == 1, 10, "the plan is being made again")
     worker = TurnWorker(p, None, None)  # type: ignore[arg-type]  # (shutdown uses neither)
     assert await worker.shutdown(0.1) == 0
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("prepare:") and not t.done()], \

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 from conftest import REDIS_URL
-from fakes import free_port
+from fakes import free_port, until
 from model_server import ModelServer, Reply
 from slack_fake import FakeSlack, event_body, sign
 
@@ -123,16 +123,8 @@ class Fleet:
         return [m["text"] for m in self.slack.bot_messages(CHANNEL, root) if not str(m["text"]).startswith("_")]
 
     async def until(self, done: Callable[[], bool | Awaitable[bool]], seconds: float, why: str) -> None:
-        deadline = time.monotonic() + seconds
-        while True:
-            result = done()
-            if isinstance(result, Awaitable):
-                result = await result
-            if result:
-                return
-            assert time.monotonic() < deadline, f"{why}; worker logs:\n" + "\n".join(
-                w.log.read_text()[-1500:] for w in self.workers)
-            await asyncio.sleep(0.1)
+        await until(done, seconds, lambda: f"{why}; worker logs:\n" + "\n".join(
+            w.log.read_text()[-1500:] for w in self.workers), every=0.1)
 
     async def settled(self, root: str, seconds: float = 15.0) -> list[CheckpointStatus]:
         """The statuses of a conversation's checkpoints, once nothing runs and no lease is held: waited for (a

@@ -924,6 +924,18 @@ async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_
     assert await client.hgetall(key) == stored, "read, not written again"
 
 
+async def _recalled_as_derived_anew(prefix, client, caplog):  # type: ignore[no-untyped-def]
+    """A reader's context for the first question beside a worker's that derives every epoch from its messages: the
+    same recalled block (checked here); the reader and the recall log lines it wrote."""
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    with caplog.at_level("INFO", logger="threadkeeper.recall"):
+        got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
+    expected = await builder.context(CONV, arriving=[builder.message(QUESTIONS[0], author="carol")])
+    assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+    return reader, [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+
+
 async def test_cards_that_cannot_be_used_are_made_again_from_the_epochs_messages(model, prefix, client,
                                                                                  caplog) -> None:
     """Cards cut short, or that say they were made for another epoch's chain, are not used: that epoch's messages are
@@ -943,13 +955,7 @@ async def test_cards_that_cannot_be_used_are_made_again_from_the_epochs_messages
     _, *fields = zlib.decompress(stored[second]).split(b"\n")
     await client.hset(key, second, zlib.compress(b"\n".join([zlib.decompress(stored[third]).split(b"\n")[0], *fields])))
     await client.hdel(key, third)
-    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
-    builder.recall.epochs = None
-    with caplog.at_level("INFO", logger="threadkeeper.recall"):
-        got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
-    expected = await builder.context(CONV, arriving=[builder.message(QUESTIONS[0], author="carol")])
-    assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
-    lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+    reader, lines = await _recalled_as_derived_anew(prefix, client, caplog)
     assert len(lines) == 1 and "for 2 of" in lines[0] and "the cards of epoch" in lines[0], lines
     assert await client.hgetall(key) == stored, "made again, in place and where none was"
 
@@ -972,13 +978,7 @@ async def test_a_stored_segment_that_cannot_be_used_is_built_from_the_messages_a
     await client.hset(key, first + b":p", stored[first + b":p"][:12])
     for field in (f for f in stored if f.startswith(second + b":p:")):
         await client.hset(key, field, zlib.compress(b"not a bucket"))
-    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
-    builder.recall.epochs = None
-    with caplog.at_level("INFO", logger="threadkeeper.recall"):
-        got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
-    expected = await builder.context(CONV, arriving=[builder.message(QUESTIONS[0], author="carol")])
-    assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
-    lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+    reader, lines = await _recalled_as_derived_anew(prefix, client, caplog)
     assert len(lines) == 2 and "for 1 of" in lines[0] and "segment of 1 of" in lines[1], lines
     assert await client.hget(key, first + b":p") == stored[first + b":p"], "the header made again in its place"
     assert not [f for f in await client.hkeys(key) if f.startswith(second + b":p")], "the unusable segment removed"
