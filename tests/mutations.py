@@ -1183,6 +1183,19 @@ MUTANTS: list[Mutant] = [
     Mutant("a-recounted-copy-keeps-the-old-line-counts", "services/models/tokens.py",
            'count_parts(self, message, known), "line_tokens": {}})', "count_parts(self, message, known)})",
            ("tests/test_recall.py", "-k", "drops_the_counts_of_the_lines")),
+    Mutant("a-line-that-cannot-fit-read-before-it-is-passed", "services/recall/index.py",
+           "                if (noted or index.tokens[source_at]) > budget + 8:\n                    return 0\n", "",
+           ("tests/test_recall.py", "-k", "cannot_fit_is_passed and fakeredis")),
+    Mutant("bodies-read-for-a-hit-the-context-holds", "services/recall/index.py",
+           "        if target in held:\n            continue\n", "",
+           ("tests/test_recall.py", "-k", "its_neighbours_that_may_be_shown")),
+    Mutant("long-neighbours-further-out-read", "services/recall/index.py",
+           "        for near in _neighbours(index, base):\n            out.append",
+           "        for _, near in _around(index, base):\n            out.append",
+           ("tests/test_recall.py", "-k", "its_neighbours_that_may_be_shown")),
+    Mutant("cards-without-the-notes-tokens", "services/recall/cards.py",
+           '" ".join(str(note_tokens(m)) for m in messages)', '" ".join("0" for m in messages)',
+           ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
 ]
 
 

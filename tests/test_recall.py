@@ -668,7 +668,7 @@ def _same_index(a: ConversationIndex, b: ConversationIndex) -> None:
     assert [a.card(p) for p in range(a.size)] == [b.card(p) for p in range(b.size)] and a.targets == b.targets
     assert a.position == b.position and a.refs == b.refs and a.authors == b.authors and a.written == b.written
     assert a.names == b.names and a._capitalized == b._capitalized and a._vocative == b._vocative
-    assert a.search.terms == b.search.terms and a.search.documents == b.search.documents
+    assert a.search.terms == b.search.terms and a.search.documents == b.search.documents and a.notes == b.notes
 
 
 async def _epochs_thread(p) -> None:  # type: ignore[no-untyped-def]
@@ -1082,3 +1082,56 @@ def test_a_message_counted_again_drops_the_counts_of_the_lines_it_no_longer_read
     assert said.line_tokens == {tokenizer.name: [tokenizer.count("[#3] U1: the first version of a long message\n"), 0]}
     cut = tokenizer.counted(said.model_copy(update={"parts": [TextPart(text="the first … message")]}))
     assert cut.line_tokens == {}, "a copy that reads otherwise (a compaction cut it) carries no counts of the old text"
+
+
+def _unread(index: ConversationIndex, positions: list[int]) -> None:
+    """The messages at ``positions`` as a worker that starts cold holds them: their cards, not their bodies."""
+    for at in positions:
+        index.bodies[at] = None
+        index.places[at] = ("cp", at)
+
+
+def test_a_candidate_whose_line_cannot_fit_is_passed_without_its_body(model, prefix, client) -> None:
+    """Once the room left is less than what a candidate's line costs (its card says so: its tokens, its note's),
+    recall passes it without reading its body and goes on to a later one that fits; a candidate that may fit is read
+    (:class:`Unread` until it is)."""
+    from threadkeeper.services.recall.index import Unread
+
+    recall = _pipeline(prefix, client).recall
+    assert recall is not None
+    index = ConversationIndex()
+    wordy = [msg(f"deploy {i} " + "rollback canary replica failover " * 12, id=f"1700.{i:06d}", tokens=64)
+             .model_copy(update={"note": f"deploy {i} rollback canary", "note_tokens": [60]}) for i in range(40)]
+    brief = [msg(f"deploy {i} ok", id=f"1700.{100 + i:06d}", tokens=6)
+             .model_copy(update={"note": f"deploy {i} ok", "note_tokens": [4]}) for i in range(5)]
+    messages = [*wordy, *brief]
+    index.add(messages)
+    index.searchable(set())
+    _unread(index, list(range(45)))
+    ranked = [(1.0, at) for at in range(45)]
+
+    def select():  # type: ignore[no-untyped-def]
+        # (room for about 50 tokens: a wordy one's line takes 60 or more, a brief one's about 10)
+        return recall._select(index, ranked, 45, set(), Notes(), 60, 0, 45, RECALL_HEADER, {"deploy"})
+
+    with pytest.raises(Unread) as raised:  # the first brief one fits: its body is needed
+        select()
+    assert raised.value.args[0] == 40, "the wordy ones that cannot fit were passed unread"
+    for at in range(40, 45):
+        index.bodies[at] = messages[at]
+        del index.places[at]
+    got = select()
+    assert got.ids and set(got.ids) <= {m.id for m in brief}
+
+
+def test_the_bodies_read_for_a_hit_are_its_and_its_neighbours_that_may_be_shown() -> None:
+    """What a turn reads before choosing: each hit's body and those of the neighbours that may come with it (further
+    out, only short ones); nothing for a hit the context holds (it is not shown, nor are its neighbours)."""
+    from threadkeeper.services.recall.index import _around, _shown
+
+    index = ConversationIndex()
+    texts = ["short one", "a long message " * 30, "the hit's neighbour", "the hit", "another neighbour"]
+    index.add([msg(t, id=f"1700.{i:06d}", author=("alice", "bob")[i % 2]) for i, t in enumerate(texts)])
+    assert index.tokens[1] > SHORT_TOKENS and 1 in [near for _, near in _around(index, 3)]
+    assert _shown(index, [(1.0, 3)], set()) == [3, 2, 4], "the long one two away is never shown: not read"
+    assert _shown(index, [(1.0, 3)], {"1700.000003"}) == [], "a hit the context holds: nothing read"

@@ -12,7 +12,7 @@ starts cold reads them with what was derived and reads a message's body only whe
 The stored form is compressed text, a column per field so it is read in a few splits: a header line
 ``tk-cards <format> <messages> <chain digest>``, then the messages' ids (tab-separated), their roles (a letter each:
 ``u`` a person's, ``a`` the assistant's, ``-`` one the index never takes), their authors (tab-separated, empty: none),
-their references, the times they were sent and their tokens (space-separated; 0: none). The chain digest names the
+their references, the times they were sent, their tokens and their notes' tokens (space-separated; 0: none). The chain digest names the
 epoch's checkpoints and how many messages each adds: completed checkpoints never change, so a chain names its messages
 for good, and cards made for another chain (another epoch, another format, a corrupt value) are not used: the epoch's
 messages are read and the cards made again, with one log line.
@@ -29,12 +29,17 @@ from threadkeeper.persistence import Message
 
 from .derived import Derived, Unusable
 
-FORMAT = 1
+FORMAT = 2
 """The stored form's version: raise it when the form changes."""
 
 
 def field(epoch: str) -> str:
     return f"{epoch}:c"
+
+
+def note_tokens(message: Message) -> int:
+    """The tokens of ``message``'s note as counted when it was written (0: it has none, or none was counted)."""
+    return message.note_tokens[0] if message.note and message.note_tokens else 0
 
 
 class Card(NamedTuple):
@@ -58,6 +63,8 @@ class Cards(NamedTuple):
     """0: none."""
     created: list[float]
     tokens: list[int]
+    notes: list[int]
+    """The tokens of each message's note (0: none): whether a line of it fits, known before its body is read."""
 
 
 _ROLES = {"user": "u", "assistant": "a"}
@@ -80,7 +87,8 @@ def encode(chain: Sequence[tuple[str, int]], messages: Sequence[Message], derive
              "\t".join(m.author or "" for m in messages),
              " ".join(str(m.ref or 0) for m in messages),
              " ".join(repr(m.created_at) for m in messages),
-             " ".join(str(m.tokens) for m in messages)]
+             " ".join(str(m.tokens) for m in messages),
+             " ".join(str(note_tokens(m)) for m in messages)]
     return zlib.compress("\n".join(lines).encode(), 1)
 
 
@@ -91,14 +99,15 @@ def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:
         lines = zlib.decompress(raw).decode().split("\n")
         if lines[0] != _header(chain):
             raise Unusable(f"cards made otherwise: {lines[0][:80]!r}")
-        if len(lines) != 7:
-            raise Unusable(f"{len(lines) - 1} fields of cards, not 6")
+        if len(lines) != 8:
+            raise Unusable(f"{len(lines) - 1} fields of cards, not 7")
         count = sum(n for _, n in chain)
         if not count:
-            return Cards([], "", [], [], [], [])
+            return Cards([], "", [], [], [], [], [])
         ids, roles, authors = lines[1].split("\t"), lines[2], lines[3].split("\t")
         cards = Cards(ids, roles, [a or None for a in authors], [int(n) for n in lines[4].split(" ")],
-                      [float(t) for t in lines[5].split(" ")], [int(n) for n in lines[6].split(" ")])
+                      [float(t) for t in lines[5].split(" ")], [int(n) for n in lines[6].split(" ")],
+                      [int(n) for n in lines[7].split(" ")])
         if any(len(column) != count for column in cards) or not all(ids) or roles.strip("ua-"):
             raise Unusable(f"cards of {[len(column) for column in cards]} messages for {count}")
         return cards

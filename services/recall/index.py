@@ -81,7 +81,7 @@ from ..text import (
 )
 from . import cards as stored_cards
 from . import postings as stored_segment
-from .cards import Card
+from .cards import Card, note_tokens
 from .derived import Derived, Unusable, change_target, decode, derive, encode
 
 if TYPE_CHECKING:
@@ -129,7 +129,9 @@ OFF_LOOP_BUCKETS = 200
 a cold worker's first question in a thread of 100,000 messages reads thousands (150 ms and more on the loop)."""
 BODIES_FIRST = 48
 """The candidates whose messages' bodies are read before recall chooses what to show (with their neighbours'): a turn
-shows a few dozen hits; when the choice reaches further, four times as many are read and it is made again."""
+shows a few dozen hits. A candidate whose line cannot fit is passed without its body (its card says what the line
+costs); when the choice reaches one further that fits, the bodies of as many candidates from it on are read and the
+choice is made again."""
 MIN_LINE_TOKENS = 24
 """Below this much room left, no further line is tried."""
 DAY_TOKENS = 8
@@ -183,6 +185,9 @@ class ConversationIndex:
     posters: list[str | None] = field(default_factory=list)
     created: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    notes: list[int] = field(default_factory=list)
+    """Per position: the tokens of the message's note (0: none), from its card: what a line of it costs is known
+    before its body is read."""
     bodies: list[Message | None] = field(default_factory=list)
     """Per position: the message, or None while its body was not read (a sealed epoch's message a cold worker took
     from the stored cards: read when a turn shows it, see :meth:`Recall.read_bodies`)."""
@@ -235,7 +240,7 @@ class ConversationIndex:
                 if where is not None:
                     where.append(-1)
                 continue
-            at = self._put(m.id, m.role, m.author, m.ref, m.created_at, m.tokens, m, found)
+            at = self._put(m.id, m.role, m.author, m.ref, m.created_at, m.tokens, note_tokens(m), m, found)
             if where is not None:
                 where.append(at)
             added += 1
@@ -287,6 +292,7 @@ class ConversationIndex:
         self.posters.extend(posters)
         self.created.extend(cards.created[i] for i in kept)
         self.tokens.extend(cards.tokens[i] for i in kept)
+        self.notes.extend(cards.notes[i] for i in kept)
         self.bodies.extend([None] * len(kept))
         self.places.update(zip(positions, (places[i] for i in kept)))
         for author, at in zip(authors, positions, strict=True):
@@ -297,7 +303,7 @@ class ConversationIndex:
         return len(kept)
 
     def _put(self, ident: str, role: str, poster: str | None, ref: int | None, created: float, tokens: int,
-             body: Message | None, found: Derived) -> int:
+             noted: int, body: Message | None, found: Derived) -> int:
         change = change_target(ident)
         if ref and change is None:
             self.refs[ref] = ident
@@ -310,6 +316,7 @@ class ConversationIndex:
         self.posters.append(poster)
         self.created.append(created)
         self.tokens.append(tokens)
+        self.notes.append(noted)
         self.bodies.append(body)
         self.authors.append(author)
         self.written.setdefault(author, []).append(at)
@@ -736,17 +743,20 @@ class Recall:
         taken = {position for _, position in wider}
         candidates = [*ranked, *wider, *(sp for sp in alone if sp[1] not in taken)]
         # The bodies of the messages the best candidates would show (theirs, their neighbours', an edited message's) are
-        # read first; should the choice reach further, it is made again with more read.
-        reach = BODIES_FIRST
+        # read first; should the choice reach further (a candidate past them that fits), it is made again with the
+        # bodies of the candidates from that one on read.
+        start, reach = 0, BODIES_FIRST
         while True:
-            await self.read_bodies(conversation_id, index, _shown(index, candidates[:reach]))
+            await self.read_bodies(conversation_id, index, _shown(index, candidates[start:reach], held))
             try:
                 return self._select(index, candidates, direct, held, notes, cap_tokens, focus_tokens, searchable,
                                     header, set(query))
-            except Unread:
-                if reach >= len(candidates):
+            except Unread as missing:
+                start = next((rank for rank in range(reach, len(candidates))
+                              if missing.args[0] in _shown(index, candidates[rank:rank + 1], held)), len(candidates))
+                if start >= len(candidates):
                     raise
-                reach *= 4
+                reach = start + BODIES_FIRST
 
     def _select(self, index: ConversationIndex, ranked: Iterable[tuple[float, int]], direct: int, held: set[str],
                 notes: Notes, cap_tokens: int, focus_tokens: int, searchable: int, header: str,
@@ -776,9 +786,14 @@ class Recall:
             if target in chosen or target in held:
                 return 0
             source_at = index.position.get(target, position)
+            changed = index.ids[source_at] in notes.changes
+            if not changed and not (index.tokens[source_at] > (limit if full else LONG_TOKENS) and is_hit):
+                # what its line costs at least, from its card: one that cannot fit is passed by unread
+                noted = index.notes[source_at] if not full else 0
+                if (noted or index.tokens[source_at]) > budget + 8:
+                    return 0
             source = index.body(source_at)
             day = int(source.created_at // 86_400)
-            changed = source.id in notes.changes
             edited = current_text(source, notes) if changed else None
             if changed and edited is None:
                 return 0
@@ -841,10 +856,8 @@ class Recall:
                 continue
             hits += 1
             whole_used += spent
-            base = index.position.get(index.targets[position], position)
-            for step, near in _around(index, base):
-                # further out, only short messages: the replies around what matched, not whole exchanges
-                if (step == 1 or index.tokens[near] <= SHORT_TOKENS) and budget > MIN_LINE_TOKENS:
+            for near in _neighbours(index, index.position.get(index.targets[position], position)):
+                if budget > MIN_LINE_TOKENS:
                     take(near, NEIGHBOUR_TOKENS, False, is_direct, False)
         # The handoff's notes give way only to a question whose direct hits alone need more than recall's share.
         direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
@@ -1046,16 +1059,27 @@ def _take_postings(index: ConversationIndex, wanted: dict[str, list[str]], plan:
     return bad
 
 
-def _shown(index: ConversationIndex, ranked: Iterable[tuple[float, int]]) -> list[int]:
+def _shown(index: ConversationIndex, ranked: Iterable[tuple[float, int]], held: AbstractSet[str]) -> list[int]:
     """The positions whose messages showing the hits ``ranked`` may read: each hit's (the message it stands for: an
-    edit's is the edited message), and its neighbours' (see :func:`_around`)."""
+    edit's is the edited message), and its neighbours' (see :func:`_neighbours`); none for a hit the context
+    ``held`` holds (it is not shown, nor are its neighbours)."""
     out: list[int] = []
     for _, position in ranked:
-        base = index.position.get(index.targets[position], position)
+        target = index.targets[position]
+        if target in held:
+            continue
+        base = index.position.get(target, position)
         out.append(base)
-        for _, near in _around(index, base):
+        for near in _neighbours(index, base):
             out.append(index.position.get(index.targets[near], near))
     return out
+
+
+def _neighbours(index: ConversationIndex, base: int) -> list[int]:
+    """The positions of the messages shown with the hit at ``base`` when there is room, nearest first: those
+    :func:`_around` gives, further out only short ones (the replies around what matched, not whole exchanges)."""
+    tokens = index.tokens
+    return [near for step, near in _around(index, base) if step == 1 or tokens[near] <= SHORT_TOKENS]
 
 
 def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
