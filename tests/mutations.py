@@ -1196,6 +1196,9 @@ MUTANTS: list[Mutant] = [
     Mutant("cards-without-the-notes-tokens", "services/recall/cards.py",
            '" ".join(str(note_tokens(m)) for m in messages)', '" ".join("0" for m in messages)',
            ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
+    Mutant("a-segment-header-for-other-messages-used", "services/recall/postings.py",
+           "(n == 0) != (found is None) or n < 0", "n < 0",
+           ("tests/test_recall.py", "-k", "header_gives_its_documents_lengths")),
 ]
 
 

@@ -1135,3 +1135,21 @@ def test_the_bodies_read_for_a_hit_are_its_and_its_neighbours_that_may_be_shown(
     assert index.tokens[1] > SHORT_TOKENS and 1 in [near for _, near in _around(index, 3)]
     assert _shown(index, [(1.0, 3)], set()) == [3, 2, 4], "the long one two away is never shown: not read"
     assert _shown(index, [(1.0, 3)], {"1700.000003"}) == [], "a hit the context holds: nothing read"
+
+
+def test_a_stored_segments_header_gives_its_documents_lengths_and_is_refused_for_other_messages() -> None:
+    """An epoch's stored segment header holds each message's document length, read instead of counting the terms again;
+    a header whose documents are not the messages the index takes (one taken there is not here) cannot be used."""
+    from threadkeeper.services.recall import postings as stored_form
+    from threadkeeper.services.recall.derived import Derived, Unusable
+    from threadkeeper.services.text import length
+
+    ids = ["1700.000001", "1700.000002", "1700.000003"]
+    derived: list[Derived | None] = [Derived(tuple(search_terms(t)), (), ()) for t in FACTS[:2]] + [None]
+    fields = stored_form.encode("cp1", ids, derived)
+    assert fields is not None
+    header = fields[stored_form.header_field("cp1")]
+    form = stored_form.decode_header(header, ids, derived)
+    assert form.lengths == (*(length(d.terms) for d in derived[:2] if d is not None), 0)
+    with pytest.raises(Unusable):
+        stored_form.decode_header(header, ids, [derived[0], None, None])

@@ -247,10 +247,11 @@ class ConversationIndex:
         return added
 
     def add_cards(self, cards: stored_cards.Cards, derived: Sequence[Derived | None],
-                  chain: Sequence[tuple[str, int]], where: list[int]) -> int:
+                  chain: Sequence[tuple[str, int]], where: list[int], lengths: Sequence[int] = ()) -> int:
         """Index an epoch's messages from their stored cards, without their bodies (read when shown, from where
         ``chain``, the epoch's checkpoints and how many messages each adds, says they are), as :meth:`add` indexes
-        the messages, in bulk; ``where`` gets, per message, the position it took (-1: none)."""
+        the messages, in bulk; ``where`` gets, per message, the position it took (-1: none). ``lengths``: per message,
+        its document's length as its epoch's stored segment holds it, when that was read."""
         held = self.position
         kept = [i for i, (ident, role) in enumerate(zip(cards.ids, cards.roles, strict=True))
                 if role != "-" and derived[i] is not None and ident not in held]
@@ -282,7 +283,7 @@ class ConversationIndex:
                     capitalized.append(f.capitalized)
             self.authors.append(author)
         self._capitalized.update(itertools.chain.from_iterable(capitalized))
-        self.search.add_many([f.terms for f in found])
+        self.search.add_many([f.terms for f in found], [lengths[i] for i in kept] if lengths else None)
         for i, ident, change in zip(kept, ids, changes, strict=True):
             if cards.refs[i] and change is None:
                 self.refs[cards.refs[i]] = ident
@@ -995,10 +996,13 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
     made: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {})
     for epoch in epochs:
         checkpoint_id, stored, header = epoch.checkpoint_id, epoch.stored, epoch.header
+        form: stored_segment.Stored | None = None
         where: list[int] = []
         if epoch.taken is not None:
             ids, cards, derived = epoch.taken
-            settled(index.add_cards(cards, derived, epoch.chain, where))
+            if cold and header is not None:
+                form = _header_of(checkpoint_id, header, ids, derived, unusable)
+            settled(index.add_cards(cards, derived, epoch.chain, where, form.lengths if form is not None else ()))
         else:
             messages = epoch.messages or []
             ids = [m.id for m in messages]
@@ -1019,12 +1023,8 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
                 if held is not None:
                     made[epoch.cards is not None][stored_cards.field(checkpoint_id)] = held
             index.add(messages, derived, where=where)
-        form = None
-        if cold and header is not None:
-            try:
-                form = stored_segment.decode_header(header, ids, derived)
-            except Unusable as exc:
-                unusable.setdefault(checkpoint_id, f"the segment of epoch {checkpoint_id}: {exc}")
+            if cold and header is not None:
+                form = _header_of(checkpoint_id, header, ids, derived, unusable)
         if form is not None:
             index.forms[checkpoint_id] = form
             index.search.adopt(checkpoint_id, where)
@@ -1040,6 +1040,16 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
         log.warning("recall in %s: what was stored for %d of %d epochs cannot be used (%s); deriving it again",
                     conversation_id, len(unusable), len(epochs), next(iter(unusable.values())))
     return made
+
+
+def _header_of(checkpoint_id: str, header: bytes, ids: Sequence[str], derived: Sequence[Derived | None],
+               unusable: dict[str, str]) -> stored_segment.Stored | None:
+    """The stored segment's header of the epoch ending at ``checkpoint_id``, or None, noting why in ``unusable``."""
+    try:
+        return stored_segment.decode_header(header, ids, derived)
+    except Unusable as exc:
+        unusable.setdefault(checkpoint_id, f"the segment of epoch {checkpoint_id}: {exc}")
+        return None
 
 
 def _take_postings(index: ConversationIndex, wanted: dict[str, list[str]], plan: dict[str, dict[int, list[str]]],

@@ -72,6 +72,8 @@ class Stored(NamedTuple):
     terms: tuple[int, ...]
     """Per bucket, how many terms it holds (0: not stored)."""
     messages: int
+    lengths: tuple[int, ...] = ()
+    """Per message of the epoch, its document's length (0: one the index never takes)."""
 
     def fields(self, epoch: str, terms: Iterable[str]) -> dict[int, list[str]]:
         """The non-empty buckets that hold ``terms``, and which of them each holds."""
@@ -116,7 +118,8 @@ def encode(epoch: str, ids: Sequence[str], derived: Sequence[Derived | None]) ->
 
 
 def decode_header(raw: bytes, ids: Sequence[str], derived: Sequence[Derived | None]) -> Stored:
-    """The header :func:`encode` stored for the messages ``ids`` names, checked against what was derived from them; raises
+    """The header :func:`encode` stored for the messages ``ids`` names, checked against what was derived from them (the
+    same messages taken; their terms are those the header's rules derive, so their lengths are the header's); raises
     :class:`.derived.Unusable`, saying why, when it cannot be used."""
     try:
         first, lengths, counts = zlib.decompress(raw).decode().split("\n")
@@ -125,16 +128,16 @@ def decode_header(raw: bytes, ids: Sequence[str], derived: Sequence[Derived | No
                                                       f"{ids_digest(ids)}":
             raise Unusable(f"made otherwise: {first[:80]!r}")
         buckets = int(words[5])
-        expected = ["-" if found is None else str(length(found.terms)) for found in derived]
-        if lengths.split(" ") != expected:
-            raise Unusable("its documents' lengths are not those of the messages")
-        documents = [found.terms for found in derived if found is not None]
-        if words[5:] != [str(buckets), str(len(documents)), str(sum(length(t) for t in documents))]:
-            raise Unusable(f"its counts disagree with the messages: {first[:80]!r}")
+        held = tuple(0 if n == "-" else int(n) for n in lengths.split(" "))
+        if len(held) != len(derived) or any((n == 0) != (found is None) or n < 0
+                                            for n, found in zip(held, derived, strict=True)):
+            raise Unusable("its documents are not the messages the index takes")
+        if words[5:] != [str(buckets), str(sum(1 for n in held if n)), str(sum(held))]:
+            raise Unusable(f"its counts disagree with its documents: {first[:80]!r}")
         terms = tuple(int(n) for n in counts.split(" "))
         if len(terms) != buckets or buckets < 1:
             raise Unusable(f"{len(terms)} bucket counts for {buckets} buckets")
-        return Stored(buckets, _tag(first), terms, len(ids))
+        return Stored(buckets, _tag(first), terms, len(ids), held)
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
 

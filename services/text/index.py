@@ -180,12 +180,14 @@ class TermIndex:
         self.pending.append(position)
         return position
 
-    def add_many(self, documents: Sequence[Sequence[str]]) -> int:
-        """New documents, as :meth:`add` adds them one by one, in bulk; the position of the first."""
+    def add_many(self, documents: Sequence[Sequence[str]], lengths: Sequence[int] | None = None) -> int:
+        """New documents, as :meth:`add` adds them one by one, in bulk; the position of the first. ``lengths``: theirs
+        (:func:`length` of each), when known already."""
         first = len(self.terms)
         self.terms.extend(tuple(terms) for terms in documents)
         self._room()
-        lengths = [length(terms) for terms in documents]
+        if lengths is None:
+            lengths = [length(terms) for terms in documents]
         self._lengths[first:len(self.terms)] = lengths
         self._length += sum(lengths)
         self.documents.update(chain.from_iterable(map(set, documents)))
