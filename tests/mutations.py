@@ -1183,6 +1183,9 @@ MUTANTS: list[Mutant] = [
     Mutant("a-recounted-copy-keeps-the-old-line-counts", "services/models/tokens.py",
            'count_parts(self, message, known), "line_tokens": {}})', "count_parts(self, message, known)})",
            ("tests/test_recall.py", "-k", "drops_the_counts_of_the_lines")),
+    Mutant("identifier-parts-not-counted", "services/handoff/notebook.py",
+           "            t = t | {p for w in t if is_identifier(w) for p in word_parts(w)}\n", "",
+           ("tests/test_notes.py", "-k", "parts_the_thread")),
 ]
 
 

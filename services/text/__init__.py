@@ -18,7 +18,7 @@ from .index import (
     speaks_of_self,
 )
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
-from .search import search_terms
+from .search import search_terms, word_parts
 
 __all__ = [
     "AUTHOR_WEIGHT",
@@ -43,5 +43,6 @@ __all__ = [
     "search_terms",
     "speaks_of_self",
     "terms",
+    "word_parts",
     "words",
 ]
