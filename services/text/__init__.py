@@ -2,7 +2,7 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .dates import named_days
+from .dates import named_days, named_events
 from .index import (
     AUTHOR_WEIGHT,
     DAY_WEIGHT,
@@ -37,6 +37,7 @@ __all__ = [
     "make_note",
     "name_words",
     "named_days",
+    "named_events",
     "postings",
     "reply_additions",
     "resolve_dates",
