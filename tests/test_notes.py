@@ -102,6 +102,22 @@ def test_a_long_identifier_counts_for_its_length_so_a_url_is_not_evicted_for_sho
     assert "u1" in [n.id for n in chosen.notes] and 0 < len(chosen.notes) < len(pool)
 
 
+def test_what_an_identifier_brings_is_its_parts_the_thread_has_not_seen() -> None:
+    """A second dashboard on a known host brings its id and its service, not the host: those parts are words the
+    message brought (fresh), so its note is worth what the new part says, and the parts seen before count for
+    nothing new."""
+    stats = TermStats()
+    first, second, plain = stats.add([
+        terms("auth dashboard: https://grafana.example.com/d/783e6e2f5c/auth-gateway-overview"),
+        terms("the new one https://grafana.example.com/d/c8597b111b/ledger-overview"),
+        terms("the ledger looks fine"),
+    ])
+    assert {"grafana", "example", "783e6e2f5c", "overview"} <= set(first)
+    assert {"c8597b111b", "ledger"} <= set(second) and not {"grafana", "example", "overview"} & set(second)
+    assert "ledger" not in plain, "a part names a word as the word does"
+    assert stats.df["grafana"] == 2 and "https" not in stats.df
+
+
 def test_a_note_drops_its_own_day_and_filler_and_keeps_every_content_word_of_an_ordinary_message() -> None:
     note = make_note("I'm planning on taking a cooking class today! See you tomorrow.", FRIDAY)
     assert note is not None and "cooking class" in note and "2023-12-30" in note

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -16,7 +17,7 @@ from threadkeeper.services import Conversation
 from threadkeeper.services.context import calibration, visible
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
 from threadkeeper.services.recall.index import SHORT_TOKENS, sent_within
-from threadkeeper.services.text import TermIndex, named_days, search_terms
+from threadkeeper.services.text import TermIndex, named_days, named_events, search_terms
 from threadkeeper.services.turn import Preparation
 
 CONV = "slack:T1:C9:1700000000.000400"
@@ -196,6 +197,46 @@ def test_the_day_a_message_was_sent_is_a_field_a_question_naming_a_day_scores() 
     assert index.by_fields(index.scores(fireworks), set(), []) == (index.scores(fireworks), [])
 
 
+@pytest.mark.parametrize(("question", "events"), [
+    ("what did we fix before the public launch?", [(False, ("public", "launch"))]),
+    ("what broke after the database migration and who fixed it?", [(True, ("databas", "migrat"))]),
+    ("anything new since the outage?", [(True, ("outag",))]),
+    ("what was on until 7 Jan 2024, and after 7 PM?", []), ("what changed since then?", []),
+    ("what happened before last week?", []),
+])
+def test_a_question_names_the_events_it_dates_itself_by(question: str, events: list[tuple[bool, tuple[str, ...]]]
+                                                         ) -> None:
+    assert named_events(question, datetime(2024, 1, 23, tzinfo=timezone.utc).timestamp()) == events
+
+
+def test_a_question_dated_by_an_event_scores_the_messages_on_its_side_of_the_first_mention() -> None:
+    """"Before the launch": the messages sent before the thread first spoke of the launch gain the day field's score,
+    so one that shares no word with the question is found by when it was sent; "after" the ones from then on, the
+    earliest first; an event the thread never spoke of dates nothing."""
+    index = ConversationIndex()
+    start = datetime(2024, 3, 1, tzinfo=timezone.utc).timestamp()
+    talk = [*[msg(f"status: lunch moved, the printer jammed again ({i})", id=f"a{i}") for i in range(30)],
+            msg("we booked Harbor Hall for the party, deposit paid", author="ana", id="booked"),
+            msg("the launch is set for Friday", author="bob", id="launch"),
+            msg("the launch went fine, Harbor Hall was packed", author="bob", id="again"),
+            msg("the caterer sent the invoice", author="ana", id="invoice"),
+            *[msg(f"status: lunch moved, the printer jammed again ({i})", id=f"b{i}") for i in range(30, 90)]]
+    index.add([m.model_copy(update={"created_at": start + i * 3_600}) for i, m in enumerate(talk)])
+    index.searchable(held=set())
+    question = msg("What happened before the launch?").model_copy(update={"created_at": start + 200 * 3_600})
+    query = list(search_terms(question.text))
+    before = index.event_spans(named_events(question.text, question.created_at))
+    assert before == [(-math.inf, start + 31 * 3_600)], "the first message that spoke of the launch"
+    ranked, alone = index.by_fields(index.scores(query), set(), before)
+    assert {index.targets[p] for _, p in ranked} == {"launch", "again"}
+    assert [index.targets[p] for _, p in alone][:2] == ["booked", "a29"], "found by when it was sent, nearest first"
+    after = index.event_spans([(True, ("launch",))])
+    _, alone = index.by_fields(index.scores(query), set(), after)
+    assert [index.targets[p] for _, p in alone][:2] == ["invoice", "b30"], "the earliest after it first"
+    assert index.event_spans([(False, ("outag",))]) == [], "never spoken of: no span"
+    assert index.by_fields(index.scores(query), set(), []) == (index.scores(query), [])
+
+
 class _Zoned:
     """A transport's intake that knows each person's time zone (as Slack's ``users.info`` gives it)."""
 
@@ -244,6 +285,27 @@ async def test_a_turn_reads_the_days_a_question_names_in_the_askers_time_zone(mo
     for n, asker in enumerate(("dave", "erin"), start=2):  # no zone known; a zone this machine does not know
         told = await recalled(asker, n)
         assert "eu-west-3" in told and "OPS-4471" in told, f"{asker}: UTC's yesterday holds both"
+
+
+async def test_a_turn_recalls_what_was_said_before_the_event_a_question_names(model, prefix, client) -> None:
+    """"What did we settle before the launch?": the fact sent shortly before the thread first spoke of the launch
+    shares no word with the question and is not next to the launch's message, yet the turn recalls it; asked about
+    what came after the launch, it does not."""
+    p = _pipeline(prefix, client)
+    texts = _filler(124)
+    texts[40], texts[46] = FACTS[3], "the launch checklist is signed off, see you all on the call"
+    await _thread(p, texts)
+
+    async def recalled(question: str, n: int) -> str:
+        model.requests.clear()
+        await p.submit(CONV, question, author="carol", id=f"1800.{n:06d}", created_at=1700000000 + (200 + n) * 60)
+        await p.run(CONV)
+        return "\n".join(m["content"] for m in model.requests[0]["messages"][1:] if m["role"] == "system")
+
+    assert "blue guitar" in await recalled("what did we settle before the launch?", 1)
+    assert "blue guitar" not in await recalled("what did we settle after the launch?", 2)
+    assert "blue guitar" in await recalled("what did we settle before Bob's launch?", 3), \
+        "a person's name dates nothing (no message's words hold it): the event is the launch"
 
 
 async def test_turn_recalls_a_folded_fact_and_context_preview_matches_the_request(model, prefix, client) -> None:

@@ -3,12 +3,12 @@
 Every folded message is a candidate note (see :mod:`services.notes`); so is every note the previous
 handoff carried. Candidates are ranked by the information they add per token: the rarity of their
 words in the thread so far (BM25's inverse document frequency over every message ever folded, carried
-from one handoff to the next), with full credit only for the words a message brought first, numbers and
-identifiers counting double, discounted for words that notes already chosen cover (novelty), and for
-age (a half-life in days). A note is shown whole (a clause keeps its entity, object, number and date), never
-cut down to a few words: a handoff carries fewer notes that each say what was said. Selection is greedy and
-deterministic (ties by time, then id), so the same inputs always give the same notes; a note that is not
-chosen is evicted, which is the only way knowledge leaves the handoff.
+from one handoff to the next), with full credit only for the words a message brought first (an identifier's
+parts among them: a URL brings its id, not the host the thread has seen), numbers and identifiers counting double,
+discounted for words that notes already chosen cover (novelty), and for age (a half-life in days). A note is shown
+whole (a clause keeps its entity, object, number and date), never cut down to a few words: a handoff carries fewer
+notes that each say what was said. Selection is greedy and deterministic (ties by time, then id), so the same inputs
+always give the same notes; a note that is not chosen is evicted, which is the only way knowledge leaves the handoff.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..context import quote
 from ..text import extract as x
-from ..text import terms
+from ..text import terms, word_parts
 
 HALF_LIFE_DAYS = 120.0
 """A note's value halves over this many days of thread time (old knowledge yields to new only slowly)."""
@@ -79,9 +79,12 @@ class TermStats(BaseModel):
     df: dict[str, int] = Field(default_factory=dict)
 
     def add(self, term_sets: Iterable[frozenset[str]]) -> list[list[str]]:
-        """Count each set as one more message; returns, per set, its words no earlier message used."""
+        """Count each set as one more message; returns, per set, its words no earlier message used. An identifier's
+        parts (:func:`services.text.word_parts`) count as words of the message too: what a URL or a path brings is the
+        part the thread has not seen (a dashboard's id, not its host), and that part is among the words returned."""
         fresh: list[list[str]] = []
         for t in term_sets:
+            t = t | {p for w in t if is_identifier(w) for p in word_parts(w)}
             self.docs += 1
             fresh.append(sorted(w for w in t if w not in self.df))
             for w in t:

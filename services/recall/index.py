@@ -40,6 +40,7 @@ import asyncio
 import hashlib
 import itertools
 import logging
+import math
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -76,6 +77,7 @@ from ..text import (
     language,
     name_words,
     named_days,
+    named_events,
     search_terms,
     speaks_of_self,
 )
@@ -394,14 +396,19 @@ class ConversationIndex:
         waiting = set(self.search.pending)
         unsearchable = waiting | self.search.removed
         dated: dict[int, float] = {}
+        # per field matched, its messages nearest the field's edge first, with how far from it each was sent: a named
+        # person's newest first, a day's and what came before an event latest first, what came after one earliest first
         groups: list[list[int]] = [list(reversed(self.written[author])) for author in boost]
+        edges: list[tuple[float, bool]] = [(math.inf, False)] * len(groups)
         for start, end in sent:
             inside = [p for p, at in enumerate(self.created) if start <= at < end and p not in unsearchable]
             if inside:
                 gain = field_gain(DAY_WEIGHT, len(inside), total)
                 for position in inside:
                     dated[position] = max(dated.get(position, 0.0), gain)
-                groups.append(list(reversed(inside)))
+                after = end == math.inf
+                groups.append(inside if after else list(reversed(inside)))
+                edges.append((start, True) if after else (end, False))
         if not boost and not dated:
             return list(ranked), []
 
@@ -412,7 +419,8 @@ class ConversationIndex:
         out.sort(key=lambda sp: (-sp[0], -sp[1]))
         found = {position for _, position in ranked}
         alone: dict[int, float] = {}
-        for group in groups:
+        near: dict[int, float] = {}
+        for group, (edge, after) in zip(groups, edges, strict=True):
             taken = 0
             for position in group:
                 if taken >= MAX_HITS:
@@ -420,8 +428,24 @@ class ConversationIndex:
                 if position in found or position in unsearchable:
                     continue
                 alone[position] = gain_of(position)
+                at = self.created[position]
+                away = at - edge if after else (edge - at if edge != math.inf else -at)
+                near[position] = min(near.get(position, math.inf), away)
                 taken += 1
-        return out, sorted(((gain, position) for position, gain in alone.items()), key=lambda sp: (-sp[0], -sp[1]))
+        return out, sorted(((gain, position) for position, gain in alone.items()),
+                           key=lambda sp: (-sp[0], near[sp[1]], -sp[1]))
+
+    def event_spans(self, events: Sequence[tuple[bool, Sequence[str]]]) -> list[tuple[float, float]]:
+        """Per event a question places itself against (whether it looks after it, the event's search terms; see
+        :func:`services.text.named_events`): the span of Unix time on that side of when the thread first spoke of it,
+        the earliest message that holds every one of its terms. An event the thread never spoke of gives none."""
+        out: list[tuple[float, float]] = []
+        for after, terms in events:
+            held = self.search.holding(terms)
+            if held:
+                at = min(self.created[p] for p in held)
+                out.append((at, math.inf) if after else (-math.inf, at))
+        return out
 
     def searchable(self, held: AbstractSet[str]) -> int:
         """Index the pending messages the context no longer holds; returns how many are searchable."""
@@ -618,7 +642,8 @@ class Recall:
         (:attr:`Recalled.focused`): what the question is about is worth more than notes chosen before it was asked.
         Messages by the people the new messages name score higher (the author field, see :data:`services.text.AUTHOR_WEIGHT`),
         and so do those sent on the days they name (the day field: "on 31 Dec 2023", "last week", read in time zone
-        ``tz``, UTC when None; see :func:`sent_within`).
+        ``tz``, UTC when None; see :func:`sent_within`) or on the side of an event they name ("before the launch": the
+        messages sent before the thread first spoke of the launch; see :meth:`ConversationIndex.event_spans`).
         """
         asked = [m for m in incoming if m.role == "user" and not m.flags.runtime]
         query = [t for m in asked for t in search_terms(m.text)]
@@ -630,12 +655,18 @@ class Recall:
             named |= index.named(m.text)
             if m.author and speaks_of_self(m.text):  # "what did I say about…": the asker's own messages
                 named.add(m.author)
+        # the events the question dates itself by ("before the launch"), without the words that name people (whose
+        # field is the author's)
+        people = set(search_terms(" ".join(index.names))) if index.names else set()
+        events = [(after, kept) for m in asked for after, terms in named_events(m.text, m.created_at, tz)
+                  if (kept := tuple(t for t in terms if t not in people))]
         meaning = None
         if self.embedder is not None:
             async with self._lock(conversation_id):  # (it gives the index's messages their vectors)
                 meaning = await self._meaning(conversation_id, index, asked)
         return await self.search(conversation_id, history, context, query, cap_tokens, widen=True, named=named,
-                                 sent=sent_within(asked, tz), focus_tokens=focus_tokens, notes=notes, meaning=meaning)
+                                 sent=sent_within(asked, tz), events=events, focus_tokens=focus_tokens, notes=notes,
+                                 meaning=meaning)
 
     async def _meaning(self, conversation_id: str, index: ConversationIndex, asked: Sequence[Message]) -> Any:
         """The question's embedding (the mean of its messages'), after giving the index's messages without a vector
@@ -694,7 +725,8 @@ class Recall:
                      query: Sequence[str], cap_tokens: int, *, notes: Notes | None = None,
                      keep: Callable[[Card], bool] | None = None, header: str = RECALL_HEADER,
                      widen: bool = False, named: AbstractSet[str] = frozenset(),
-                     sent: Sequence[tuple[float, float]] = (), focus_tokens: int = 0, meaning: Any = None) -> Recalled:
+                     sent: Sequence[tuple[float, float]] = (), events: Sequence[tuple[bool, Sequence[str]]] = (),
+                     focus_tokens: int = 0, meaning: Any = None) -> Recalled:
         """Messages the context does not hold that match ``query`` (search terms) and ``keep``, best first,
         rendered within ``cap_tokens`` under ``header``. Recall and the ``thread_search`` tool share it. ``meaning``:
         the question's embedding, whose nearest messages are fused with the BM25 hits.
@@ -706,13 +738,13 @@ class Recall:
             return Recalled([], "", 0)
         async with self._lock(conversation_id):  # nothing changes the index while it is searched
             return await self._search(conversation_id, history, context, query, cap_tokens, notes=notes, keep=keep,
-                                      header=header, widen=widen, named=named, sent=sent, focus_tokens=focus_tokens,
-                                      meaning=meaning)
+                                      header=header, widen=widen, named=named, sent=sent, events=events,
+                                      focus_tokens=focus_tokens, meaning=meaning)
 
     async def _search(self, conversation_id: str, history: History, context: Sequence[Message], query: Sequence[str],
                       cap_tokens: int, *, notes: Notes | None, keep: Callable[[Card], bool] | None, header: str,
-                      widen: bool, named: AbstractSet[str], sent: Sequence[tuple[float, float]], focus_tokens: int,
-                      meaning: Any) -> Recalled:
+                      widen: bool, named: AbstractSet[str], sent: Sequence[tuple[float, float]],
+                      events: Sequence[tuple[bool, Sequence[str]]], focus_tokens: int, meaning: Any) -> Recalled:
         index = await self._synced(conversation_id, history)
         held = {m.id for m in context if not index.shortened(m)}
         ready = index.ready(held)
@@ -721,7 +753,9 @@ class Recall:
         else:
             searchable = index.search.searchable(ready)
         if searchable:
-            await self._postings(conversation_id, index, query)
+            await self._postings(conversation_id, index, [*query, *(t for _, terms in events for t in terms)])
+            if events:
+                sent = [*sent, *index.event_spans(events)]
         ranked = index.scores(query, meaning) if searchable else []
         alone: list[tuple[float, int]] = []
         if (named or sent) and searchable:  # a question about someone or some day: the author and day fields count

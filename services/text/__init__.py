@@ -2,7 +2,7 @@
 compression, the terms search indexes and queries by, relative dates resolved, and the cues (asks, decisions,
 constraints, identifiers) a message carries."""
 
-from .dates import named_days
+from .dates import named_days, named_events
 from .index import (
     AUTHOR_WEIGHT,
     DAY_WEIGHT,
@@ -18,7 +18,7 @@ from .index import (
     speaks_of_self,
 )
 from .notes import STOPWORDS, compress, information, language, make_note, reply_additions, resolve_dates, terms, words
-from .search import search_terms
+from .search import search_terms, word_parts
 
 __all__ = [
     "AUTHOR_WEIGHT",
@@ -37,11 +37,13 @@ __all__ = [
     "make_note",
     "name_words",
     "named_days",
+    "named_events",
     "postings",
     "reply_additions",
     "resolve_dates",
     "search_terms",
     "speaks_of_self",
     "terms",
+    "word_parts",
     "words",
 ]

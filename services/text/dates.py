@@ -5,7 +5,11 @@ day finds what was said that day, also when no other word of the question is in 
 (month names and their three-letter forms; day before month or month before day; ISO ``2024-01-10``; a dotted
 ``10.01.2024`` as day, month, year); relative phrases ("yesterday", "last week", "3 days ago") are resolved by the
 one rule notes use (:func:`services.text.notes.resolve_dates`), seen from when the question was asked, in the
-asker's time zone. A bare year names no day: it is a word of the question already."""
+asker's time zone. A bare year names no day: it is a word of the question already.
+
+A question may also place what it asks about against an event of the thread ("before the launch", "after the
+outage", "since the migration"): :func:`named_events` gives each such event's terms and on which side of it the
+question looks; recall finds when the thread first spoke of the event and scores the messages sent on that side."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from datetime import date, datetime, timedelta, tzinfo
 from datetime import timezone as _timezone
 
 from .notes import _RELATIVE, _resolve
+from .search import search_terms
 
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"]
@@ -95,3 +100,31 @@ def named_days(text: str, asked_at: float, tz: tzinfo | None = None) -> list[tup
         else:
             found.append((m.start(), _month_span(int(span.group("year")), int(span.group("month")))))
     return [span for _, span in sorted(found, key=lambda x: x[0])]
+
+
+EVENT_TERMS = 3
+"""An event is named by at most this many terms (the first of the phrase after its preposition): "the public launch",
+"the database migration"; the rest of a long clause is what the question asks, not what it dates by."""
+_EVENT = re.compile(r"\b(?P<side>before|after|since|until|till|prior to|following|ever since)\s+(?P<what>[^?.!,;:()\n]+)",
+                    re.IGNORECASE)
+_CLAUSE_END = re.compile(r"\b(?:and|or|but|so|because|while|when|whereas|than|then|which|who|where|how|what)\b",
+                         re.IGNORECASE)
+_AFTER = frozenset(["after", "since", "following", "ever since"])
+
+
+def named_events(text: str, asked_at: float = 0.0, tz: tzinfo | None = None) -> list[tuple[bool, tuple[str, ...]]]:
+    """The events ``text`` places its question against, in order: per event, whether the question looks after it
+    ("after", "since", "following") rather than before it ("before", "until", "prior to"), and the event's search
+    terms (at most :data:`EVENT_TERMS`). A phrase that names a day or a time ("before 7 Jan", "after 7 PM", "since
+    then") names no event: days are :func:`named_days`' to read."""
+    out: list[tuple[bool, tuple[str, ...]]] = []
+    for m in _EVENT.finditer(text):
+        what = m.group("what")
+        what = what[:end.start()] if (end := _CLAUSE_END.search(what)) else what  # ("since when": none)
+        first = what.split()[0] if what.split() else ""
+        if not first or any(c.isdigit() for c in first) or named_days(what, asked_at, tz) or _RELATIVE.search(what):
+            continue
+        found = tuple(dict.fromkeys(search_terms(what)))[:EVENT_TERMS]
+        if found:
+            out.append((m.group("side").lower() in _AFTER, found))
+    return out

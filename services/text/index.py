@@ -372,6 +372,24 @@ class TermIndex:
         order = np.lexsort((-positions, -found_scores))
         return found_scores[order], positions[order]
 
+    def holding(self, terms: Sequence[str]) -> list[int]:
+        """The positions of the live documents (searchable or pending) that hold every one of ``terms``, in order: the
+        postings of the rarest one, each document checked for the others."""
+        if not terms or any(self.documents[t] <= 0 for t in terms):
+            return []
+        rarest = min(terms, key=lambda t: self.documents[t])
+        found: list[Any] = []
+        for segment in (*self.segments, *self.stored):
+            if segment.stored is not None and rarest not in segment.read:
+                raise Unread(f"the postings of {rarest!r} in segment {segment.stored!r} were not read")
+            held = segment.postings.get(rarest)
+            if held is not None:
+                found.append(held[0])
+        pending = [p for p in self.pending if rarest in self.terms[p]]
+        positions = sorted(set(np.concatenate(found).tolist()).union(pending)) if found else pending
+        wanted = set(terms)
+        return [p for p in positions if self._alive[p] and wanted.issubset(self.terms[p])]
+
     def scores(self, query: Sequence[str], *, limit: int | None = None) -> list[tuple[float, int]]:
         """``(score, position)`` of every searchable document that shares a term with ``query``, best first (ties:
         the later position first); with ``limit``, at most that many."""

@@ -15,6 +15,15 @@ _PARTS = re.compile(r"[^\W_]+").findall
 _STOP_PARTS = frozenset(["http", "https", "www", "com", "org", "net", "io"]) | STOPWORDS["en"]
 
 
+def word_parts(word: str) -> list[str]:
+    """The parts a compound token (URL, path, ticket key, hyphenated name) is also found by, as search engines'
+    word-delimiter filters split it: "auth-gateway-overview" answers "auth-gateway" and "overview". Parts of one
+    letter and the parts every web address has (``https``, ``www``, ``com``) are left out; a plain word has none."""
+    if not _SEPARATED(word):
+        return []
+    return [p for p in _PARTS(word) if len(p) > 1 and p not in _STOP_PARTS]
+
+
 @lru_cache(maxsize=50_000)
 def search_terms(text: str) -> tuple[str, ...]:
     """The terms a text is indexed and queried by: its content words (function words of its own language
@@ -24,7 +33,5 @@ def search_terms(text: str) -> tuple[str, ...]:
     if lang != "en":
         stop = STOPWORDS[lang]
         found = [w for w in found if w not in stop]
-    # A compound token (URL, path, ticket key, hyphenated name) is also found by its parts, as search engines'
-    # word-delimiter filters do: "auth-gateway-overview" answers "auth-gateway" and "overview".
-    parts = [p for w in found if _SEPARATED(w) for p in _PARTS(w) if len(p) > 1 and p not in _STOP_PARTS]
+    parts = [p for w in found for p in word_parts(w)]
     return tuple(stem(found + parts))
