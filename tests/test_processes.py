@@ -97,6 +97,7 @@ class Fleet:
         for i in range(n):
             port = free_port()
             log = self.tmp / f"worker-{len(self.workers)}.log"
+            log.touch()  # there to read from the start, whatever the worker has written yet
             # ``threadkeeper serve`` forked from an interpreter that has imported the stack (tests/prestarted.py)
             proc = await asyncio.to_thread(spawn, "serve", "--http", "--host", "127.0.0.1", "--port", str(port),
                                            env=self.env(), cwd=self.tmp, stderr=log)
