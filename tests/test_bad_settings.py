@@ -9,7 +9,6 @@ import asyncio
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import pytest
 import redis
 from fakes import free_port
 from model_server import ModelServer, Reply
+from prestarted import run, spawn
 from test_budget_and_cli import clean_env
 
 PASSWORD = "correct-horse-battery"
@@ -27,8 +27,8 @@ SECONDS = 15.0
 """Far below what a wrong setting used to cost before failing (21 s for TLS against a plain server), far above what
 a start-up without a model takes on a busy machine."""
 MODEL_SECONDS = 45.0
-"""A row that names a model imports litellm (3 to 6 s on a quiet machine, three times that under load): it is
-bounded only so that a retry loop would show."""
+"""A row that names a model asks litellm or the model server before it fails (seconds under load): it is bounded
+only so that a retry loop would show."""
 
 
 @dataclass
@@ -128,22 +128,25 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-async def test_a_bad_setting_stops_with_one_line_naming_it(name: str, loopback: Loopback, tmp_path: Path) -> None:
+async def test_a_bad_setting_stops_with_one_line_naming_it(name: str, loopback: Loopback, tmp_path: Path,
+                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
     case = CASES[name]
     server = await ModelServer(default=case.reply or Reply()).start()
     try:
         places = {"model": server.url, "redis_pw": loopback.redis_pw, "plain": loopback.plain,
                   "closed": loopback.closed}
         env = {**clean_env(), **{k: v.format(**places) for k, v in case.env.items()}}
+        streams = tmp_path_factory.mktemp("streams")
+        out, err = streams / "stdout", streams / "stderr"
         started = time.monotonic()
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "threadkeeper", *case.command, cwd=tmp_path, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(process.communicate(b"hello, can you hear me?\n"), timeout=120)
+        # ``threadkeeper`` forked from an interpreter that has imported the stack (tests/prestarted.py)
+        process = await asyncio.to_thread(spawn, *case.command, cwd=tmp_path, env=env,
+                                          input=b"hello, can you hear me?\n", stdout=out, stderr=err)
+        await asyncio.wait_for(process.wait(), timeout=120)
         seconds = time.monotonic() - started
     finally:
         await server.stop()
-    stdout, stderr = out.decode(), err.decode()
+    stdout, stderr = out.read_text(), err.read_text()
     assert process.returncode not in (0, None), (stdout, stderr)
     assert "Traceback" not in stderr and "Traceback" not in stdout, stderr
     said = [line for line in stderr.splitlines() if line.startswith("threadkeeper: error: ")]
@@ -161,8 +164,7 @@ async def test_a_bad_setting_stops_with_one_line_naming_it(name: str, loopback: 
 
 def test_the_traceback_of_a_bad_setting_is_shown_at_debug_only(loopback: Loopback, tmp_path: Path) -> None:
     env = {**clean_env(), "REDIS_URL": f"redis://:{WRONG}@127.0.0.1:{loopback.redis_pw}/0"}
-    quiet, debug = (subprocess.run([sys.executable, "-m", "threadkeeper", "conversations"], capture_output=True,
-                                   text=True, cwd=tmp_path, timeout=120, env={**env, **extra})
+    quiet, debug = (run("conversations", cwd=tmp_path, timeout=120, env={**env, **extra})
                     for extra in ({}, {"THREADKEEPER_LOG_LEVEL": "DEBUG"}))
     for result in (quiet, debug):
         assert result.returncode == 2 and result.stderr.rstrip().splitlines()[-1].startswith("threadkeeper: error: ")
@@ -172,8 +174,7 @@ def test_the_traceback_of_a_bad_setting_is_shown_at_debug_only(loopback: Loopbac
 @pytest.mark.parametrize("command", [("conversations",), ("history", "console:local"), ("context", "console:local"),
                                      ("forget", "console:local"), ("dead-letters", "list"), ("memory", "list")])
 def test_a_command_that_only_reads_makes_no_store_where_it_runs(command: tuple[str, ...], tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "threadkeeper", *command], capture_output=True, text=True,
-                            cwd=tmp_path, env=clean_env(), timeout=120)
+    result = run(*command, cwd=tmp_path, env=clean_env(), timeout=120)
     assert list(tmp_path.iterdir()) == [], "nothing is created in the folder a read-only command runs from"
     said = (result.stdout if command == ("conversations",) else result.stderr).strip()
     assert "no conversations are stored in" in said and "THREADKEEPER_DATA_DIR" in said, said

@@ -21,7 +21,7 @@ async def test_quick_bench_reports_every_metric(tmp_path: Path, prefix: str) -> 
     await client.aclose()
     out, svg = tmp_path / "bench.json", tmp_path / "bench.svg"
     result = cli("bench", "--quick", "--json", str(out), "--plot", str(svg), env={"REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix},
-                 timeout=420)
+                 timeout=420, fresh=True)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(out.read_text())
     missing = [k for k in REQUIRED if k not in metrics]

@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import prestarted
 import pytest
 from conftest import REDIS_URL, drop_prefix, real_redis
 
@@ -17,11 +18,16 @@ from threadkeeper.services.models import OFFLINE_WINDOW_TOKENS
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-        timeout: float = 240, cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
+        timeout: float = 240, cwd: Path | str | None = None, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``threadkeeper *args`` forked from an interpreter that has imported the stack (tests/prestarted.py), or with
+    ``fresh`` a new ``python -m threadkeeper`` (for what a process measures of itself: its memory, its start); the
+    tests of what a command imports run ``python -m threadkeeper`` themselves."""
     full_env = {**clean_env(), **(env or {})}
     # Not the checkout: a developer's .env there (keys, a REDIS_URL of theirs) must never reach the tests.
-    return subprocess.run([sys.executable, "-m", "threadkeeper", *args], input=stdin, capture_output=True, text=True,
-                          env=full_env, cwd=cwd or _NO_DOTENV, timeout=timeout)
+    if fresh:
+        return subprocess.run([sys.executable, "-m", "threadkeeper", *args], input=stdin, capture_output=True,
+                              text=True, env=full_env, cwd=cwd or _NO_DOTENV, timeout=timeout)
+    return prestarted.run(*args, input=stdin, env=full_env, cwd=cwd or _NO_DOTENV, timeout=timeout)
 
 
 def clean_env() -> dict[str, str]:

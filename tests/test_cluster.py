@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 
+import prestarted
 from fakes import Step, pipeline, scripted
 from slack_fake import event_body
 from test_slack_bot import CHANNEL, make_harness, mention, thread_message
@@ -75,8 +76,7 @@ def test_the_command_line_on_the_cluster(prefix, redis_cluster_url) -> None:
     cwd = tempfile.mkdtemp(prefix="threadkeeper-cluster-cli-")
 
     def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "threadkeeper", *args], input=stdin, capture_output=True,
-                              text=True, env=env, cwd=cwd, timeout=240)
+        return prestarted.run(*args, input=stdin, env=env, cwd=cwd, timeout=240)
 
     import redis
 

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -23,6 +22,7 @@ import pytest
 from conftest import REDIS_URL
 from fakes import free_port, until
 from model_server import ModelServer, Reply
+from prestarted import Forked, spawn
 from slack_fake import FakeSlack, event_body, sign
 
 from threadkeeper.bot.readback import READ_LAG_SECONDS
@@ -42,7 +42,7 @@ LEASE = 5.0
 
 
 class Worker:
-    def __init__(self, proc: asyncio.subprocess.Process, port: int, log: Path) -> None:
+    def __init__(self, proc: Forked, port: int, log: Path) -> None:
         self.proc, self.port, self.log = proc, port, log
 
     async def post(self, body: dict) -> int:
@@ -97,13 +97,14 @@ class Fleet:
         for i in range(n):
             port = free_port()
             log = self.tmp / f"worker-{len(self.workers)}.log"
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "threadkeeper", "serve", "--http", "--host", "127.0.0.1", "--port", str(port),
-                env=self.env(), cwd=self.tmp, stdout=asyncio.subprocess.DEVNULL, stderr=log.open("w"))
+            log.touch()  # there to read from the start, whatever the worker has written yet
+            # ``threadkeeper serve`` forked from an interpreter that has imported the stack (tests/prestarted.py)
+            proc = await asyncio.to_thread(spawn, "serve", "--http", "--host", "127.0.0.1", "--port", str(port),
+                                           env=self.env(), cwd=self.tmp, stderr=log)
             worker = Worker(proc, port, log)
             self.workers.append(worker)
             started.append(worker)
-        # a worker imports its whole stack before it listens: seconds of CPU, minutes on a machine at load average 12
+        # a worker connects, builds its pipeline and preflights Slack before it listens: seconds on a loaded machine
         deadline = time.monotonic() + 180
         async with aiohttp.ClientSession() as http:
             for worker in started:

@@ -310,10 +310,10 @@ async def test_each_documented_local_model_example_answers_in_the_console(docume
     server's address pointed at a loopback one: start-up passes its checks and a message gets the model's answer."""
     import asyncio
     import json
-    import sys
     import tempfile
     from urllib.parse import urlsplit
 
+    import prestarted
     from conftest import REDIS_URL
     from test_budget_and_cli import clean_env
 
@@ -327,15 +327,13 @@ async def test_each_documented_local_model_example_answers_in_the_console(docume
                 env[name] = srv.url + urlsplit(value).path
         env.update(REDIS_URL=REDIS_URL, THREADKEEPER_KEY_PREFIX=prefix)
         with tempfile.TemporaryDirectory() as cwd:  # no .env of anyone's
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "threadkeeper", "run", env=env, cwd=cwd, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-            out, err = await asyncio.wait_for(proc.communicate(b"ABC-123 is the login bug, keep it in mind\n/quit\n"),
-                                              timeout=240)
+            # ``threadkeeper run`` forked from an interpreter that has imported the stack (tests/prestarted.py)
+            ran = await asyncio.to_thread(prestarted.run, "run", env=env, cwd=cwd, timeout=240,
+                                          input="ABC-123 is the login bug, keep it in mind\n/quit\n")
     finally:
         await srv.stop()
-    stdout, stderr = out.decode(), err.decode()
-    assert proc.returncode == 0, stderr
+    stdout, stderr = ran.stdout, ran.stderr
+    assert ran.returncode == 0, stderr
     window = int(documented["AI_MODEL_CONTEXT_WINDOW_TOKENS"])
     assert f"model {documented['AI_MODEL']} (window {window:,} tokens" in stdout
     assert "threadkeeper> Local model here: ABC-123 is the login bug." in stdout

@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from conftest import REDIS_URL, drop_prefix
 from fakes import scripted
+from prestarted import spawn
 from slack_fake import FakeSlack
 from test_slack_bot import SECRET, make_harness
 
@@ -31,16 +32,16 @@ async def _serve(slack: FakeSlack, prefix: str, tmp: Path, *mode: str, **env: st
     full = {**keep, "REDIS_URL": REDIS_URL, "THREADKEEPER_KEY_PREFIX": prefix, "SLACK_BOT_TOKEN": "xoxb-test",
             "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_BASE_URL": slack.base_url, "AI_MODEL": "offline",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "threadkeeper", "serve", *mode, env=full,
-                                                cwd=tmp, stdout=asyncio.subprocess.DEVNULL,
-                                                stderr=asyncio.subprocess.PIPE)
+    err = tmp / "serve.stderr"
+    # forked from an interpreter that has imported the stack (tests/prestarted.py)
+    proc = await asyncio.to_thread(spawn, "serve", *mode, env=full, cwd=tmp, stderr=err)
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        code = await asyncio.wait_for(proc.wait(), timeout=60)
     except TimeoutError:
         proc.kill()
         await proc.wait()
         raise
-    return int(proc.returncode or 0), err.decode()
+    return code, err.read_text()
 
 
 @pytest.mark.parametrize(("case", "mode", "named"), [
