@@ -10,6 +10,7 @@ from threadkeeper.persistence.faces import lazy_names
 
 if TYPE_CHECKING:
     from .base import new_id
+    from .cache import message_bytes
     from .connection import connect, durability, eviction, eviction_warning, ping
     from .epochs import EpochIndexStore
     from .errors import (
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 
 _HOMES: dict[str, tuple[str, ...]] = {
     ".base": ("new_id",),
+    ".cache": ("message_bytes",),
     ".connection": ("connect", "durability", "eviction", "eviction_warning", "ping"),
     ".errors": (
         "CorruptRecordError", "HeadConflictError", "InvalidTransitionError", "LeaseLostError", "NotFoundError",
@@ -90,7 +92,7 @@ __all__ = [
     "CheckpointStore", "Commit", "ConversationKeys", "EpochChain", "ConversationState", "ConversationSummary", "CorruptRecordError", "HeadConflictError", "History",
     "ImagePart", "Inbox", "Pace", "Signals", "InboxItem", "InvalidTransitionError", "LeaseLostError", "Lease", "LeaseManager", "Opening", "LineageEntry", "Message", "MessageChange", "Notes", "NotesStore",
     "MessageFlags", "NotFoundError", "PreparedHandoff", "Role", "StoreUnavailableError", "TextPart", "ThreadkeeperError", "ToolCallPart",
-    "ToolResultPart", "Usage", "VectorStore", "EpochIndexStore", "carried_tokens", "compaction_checkpoint", "connect", "messages_so_far", "new_id", "ping", "settled", "why_unreadable",
+    "ToolResultPart", "Usage", "VectorStore", "EpochIndexStore", "carried_tokens", "compaction_checkpoint", "connect", "message_bytes", "messages_so_far", "new_id", "ping", "settled", "why_unreadable",
 ]
 
 

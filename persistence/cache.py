@@ -7,13 +7,23 @@ from collections import OrderedDict
 
 from .models import History, Message
 
+MESSAGE_BYTES = 3_400
+"""What a parsed message holds in memory besides its text: its model objects, fields and counts."""
+
 
 def message_bytes(message: Message) -> int:
-    """About what a parsed message holds in memory: a fixed cost for the model objects and three bytes per
-    character of its text (``threadkeeper bench``'s history cache figure: about 2.6 KB for a 400-character
-    message)."""
-    return 1_200 + 3 * sum(len(getattr(p, "text", "") or getattr(p, "content", "") or getattr(p, "arguments", ""))
-                           for p in message.parts)
+    """About what a parsed message holds in memory: :data:`MESSAGE_BYTES` plus a byte per character of its text and
+    its note (two for a text outside ASCII, which Python keeps in two or four bytes a character). Measured with
+    tracemalloc on 2,000 messages parsed from their stored JSON: a committed chat message of 76 characters (its note
+    77) 3,526 bytes against this estimate's 3,553; one of 400 (note 205) 3,947 against 4,005; one of 2,000 (note
+    239) 5,646 against 5,639; a message of 1,000 characters without a note 4,117 against 4,400; a short one
+    without a note 3,017 against 3,411 (within 15% above, 1% below)."""
+    return MESSAGE_BYTES + sum(_chars(getattr(p, "text", "") or getattr(p, "content", "") or
+                                      getattr(p, "arguments", "")) for p in message.parts) + _chars(message.note or "")
+
+
+def _chars(text: str) -> int:
+    return len(text) if text.isascii() else 2 * len(text)
 
 
 class SegmentCache:

@@ -113,6 +113,11 @@ class CheckpointStore(HistoryReader):
         """(conversation, running checkpoint) → its messages as this process wrote them (JSON): what the checkpoint
         holds once committed, so the history after a commit is known without reading it back."""
 
+    @property
+    def cached_bytes(self) -> int:
+        """The estimated memory the parsed messages this process keeps hold (:func:`.cache.message_bytes`)."""
+        return self._segments.bytes
+
     # -- writing ------------------------------------------------------------------------------
 
     async def _write(self, name: str, conversation_id: str, args: Sequence[Any], extra: Sequence[str] = ()) -> Any:

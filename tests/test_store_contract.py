@@ -404,11 +404,11 @@ async def test_a_compaction_is_forked_and_made_the_head_in_one_step_or_not_at_al
 
 
 def test_the_history_cache_is_bounded_by_the_memory_it_holds() -> None:
-    from threadkeeper.persistence.cache import SegmentCache, message_bytes
+    from threadkeeper.persistence.cache import MESSAGE_BYTES, SegmentCache, message_bytes
 
     segment = [msg("x" * 1_000, id=f"{i}") for i in range(10)]
     cost = sum(message_bytes(m) for m in segment)
-    assert cost == 10 * (1_200 + 3_000)
+    assert cost == 10 * (MESSAGE_BYTES + 1_000)
     cache = SegmentCache(max_messages=1_000_000, max_bytes=int(2.5 * cost))
     for n in range(4):
         cache.put("c", f"cp{n}", list(segment))

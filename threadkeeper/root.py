@@ -170,7 +170,7 @@ def _build_turns(settings: Settings, stores: Stores, *, model: str | None, conte
     embedder = EmbeddingClient(settings.ai_embedding_model, timeout_seconds=min(settings.ai_timeout_seconds, 15.0)) \
         if settings.ai_embedding_model else None
     recall = Recall(stores.checkpoints, stores.notes, tokenizer, embedder=embedder, vectors=stores.vectors,
-                    epochs=stores.epochs)
+                    epochs=stores.epochs, max_bytes=settings.threadkeeper_cache_mb * 1024 * 1024)
     registry = ToolRegistry([record_state_tool(lineage_resolver(recall, stores.checkpoints)), *(tools or [])])
     if offers_tools(model_name):
         registry.register(thread_search_tool(recall, stores.checkpoints, lambda: tool_tokens(budget, config)))

@@ -42,6 +42,7 @@ import itertools
 import logging
 import math
 import re
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -60,6 +61,7 @@ from threadkeeper.persistence import (
     NotesStore,
     StoreUnavailableError,
     VectorStore,
+    message_bytes,
     settled,
 )
 
@@ -142,6 +144,16 @@ ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
 ASSISTANT = "assistant"
+INDEX_MESSAGE_BYTES = 450
+INDEX_TERM_BYTES = 24
+VOCABULARY_BYTES = 450
+LINE_BYTES = 300
+"""What an index holds in memory (:meth:`ConversationIndex.memory`): per message, its card, its id's place in the
+position map, where it is stored, its slots in the per-position arrays (450 bytes); per search term of a message, its
+pointer in the message's terms and its posting (24 bytes: a term is one string however many messages hold it); per
+term of the thread's vocabulary, the string, its document count and its postings' arrays (450 bytes); per recalled
+line kept made, 300 bytes besides its characters; each body held as :func:`persistence.message_bytes` estimates
+it."""
 @lru_cache(maxsize=4_096)
 def _name_words(author: str) -> tuple[str, ...]:
     return tuple(name_words(author))
@@ -194,7 +206,8 @@ class ConversationIndex:
     """Per position: the message, or None while its body was not read (a sealed epoch's message a cold worker took
     from the stored cards: read when a turn shows it, see :meth:`Recall.read_bodies`)."""
     places: dict[int, tuple[str, int]] = field(default_factory=dict)
-    """Per position whose body was not read: where it is stored (its checkpoint, its offset among that one's)."""
+    """Per position of a sealed epoch's message: where it is stored (its checkpoint, its offset among that one's), so
+    a body not read, or let go (:meth:`shed`), is read from there."""
     targets: list[str] = field(default_factory=list)
     """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
     position: dict[str, int] = field(default_factory=dict)
@@ -225,7 +238,16 @@ class ConversationIndex:
     lines: dict[tuple[int, str, bool], tuple[str, int]] = field(default_factory=dict)
     """Recalled lines made before, by (position of the message, the id the line cites, as its note): the line and
     what it is estimated to cost, from the counts stored with the message. A message never changes once indexed
-    (an edit is a message of its own), so neither does its line; at most :data:`LINES_KEPT` are kept."""
+    (an edit is a message of its own), so neither does its line; at most :data:`LINES_KEPT` are kept
+    (:meth:`keep_line`)."""
+    _terms: int = 0
+    """The search terms of the messages indexed, summed."""
+    _body_bytes: int = 0
+    """The estimated memory of the bodies held (:func:`persistence.message_bytes`)."""
+    _line_bytes: int = 0
+    """The estimated memory of :attr:`lines`."""
+    _placed: set[int] = field(default_factory=set)
+    """The positions whose body is held and whose place is known: those :meth:`shed` lets go."""
 
     def add(self, messages: Sequence[Message], derived: Sequence[Derived | None] | None = None, *,
             where: list[int] | None = None) -> int:
@@ -286,6 +308,7 @@ class ConversationIndex:
             self.authors.append(author)
         self._capitalized.update(itertools.chain.from_iterable(capitalized))
         self.search.add_many([f.terms for f in found], [lengths[i] for i in kept] if lengths else None)
+        self._terms += sum(len(f.terms) for f in found)
         for i, ident, change in zip(kept, ids, changes, strict=True):
             if cards.refs[i] and change is None:
                 self.refs[cards.refs[i]] = ident
@@ -314,6 +337,9 @@ class ConversationIndex:
         if change is None:
             self._learn_names(author, found)
         at = self.position[ident] = self.search.add(found.terms)
+        self._terms += len(found.terms)
+        if body is not None:
+            self._body_bytes += message_bytes(body)
         self.ids.append(ident)
         self.roles.append(role)
         self.posters.append(poster)
@@ -325,6 +351,59 @@ class ConversationIndex:
         self.written.setdefault(author, []).append(at)
         self.targets.append(change[0] if change else ident)
         return at
+
+    def placed(self, where: Sequence[int], chain: Sequence[tuple[str, int]]) -> None:
+        """Note where the messages of a sealed epoch read whole are stored: ``where`` gives, per message of the epoch,
+        the position it took (-1: none); ``chain``, its checkpoints and how many messages each adds. Their bodies can
+        then be let go (:meth:`shed`) and read again."""
+        places = [(cid, j) for cid, count in chain for j in range(count)]
+        if len(places) != len(where):  # (not the epoch's messages as stored: their bodies stay)
+            return
+        for at, place in zip(where, places, strict=True):
+            if at >= 0:
+                self.places[at] = place
+                if self.bodies[at] is not None:
+                    self._placed.add(at)
+
+    def took(self, position: int, body: Message) -> None:
+        """The body of the message at ``position``, read from its place."""
+        self.bodies[position] = body
+        self._body_bytes += message_bytes(body)
+        self._placed.add(position)
+
+    def keep_line(self, key: tuple[int, str, bool], line: str, tokens: int) -> None:
+        """Keep a recalled line made (see :attr:`lines`)."""
+        if len(self.lines) >= LINES_KEPT:
+            self.lines.clear()
+            self._line_bytes = 0
+        self.lines[key] = (line, tokens)
+        self._line_bytes += LINE_BYTES + len(line)
+
+    def shed(self) -> int:
+        """Let go of the bodies held whose place is known (read again from there when a turn shows them) and of the
+        lines kept made; what that frees, as :meth:`memory` estimates it."""
+        before = self._body_bytes + self._line_bytes
+        bodies = self.bodies
+        for at in self._placed:
+            body = bodies[at]
+            if body is not None:
+                self._body_bytes -= message_bytes(body)
+                bodies[at] = None
+        self._placed.clear()
+        self.lines.clear()
+        self._line_bytes = 0
+        return before - self._body_bytes
+
+    def memory(self) -> int:
+        """About what the index holds in memory, in bytes (see :data:`INDEX_MESSAGE_BYTES`), kept as messages are
+        added, bodies read and lines made, not counted again. Measured with tracemalloc (what dropping the index frees)
+        on the bench's chat threads (24 search terms a message, 1,745 words in all), built by a worker that starts
+        cold from the stored cards, their postings built in memory and the head epoch's 250 bodies held: 10,000
+        messages 9.7 MB against this estimate's 11.9 MB, 100,000 messages 98.7 MB against 106.2; with 2,000 bodies
+        read on top, 16.5 MB against 19.0 and 105.5 MB against 113.3. On 4,000 messages of 20 to 600 characters over
+        4,000 words, 1.05 to 1.17 times what they hold (``tests/test_recall_memory.py`` holds it within 0.8 to 1.3)."""
+        return (INDEX_MESSAGE_BYTES * len(self.ids) + INDEX_TERM_BYTES * self._terms
+                + VOCABULARY_BYTES * len(self.search.documents) + self._body_bytes + self._line_bytes)
 
     def card(self, position: int) -> Card:
         """What the index holds of the message at ``position`` besides its text."""
@@ -474,10 +553,18 @@ class ConversationIndex:
 
 
 class Recall:
-    """Per-worker recall indexes over conversations' durable histories (bounded, least recently used out)."""
+    """Per-worker recall indexes over conversations' durable histories, bounded by the memory they hold.
+
+    The worker's caches share one bound, ``max_bytes`` (``THREADKEEPER_CACHE_MB``): the parsed-history cache
+    (:class:`persistence.CheckpointStore`) is bounded by it alone, and the recall indexes get what that cache does not
+    use, each as :meth:`ConversationIndex.memory` estimates it. Before a turn searches, when they hold more: first the
+    bodies the indexes read and the lines they made go, least recently used index first (a turn reads again the few it
+    shows, in one round trip), then whole indexes, least recently used first (rebuilding one is a cold worker's first
+    turn); the index of the turn's own conversation, when it alone holds more, is used for the turn and not kept. They
+    are also bounded by ``max_messages`` messages in all (never the turn's own index)."""
 
     def __init__(self, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer, *,
-                 max_messages: int = 200_000, embedder: Embedder | None = None,
+                 max_messages: int = 200_000, max_bytes: int = 128 * 1024 * 1024, embedder: Embedder | None = None,
                  vectors: VectorStore | None = None, epochs: EpochIndexStore | None = None) -> None:
         self.checkpoints = checkpoints
         self.notes = notes
@@ -489,7 +576,11 @@ class Recall:
         """With an embedding model: recall fuses BM25 with the question's nearest messages by meaning."""
         self.vectors = vectors
         self.max_messages = max_messages
+        self.max_bytes = max_bytes
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
+        self._unkept: weakref.WeakValueDictionary[str, ConversationIndex] = weakref.WeakValueDictionary()
+        """An index not kept for holding more than the room, while its turn still uses it (the turn syncs it again
+        before it searches: it is not built twice)."""
         self._leads: dict[tuple[str, int], int] = {}
         self._headers: dict[str, int] = {}
         """The tokens of each block header counted (:data:`RECALL_HEADER`, the search tool's)."""
@@ -521,7 +612,7 @@ class Recall:
     async def _synced(self, conversation_id: str, history: History) -> ConversationIndex:
         """:meth:`sync` under the conversation's lock. A worker with no index builds it whole in a thread and holds
         it only once built; so does one that has many messages to add."""
-        index = self._indexes.get(conversation_id)
+        index = self._indexes.get(conversation_id) or self._unkept.get(conversation_id)
         if index is None:
             await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)
         if index is not None and index.search.stored and index.synced != (history.checkpoint.id, len(history.messages)):
@@ -565,7 +656,7 @@ class Recall:
         built.synced = (history.checkpoint.id, len(history.messages))
         self._indexes[conversation_id] = built
         self._indexes.move_to_end(conversation_id)
-        self._evict()
+        self._evict(conversation_id)
         return built
 
     async def resolve(self, conversation_id: str, history: History, cited: str) -> Message | None:
@@ -591,8 +682,7 @@ class Recall:
                 cid, offset = index.places[p]
                 raise CorruptRecordError(f"{conversation_id} (checkpoint {cid})",
                                          f"message {offset} is {message.id!r}, its stored card names {index.ids[p]!r}")
-            index.bodies[p] = message
-            del index.places[p]
+            index.took(p, message)
 
     async def _postings(self, conversation_id: str, index: ConversationIndex, terms: Sequence[str]) -> None:
         """Read the postings of ``terms`` that the index's stored segments have not given yet (one round trip for
@@ -622,14 +712,35 @@ class Recall:
                        *(stored_segment.bucket_field(name, b) for b in range(form.buckets) if form.terms[b])]
         await self.epochs.drop(conversation_id, fields)
 
-    def _evict(self) -> None:
-        total = sum(i.size for i in self._indexes.values())
-        while total > self.max_messages and len(self._indexes) > 1:
-            dropped_id, dropped = self._indexes.popitem(last=False)
-            total -= dropped.size
-            lock = self._locks.get(dropped_id)
-            if lock is not None and not lock.locked():
-                del self._locks[dropped_id]
+    def _evict(self, current: str) -> None:
+        """Bring the indexes within their bounds (see :class:`Recall`); ``current``: the conversation whose turn syncs
+        its index now (under its lock). Another conversation's index that a turn is using (its lock held) keeps its
+        bodies, and leaves only this worker's keeping."""
+        room = self.max_bytes - self.checkpoints.cached_bytes
+        total = sum(index.memory() for index in self._indexes.values())
+        if total > room:
+            for conversation_id, index in self._indexes.items():
+                if total <= room:
+                    break
+                if conversation_id == current or not self._busy(conversation_id):
+                    total -= index.shed()
+        count = sum(index.size for index in self._indexes.values())
+        for conversation_id in list(self._indexes):  # (least recently used first: the turn's own index is the last)
+            if total <= room and count <= self.max_messages:
+                break
+            if conversation_id == current and total <= room:
+                break  # (the message count never takes the turn's own index)
+            index = self._indexes.pop(conversation_id)
+            if conversation_id == current:
+                self._unkept[conversation_id] = index
+            total -= index.memory()
+            count -= index.size
+            if not self._busy(conversation_id):
+                self._locks.pop(conversation_id, None)
+
+    def _busy(self, conversation_id: str) -> bool:
+        lock = self._locks.get(conversation_id)
+        return lock is not None and lock.locked()
 
     async def recall(self, conversation_id: str, history: History | None, context: Sequence[Message],
                      incoming: Sequence[Message], cap_tokens: int, *, focus_tokens: int = 0,
@@ -856,9 +967,7 @@ class Recall:
                         return 0  # does not fit: its line is not made
                     line = _line(source, target, note or (edited if edited is not None else source.text))
                     if tokens and not changed:
-                        if len(lines) >= LINES_KEPT:
-                            lines.clear()
-                        lines[(source_at, target, bool(note))] = (line, tokens)
+                        index.keep_line((source_at, target, bool(note)), line, tokens)
                 if not tokens:
                     tokens = self.tokenizer.count(line) + 1
                     exact_lines.append(target)
@@ -1057,6 +1166,7 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
                 if held is not None:
                     made[epoch.cards is not None][stored_cards.field(checkpoint_id)] = held
             index.add(messages, derived, where=where)
+            index.placed(where, epoch.chain)
             if cold and header is not None:
                 form = _header_of(checkpoint_id, header, ids, derived, unusable)
         if form is not None:

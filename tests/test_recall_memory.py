@@ -1,0 +1,175 @@
+"""Recall's indexes: what they hold in memory, as estimated and as measured, and the bound they share with the
+parsed-history cache."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+from collections.abc import Callable
+
+import pytest
+from fakes import Step, scripted
+from test_recall import CONV, QUESTIONS, _epochs_thread, _pipeline
+
+from threadkeeper.persistence import Message, TextPart
+from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
+from threadkeeper.services.recall import cards as stored_cards
+from threadkeeper.services.recall import derived as stored_derived
+
+
+@pytest.fixture
+def model():  # type: ignore[no-untyped-def]
+    m = scripted()
+    m.default = Step(text="noted")
+    return m
+
+
+def _texts(count: int) -> list[str]:
+    """Chat-like texts of 20 to 600 characters over a vocabulary of 4,000 made-up words, some much commoner."""
+    rng = random.Random(7)
+    vocabulary = ["".join(rng.choice("abcdefghiklmnoprstuvwy") for _ in range(rng.randint(3, 11))) for _ in range(4_000)]
+    out = []
+    for _ in range(count):
+        words: list[str] = []
+        size = rng.choice((20, 60, 120, 250, 600))
+        while sum(len(w) + 1 for w in words) < size:
+            words.append(vocabulary[min(int(rng.paretovariate(0.8)) - 1, len(vocabulary) - 1)] if rng.random() < 0.5
+                         else rng.choice(vocabulary))
+        out.append(" ".join(words).capitalize() + ".")
+    return out
+
+
+def _stored(count: int) -> list[str]:
+    """``count`` messages as stored (JSON), five people's."""
+    return [Message(id=f"1700000000.{i:06d}", role="user", parts=[TextPart(text=text)], author=f"U{i % 5}",
+                    tokens=len(text) // 4 + 4, created_at=1_700_000_000.0 + i, ref=i + 1,
+                    note=text[:len(text) // 2]).model_dump_json() for i, text in enumerate(_texts(count))]
+
+
+def _measured(build: Callable[[], ConversationIndex]) -> tuple[int, int]:
+    """What ``build``'s index estimates it holds, and what dropping it frees (tracemalloc)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        index = build()
+        gc.collect()
+        estimate = index.memory()
+        held = tracemalloc.get_traced_memory()[0]
+        del index
+        gc.collect()
+        return estimate, held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+
+def test_an_index_estimates_the_memory_it_holds_within_a_stated_factor() -> None:
+    """An index's estimate (:meth:`ConversationIndex.memory`), kept as it grows, is within 0.8 to 1.3 times what
+    dropping it frees: built from every message's body, built from the stored cards as a worker that starts cold
+    builds it, with some bodies read, and with them let go again."""
+    stored = _stored(4_000)
+    chain = [("cp", len(stored))]
+
+    def whole() -> ConversationIndex:
+        index = ConversationIndex()
+        index.add([Message.model_validate_json(raw) for raw in stored])
+        index.search.searchable()
+        return index
+
+    def from_cards(read: int, shed: bool = False) -> Callable[[], ConversationIndex]:
+        messages = [Message.model_validate_json(raw) for raw in stored]
+        found = [stored_derived.derive(m) for m in messages]
+        ids = [m.id for m in messages]
+        held = stored_cards.encode(chain, messages, found)
+        kept = stored_derived.encode(ids, found)
+        assert held is not None and kept is not None
+        del messages, found
+
+        def build() -> ConversationIndex:
+            index = ConversationIndex()
+            index.add_cards(stored_cards.decode(held, chain), stored_derived.decode(kept, ids), chain, [])
+            index.search.searchable()
+            for at in range(0, read * 4, 4):
+                index.took(at, Message.model_validate_json(stored[at]))
+            if shed:
+                assert index.shed() > 0 and all(body is None for body in index.bodies)
+            return index
+
+        return build
+
+    for name, build in (("whole", whole), ("cards", from_cards(0)), ("cards and bodies", from_cards(1_000)),
+                        ("bodies let go", from_cards(1_000, shed=True))):
+        estimate, freed = _measured(build)
+        assert 0.8 * freed <= estimate <= 1.3 * freed, (name, estimate, freed)
+
+
+async def test_recall_lets_bodies_go_before_indexes_and_recalls_the_same_blocks(model, prefix, client) -> None:
+    """When the indexes hold more than the room the history cache leaves of the bound, the bodies they read go first
+    (read again when a turn shows them); the index stays, and every turn recalls what a worker that holds everything
+    recalls."""
+    writer = _pipeline(prefix, client)
+    await _epochs_thread(writer)
+    holder, bounded = _pipeline(prefix, client), _pipeline(prefix, client)
+    index: ConversationIndex | None = None
+    read: list[int] = []
+    for n, question in enumerate(QUESTIONS):
+        expected = await holder.context(CONV, arriving=[holder.message(question, author="carol")])
+        got = await bounded.context(CONV, arriving=[bounded.message(question, author="carol")])
+        assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+        if n:
+            assert bounded.recall.loaded(CONV) is index, "the index stays (not built again)"
+        index = bounded.recall.loaded(CONV)
+        assert index is not None
+        if not n:
+            read = [at for at in index.places if index.bodies[at] is not None]
+            assert read, "a turn reads the bodies it may show"
+            # less room than the index with the bodies it read: they go before the next turn searches
+            bounded.recall.max_bytes = bounded.checkpoints.cached_bytes + index.memory() - 1
+        elif n == 1:
+            assert any(index.bodies[at] is None for at in read), "the bodies read went"
+    full = holder.recall.loaded(CONV)
+    assert full is not None and index is not None and sum(b is not None for b in full.bodies) > sum(b is not None for b in index.bodies)
+
+
+async def test_the_least_recently_used_index_goes_and_one_over_the_room_is_not_kept(model, prefix, client,
+                                                                                    monkeypatch) -> None:
+    """With two conversations' indexes over the room, the one used least recently goes and the turn's own stays; an
+    index that alone holds more than the room the history cache leaves, its read bodies let go, is built once for its
+    turn and not kept, and recalls what a worker that holds it recalls."""
+    from threadkeeper.services.recall import index as module
+
+    other = CONV + "-other"
+    writer = _pipeline(prefix, client)
+    await _epochs_thread(writer)
+    for i in range(3):
+        await writer.submit(other, f"the other thread's message {i} about ferries", author="dana", id=f"1800.{i:06d}")
+        await writer.run(other)
+    p, holder = _pipeline(prefix, client), _pipeline(prefix, client)
+    question = p.message(QUESTIONS[1], author="carol")
+    await p.context(other, arriving=[p.message("what about ferries?", author="carol")])
+    await p.context(CONV, arriving=[question])
+    small, large = p.recall.loaded(other), p.recall.loaded(CONV)
+    assert small is not None and large is not None
+    large.shed()
+    p.recall.max_bytes = p.checkpoints.cached_bytes + large.memory() + small.memory() // 2
+    got = await p.context(CONV, arriving=[question])
+    assert p.recall.loaded(other) is None and p.recall.loaded(CONV) is large, "the least recently used goes"
+    large.shed()
+    p.recall.max_bytes = p.checkpoints.cached_bytes + large.memory() // 2
+    built: list[ConversationIndex] = []
+
+    class Counted(ConversationIndex):
+        def __init__(self) -> None:
+            super().__init__()
+            built.append(self)
+
+    monkeypatch.setattr(module, "ConversationIndex", Counted)
+    got = await p.context(CONV, arriving=[question])
+    assert not built, "the turn searches the index it synced"
+    del large, small
+    gc.collect()
+    got = await p.context(CONV, arriving=[question])
+    assert len(built) == 1, "built once for the turn"
+    expected = await holder.context(CONV, arriving=[holder.message(QUESTIONS[1], author="carol")])
+    assert p.recall.loaded(CONV) is None, "over the room alone: not kept"
+    assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
