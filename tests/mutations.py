@@ -1245,6 +1245,10 @@ MUTANTS: list[Mutant] = [
     Mutant("decoded-terms-not-interned", "services/recall/derived.py",
            'tuple(map(sys.intern, terms.split(" "))) if terms else ()', 'tuple(terms.split(" ")) if terms else ()',
            ("tests/test_recall_memory.py", "-k", "estimates_the_memory")),
+    Mutant("an-empty-replay-conversation-id-replaced", "threadkeeper/cli.py",
+           "conversation_id = args.conversation if args.conversation is not None else",
+           "conversation_id = args.conversation if args.conversation else",
+           ("tests/test_budget_and_cli.py", "-k", "empty_conversation_id")),
 ]
 
 

@@ -261,6 +261,21 @@ def test_replay_of_a_bad_file_writes_nothing_and_says_why_in_one_line(tmp_path: 
         assert client.keys(f"{prefix}:*") == [], "nothing was written"
 
 
+def test_replay_into_an_empty_conversation_id_is_refused_not_replaced(tmp_path: Path, prefix: str) -> None:
+    """An id given, even an empty one, is the id checked: ``--conversation ''`` is refused in one line, not replayed
+    into the conversation the file would name."""
+    import redis
+
+    path = tmp_path / "thread.json"
+    path.write_text(json.dumps({"messages": [{"id": "1700.000001", "text": "hello", "author": "U1"}]}), encoding="utf-8")
+    result = cli("replay", str(path), "--conversation", "", env={"REDIS_URL": REDIS_URL,
+                                                                  "THREADKEEPER_KEY_PREFIX": prefix})
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "invalid conversation id ''" in lines[0], result.stderr
+    with redis.Redis.from_url(REDIS_URL) as client:
+        assert client.keys(f"{prefix}:*") == [], "nothing was written"
+
+
 @pytest.mark.redis
 async def test_replay_2000_messages_against_real_redis(tmp_path: Path, prefix: str) -> None:
     client = await real_redis()

@@ -194,7 +194,9 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from threadkeeper.services.replay import default_conversation_id
 
     thread = load_thread(args.thread_file)  # the whole file is checked before anything is written
-    conversation_id = args.conversation or thread.conversation_id or default_conversation_id(thread, args.thread_file)
+    # (an id given, even an empty one, is the one checked: only none given falls back to the file's)
+    conversation_id = args.conversation if args.conversation is not None else \
+        thread.conversation_id or default_conversation_id(thread, args.thread_file)
     # a clear error now, not after part of the thread is written
     conversation = Conversation.of(conversation_id, args.privacy or "unknown")
     if args.out and not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK):
