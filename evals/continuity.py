@@ -170,6 +170,7 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
     client = client or connect(settings.redis_url or "")  # the caller's Redis (the CLI: REDIS_URL or the embedded one)
     stores = build_stores(settings.model_copy(update={"threadkeeper_key_prefix": prefix}), client=client)
     started = time.perf_counter()
+    pipeline = None
     try:
         pipeline = build_pipeline(settings, stores, context_window=window, compactor_class=STRATEGIES[strategy])
         thread = parse_thread(json.dumps(case.data), case.name)
@@ -200,6 +201,8 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
                          time.perf_counter() - started, judged, questions, len(asked_for_judge) if judge else 0,
                          "questions" in case.data, asked, asked_probes, asked_tokens)
     finally:
+        if pipeline is not None:  # what its turns left running (a compaction planned ahead) ends before its keys go
+            await pipeline.settle()
         async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             await client.delete(key)
         if own_client:

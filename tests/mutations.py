@@ -1249,6 +1249,9 @@ MUTANTS: list[Mutant] = [
            "conversation_id = args.conversation if args.conversation is not None else",
            "conversation_id = args.conversation if args.conversation else",
            ("tests/test_budget_and_cli.py", "-k", "empty_conversation_id")),
+    Mutant("an-eval-run-drops-its-keys-while-planning-runs", "evals/continuity.py",
+           "            await pipeline.settle()\n", "",
+           ("tests/test_evals.py", "-k", "leaves_nothing_of_its_conversation")),
 ]
 
 

@@ -112,6 +112,33 @@ async def test_threadkeeper_beats_recency_and_keeps_identifiers_at_16k(redis_cli
     assert by[("threadkeeper", 16000)]["compactions"] >= 1
 
 
+async def test_an_eval_run_leaves_nothing_of_its_conversation_behind(redis_client, monkeypatch) -> None:
+    """What an eval run's turns leave running (a compaction planned ahead) ends before the run removes its keys: none
+    is left under its prefix, also when the planning outlasts the replay."""
+    import asyncio
+    import uuid
+
+    from threadkeeper.services.handoff.compactor import Compactor
+
+    real = Compactor._prepare
+    planned: list[str] = []
+
+    async def slow(self, conversation_id, checkpoint_id, budget):  # type: ignore[no-untyped-def]
+        planned.append(checkpoint_id)
+        await asyncio.sleep(0.3)
+        return await real(self, conversation_id, checkpoint_id, budget)
+
+    monkeypatch.setattr(Compactor, "_prepare", slow)
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=0xE5A1))
+    settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
+    await run_matrix(settings, load_cases(None, threads=1, seed=6, messages=400), ["threadkeeper"], [4000],
+                     turn_every=5, client=redis_client)
+    assert planned, "a compaction was planned ahead"
+    left = [t for t in asyncio.all_tasks() if t.get_name().startswith("prepare:")]
+    await asyncio.gather(*left)
+    assert not left and not [k async for k in redis_client.scan_iter(match="tkeval-0000000000:*")]
+
+
 def test_eval_cli_writes_json_and_plot_from_a_dataset_file(tmp_path: Path) -> None:
     dataset = tmp_path / "threads.json"
     dataset.write_text(json.dumps(generate_thread(9, messages=250).as_dict()))
