@@ -8,7 +8,7 @@ EXTRAS ?= test,plot,bench,embedded,slack-cli
 # package: see pyproject.toml); nothing else it says is silenced.
 export PYTHONWARNINGS := ignore:Editable installation
 # Test processes (pytest-xdist): every test uses its own key prefix, so they share one Redis safely.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: run test typecheck install bench bench-langgraph eval console clean constraints mutate
 
