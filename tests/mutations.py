@@ -750,8 +750,9 @@ MUTANTS: list[Mutant] = [
            "    if settings.ai_embedding_model:\n        _check_embedding_model(", "    if False:\n        _check_embedding_model(",
            ("tests/test_bad_settings.py", "-k", "embedding")),
     Mutant("cold-recall-index-built-on-the-event-loop", "services/recall/index.py",
-           "            derived = await asyncio.to_thread(_add_all, built, epochs, head, conversation_id, cold, unusable)\n",
-           "            derived = _add_all(built, epochs, head, conversation_id, cold, unusable)\n",
+           "            derived = await asyncio.to_thread(_built_then_trimmed, _add_all, built, epochs, head, conversation_id, cold,\n"
+           "                                              unusable)\n",
+           "            derived = _built_then_trimmed(_add_all, built, epochs, head, conversation_id, cold, unusable)\n",
            ("tests/test_recall.py", "-k", "built_in_a_thread_when_it_is_large")),
     Mutant("indexing-work-leaves-out-merges", "services/text/index.py",
            "            work += merged\n", "            work += 0\n",
@@ -1252,6 +1253,9 @@ MUTANTS: list[Mutant] = [
     Mutant("an-eval-run-drops-its-keys-while-planning-runs", "evals/continuity.py",
            "            await pipeline.settle()\n", "",
            ("tests/test_evals.py", "-k", "leaves_nothing_of_its_conversation")),
+    Mutant("a-large-build-keeps-what-it-freed", "services/recall/index.py",
+           "    finally:\n        _trim()\n", "    finally:\n        pass\n",
+           ("tests/test_recall.py", "-k", "index_is_built_in_a_thread_when_it_is_large and fakeredis")),
 ]
 
 

@@ -911,10 +911,12 @@ async def test_a_cold_workers_index_is_built_in_a_thread_when_it_is_large(model,
     history = await p.checkpoints.load_history(CONV)
     assert len(await p.checkpoints.epoch_chains(CONV, history)) >= 3
     where = _on_the_loop(monkeypatch, recall_index, "_add_all")
+    trimmed = _on_the_loop(monkeypatch, recall_index, "_trim")
     monkeypatch.setattr(recall_index, "OFF_LOOP", 20)
     cold = _pipeline(prefix, client)
     index = await cold.recall.sync(CONV, history)
     assert index.size > 20 and where == [False], "built once, in a thread"
+    assert trimmed == [False], "then what the build freed given back to the system, in that thread"
 
 
 async def test_a_cold_workers_first_question_decodes_many_epochs_postings_in_a_thread(model, prefix, client,
