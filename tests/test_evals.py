@@ -129,14 +129,15 @@ async def test_an_eval_run_leaves_nothing_of_its_conversation_behind(redis_clien
         return await real(self, conversation_id, checkpoint_id, budget)
 
     monkeypatch.setattr(Compactor, "_prepare", slow)
-    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=0xE5A1))
+    own = uuid.uuid4()  # (the run's prefix known here, and its own: another run may share the Redis)
+    monkeypatch.setattr(uuid, "uuid4", lambda: own)
     settings = Settings(_env_file=None, ai_model="offline", redis_url=None)
     await run_matrix(settings, load_cases(None, threads=1, seed=6, messages=400), ["threadkeeper"], [4000],
                      turn_every=5, client=redis_client)
     assert planned, "a compaction was planned ahead"
     left = [t for t in asyncio.all_tasks() if t.get_name().startswith("prepare:")]
     await asyncio.gather(*left)
-    assert not left and not [k async for k in redis_client.scan_iter(match="tkeval-0000000000:*")]
+    assert not left and not [k async for k in redis_client.scan_iter(match=f"tkeval-{own.hex[:10]}:*")]
 
 
 def test_eval_cli_writes_json_and_plot_from_a_dataset_file(tmp_path: Path) -> None:
