@@ -730,7 +730,10 @@ def _same_index(a: ConversationIndex, b: ConversationIndex) -> None:
     assert [a.card(p) for p in range(a.size)] == [b.card(p) for p in range(b.size)] and a.targets == b.targets
     assert a.position == b.position and a.refs == b.refs and a.authors == b.authors and a.written == b.written
     assert a.names == b.names and a._capitalized == b._capitalized and a._vocative == b._vocative
-    assert a.search.terms == b.search.terms and a.search.documents == b.search.documents and a.notes == b.notes
+    assert a.search.documents == b.search.documents and a.notes == b.notes and a._terms == b._terms
+    # (an index built from the totals counted over its sealed epochs holds their terms only as it reads their bodies)
+    assert len(a.search.terms) == len(b.search.terms)
+    assert all(x == y or (a.totalled and x is None) for x, y in zip(a.search.terms, b.search.terms, strict=True))
 
 
 async def _epochs_thread(p) -> None:  # type: ignore[no-untyped-def]
@@ -744,13 +747,18 @@ QUESTIONS = ["what is in the garden plan of Kate?", "what was the ticket for the
              "which region is the staging cluster in?", "when does the vendor contract renew?"]
 
 
+@pytest.mark.parametrize("totals", [True, False], ids=["totals", "no-totals"])
 async def test_a_cold_worker_reads_what_each_epoch_gave_the_index_and_recalls_what_deriving_it_gives(
-        model, prefix, client, monkeypatch) -> None:
+        model, prefix, client, monkeypatch, totals: bool) -> None:
     """What the index derives from a sealed epoch's messages (their search terms, the names they hold) is stored
-    once, by the turn after the compaction that sealed it, and a worker that starts cold reads it instead of deriving
-    it again: its index, and what it recalls, are those of a worker that derived everything from the messages."""
+    once, by the turn after the compaction that sealed it, with the totals counted over every sealed epoch so far (the
+    documents per term, the names learned), and a worker that starts cold reads those instead of deriving them again:
+    with the totals it reads nothing derived from the sealed epochs at all; without them (a worker died before storing
+    them) it reads what each epoch gave, and stores the totals. Its index, and what it recalls, are those of a worker
+    that derived everything from the messages."""
     from threadkeeper.persistence import ConversationKeys
     from threadkeeper.services.recall import index as module
+    from threadkeeper.services.recall import totals as stored_totals
 
     p = _pipeline(prefix, client)
     await _epochs_thread(p)
@@ -759,28 +767,42 @@ async def test_a_cold_worker_reads_what_each_epoch_gave_the_index_and_recalls_wh
     key = ConversationKeys(prefix, CONV).recall
     assert key.startswith(f"{prefix}:{{{CONV}}}:"), "beside the conversation, in its hash slot"
     fields = {f.decode() for f in await client.hkeys(key)}
-    assert len(earlier) >= 2 and {e.checkpoint.id for e in earlier} == {f for f in fields if ":" not in f}, \
-        "each sealed epoch's, stored as it was sealed"
+    assert len(earlier) >= 2 and {e.checkpoint.id for e in earlier} | {stored_totals.FIELD} == {
+        f for f in fields if ":" not in f}, "each sealed epoch's, stored as it was sealed, and the totals"
     assert {f"{e.checkpoint.id}:p" for e in earlier} <= fields, "with its search segment"
     assert 0 < await client.ttl(key) <= p.checkpoints.retention_seconds
+    counted = stored_totals.decode(await client.hget(key, stored_totals.FIELD),
+                                   [e.checkpoint.id for e in reversed(earlier)])
+    if not totals:
+        await client.hdel(key, stored_totals.FIELD)
     stored = await client.hgetall(key)
     derived: list[str] = []
-    real = module.derive
+    decoded: list[int] = []
+    real, real_decode = module.derive, module.decode
     monkeypatch.setattr(module, "derive", lambda m: derived.append(m.id) or real(m))
+    monkeypatch.setattr(module, "decode", lambda raw, ids: decoded.append(len(ids)) or real_decode(raw, ids))
     reader, deriver = _pipeline(prefix, client), _pipeline(prefix, client)
     deriver.recall.epochs = None
     for n, question in enumerate(QUESTIONS):
         derived.clear()
         got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
         if not n:
-            assert 0 < len(derived) <= len(history.messages) + 1, "only what the head's epoch holds is derived"
+            # (and, with the totals, the best hits' terms from their bodies, for the widened query)
+            assert 0 < len(derived) <= len(history.messages) + 1 + (module.FEEDBACK_HITS if totals else 0), \
+                "only what the head's epoch holds is derived"
         expected = await deriver.context(CONV, arriving=[deriver.message(question, author="carol")])
         assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
     cold, built = reader.recall.loaded(CONV), deriver.recall.loaded(CONV)
     assert cold is not None and built is not None
     _same_index(cold, built)
+    assert cold.totalled == totals and (not decoded if totals else len(decoded) == len(earlier)), \
+        "what was derived from the sealed epochs is read only without the totals"
     assert cold.named("what did Kate plan?") == {"alice"}, "a name learned from what was stored"
-    assert await client.hgetall(key) == stored, "read, not written again"
+    now = await client.hgetall(key)
+    assert stored_totals.decode(now.pop(stored_totals.FIELD.encode()), cold.sealed) == counted, \
+        "the totals of a worker that counted everything"
+    stored.pop(stored_totals.FIELD.encode(), None)
+    assert now == stored, "read, not written again"
 
 
 async def test_what_is_stored_for_an_epoch_that_cannot_be_used_is_derived_again_with_one_log_line(
@@ -796,6 +818,7 @@ async def test_what_is_stored_for_an_epoch_that_cannot_be_used_is_derived_again_
     p = _pipeline(prefix, client)
     await _epochs_thread(p)
     key = ConversationKeys(prefix, CONV).recall
+    await client.hdel(key, "totals")  # (with them, what was derived from the sealed epochs is not read at all)
     stored = await client.hgetall(key)
     derived = sorted(f for f in stored if b":" not in f)
     first, second, *rest = derived
@@ -810,7 +833,8 @@ async def test_what_is_stored_for_an_epoch_that_cannot_be_used_is_derived_again_
     assert got.context[-1].text == expected.context[-1].text
     lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
     assert len(lines) == 1 and "for 2 of" in lines[0] and "deriving it again" in lines[0], lines
-    assert await client.hgetall(key) == stored, "stored anew, as it was"
+    now = await client.hgetall(key)
+    assert now.pop(b"totals") and now == stored, "stored anew, as it was, and the totals counted"
     # the term rule changes: what was stored under the old one is derived again, never read as if it were new
     real = rules.search_terms
     monkeypatch.setattr(rules, "search_terms", lambda text: (*real(text), "x"))
@@ -867,8 +891,8 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
             continue
         assert {s.stored for s in index.search.stored} == sealed and not built.search.stored, \
             "no segment built for a sealed epoch"
-        assert all(f in sealed or f.endswith((":p", ":c")) for f in asked[0]), \
-            "first the headers, with what was derived and the cards"
+        assert asked[0] and all(f == "totals" or f.endswith((":p", ":c")) for f in asked[0]), \
+            "first the headers, with the cards and the totals (nothing derived from the epochs)"
         read = [f for fields in asked[1:] for f in fields]
         assert read and set(read) <= set(buckets) and len(set(read)) < len(buckets) / 3, "the question's buckets only"
         for segment in index.search.stored:
@@ -1055,6 +1079,122 @@ async def test_a_stored_segment_that_cannot_be_used_is_built_from_the_messages_a
     assert not await client.exists(key)
 
 
+EVENT_QUESTIONS = ["what did we say before the billing outage?", "what happened after the recording session?"]
+
+
+async def test_a_cold_worker_with_the_totals_recalls_what_a_worker_that_read_every_message_does(
+        model, prefix, client) -> None:
+    """With the totals, a cold worker holds no term of a sealed message: each sealed epoch's postings are read from its
+    stored segment (for a question's terms, then every one when the segments are built in memory), the best hits' terms
+    from their bodies (the widened query), and a question placed against an event ("before the billing outage") finds
+    the event in the postings. Turn after turn it recalls what a worker that read every message recalls, scoring each
+    message the same to the last bit."""
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    spoken = []
+    for turn in range(2):
+        if turn:  # a turn later, the sealed epochs are searched in memory
+            await _thread(p, ["one more word about the garden plan"], start=1_000)
+        for question in [*EVENT_QUESTIONS, *QUESTIONS]:
+            got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
+            expected = await builder.context(CONV, arriving=[builder.message(question, author="carol")])
+            assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text, question
+            index, built = reader.recall.loaded(CONV), builder.recall.loaded(CONV)
+            assert index is not None and built is not None and index.totalled
+            assert bool(index.search.stored) == (not turn)
+            terms = list(search_terms(question))
+            assert index.scores(terms) == built.scores(terms), "the same scores, to the last bit"
+            events = named_events(question)
+            assert [index.search.holding(t) for _, t in events] == [built.search.holding(t) for _, t in events]
+            assert index.event_spans(events) == built.event_spans(events)
+            spoken.append(bool(index.event_spans(events)))
+    assert any(spoken), "an event the thread spoke of"
+    assert None in index.search.terms, "built in memory from the stored postings, not from terms"
+    _same_index(index, built)
+    vocabulary = [term for term, n in built.search.documents.items() if n > 0]
+    # (a sealed message the context still holds, one a compaction retained, is searchable through its stored segment
+    # and still pending in an index built from the terms: it is not shown either way)
+    sealed = set(index.places) - set(built.search.pending)
+
+    def postings(of: ConversationIndex, term: str) -> list[tuple[float, int]]:
+        return [(score, at) for score, at in of.search.scores([term]) if at in sealed]
+
+    assert all(postings(index, term) == postings(built, term) for term in vocabulary), \
+        "every term's postings as building them from the terms gives"
+
+
+@pytest.mark.parametrize("how", ["cut short", "miscounted"])
+async def test_totals_that_cannot_be_used_are_counted_again(model, prefix, client, caplog, how: str) -> None:
+    """Totals cut short are not used (what was derived from the epochs is read instead, and the totals stored anew);
+    totals that claim more messages than the cards hold are found once the cards are added: one log line, they are
+    removed, and the epochs derived again. Either way what is recalled does not change."""
+    import zlib
+
+    from threadkeeper.persistence import ConversationKeys
+    from threadkeeper.services.recall import totals as stored_totals
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    key = ConversationKeys(prefix, CONV).recall
+    raw = await client.hget(key, stored_totals.FIELD)
+    assert raw is not None
+    if how == "cut short":
+        await client.hset(key, stored_totals.FIELD, raw[:len(raw) // 2])
+    else:
+        lines = zlib.decompress(raw).decode().split("\n")
+        words = lines[0].split(" ")
+        words[5] = str(int(words[5]) + 1)
+        await client.hset(key, stored_totals.FIELD, zlib.compress("\n".join([" ".join(words), *lines[1:]]).encode()))
+    reader, lines = await _recalled_as_derived_anew(prefix, client, caplog)
+    index = reader.recall.loaded(CONV)
+    assert index is not None and not index.totalled
+    if how == "cut short":
+        assert not lines
+    else:
+        assert len(lines) == 1 and "disagree with their cards" in lines[0], lines
+    assert await client.hget(key, stored_totals.FIELD) == raw, "counted again, and stored as it was"
+
+
+async def test_a_corrupt_bucket_of_a_cold_worker_with_the_totals_is_built_from_its_messages_bodies(
+        model, prefix, client, caplog) -> None:
+    """When a cold worker holds no term of a sealed message (the totals were read), a stored bucket that cannot be
+    used, on the first question or when the segments are built in memory, makes that epoch's segment from its
+    messages' bodies: one log line each, and what is recalled does not change."""
+    import zlib
+
+    from threadkeeper.persistence import ConversationKeys
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    key = ConversationKeys(prefix, CONV).recall
+    stored = await client.hgetall(key)
+    first, second = sorted(f for f in stored if b":" not in f and f != b"totals")[:2]
+
+    async def corrupt(epoch: bytes) -> None:
+        for field in (f for f in stored if f.startswith(epoch + b":p:")):
+            await client.hset(key, field, zlib.compress(b"not a bucket"))
+
+    await corrupt(first)  # (read for the first question)
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    with caplog.at_level("INFO", logger="threadkeeper.recall"):
+        for turn in range(2):
+            if turn:  # (read when the segments are built in memory from every stored posting)
+                await corrupt(second)
+                await _thread(p, ["one more word about the garden plan"], start=1_000)
+            for question in QUESTIONS:
+                got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
+                expected = await builder.context(CONV, arriving=[builder.message(question, author="carol")])
+                assert got.context[-1].text == expected.context[-1].text, question
+    lines = [r.getMessage() for r in caplog.records if r.name == "threadkeeper.recall"]
+    assert len(lines) == 2 and all("segment of 1 of" in line for line in lines), lines
+    index, built = reader.recall.loaded(CONV), builder.recall.loaded(CONV)
+    assert index is not None and built is not None and index.totalled and not index.search.stored
+    _same_index(index, built)
+
+
 class _Encoded:
     """A tokenizer's encoder that notes every text it encodes."""
 
@@ -1213,7 +1353,7 @@ def test_a_stored_segments_header_gives_its_documents_lengths_and_is_refused_for
     fields = stored_form.encode("cp1", ids, derived)
     assert fields is not None
     header = fields[stored_form.header_field("cp1")]
-    form = stored_form.decode_header(header, ids, derived)
+    form = stored_form.decode_header(header, ids, [True, True, False])
     assert form.lengths == (*(length(d.terms) for d in derived[:2] if d is not None), 0)
     with pytest.raises(Unusable):
-        stored_form.decode_header(header, ids, [derived[0], None, None])
+        stored_form.decode_header(header, ids, [True, False, False])

@@ -7,6 +7,7 @@ import random
 
 import bm25s
 import numpy as np
+import pytest
 
 from threadkeeper.services.text import TermIndex, search_terms
 
@@ -76,3 +77,56 @@ def test_one_segment_scores_as_bm25s_does() -> None:
     scores, positions = index.hits(query)
     ours[positions] = scores
     assert np.allclose(ours, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_documents_whose_terms_are_not_held_score_through_their_stored_postings_as_if_built_from_terms() -> None:
+    """Documents added by their lengths alone (the totals of their terms counted elsewhere) are searched through
+    segments kept elsewhere: by the postings read for a question's terms, then by every posting once all are read,
+    built as one segment; they score as documents built from their terms, to the last bit, and the documents holding
+    every one of some terms are found in the postings."""
+    from collections import Counter
+
+    from threadkeeper.services.recall import postings as stored_form
+    from threadkeeper.services.recall.derived import Derived
+    from threadkeeper.services.text import length
+
+    corpus = _corpus(300, seed=11)
+    built, unheld = TermIndex(), TermIndex()
+    for terms in corpus:
+        built.add(terms)
+    built.searchable()
+    epochs = [corpus[start:start + 60] for start in range(0, len(corpus), 60)]
+    for n, epoch in enumerate(epochs):
+        name = f"cp{n}"
+        fields = stored_form.encode(name, [f"{n}.{i}" for i in range(len(epoch))],
+                                    [Derived(tuple(t), (), ()) for t in epoch])
+        assert fields is not None
+        form = stored_form.decode_header(fields[stored_form.header_field(name)], [f"{n}.{i}" for i in range(len(epoch))],
+                                         [True] * len(epoch))
+        first = unheld.add_unread([length(t) for t in epoch])
+        unheld.adopt(name, list(range(first, first + len(epoch))))
+        for bucket in range(form.buckets):
+            if form.terms[bucket]:
+                raw = fields[stored_form.bucket_field(name, bucket)]
+                if n % 2:  # (half read term by term, as a question asks)
+                    terms, *_ = stored_form.decode_whole(raw, form, bucket)
+                    unheld.take(name, terms, stored_form.decode_bucket(raw, form, bucket, terms))
+                else:
+                    unheld.take_all(name, [stored_form.decode_whole(raw, form, bucket)])
+    unheld.documents.update(Counter(t for terms in corpus for t in set(terms)))
+    assert None in unheld.terms
+    for query in (["kestrel", "region"], ["rollback", "drill", "friday"], ["outage", "outage"]):
+        assert unheld.scores(query) == built.scores(query)
+        holding = [p for p, terms in enumerate(corpus) if set(query) <= set(terms)]
+        assert unheld.holding(query) == built.holding(query) == holding and holding
+    for segment in unheld.stored:
+        segment.whole = True  # (every term was read, either way)
+    unheld.build_stored()
+    assert not unheld.stored and len(unheld.segments) == 1 and None in unheld.terms
+    for query in (["kestrel", "region"], ["gateway"], ["budget", "pager", "osprey"]):
+        assert unheld.scores(query) == built.scores(query)
+        assert unheld.holding(query) == [p for p, terms in enumerate(corpus) if set(query) <= set(terms)]
+    with pytest.raises(LookupError):
+        unheld.feedback([3], [], terms=3)  # (a document's terms are read from its message first)
+    unheld.fill(3, corpus[3])
+    assert unheld.feedback([3], [], terms=3) == built.feedback([3], [], terms=3)

@@ -117,10 +117,10 @@ def encode(epoch: str, ids: Sequence[str], derived: Sequence[Derived | None]) ->
     return out
 
 
-def decode_header(raw: bytes, ids: Sequence[str], derived: Sequence[Derived | None]) -> Stored:
-    """The header :func:`encode` stored for the messages ``ids`` names, checked against what was derived from them (the
-    same messages taken; their terms are those the header's rules derive, so their lengths are the header's); raises
-    :class:`.derived.Unusable`, saying why, when it cannot be used."""
+def decode_header(raw: bytes, ids: Sequence[str], taken: Sequence[bool]) -> Stored:
+    """The header :func:`encode` stored for the messages ``ids`` names, checked against which of them the index takes
+    (``taken``, per message: the same messages taken; their terms are those the header's rules derive, so their
+    lengths are the header's); raises :class:`.derived.Unusable`, saying why, when it cannot be used."""
     try:
         first, lengths, counts = zlib.decompress(raw).decode().split("\n")
         words = first.split(" ")
@@ -128,11 +128,13 @@ def decode_header(raw: bytes, ids: Sequence[str], derived: Sequence[Derived | No
                                                       f"{ids_digest(ids)}":
             raise Unusable(f"made otherwise: {first[:80]!r}")
         buckets = int(words[5])
-        held = tuple(0 if n == "-" else int(n) for n in lengths.split(" "))
-        if len(held) != len(derived) or any((n == 0) != (found is None) or n < 0
-                                            for n, found in zip(held, derived, strict=True)):
+        # (parsed in one call: a cold worker reads a header per epoch, a length per message)
+        found = np.fromstring(lengths.replace("-", "0"), dtype=np.int64, sep=" ") if lengths else np.zeros(0, np.int64)
+        if len(found) != len(taken) or len(found) != lengths.count(" ") + 1 or bool(
+                np.any((found == 0) == np.asarray(taken, dtype=bool)) or np.any(found < 0)):
             raise Unusable("its documents are not the messages the index takes")
-        if words[5:] != [str(buckets), str(sum(1 for n in held if n)), str(sum(held))]:
+        held = tuple(found.tolist())
+        if words[5:] != [str(buckets), str(int(np.count_nonzero(found))), str(int(found.sum()))]:
             raise Unusable(f"its counts disagree with its documents: {first[:80]!r}")
         terms = tuple(int(n) for n in counts.split(" "))
         if len(terms) != buckets or buckets < 1:
@@ -171,5 +173,31 @@ def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterabl
                 out[term] = (offsets, numbers[total + start:total + start + n])
             start += n
         return out
+    except (zlib.error, UnicodeDecodeError, ValueError) as exc:
+        raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+
+
+def decode_whole(raw: bytes | None, stored: Stored, bucket: int) -> tuple[list[str], Any, Any, Any]:
+    """Every posting bucket ``bucket`` of ``stored`` holds: its terms, how many messages hold each, and the offsets of
+    those messages and how often each holds it, term after term (arrays); raises :class:`.derived.Unusable` as
+    :func:`decode_bucket` does."""
+    if raw is None:
+        raise Unusable(f"bucket {bucket} is missing")
+    try:
+        head, names, payload = zlib.decompress(raw).split(b"\n", 2)
+        if head.decode() != f"{stored.tag} {bucket}":
+            raise Unusable(f"bucket {bucket} belongs to another header: {head[:40]!r}")
+        words = names.decode().split(" ")
+        terms, sizes = words[::2], np.asarray(words[1::2], dtype=np.int64)
+        if len(terms) != len(sizes) or len(terms) != stored.terms[bucket] or len(set(terms)) != len(terms):
+            raise Unusable(f"bucket {bucket} holds {len(terms)} terms, its header says {stored.terms[bucket]}")
+        total = int(sizes.sum())
+        numbers = np.frombuffer(payload, dtype=_NUMBER)
+        if len(payload) != total * 2 * 4 or (len(sizes) and int(sizes.min()) < 1):
+            raise Unusable(f"bucket {bucket} holds {len(payload)} bytes of postings for {total}")
+        offsets = numbers[:total]
+        if total and int(offsets.max()) >= stored.messages:
+            raise Unusable(f"bucket {bucket}: its postings are out of range")
+        return terms, sizes, offsets, numbers[total:]
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None

@@ -15,6 +15,7 @@ that has a question's embedding ranks by. Without vectors it is BM25 alone, exac
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import re
 from collections import Counter, defaultdict
@@ -121,6 +122,8 @@ class _Segment:
     """For a segment kept elsewhere: per document of its stored form, the position it has here (-1: none)."""
     read: set[str] = field(default_factory=set)
     """For a segment kept elsewhere: the terms whose postings were read (one not in ``postings``: it holds none)."""
+    whole: bool = False
+    """For a segment kept elsewhere: every posting it holds was read."""
     weights: dict[str, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
     """Term → what it adds to the score of each document holding it, and the index's documents (added, removed) it
     was weighed at (a warm query weighs nothing again; any document added or removed changes the weights)."""
@@ -133,8 +136,8 @@ class _Segment:
 class TermIndex:
     """Documents by position, searchable once taken into a segment."""
 
-    terms: list[tuple[str, ...]] = field(default_factory=list)
-    """Per position: the document's search terms."""
+    terms: list[tuple[str, ...] | None] = field(default_factory=list)
+    """Per position: the document's search terms (None: not held, see :meth:`add_unread`)."""
     documents: Counter[str] = field(default_factory=Counter)
     """Per term, how many live documents contain it (its weight's rarity, and feedback's)."""
     segments: list[_Segment] = field(default_factory=list)
@@ -157,6 +160,8 @@ class TermIndex:
     """Per position, the document's vector (unit length, float32), once the first one is given."""
     _stale: int = 0
     """Removed documents still in a segment (they leave it at its next merge)."""
+    _names: dict[str, _Segment] = field(default_factory=dict)
+    """The segments kept elsewhere, by name (made again whenever they are not :attr:`stored`)."""
 
     def _room(self) -> None:
         """The per-document arrays doubled until they have a place for every document."""
@@ -194,14 +199,42 @@ class TermIndex:
         self.pending.extend(range(first, len(self.terms)))
         return first
 
+    def add_unread(self, lengths: Sequence[int]) -> int:
+        """New documents whose terms are not held (what they count towards :attr:`documents` is added by whoever
+        counted it: :mod:`services.recall.totals`), only their ``lengths``; searchable only through a segment kept
+        elsewhere (:meth:`adopt`). The position of the first."""
+        first = len(self.terms)
+        self.terms.extend(itertools.repeat(None, len(lengths)))
+        self._room()
+        self._lengths[first:len(self.terms)] = lengths
+        self._length += sum(lengths)
+        self.pending.extend(range(first, len(self.terms)))
+        return first
+
+    def unheld(self, positions: Iterable[int]) -> list[int]:
+        """The positions among ``positions`` whose documents' terms are not held (:meth:`add_unread`)."""
+        return [p for p in positions if self.terms[p] is None]
+
+    def fill(self, position: int, terms: Sequence[str]) -> None:
+        """The terms of a document added without them (read from its message): counted already, held now."""
+        if self.terms[position] is None:
+            self.terms[position] = tuple(terms)
+
+    def _held(self, position: int) -> tuple[str, ...]:
+        found = self.terms[position]
+        if found is None:
+            raise Unread(f"the terms of document {position} are not held")
+        return found
+
     def remove(self, position: int) -> None:
         """The document at ``position`` is searched no more."""
         if position in self.removed:
             return
+        terms = self._held(position)
         self.removed.add(position)
         self._alive[position] = False
-        self._length -= length(self.terms[position])
-        self.documents.subtract(set(self.terms[position]))
+        self._length -= length(terms)
+        self.documents.subtract(set(terms))
         if position in self.pending:
             self.pending.remove(position)
         else:
@@ -236,9 +269,10 @@ class TermIndex:
         mapped = np.asarray(where, dtype=np.int64)
         held = np.sort(mapped[mapped >= 0])
         chosen = set(held.tolist())
-        if not chosen <= set(self.pending):
+        pending = set(self.pending)
+        if not chosen <= pending:
             raise ValueError(f"segment {name!r} names documents that are not pending")
-        self.pending = [p for p in self.pending if p not in chosen]
+        self.pending = [] if len(chosen) == len(pending) else [p for p in self.pending if p not in chosen]
         self._taken[held] = True
         self.stored.append(_Segment(held, {}, stored=name, where=mapped))
         return self._searchable()
@@ -257,7 +291,7 @@ class TermIndex:
     def take(self, name: str, read: Iterable[str], found: dict[str, tuple[Any, Any]]) -> None:
         """The postings of the terms ``read`` as the segment kept under ``name`` holds them: ``found``, per term it
         holds, its documents (by their place in the stored form) and how often each holds it."""
-        segment = next(s for s in self.stored if s.stored == name)
+        segment = self._stored(name)
         for term, (offsets, counts) in found.items():
             positions = segment.where[np.asarray(offsets, dtype=np.int64)]
             live = positions >= 0
@@ -265,17 +299,71 @@ class TermIndex:
                 segment.postings[term] = (positions[live], np.asarray(counts, dtype=np.float64)[live])
         segment.read.update(read)
 
+    def take_all(self, name: str, parts: Iterable[tuple[Sequence[str], Any, Any, Any]]) -> None:
+        """Every posting the segment kept under ``name`` holds, in ``parts``: each some terms, how many of its
+        documents hold each, and their places in the stored form and how often each holds it, term after term."""
+        segment = self._stored(name)
+        for terms, sizes, offsets, counts in parts:
+            positions = segment.where[np.asarray(offsets, dtype=np.int64)]
+            counts = np.asarray(counts, dtype=np.float64)
+            live = positions >= 0
+            if not live.all():  # (a document indexed from an earlier segment: its postings are that one's)
+                starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+                sizes = np.add.reduceat(live.astype(np.int64), starts) if len(starts) else sizes
+                positions, counts = positions[live], counts[live]
+            ends = np.cumsum(sizes).tolist()
+            start = 0
+            for term, end in zip(terms, ends, strict=True):
+                if end > start:
+                    segment.postings[term] = (positions[start:end], counts[start:end])
+                start = end
+            segment.read.update(terms)
+        segment.whole = True
+
+    def stored_positions(self, name: str) -> list[int]:
+        """The documents searched through the segment kept under ``name``."""
+        found: list[int] = self._stored(name).positions.tolist()
+        return found
+
+    def _stored(self, name: str) -> _Segment:
+        """The segment kept elsewhere under ``name``."""
+        if len(self._names) != len(self.stored):
+            self._names = {s.stored: s for s in self.stored if s.stored is not None}
+        return self._names[name]
+
     def build_stored(self) -> None:
-        """Build in memory, as one segment, every segment kept elsewhere (their postings are then never read again)."""
-        if self.stored:
+        """Build in memory, as one segment, every segment kept elsewhere (their postings are then never read again):
+        from their documents' terms, or from their postings when every one was read (:meth:`take_all`; the only way
+        when their terms are not held)."""
+        if not self.stored:
+            return
+        if all(s.whole for s in self.stored):
+            parts: dict[str, list[tuple[Any, Any]]] = {}
+            for segment in self.stored:  # (in position order: a later segment's documents come after)
+                for term, found in segment.postings.items():
+                    held = parts.get(term)
+                    if held is None:
+                        parts[term] = [found]
+                    else:
+                        held.append(found)
+            merged = {term: found[0] if len(found) == 1 else (np.concatenate([p for p, _ in found]),
+                                                              np.concatenate([n for _, n in found]))
+                      for term, found in parts.items()}
+            positions = np.concatenate([s.positions for s in self.stored])
+            self.segments = [_Segment(positions, merged), *self.segments]
+        else:
             positions = np.sort(np.concatenate([s.positions for s in self.stored])).tolist()
             self.segments = [self._build(positions), *self.segments]
-            self.stored = []
+        self.stored = []
+
+    def whole(self) -> bool:
+        """Whether every segment kept elsewhere has given all its postings (:meth:`take_all`)."""
+        return all(s.whole for s in self.stored)
 
     def restore(self, name: str) -> None:
         """Build in memory the segment kept under ``name`` (what it keeps cannot be read): from its documents'
         terms, as :meth:`searchable` builds one."""
-        segment = next(s for s in self.stored if s.stored == name)
+        segment = self._stored(name)
         self.stored = [s for s in self.stored if s is not segment]
         self.segments = [self._build(segment.positions.tolist()), *self.segments]
 
@@ -293,7 +381,7 @@ class TermIndex:
 
     def _build(self, positions: list[int]) -> _Segment:
         kept = sorted(p for p in positions if p not in self.removed)
-        return _Segment(np.asarray(kept, dtype=np.int64), postings((p, self.terms[p]) for p in kept))
+        return _Segment(np.asarray(kept, dtype=np.int64), postings((p, self._held(p)) for p in kept))
 
     def _merged(self, before: _Segment, last: _Segment) -> _Segment:
         """Two segments as one, without their removed documents (``before`` holds the earlier positions)."""
@@ -326,9 +414,7 @@ class TermIndex:
             if df <= 0:
                 continue
             idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
-            for segment in (*self.segments, *self.stored):
-                if segment.stored is not None and term not in segment.read:
-                    raise Unread(f"the postings of {term!r} in segment {segment.stored!r} were not read")
+            for segment in (*self.segments, *self._gathered(term)):
                 found = segment.postings.get(term)
                 if found is not None:
                     ps, ns = found
@@ -372,23 +458,42 @@ class TermIndex:
         order = np.lexsort((-positions, -found_scores))
         return found_scores[order], positions[order]
 
+    def _gathered(self, term: str) -> list[_Segment]:
+        """The postings of ``term`` in the segments kept elsewhere, as one segment (their documents in position order):
+        weighed at once, where hundreds of segments each weighed apart took most of a cold worker's first search."""
+        found = []
+        for segment in self.stored:
+            if term not in segment.read:
+                raise Unread(f"the postings of {term!r} in segment {segment.stored!r} were not read")
+            held = segment.postings.get(term)
+            if held is not None:
+                found.append(held)
+        if len(found) < 2:
+            return [s for s in self.stored if term in s.postings]
+        return [_Segment(np.zeros(0, dtype=np.int64), {term: (np.concatenate([p for p, _ in found]),
+                                                              np.concatenate([n for _, n in found]))})]
+
     def holding(self, terms: Sequence[str]) -> list[int]:
-        """The positions of the live documents (searchable or pending) that hold every one of ``terms``, in order: the
-        postings of the rarest one, each document checked for the others."""
+        """The positions of the live documents (searchable or pending) that hold every one of ``terms``, in order: in
+        each segment, the documents in the postings of every one of them; a pending document by its terms."""
         if not terms or any(self.documents[t] <= 0 for t in terms):
             return []
-        rarest = min(terms, key=lambda t: self.documents[t])
-        found: list[Any] = []
-        for segment in (*self.segments, *self.stored):
-            if segment.stored is not None and rarest not in segment.read:
-                raise Unread(f"the postings of {rarest!r} in segment {segment.stored!r} were not read")
-            held = segment.postings.get(rarest)
-            if held is not None:
-                found.append(held[0])
-        pending = [p for p in self.pending if rarest in self.terms[p]]
-        positions = sorted(set(np.concatenate(found).tolist()).union(pending)) if found else pending
         wanted = set(terms)
-        return [p for p in positions if self._alive[p] and wanted.issubset(self.terms[p])]
+        found: list[int] = []
+        for segment in (*self.segments, *self.stored):  # a segment's documents: those in the postings of every term
+            common: Any = None
+            for term in wanted:
+                if segment.stored is not None and term not in segment.read:
+                    raise Unread(f"the postings of {term!r} in segment {segment.stored!r} were not read")
+                held = segment.postings.get(term)
+                if held is None:
+                    common = None
+                    break
+                common = held[0] if common is None else np.intersect1d(common, held[0], assume_unique=True)
+            if common is not None:
+                found.extend(common.tolist())
+        found.extend(p for p in self.pending if wanted.issubset(self._held(p)))
+        return sorted(p for p in set(found) if self._alive[p])
 
     def scores(self, query: Sequence[str], *, limit: int | None = None) -> list[tuple[float, int]]:
         """``(score, position)`` of every searchable document that shares a term with ``query``, best first (ties:
@@ -462,10 +567,15 @@ class TermIndex:
         size = max(1, len(self.terms) - len(self.removed))
         weight: defaultdict[str, float] = defaultdict(float)
         for position in best:
-            for term in set(self.terms[position]) - left:
+            for term in set(self._held(position)) - left:
                 if self.documents[term] > 0:
                     weight[term] += math.log(1 + size / self.documents[term])
         return heapq.nlargest(terms, weight, key=weight.__getitem__)
+
+    @property
+    def total_length(self) -> int:
+        """The live documents' lengths, summed."""
+        return self._length
 
     @property
     def size(self) -> int:
