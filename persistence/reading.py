@@ -77,12 +77,13 @@ class HistoryReader(RedisStore):
                               for cid, status, count, included in older + rows]
 
     async def _epochs(self, keys: ConversationKeys, where: str, at: str, roots: set[str], forks: set[str],
+                      stopped: list[str] | None = None,
                       ) -> tuple[list[str], list[tuple[str, list[Any], list[tuple[str, int]]]]]:
         """The epochs before the one that begins at ``at`` (``where`` "root"; "fork": from the fork ``at`` on), newest
         first, without their messages, in calls that each look at :data:`EPOCHS_PER_CALL` checkpoints at most: the
         roots looked at, and per epoch the checkpoint its compaction forked from, that checkpoint's record and its chain
         (id, message count), oldest first. The walk stops at a root in ``roots`` or a fork in ``forks``, as
-        :meth:`CheckpointStore.earlier_epochs` says."""
+        :meth:`CheckpointStore.earlier_epochs` says; ``stopped`` gets the fork in ``forks`` it stopped at, if any."""
         stops = [len(roots), *roots, len(forks), *forks]
         fork = ""
         looked: list[str] = []
@@ -95,6 +96,9 @@ class HistoryReader(RedisStore):
             for line in (_text(out[3]) or "").split("\n"):
                 if line.startswith("R "):
                     looked.append(line[2:])
+                elif line.startswith("K "):
+                    if stopped is not None:
+                        stopped.append(line[2:])
                 elif line.startswith("E "):
                     epochs.append((line[2:], records[6 * len(epochs):6 * len(epochs) + 6], []))
                 elif line:

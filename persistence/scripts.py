@@ -381,7 +381,11 @@ while true do
     looked = looked + 1
     if not f[1] then return redis.error_reply('NOTFOUND checkpoint ' .. at .. ' does not exist') end
     lines[#lines + 1] = 'R ' .. at
-    if f[1] ~= 'compaction' or not f[2] or f[2] == '' or forks[f[2]] then return done('', '', '') end
+    if f[1] ~= 'compaction' or not f[2] or f[2] == '' then return done('', '', '') end
+    if forks[f[2]] then
+      lines[#lines + 1] = 'K ' .. f[2]  -- (the walk stops at a fork it was told it knows)
+      return done('', '', '')
+    end
     at, where = f[2], 'fork'
   end
   if where == 'fork' then

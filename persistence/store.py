@@ -483,11 +483,12 @@ class CheckpointStore(HistoryReader):
         return await self.epoch_messages(conversation_id, chains)
 
     async def epoch_chains(self, conversation_id: str, history: History, *, roots: set[str] | None = None,
-                           forks: set[str] | None = None) -> list[EpochChain]:
+                           forks: set[str] | None = None, stopped: list[str] | None = None) -> list[EpochChain]:
         """The epochs before ``history``'s, newest first, without their messages: each one's last checkpoint (the one
         a compaction forked from) and its chain with each checkpoint's message count, walked as
         :meth:`earlier_epochs` says, in calls that each look at a bounded number of checkpoints. A chain names the
-        epoch's messages for good: completed checkpoints never change."""
+        epoch's messages for good: completed checkpoints never change. ``stopped`` gets the fork in ``forks`` the walk
+        stopped at, if it stopped at one (the epochs it returns are those after it)."""
         roots = set() if roots is None else roots
         forks = set() if forks is None else forks
         if not history.chain or history.chain[0] in roots:
@@ -495,13 +496,15 @@ class CheckpointStore(HistoryReader):
         keys = self.keys(conversation_id)
         root = history.checkpoint if history.chain[0] == history.checkpoint.id else None
         if root is None:
-            looked, epochs = await self._epochs(keys, "root", history.chain[0], roots, forks)
+            looked, epochs = await self._epochs(keys, "root", history.chain[0], roots, forks, stopped)
         else:  # (a history not written yet, a compaction's preview: its first checkpoint is known here only)
             roots.add(root.id)
             fork = root.meta.forked_from if root.kind is CheckpointKind.COMPACTION else None
             if not fork or fork in forks:
+                if fork and stopped is not None:
+                    stopped.append(fork)
                 return []
-            looked, epochs = await self._epochs(keys, "fork", fork, roots, forks)
+            looked, epochs = await self._epochs(keys, "fork", fork, roots, forks, stopped)
         roots.update(looked)
         forks.update(fork for fork, _, _ in epochs)
         return [EpochChain(fork, tuple(record), tuple(chain)) for fork, record, chain in epochs]

@@ -771,8 +771,11 @@ async def test_a_cold_worker_reads_what_each_epoch_gave_the_index_and_recalls_wh
         f for f in fields if ":" not in f}, "each sealed epoch's, stored as it was sealed, and the totals"
     assert {f"{e.checkpoint.id}:p" for e in earlier} <= fields, "with its search segment"
     assert 0 < await client.ttl(key) <= p.checkpoints.retention_seconds
-    counted = stored_totals.decode(await client.hget(key, stored_totals.FIELD),
-                                   [e.checkpoint.id for e in reversed(earlier)])
+    counted = stored_totals.decode(await client.hget(key, stored_totals.FIELD))
+    assert [epoch for epoch, _ in counted.epochs] == [e.checkpoint.id for e in reversed(earlier)], \
+        "the totals name the sealed epochs, oldest first"
+    assert [chain for _, chain in counted.epochs] == [e.chain for e in reversed(
+        await p.checkpoints.epoch_chains(CONV, history))], "with their chains"
     if not totals:
         await client.hdel(key, stored_totals.FIELD)
     stored = await client.hgetall(key)
@@ -799,7 +802,7 @@ async def test_a_cold_worker_reads_what_each_epoch_gave_the_index_and_recalls_wh
         "what was derived from the sealed epochs is read only without the totals"
     assert cold.named("what did Kate plan?") == {"alice"}, "a name learned from what was stored"
     now = await client.hgetall(key)
-    assert stored_totals.decode(now.pop(stored_totals.FIELD.encode()), cold.sealed) == counted, \
+    assert stored_totals.decode(now.pop(stored_totals.FIELD.encode())) == counted, \
         "the totals of a worker that counted everything"
     stored.pop(stored_totals.FIELD.encode(), None)
     assert now == stored, "read, not written again"
@@ -891,9 +894,10 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
             continue
         assert {s.stored for s in index.search.stored} == sealed and not built.search.stored, \
             "no segment built for a sealed epoch"
-        assert asked[0] and all(f == "totals" or f.endswith((":p", ":c")) for f in asked[0]), \
-            "first the headers, with the cards and the totals (nothing derived from the epochs)"
-        read = [f for fields in asked[1:] for f in fields]
+        assert asked[0] == ["totals"], "first the totals counted over the sealed epochs (they name them)"
+        assert asked[1] and all(f.endswith((":p", ":c")) for f in asked[1]), \
+            "then the headers, with the cards (nothing derived from the epochs)"
+        read = [f for fields in asked[2:] for f in fields]
         assert read and set(read) <= set(buckets) and len(set(read)) < len(buckets) / 3, "the question's buckets only"
         for segment in index.search.stored:
             assert segment.stored is not None
@@ -1123,6 +1127,55 @@ async def test_a_cold_worker_with_the_totals_recalls_what_a_worker_that_read_eve
 
     assert all(postings(index, term) == postings(built, term) for term in vocabulary), \
         "every term's postings as building them from the terms gives"
+
+
+async def test_a_cold_worker_takes_older_totals_for_the_epochs_they_name_and_derives_those_sealed_since(
+        model, prefix, client, monkeypatch) -> None:
+    """Totals stored before the newest epochs were sealed (the worker that sealed them died before it stored their
+    totals): a cold worker walks the lineage back to the newest epoch the totals name and no further, takes the totals
+    for the epochs they name (nothing derived from those read) and derives the epochs sealed since; it recalls what a
+    worker that read every message recalls, and stores the totals of every sealed epoch."""
+    from threadkeeper.persistence import ConversationKeys
+    from threadkeeper.services.recall import index as module
+    from threadkeeper.services.recall import totals as stored_totals
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    key = ConversationKeys(prefix, CONV).recall
+    older = await client.hget(key, stored_totals.FIELD)
+    assert older is not None
+    before = await p.checkpoints.load_history(CONV)
+    await _thread(p, _filler(60, start=200), start=1_000)
+    history = await p.checkpoints.load_history(CONV)
+    assert before.checkpoint.id not in history.chain, "a compaction sealed another epoch meanwhile"
+    newest = await client.hget(key, stored_totals.FIELD)
+    named = [epoch for epoch, _ in stored_totals.decode(older).epochs]
+    sealed = [e.id for e in reversed(await p.checkpoints.epoch_chains(CONV, history))]
+    assert sealed[:len(named)] == named and len(sealed) > len(named)
+    await client.hset(key, stored_totals.FIELD, older)
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    walked: list[int] = []
+    decoded: list[int] = []
+    real_walk, real_decode = reader.checkpoints.epoch_chains, module.decode
+
+    async def epoch_chains(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = await real_walk(*args, **kwargs)
+        walked.append(len(found))
+        return found
+
+    monkeypatch.setattr(reader.checkpoints, "epoch_chains", epoch_chains)
+    monkeypatch.setattr(module, "decode", lambda raw, ids: decoded.append(len(ids)) or real_decode(raw, ids))
+    for question in QUESTIONS:
+        got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
+        expected = await builder.context(CONV, arriving=[builder.message(question, author="carol")])
+        assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text, question
+    assert walked[0] == len(sealed) - len(named), "walked back to the newest epoch the totals name, no further"
+    assert len(decoded) == len(sealed) - len(named), "what was derived read only for the epochs sealed since"
+    index, built = reader.recall.loaded(CONV), builder.recall.loaded(CONV)
+    assert index is not None and built is not None and index.totalled
+    _same_index(index, built)
+    assert await client.hget(key, stored_totals.FIELD) == newest, "the totals of every sealed epoch stored again"
 
 
 @pytest.mark.parametrize("how", ["cut short", "miscounted"])

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from threadkeeper.persistence import (
     CheckpointStore,
     CorruptRecordError,
+    EpochChain,
     EpochIndexStore,
     History,
     Message,
@@ -230,8 +231,9 @@ class ConversationIndex:
     totalled: bool = False
     """Its sealed epochs were taken from their cards and the totals counted over them (:mod:`.totals`): their
     messages' terms are not held."""
-    sealed: list[str] = field(default_factory=list)
-    """The sealed epochs indexed (the checkpoint each ends at), oldest first: what its totals name (:mod:`.totals`)."""
+    sealed: list[tuple[str, tuple[tuple[str, int], ...]]] = field(default_factory=list)
+    """The sealed epochs indexed (the checkpoint each ends at, and its chain), oldest first: what its totals name
+    (:mod:`.totals`)."""
     roots: set[str] = field(default_factory=set)
     """Epoch roots already followed back to their forks."""
     refs: dict[int, str] = field(default_factory=dict)
@@ -371,7 +373,7 @@ class ConversationIndex:
         """What the index counted over the messages it holds (see :mod:`.totals`)."""
         return stored_totals.Totals(len(self.ids), self._terms, self.search.total_length, Counter(self.search.documents),
                                     Counter(self._capitalized), Counter(self._vocative),
-                                    {word: set(held) for word, held in self.names.items()})
+                                    {word: set(held) for word, held in self.names.items()}, tuple(self.sealed))
 
     def count(self, totals: stored_totals.Totals) -> None:
         """Take what was counted over the messages added without what was derived from them (:meth:`add_cards`)."""
@@ -684,41 +686,59 @@ class Recall:
             await asyncio.to_thread(_built_then_trimmed, index.search.build_stored)
             index.forms.clear()
         built = index or ConversationIndex()
+        counted: stored_totals.Totals | None = None
+        forks = built.epochs
+        if self.epochs is not None and index is None and any(m.flags.handoff for m in history.messages):
+            # a cold worker reads first the totals counted over the sealed epochs (see :mod:`.totals`): they name those
+            # epochs and their chains, so the lineage is walked back only to the newest of them (a history that holds
+            # no handoff was never compacted: nothing to read)
+            counted = _counted(conversation_id, (await self.epochs.get(conversation_id, [stored_totals.FIELD])).get(
+                stored_totals.FIELD))
+            if counted is not None:
+                forks = {counted.epochs[-1][0]}
+        stopped: list[str] = []
         chains = list(reversed(await self.checkpoints.epoch_chains(conversation_id, history, roots=built.roots,
-                                                                    forks=built.epochs)))
+                                                                    forks=forks, stopped=stopped)))
+        prefix = 0
+        if counted is not None:
+            if stopped == [counted.epochs[-1][0]]:  # the epochs the totals name, then those sealed since (if any)
+                chains = [*(EpochChain(epoch, (), chain) for epoch, chain in counted.epochs), *chains]
+                prefix = len(counted.epochs)
+            else:  # (the lineage does not pass through them: all its epochs were walked)
+                counted = None
+            built.epochs.update(e.id for e in chains)
         # What is stored for the epochs (what was derived, the cards of their messages, the header of each one's
         # segment) is read when this worker builds the index (a worker holding it has just seen the head's epoch sealed:
-        # another worker's copy is rarely there yet)
+        # another worker's copy is rarely there yet); with the totals, nothing derived from the epochs they name
         cold = self.epochs is not None and index is None and bool(chains)
         sealed = sum(n for e in chains for _, n in e.chain)
         many = sealed > OFF_LOOP
         stored: dict[str, bytes] = {}
-        counted: stored_totals.Totals | None = None
-        if self.epochs is not None and cold:
-            # the cards and segment headers of every epoch, and the totals counted over them: with those, what was
-            # derived from the epochs is not read at all (see :mod:`.totals`)
-            stored = await self.epochs.get(conversation_id, [*(f for e in chains for f in (
-                stored_segment.header_field(e.id), stored_cards.field(e.id))), stored_totals.FIELD])
-            counted = _counted(conversation_id, stored.get(stored_totals.FIELD), [e.id for e in chains])
         taken: list[_Taken | None] = [None] * len(chains)
         unusable: dict[str, str] = {}
         bad: set[str] = set()
-        if counted is not None:
-            listed = [(e.id, e.chain, stored.get(stored_segment.header_field(e.id)),
-                       stored.get(stored_cards.field(e.id))) for e in chains]
-            found = await asyncio.to_thread(_uncounted, listed, conversation_id) if many else _uncounted(
-                listed, conversation_id)
-            if found is None:
-                counted = None
-            else:
-                taken = list(found)
-        if self.epochs is not None and cold and counted is None:
-            stored.update(await self.epochs.get(conversation_id, [e.id for e in chains]))
+        if self.epochs is not None and cold:
+            stored = await self.epochs.get(conversation_id, [
+                *(f for e in chains for f in (stored_segment.header_field(e.id), stored_cards.field(e.id))),
+                *(e.id for e in chains[prefix:])])
+            if counted is not None:
+                listed = [(e.id, e.chain, stored.get(stored_segment.header_field(e.id)),
+                           stored.get(stored_cards.field(e.id))) for e in chains[:prefix]]
+                found = await asyncio.to_thread(_uncounted, listed, conversation_id) if many else _uncounted(
+                    listed, conversation_id)
+                if found is None:
+                    stored.update(await self.epochs.get(conversation_id, [e.id for e in chains[:prefix]]))
+                    counted, prefix = None, 0
+                else:
+                    taken[:prefix] = found
             # an epoch whose cards and derivation can be used is indexed from them; the others' messages are read
-            listed = [(e.id, e.chain, stored.get(e.id), stored.get(stored_cards.field(e.id))) for e in chains]
-            taken, unusable, bad = await asyncio.to_thread(_from_cards, listed) if many else _from_cards(listed)
-        read = iter(await self.checkpoints.epoch_messages(conversation_id, [
-            e for e, t in zip(chains, taken, strict=True) if t is None]))
+            listed = [(e.id, e.chain, stored.get(e.id), stored.get(stored_cards.field(e.id))) for e in chains[prefix:]]
+            taken[prefix:], unusable, bad = await asyncio.to_thread(_from_cards, listed) if many else _from_cards(listed)
+        unread = [e for e, t in zip(chains, taken, strict=True) if t is None]
+        if any(not e.record for e in unread):  # (an epoch the totals named, whose stored cards cannot be used)
+            walked = {e.id: e for e in await self.checkpoints.epoch_chains(conversation_id, history)}
+            unread = [walked[e.id] for e in unread]
+        read = iter(await self.checkpoints.epoch_messages(conversation_id, unread))
         epochs = [_Epoch(e.id, e.chain, next(read).messages if t is None else None, t,
                          stored.get(e.id), stored.get(stored_segment.header_field(e.id)),
                          stored.get(stored_cards.field(e.id)), e.id in bad)
@@ -729,12 +749,12 @@ class Recall:
         head = history.messages[added:] if synced in history.chain else history.messages
         if sealed + (len(history.messages) if index is None else 0) > OFF_LOOP:
             derived = await asyncio.to_thread(_built_then_trimmed, _add_all, built, epochs, head, conversation_id, cold,
-                                              unusable, counted)
+                                              unusable, counted, prefix)
         else:
-            derived = _add_all(built, epochs, head, conversation_id, cold, unusable, counted)
+            derived = _add_all(built, epochs, head, conversation_id, cold, unusable, counted, prefix)
         if derived is None:  # (the totals disagree with the cards they were read with: derive the epochs again)
             log.warning("recall in %s: the totals stored for its %d epochs disagree with their cards; deriving them "
-                        "again", conversation_id, len(chains))
+                        "again", conversation_id, prefix)
             if self.epochs is not None:
                 await self.epochs.drop(conversation_id, [stored_totals.FIELD])
             return await self._synced(conversation_id, history)
@@ -1216,18 +1236,18 @@ class _Epoch(NamedTuple):
     """Its stored cards cannot be used (made again in their place)."""
 
 
-def _counted(conversation_id: str, raw: bytes | None, epochs: Sequence[str]) -> stored_totals.Totals | None:
-    """The totals stored for the sealed epochs ending at ``epochs``, or None (one log line when what is stored cannot
-    be used: the epochs are derived again, and the totals stored again)."""
+def _counted(conversation_id: str, raw: bytes | None) -> stored_totals.Totals | None:
+    """The totals stored for the conversation's sealed epochs, or None (when what is stored cannot be used, the
+    epochs are derived again and the totals stored again)."""
     if raw is None:
         return None
     try:
-        return stored_totals.decode(raw, epochs)
+        found = stored_totals.decode(raw)
+        return found if found.epochs else None
     except Unusable as exc:
         # (not worth a line of its own: totals counted over fewer epochs are the usual case when a worker died before
         # it stored the newest, and what the epochs' own stored values say is logged as they are read)
-        log.debug("recall in %s: the stored totals cannot be used (%s); deriving its %d epochs", conversation_id, exc,
-                  len(epochs))
+        log.debug("recall in %s: the stored totals cannot be used (%s); deriving its epochs", conversation_id, exc)
         return None
 
 
@@ -1289,7 +1309,7 @@ def _from_cards(epochs: Sequence[tuple[str, Sequence[tuple[str, int]], bytes | N
 
 
 def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[Message], conversation_id: str,
-             cold: bool, unusable: dict[str, str], counted: stored_totals.Totals | None = None,
+             cold: bool, unusable: dict[str, str], counted: stored_totals.Totals | None = None, prefix: int = 0,
              ) -> tuple[dict[str, bytes], dict[str, bytes]] | None:
     """Add the messages of ``epochs``, oldest first, then ``head``, to ``index`` (in a thread when there are many: no
     other caller uses it then): an epoch whose messages were not read from its cards and what was derived from it, as
@@ -1301,7 +1321,9 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
     which nothing was stored, and for those for which what was stored could not be used."""
     made: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {})
     last: Sequence[str] = ()
-    for epoch in epochs:
+    for at, epoch in enumerate(epochs):
+        if counted is not None and at == prefix and not _counted_in(index, counted):
+            return None
         checkpoint_id, stored, header = epoch.checkpoint_id, epoch.stored, epoch.header
         form: stored_segment.Stored | None = None
         derived: list[Derived | None] | None = None
@@ -1347,16 +1369,13 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
             segment = stored_segment.encode(checkpoint_id, ids, derived)
             if segment is not None:
                 made[header is not None].update(segment)
-        index.sealed.append(checkpoint_id)
+        index.sealed.append((checkpoint_id, tuple(epoch.chain)))
         last = ids
-    if counted is not None:
-        index.count(counted)
-        index.totalled = True
-        if (len(index.ids), index.search.total_length) != (counted.positions, counted.length):
-            return None
-    elif epochs and _only_sealed(index, last):
+    if counted is not None and len(epochs) == prefix and not _counted_in(index, counted):
+        return None
+    if len(epochs) > (prefix if counted is not None else 0) and _only_sealed(index, last):
         # what the index counted over its sealed epochs, nothing else indexed yet: stored for the next cold worker
-        raw = stored_totals.encode(index.sealed, index.counted())
+        raw = stored_totals.encode(index.counted())
         if raw is not None:
             made[1][stored_totals.FIELD] = raw
     index.add(head)
@@ -1366,6 +1385,14 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
     return made
 
 
+
+
+def _counted_in(index: ConversationIndex, counted: stored_totals.Totals) -> bool:
+    """Give the index the totals counted over the epochs it took from their cards; whether they agree with those
+    cards (as many messages, their documents as long)."""
+    index.count(counted)
+    index.totalled = True
+    return (len(index.ids), index.search.total_length) == (counted.positions, counted.length)
 
 
 def _only_sealed(index: ConversationIndex, last: Sequence[str]) -> bool:
