@@ -1305,6 +1305,9 @@ MUTANTS: list[Mutant] = [
     Mutant("totals-read-for-a-thread-never-compacted", "services/recall/index.py",
            " and index is None and any(m.flags.handoff for m in history.messages):", " and index is None:",
            ("tests/test_slack_bot.py", "-k", "eight_round_trips")),
+    Mutant("stored-numbers-read-in-part", "services/recall/postings.py",
+           "    if len(found) != text.count(\" \") + 1:\n", "    if False:\n",
+           ("tests/test_recall.py", "-k", "column_of_numbers")),
 ]
 
 

@@ -1410,3 +1410,14 @@ def test_a_stored_segments_header_gives_its_documents_lengths_and_is_refused_for
     assert form.lengths == (*(length(d.terms) for d in derived[:2] if d is not None), 0)
     with pytest.raises(Unusable):
         stored_form.decode_header(header, ids, [True, False, False])
+
+
+def test_a_stored_column_of_numbers_is_read_whole_or_refused() -> None:
+    """A stored column of integers (a header's documents' lengths, cards' references, tokens and notes' tokens) is
+    parsed in one call, and anything but space-separated integers is refused, never read in part."""
+    from threadkeeper.services.recall.postings import numbers
+
+    assert numbers("3 0 12").tolist() == [3, 0, 12] and numbers("").tolist() == []
+    for bad in ("3 x 12", "3  12", "3 12 ", "1.5 2"):
+        with pytest.raises(ValueError):
+            numbers(bad)

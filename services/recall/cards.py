@@ -28,6 +28,7 @@ from typing import NamedTuple
 from threadkeeper.persistence import Message
 
 from .derived import Derived, Unusable
+from .postings import numbers
 
 FORMAT = 2
 """The stored form's version: raise it when the form changes."""
@@ -105,9 +106,9 @@ def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:
         if not count:
             return Cards([], "", [], [], [], [], [])
         ids, roles, authors = lines[1].split("\t"), lines[2], lines[3].split("\t")
-        cards = Cards(ids, roles, [a or None for a in authors], [int(n) for n in lines[4].split(" ")],
-                      [float(t) for t in lines[5].split(" ")], [int(n) for n in lines[6].split(" ")],
-                      [int(n) for n in lines[7].split(" ")])
+        # (the integer columns parsed in one call each: a cold worker decodes the cards of every epoch)
+        cards = Cards(ids, roles, [a or None for a in authors], numbers(lines[4]).tolist(),
+                      [float(t) for t in lines[5].split(" ")], numbers(lines[6]).tolist(), numbers(lines[7]).tolist())
         if any(len(column) != count for column in cards) or not all(ids) or roles.strip("ua-"):
             raise Unusable(f"cards of {[len(column) for column in cards]} messages for {count}")
         return cards

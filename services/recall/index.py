@@ -1011,8 +1011,8 @@ class Recall:
         # room is left)
         if widen and ranked:  # (the best hits' terms, read from their bodies when not held)
             unheld = index.search.unheld(p for _, p in ranked[:FEEDBACK_HITS])
-            if unheld:
-                await self.read_bodies(conversation_id, index, unheld)
+            if unheld:  # (with the bodies the best direct hits would show, read below otherwise: one round trip)
+                await self.read_bodies(conversation_id, index, [*unheld, *_shown(index, ranked[:BODIES_FIRST], held)])
                 index.fill_terms(unheld)
         extra = index.feedback(ranked, query) if widen and ranked else []
         await self._postings(conversation_id, index, extra)

@@ -28,6 +28,8 @@ messages instead, with one log line, and what is stored is made again.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import warnings
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -117,6 +119,19 @@ def encode(epoch: str, ids: Sequence[str], derived: Sequence[Derived | None]) ->
     return out
 
 
+def numbers(text: str) -> Any:
+    """The integers ``text`` holds, space-separated, as a numpy array, parsed in one call (a cold worker parses a
+    number per message of every epoch); ValueError when it holds anything else."""
+    if not text:
+        return np.zeros(0, dtype=np.int64)
+    with warnings.catch_warnings():  # (numpy stops at what is not a number, and warns: the count says so here)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        found = np.fromstring(text, dtype=np.int64, sep=" ")
+    if len(found) != text.count(" ") + 1:
+        raise ValueError(f"not {text.count(' ') + 1} integers: {text[:40]!r}")
+    return found
+
+
 def decode_header(raw: bytes, ids: Sequence[str], taken: Sequence[bool]) -> Stored:
     """The header :func:`encode` stored for the messages ``ids`` names, checked against which of them the index takes
     (``taken``, per message: the same messages taken; their terms are those the header's rules derive, so their
@@ -129,8 +144,8 @@ def decode_header(raw: bytes, ids: Sequence[str], taken: Sequence[bool]) -> Stor
             raise Unusable(f"made otherwise: {first[:80]!r}")
         buckets = int(words[5])
         # (parsed in one call: a cold worker reads a header per epoch, a length per message)
-        found = np.fromstring(lengths.replace("-", "0"), dtype=np.int64, sep=" ") if lengths else np.zeros(0, np.int64)
-        if len(found) != len(taken) or len(found) != lengths.count(" ") + 1 or bool(
+        found = numbers(lengths.replace("-", "0"))
+        if len(found) != len(taken) or bool(
                 np.any((found == 0) == np.asarray(taken, dtype=bool)) or np.any(found < 0)):
             raise Unusable("its documents are not the messages the index takes")
         held = tuple(found.tolist())
@@ -155,23 +170,25 @@ def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterabl
         if head.decode() != f"{stored.tag} {bucket}":
             raise Unusable(f"bucket {bucket} belongs to another header: {head[:40]!r}")
         words = names.decode().split(" ")
-        held = dict(zip(words[::2], (int(n) for n in words[1::2]), strict=True))
-        if len(held) != stored.terms[bucket]:
+        held, sizes = words[::2], list(map(int, words[1::2]))
+        if len(held) != stored.terms[bucket] or len(sizes) != len(held):
             raise Unusable(f"bucket {bucket} holds {len(held)} terms, its header says {stored.terms[bucket]}")
-        total = sum(held.values())
-        numbers = np.frombuffer(payload, dtype=_NUMBER)
+        total = sum(sizes)
+        found = np.frombuffer(payload, dtype=_NUMBER)
         if len(payload) != total * 2 * 4:
             raise Unusable(f"bucket {bucket} holds {len(payload)} bytes of postings for {total}")
         out: dict[str, tuple[Any, Any]] = {}
-        start = 0
-        wanted = set(terms)
-        for term, n in held.items():
-            if term in wanted:
-                offsets = numbers[start:start + n]
-                if n and int(offsets.max()) >= stored.messages:
-                    raise Unusable(f"bucket {bucket}: the postings of {term!r} are out of range")
-                out[term] = (offsets, numbers[total + start:total + start + n])
-            start += n
+        starts = list(itertools.accumulate(sizes, initial=0))
+        for term in dict.fromkeys(terms):  # (a few terms of a bucket of dozens: each looked up, not the bucket walked)
+            try:
+                at = held.index(term)
+            except ValueError:
+                continue
+            start, n = starts[at], sizes[at]
+            offsets = found[start:start + n]
+            if n and int(offsets.max()) >= stored.messages:
+                raise Unusable(f"bucket {bucket}: the postings of {term!r} are out of range")
+            out[term] = (offsets, found[total + start:total + start + n])
         return out
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None

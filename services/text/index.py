@@ -346,8 +346,9 @@ class TermIndex:
                         parts[term] = [found]
                     else:
                         held.append(found)
-            merged = {term: found[0] if len(found) == 1 else (np.concatenate([p for p, _ in found]),
-                                                              np.concatenate([n for _, n in found]))
+            # (each term's arrays made anew, even from one segment: a read bucket's arrays, which every term of the bucket
+            # shares, are let go)
+            merged = {term: (np.concatenate([p for p, _ in found]), np.concatenate([n for _, n in found]))
                       for term, found in parts.items()}
             positions = np.concatenate([s.positions for s in self.stored])
             self.segments = [_Segment(positions, merged), *self.segments]
@@ -355,6 +356,7 @@ class TermIndex:
             positions = np.sort(np.concatenate([s.positions for s in self.stored])).tolist()
             self.segments = [self._build(positions), *self.segments]
         self.stored = []
+        self._names = {}
 
     def whole(self) -> bool:
         """Whether every segment kept elsewhere has given all its postings (:meth:`take_all`)."""
@@ -365,6 +367,7 @@ class TermIndex:
         terms, as :meth:`searchable` builds one."""
         segment = self._stored(name)
         self.stored = [s for s in self.stored if s is not segment]
+        self._names = {}
         self.segments = [self._build(segment.positions.tolist()), *self.segments]
 
     def indexing(self, ready: int) -> int:
