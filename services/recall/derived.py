@@ -102,7 +102,12 @@ def _derived(text: str) -> Derived:
         if word.lower() in STOPWORDS["en"] or word.lower() in _FILLER_NAMES:
             continue
         names.append(word)
-    return Derived(tuple(map(sys.intern, search_terms(text))), tuple(_CAPITALIZED.findall(text)), tuple(names))
+    return Derived(terms_of(text), tuple(_CAPITALIZED.findall(text)), tuple(names))
+
+
+def terms_of(text: str) -> tuple[str, ...]:
+    """The search terms :func:`derive` takes from a message's text (each one string however many messages hold it)."""
+    return tuple(map(sys.intern, search_terms(text)))
 
 
 @lru_cache(maxsize=1)

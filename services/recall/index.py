@@ -90,7 +90,7 @@ from . import cards as stored_cards
 from . import postings as stored_segment
 from . import totals as stored_totals
 from .cards import Card, note_tokens
-from .derived import Derived, Unusable, change_target, decode, derive, encode
+from .derived import Derived, Unusable, change_target, decode, derive, encode, terms_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -386,9 +386,8 @@ class ConversationIndex:
 
     def fill_terms(self, positions: Iterable[int]) -> None:
         """Hold the terms of the messages at ``positions`` whose terms were not held, from their bodies (read)."""
-        for position in self.search.unheld(positions):
-            found = derive(self.body(position))
-            self.search.fill(position, found.terms if found is not None else ())
+        for position in self.search.unheld(positions):  # (an indexed message is one derive takes: its terms alone)
+            self.search.fill(position, terms_of(self.body(position).text))
 
     def _put(self, ident: str, role: str, poster: str | None, ref: int | None, created: float, tokens: int,
              noted: int, body: Message | None, found: Derived) -> int:
