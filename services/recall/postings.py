@@ -28,7 +28,6 @@ messages instead, with one log line, and what is stored is made again.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import warnings
 import zlib
 from collections.abc import Iterable, Sequence
@@ -162,36 +161,19 @@ def decode_header(raw: bytes, ids: Sequence[str], taken: Sequence[bool]) -> Stor
 def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterable[str]) -> dict[str, tuple[Any, Any]]:
     """The postings of ``terms`` that bucket ``bucket`` of ``stored`` holds (a term it does not hold has none): per
     term, the offsets of the messages holding it and how often each does; raises :class:`.derived.Unusable` when the
-    bucket is missing, another header's, or corrupt."""
-    if raw is None:
-        raise Unusable(f"bucket {bucket} is missing")
-    try:
-        head, names, payload = zlib.decompress(raw).split(b"\n", 2)
-        if head.decode() != f"{stored.tag} {bucket}":
-            raise Unusable(f"bucket {bucket} belongs to another header: {head[:40]!r}")
-        words = names.decode().split(" ")
-        held, sizes = words[::2], list(map(int, words[1::2]))
-        if len(held) != stored.terms[bucket] or len(sizes) != len(held):
-            raise Unusable(f"bucket {bucket} holds {len(held)} terms, its header says {stored.terms[bucket]}")
-        total = sum(sizes)
-        found = np.frombuffer(payload, dtype=_NUMBER)
-        if len(payload) != total * 2 * 4:
-            raise Unusable(f"bucket {bucket} holds {len(payload)} bytes of postings for {total}")
-        out: dict[str, tuple[Any, Any]] = {}
-        starts = list(itertools.accumulate(sizes, initial=0))
-        for term in dict.fromkeys(terms):  # (a few terms of a bucket of dozens: each looked up, not the bucket walked)
-            try:
-                at = held.index(term)
-            except ValueError:
-                continue
-            start, n = starts[at], sizes[at]
-            offsets = found[start:start + n]
-            if n and int(offsets.max()) >= stored.messages:
-                raise Unusable(f"bucket {bucket}: the postings of {term!r} are out of range")
-            out[term] = (offsets, found[total + start:total + start + n])
-        return out
-    except (zlib.error, UnicodeDecodeError, ValueError) as exc:
-        raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+    bucket is missing, another header's, or corrupt (:func:`decode_whole`, which reads it)."""
+    held, sizes, offsets, counts = decode_whole(raw, stored, bucket)
+    ends = np.cumsum(sizes).tolist()
+    out: dict[str, tuple[Any, Any]] = {}
+    for term in dict.fromkeys(terms):  # (a few terms of a bucket of dozens: each looked up, not the bucket walked)
+        try:
+            at = held.index(term)
+        except ValueError:
+            continue
+        end = ends[at]
+        start = end - int(sizes[at])
+        out[term] = (offsets[start:end], counts[start:end])
+    return out
 
 
 def decode_whole(raw: bytes | None, stored: Stored, bucket: int) -> tuple[list[str], Any, Any, Any]:
