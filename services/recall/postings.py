@@ -28,6 +28,7 @@ messages instead, with one log line, and what is stored is made again.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import warnings
 import zlib
 from collections.abc import Iterable, Sequence
@@ -158,28 +159,11 @@ def decode_header(raw: bytes, ids: Sequence[str], taken: Sequence[bool]) -> Stor
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
 
 
-def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterable[str]) -> dict[str, tuple[Any, Any]]:
-    """The postings of ``terms`` that bucket ``bucket`` of ``stored`` holds (a term it does not hold has none): per
-    term, the offsets of the messages holding it and how often each does; raises :class:`.derived.Unusable` when the
-    bucket is missing, another header's, or corrupt (:func:`decode_whole`, which reads it)."""
-    held, sizes, offsets, counts = decode_whole(raw, stored, bucket)
-    ends = np.cumsum(sizes).tolist()
-    out: dict[str, tuple[Any, Any]] = {}
-    for term in dict.fromkeys(terms):  # (a few terms of a bucket of dozens: each looked up, not the bucket walked)
-        try:
-            at = held.index(term)
-        except ValueError:
-            continue
-        end = ends[at]
-        start = end - int(sizes[at])
-        out[term] = (offsets[start:end], counts[start:end])
-    return out
-
-
-def decode_whole(raw: bytes | None, stored: Stored, bucket: int) -> tuple[list[str], Any, Any, Any]:
-    """Every posting bucket ``bucket`` of ``stored`` holds: its terms, how many messages hold each, and the offsets of
-    those messages and how often each holds it, term after term (arrays); raises :class:`.derived.Unusable` as
-    :func:`decode_bucket` does."""
+def _bucket(raw: bytes | None, stored: Stored, bucket: int) -> tuple[list[str], list[int], Any, int]:
+    """Bucket ``bucket`` of ``stored`` as stored: its terms, how many messages hold each, its numbers (the offsets of
+    those messages, term after term, then how often each holds it) and how many postings it holds; raises
+    :class:`.derived.Unusable` when it is missing, another header's, or its counts disagree with its header or with
+    what it holds."""
     if raw is None:
         raise Unusable(f"bucket {bucket} is missing")
     try:
@@ -187,16 +171,47 @@ def decode_whole(raw: bytes | None, stored: Stored, bucket: int) -> tuple[list[s
         if head.decode() != f"{stored.tag} {bucket}":
             raise Unusable(f"bucket {bucket} belongs to another header: {head[:40]!r}")
         words = names.decode().split(" ")
-        terms, sizes = words[::2], np.asarray(words[1::2], dtype=np.int64)
-        if len(terms) != len(sizes) or len(terms) != stored.terms[bucket] or len(set(terms)) != len(terms):
+        terms, sizes = words[::2], list(map(int, words[1::2]))
+        if len(terms) != stored.terms[bucket] or len(sizes) != len(terms):
             raise Unusable(f"bucket {bucket} holds {len(terms)} terms, its header says {stored.terms[bucket]}")
-        total = int(sizes.sum())
-        numbers = np.frombuffer(payload, dtype=_NUMBER)
-        if len(payload) != total * 2 * 4 or (len(sizes) and int(sizes.min()) < 1):
+        total = sum(sizes)
+        if len(payload) != total * 2 * 4 or (sizes and min(sizes) < 1):
             raise Unusable(f"bucket {bucket} holds {len(payload)} bytes of postings for {total}")
-        offsets = numbers[:total]
-        if total and int(offsets.max()) >= stored.messages:
-            raise Unusable(f"bucket {bucket}: its postings are out of range")
-        return terms, sizes, offsets, numbers[total:]
+        return terms, sizes, np.frombuffer(payload, dtype=_NUMBER), total
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+
+
+def decode_bucket(raw: bytes | None, stored: Stored, bucket: int, terms: Iterable[str]) -> dict[str, tuple[Any, Any]]:
+    """The postings of ``terms`` that bucket ``bucket`` of ``stored`` holds (a term it does not hold has none): per
+    term, the offsets of the messages holding it and how often each does; raises :class:`.derived.Unusable` when the
+    bucket is missing, another header's, or corrupt."""
+    held, sizes, found, total = _bucket(raw, stored, bucket)
+    out: dict[str, tuple[Any, Any]] = {}
+    starts: list[int] = []
+    for term in dict.fromkeys(terms):  # (a few terms of a bucket of dozens: each looked up, not the bucket walked)
+        try:
+            at = held.index(term)
+        except ValueError:
+            continue
+        if not starts:
+            starts = list(itertools.accumulate(sizes, initial=0))
+        start, n = starts[at], sizes[at]
+        offsets = found[start:start + n]
+        if int(offsets.max()) >= stored.messages:
+            raise Unusable(f"bucket {bucket}: the postings of {term!r} are out of range")
+        out[term] = (offsets, found[total + start:total + start + n])
+    return out
+
+
+def decode_whole(raw: bytes | None, stored: Stored, bucket: int) -> tuple[list[str], Any, Any, Any]:
+    """Every posting bucket ``bucket`` of ``stored`` holds: its terms, how many messages hold each, and the offsets of
+    those messages and how often each holds it, term after term (arrays); raises :class:`.derived.Unusable` as
+    :func:`decode_bucket` does."""
+    terms, sizes, found, total = _bucket(raw, stored, bucket)
+    if len(set(terms)) != len(terms):
+        raise Unusable(f"bucket {bucket} holds a term twice")
+    offsets = found[:total]
+    if total and int(offsets.max()) >= stored.messages:
+        raise Unusable(f"bucket {bucket}: its postings are out of range")
+    return terms, np.asarray(sizes, dtype=np.int64), offsets, found[total:]
