@@ -201,12 +201,18 @@ async def run_one(settings: Settings, case: Case, strategy: str, window: int, *,
                          time.perf_counter() - started, judged, questions, len(asked_for_judge) if judge else 0,
                          "questions" in case.data, asked, asked_probes, asked_tokens)
     finally:
-        if pipeline is not None:  # what its turns left running (a compaction planned ahead) ends before its keys go
-            await pipeline.settle()
-        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-            await client.delete(key)
-        if own_client:
-            await client.aclose()
+        await removed(client, prefix, pipeline, close=own_client)
+
+
+async def removed(client: Any, prefix: str, pipeline: Any, *, close: bool) -> None:
+    """Remove an eval run's keys (every one under ``prefix``) once what its turns left running (a compaction planned
+    ahead) has ended, so none is written after; close ``client`` when the run opened it."""
+    if pipeline is not None:
+        await pipeline.settle()
+    async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        await client.delete(key)
+    if close:
+        await client.aclose()
 
 
 async def _judge(pipeline: Any, judge: ModelClient, probes: Sequence[dict[str, Any]], cid: str) -> int:

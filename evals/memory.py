@@ -25,7 +25,7 @@ from threadkeeper.services.memory import MEMORY_HEADER
 from threadkeeper.settings import Settings
 from threadkeeper.stores import build_stores
 
-from .continuity import Case, _tokenizer
+from .continuity import Case, _tokenizer, removed
 from .graders import Question, holds
 
 WORKSPACE, CHANNEL = "TEVAL", "CEVAL"
@@ -69,6 +69,7 @@ async def run_memory_case(settings: Settings, case: Case, window: int, *, client
                                               "threadkeeper_memory_channels": CHANNEL})
     stores = build_stores(configured, client=client)
     result = MemoryResult(case.name, window)
+    pipeline = None
     try:
         pipeline = build_pipeline(configured, stores, context_window=window)
         memory = pipeline.memory
@@ -117,10 +118,7 @@ async def run_memory_case(settings: Settings, case: Case, window: int, *, client
             result.without += holds(set(question.answer), "")  # a new thread without memory holds nothing else
         return result
     finally:
-        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-            await client.delete(key)
-        if own_client:
-            await client.aclose()
+        await removed(client, prefix, pipeline, close=own_client)
 
 
 async def run_memory(settings: Settings, cases: Sequence[Case], windows: Sequence[int], *, client: Any = None,

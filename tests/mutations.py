@@ -1252,7 +1252,7 @@ MUTANTS: list[Mutant] = [
            "conversation_id = args.conversation if args.conversation else",
            ("tests/test_budget_and_cli.py", "-k", "empty_conversation_id")),
     Mutant("an-eval-run-drops-its-keys-while-planning-runs", "evals/continuity.py",
-           "            await pipeline.settle()\n", "            pass\n",
+           "    if pipeline is not None:\n        await pipeline.settle()\n", "    if pipeline is not None:\n        pass\n",
            ("tests/test_evals.py", "-k", "leaves_nothing_of_its_conversation")),
     Mutant("a-large-build-keeps-what-it-freed", "services/recall/index.py",
            "    finally:\n        _trim()\n", "    finally:\n        pass\n",
