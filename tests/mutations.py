@@ -1303,11 +1303,24 @@ MUTANTS: list[Mutant] = [
            "        pass\n",
            ("tests/test_recall.py", "-k", "older_totals and fakeredis")),
     Mutant("totals-read-for-a-thread-never-compacted", "services/recall/index.py",
-           " and index is None and any(m.flags.handoff for m in history.messages):", " and index is None:",
+           " and index is None and totals and any(m.flags.handoff for m in history.messages):",
+           " and index is None and totals:",
            ("tests/test_slack_bot.py", "-k", "eight_round_trips")),
     Mutant("stored-numbers-read-in-part", "services/recall/postings.py",
            "    if len(found) != text.count(\" \") + 1:\n", "    if False:\n",
            ("tests/test_recall.py", "-k", "column_of_numbers")),
+    Mutant("totals-read-again-after-they-disagreed", "services/recall/index.py",
+           "            return await self._synced(conversation_id, history, totals=False)\n",
+           "            return await self._synced(conversation_id, history, totals=True)\n",
+           ("tests/test_recall.py", "-k", "totals_that_cannot and again and fakeredis")),
+    Mutant("stored-segments-kept-by-name-after-the-build", "services/text/index.py",
+           "        self.stored = []\n        self._names = {}\n", "        self.stored = []\n",
+           ("tests/test_search_index.py", "-k", "not_held")),
+    Mutant("built-postings-keep-read-buckets-alive", "services/text/index.py",
+           "            merged = {term: (np.concatenate([p for p, _ in found]), np.concatenate([n for _, n in found]))\n",
+           "            merged = {term: found[0] if len(found) == 1 else (np.concatenate([p for p, _ in found]),\n"
+           "                                                              np.concatenate([n for _, n in found]))\n",
+           ("tests/test_search_index.py", "-k", "not_held")),
 ]
 
 

@@ -91,6 +91,7 @@ def test_documents_whose_terms_are_not_held_score_through_their_stored_postings_
     from threadkeeper.services.text import length
 
     corpus = _corpus(300, seed=11)
+    corpus[5] = [*corpus[5], "kittiwake"]  # (a term one segment alone holds)
     built, unheld = TermIndex(), TermIndex()
     for terms in corpus:
         built.add(terms)
@@ -121,8 +122,17 @@ def test_documents_whose_terms_are_not_held_score_through_their_stored_postings_
         assert unheld.holding(query) == built.holding(query) == holding and holding
     for segment in unheld.stored:
         segment.whole = True  # (every term was read, either way)
+    del segment
+    import gc
+    import weakref
+
+    read = [weakref.ref(segment) for segment in unheld.stored]
     unheld.build_stored()
     assert not unheld.stored and len(unheld.segments) == 1 and None in unheld.terms
+    gc.collect()
+    assert not any(ref() for ref in read), "the segments kept elsewhere, and the buckets read for them, let go"
+    assert all(p.base is None and n.base is None for p, n in unheld.segments[0].postings.values()), \
+        "each term's postings its own arrays, not views that keep a read bucket's alive"
     for query in (["kestrel", "region"], ["gateway"], ["budget", "pager", "osprey"]):
         assert unheld.scores(query) == built.scores(query)
         assert unheld.holding(query) == [p for p, terms in enumerate(corpus) if set(query) <= set(terms)]

@@ -670,9 +670,10 @@ class Recall:
         async with self._lock(conversation_id):
             return await self._synced(conversation_id, history)
 
-    async def _synced(self, conversation_id: str, history: History) -> ConversationIndex:
+    async def _synced(self, conversation_id: str, history: History, *, totals: bool = True) -> ConversationIndex:
         """:meth:`sync` under the conversation's lock. A worker with no index builds it whole in a thread and holds
-        it only once built; so does one that has many messages to add."""
+        it only once built; so does one that has many messages to add. ``totals`` False: the stored totals are not
+        read (they disagreed with the cards once: another worker may store such totals again meanwhile)."""
         index = self._indexes.get(conversation_id) or self._unkept.get(conversation_id)
         if index is None:
             await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)
@@ -687,7 +688,7 @@ class Recall:
         built = index or ConversationIndex()
         counted: stored_totals.Totals | None = None
         forks = built.epochs
-        if self.epochs is not None and index is None and any(m.flags.handoff for m in history.messages):
+        if self.epochs is not None and index is None and totals and any(m.flags.handoff for m in history.messages):
             # a cold worker reads first the totals counted over the sealed epochs (see :mod:`.totals`): they name those
             # epochs and their chains, so the lineage is walked back only to the newest of them (a history that holds
             # no handoff was never compacted: nothing to read)
@@ -756,7 +757,7 @@ class Recall:
                         "again", conversation_id, prefix)
             if self.epochs is not None:
                 await self.epochs.drop(conversation_id, [stored_totals.FIELD])
-            return await self._synced(conversation_id, history)
+            return await self._synced(conversation_id, history, totals=False)
         if (derived[0] or derived[1]) and self.epochs is not None:
             await self.epochs.put(conversation_id, derived[0], unusable=derived[1])
         built.synced = (history.checkpoint.id, len(history.messages))
