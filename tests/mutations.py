@@ -1321,6 +1321,19 @@ MUTANTS: list[Mutant] = [
            "            merged = {term: found[0] if len(found) == 1 else (np.concatenate([p for p, _ in found]),\n"
            "                                                              np.concatenate([n for _, n in found]))\n",
            ("tests/test_search_index.py", "-k", "not_held")),
+    Mutant("reference-notes-do-not-stand", "services/handoff/view.py",
+           "    return not note.reply and note.reference\n", "    return False\n",
+           ("tests/test_recall.py", "-k", "takes_the_room_of_the_handoffs_notes and fakeredis")),
+    Mutant("reference-read-from-pasted-logs", "services/text/extract.py",
+           "artifacts(\" \".join(sentences(text)))", "artifacts(text)",
+           ("tests/test_notes.py", "-k", "gives_a_reference")),
+    Mutant("ticket-bounded-by-any-letter", "services/text/extract.py",
+           'TICKET = re.compile(r"(?<![0-9A-Za-z_])[A-Z][A-Z0-9]{1,9}-\\d{1,6}(?![0-9A-Za-z_])")',
+           'TICKET = re.compile(r"\\b[A-Z][A-Z0-9]{1,9}-\\d{1,6}\\b")',
+           ("tests/test_notes.py", "-k", "gives_a_reference")),
+    Mutant("reference-flag-not-set-when-folded", "services/handoff/ledger.py",
+           "                reference=x.holds_reference(said)))", "                reference=False))",
+           ("tests/test_recall.py", "-k", "takes_the_room_of_the_handoffs_notes and fakeredis")),
 ]
 
 

@@ -33,6 +33,8 @@ FILTERS: dict[str, Callable[[str], object]] = {
     "note": lambda text: make_note(text, float(next(_created))),  # a new time each call: notes are cached
     "model line check": lambda text: rejected(text, ["cited"]),
     "artifacts": extract.artifacts.__wrapped__,
+    # (a new text each call: what it reads of the prose goes through the artifacts' cache)
+    "reference check": lambda text: extract.holds_reference(f"{text} {next(_created)}"),
 }
 RATIO = 30
 FLOOR = 0.005

@@ -421,6 +421,12 @@ def test_view_is_byte_for_byte_stable_golden() -> None:
     assert "latency budget 250 ms" in rendered.standing and "SUSPECT" in rendered.standing, \
         "a constraint and a changed fact stand with the standing part, whatever a turn's recall stands in for"
     assert "build 812" not in rendered.text, "a deleted message's note is never rendered"
+    ledger = golden_ledger()
+    ledger.notes = [n.model_copy(update={"reference": "grafana" in n.text}) for n in ledger.notes]
+    given = render_handoff(ledger, narrative, gone, cap_tokens=2000, count=tokenizer.count, now=DAY + 90_000)
+    assert "References people gave" in given.standing and "https://grafana.example.com/d/x1" in given.standing
+    assert "grafana" not in given.notes_text and given.notes_text.startswith("Notes"), \
+        "a note that gives a reference stands with the standing part, once"
     again = render_handoff(golden_ledger(), narrative, gone, cap_tokens=2000, count=tokenizer.count, now=DAY + 90_000)
     assert again == rendered
     small = render_handoff(golden_ledger(), narrative, {}, cap_tokens=230, count=tokenizer.count, now=DAY + 90_000)
@@ -641,7 +647,8 @@ async def test_record_state_accepts_a_reference_from_a_handoff(model, prefix, cl
     await chat(p, ["The ledger service outage is tracked in OPS-77; root cause was an expired certificate."]
                + filler(80, 1))
     handoff = (await p.checkpoints.load_history(CONV)).messages[0].text
-    label = "#" + re.search(r"\[#(\d+)\] [^\n;]*OPS-77", handoff.split("Notes (")[1]).group(1)
+    # (a note that gives a ticket stands with the standing part: a question names what it tracks, not its key)
+    label = "#" + re.search(r"\[#(\d+)\] [^\n;]*OPS-77", handoff.split("References people gave")[1]).group(1)
     references = await p.references(CONV)
     folded = references[label]
     assert folded not in {m.id for m in (await p.checkpoints.load_history(CONV)).messages}, "it was folded"

@@ -206,6 +206,24 @@ def test_an_identifier_inside_text_without_spaces_is_a_term_and_survives_every_s
     assert "infra-5382" in notes.words(text) and "ledger" in notes.words(text)
 
 
+@pytest.mark.parametrize("text, gives", [
+    ("The dashboard for checkout is https://grafana.example.com/d/26b21958d6/checkout-overview", True),
+    ("ledgerのタイムアウトについてINFRA-5382を起票しました。メモはそちらへ。", True),
+    ("auth-gatewayのリグレッションはコミット196d1e70bfで入りました。", True),
+    ("if you touch retries in billing, edit services/billing/retry_12.py", True),
+    ("full log from the last run:\n```\npanic at /src/payments-api/internal/server.go:413 trace=412ce010b0c2bdd7\n```",
+     False),
+    ("p99 is down to 534 ms since the cache change, see you on 2024-03-01", False),
+    ("the notifications dashboard is slow to load again", False),
+])
+def test_a_message_that_gives_a_reference_in_its_own_words_is_told_apart(text: str, gives: bool) -> None:
+    """A link, a ticket, a commit or a path a person gives (in prose, also written into text without spaces) is a
+    reference; what a pasted log holds, a quantity or a date is not."""
+    from threadkeeper.services.text import extract
+
+    assert extract.holds_reference(text) is gives
+
+
 def test_a_reversal_marks_the_decision_it_reverses_and_only_that_one() -> None:
     from threadkeeper.persistence import Message, MessageFlags, TextPart
     from threadkeeper.services.handoff import LedgerBuilder

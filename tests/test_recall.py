@@ -537,6 +537,8 @@ async def test_a_question_with_more_to_recall_than_its_share_takes_the_room_of_t
     p = _pipeline(prefix, client)
     facts = [f"Deploy {i}: service billing-{i} moved to cluster c{i} after the quota review on floor {i}"
              for i in range(60)]
+    runbook = "https://wiki.example.com/ops/runbooks/quota-review-2024"
+    facts[5] = f"the runbook we follow lives at {runbook}"
     await _thread(p, [*facts, *_filler(120)])
     standing = await p.context(CONV)
     handoff = next(e for e in standing.context if e.text.startswith("[Threadkeeper handoff"))
@@ -546,6 +548,7 @@ async def test_a_question_with_more_to_recall_than_its_share_takes_the_room_of_t
     focused = next(e for e in asked.context if e.text.startswith("[Threadkeeper handoff"))
     runtime = asked.context[-1]
     assert "Notes (the most informative things said" not in focused.text and focused.tokens < handoff.tokens
+    assert runbook in focused.text, "a note that gives a reference stands: the question names what it is for"
     assert "handoff's notes are left out of this turn" in runtime.text
     assert runtime.tokens > p.budget.recall_tokens, "the block took the notes' room"
     assert asked.context_tokens <= p.budget.request_limit_tokens

@@ -249,7 +249,7 @@ class LedgerBuilder:
         fresh = dict(zip((id(c) for c in counted), self.ledger.stats.add(terms(text) for _, _, text in counted),
                          strict=True))
         for c in candidates:
-            m, note, _ = c
+            m, note, said = c
             if not note:  # kept verbatim: what it brought waits for its note
                 lg.kept_fresh[m.id] = fresh[id(c)]
                 continue
@@ -265,7 +265,8 @@ class LedgerBuilder:
             self.ledger.notes.append(NoteEntry.model_construct(  # every field is computed here, nothing to check
                 id=m.id, author=(m.author or "someone") if m.role == "user" else "assistant", at=m.created_at,
                 text=clean, tokens=tokens, reply=m.role == "assistant", edited=m.id in changes, fresh=new_words,
-                question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed))
+                question=m.text.rstrip().endswith(("?", "？")) and not m.flags.addressed,
+                reference=x.holds_reference(said)))
         if folded:
             self.ledger.last_folded = (self.ledger.last_folded + folded)[-LAST_FOLDED:]
             for ident in folded:  # folded without a note (deleted, chatter): nothing waits for it any more

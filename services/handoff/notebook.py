@@ -69,6 +69,8 @@ class NoteEntry(BaseModel):
     """Its words that no earlier folded message used: what this message brought to the thread."""
     question: bool = False
     """The message only asks (people asking each other); the information is in the answers."""
+    reference: bool = False
+    """Its message gives a reference (a link, a ticket, a commit, a path: :func:`services.text.extract.holds_reference`)."""
 
 
 class TermStats(BaseModel):

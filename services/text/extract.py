@@ -23,8 +23,10 @@ class _Cue:
 
 
 URL = re.compile(r"<?(https?://[^\s<>|]+)(?:\|[^>]*)?>?")
-TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,6}\b")
-SHA = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+TICKET = re.compile(r"(?<![0-9A-Za-z_])[A-Z][A-Z0-9]{1,9}-\d{1,6}(?![0-9A-Za-z_])")
+SHA = re.compile(r"(?<![0-9A-Za-z_])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
+"""Ticket keys and commit SHAs are bounded by ASCII letters and digits only: written into text without spaces
+(Japanese ``…についてINFRA-5382を起票…``) they are found too."""
 PATH = re.compile(r"(?<![\w/.:-])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+\.\w{1,6}\b|"
                   r"(?:(?<![\w-])|(?<=(?<![\w-])-)|(?<=(?<![\w-])--))\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|kt|rb|"
                   r"yaml|yml|json|toml|cfg|ini|sql|sh|md|tf|proto|csv|log|lock)\b")
@@ -96,6 +98,23 @@ def artifacts(text: str) -> tuple[Artifact, ...]:
             seen.add(value)
             out.append(Artifact(kind, value))
     return tuple(out)
+
+
+REFERENCE_KINDS = frozenset({"url", "slack link", "ticket", "sha", "path"})
+"""Artifacts that point at something kept elsewhere (a link, a ticket, a commit, a file): a later question names what
+one belongs to ("where is the checkout dashboard?"), rarely the reference itself, so no search by the question's
+words can be relied on to find the message that gave it."""
+
+
+_REFERENCE = re.compile("|".join(pattern.pattern for pattern in (re.compile(r"https?://[^\s<>|]+"), TICKET, SHA, PATH)))
+
+
+def holds_reference(text: str) -> bool:
+    """Whether the prose of ``text`` (code blocks and pasted log lines left out) gives a reference
+    (:data:`REFERENCE_KINDS`)."""
+    if not _REFERENCE.search(text):  # (most messages: one pass over the text, for these kinds only)
+        return False
+    return any(a.kind in REFERENCE_KINDS for a in artifacts(" ".join(sentences(text))))
 
 
 def sentences(text: str) -> list[str]:
