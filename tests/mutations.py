@@ -1334,6 +1334,21 @@ MUTANTS: list[Mutant] = [
     Mutant("reference-flag-not-set-when-folded", "services/handoff/ledger.py",
            "                reference=x.holds_reference(said)))", "                reference=False))",
            ("tests/test_recall.py", "-k", "takes_the_room_of_the_handoffs_notes and fakeredis")),
+    Mutant("totals-stored-with-newer-messages-counted", "services/recall/index.py",
+           "    return bool(positions) and max(positions) == len(index.ids) - 1\n", "    return bool(positions)\n",
+           ("tests/test_recall.py", "-k", "counted_over_the_sealed")),
+    Mutant("no-bodies-read-past-the-first-candidates", "services/recall/index.py",
+           "                if start >= len(candidates):\n                    raise\n", "                raise\n",
+           ("tests/test_recall.py", "-k", "past_the_bodies_read_first and fakeredis")),
+    Mutant("bodies-read-again-from-the-first-candidate", "services/recall/index.py",
+           "                reach = start + BODIES_FIRST\n", "                start, reach = 0, reach + 1\n",
+           ("tests/test_recall.py", "-k", "past_the_bodies_read_first and fakeredis")),
+    Mutant("sealed-message-placed-at-its-epoch-offset", "services/recall/index.py",
+           "                return checkpoints[c], at - starts[c]\n", "                return checkpoints[c], at\n",
+           ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
+    Mutant("sealed-message-placed-by-its-position", "services/recall/index.py",
+           "                at = taken[position - first]\n", "                at = position - first\n",
+           ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
 ]
 
 

@@ -1014,7 +1014,7 @@ async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_
     index, built = reader.recall.loaded(CONV), builder.recall.loaded(CONV)
     assert index is not None and built is not None
     _same_index(index, built)
-    unread = {index.ids[at] for at in index.places if index.bodies[at] is None}
+    unread = {index.ids[at] for at in index.placed_positions() if index.bodies[at] is None}
     assert unread and not unread & shown, "what was shown was read"
     assert await client.hgetall(key) == stored, "read, not written again"
 
@@ -1123,7 +1123,7 @@ async def test_a_cold_worker_with_the_totals_recalls_what_a_worker_that_read_eve
     vocabulary = [term for term, n in built.search.documents.items() if n > 0]
     # (a sealed message the context still holds, one a compaction retained, is searchable through its stored segment
     # and still pending in an index built from the terms: it is not shown either way)
-    sealed = set(index.places) - set(built.search.pending)
+    sealed = set(index.placed_positions()) - set(built.search.pending)
 
     def postings(of: ConversationIndex, term: str) -> list[tuple[float, int]]:
         return [(score, at) for score, at in of.search.scores([term]) if at in sealed]
@@ -1431,3 +1431,50 @@ def test_a_stored_column_of_numbers_is_read_whole_or_refused() -> None:
     for bad in ("3 x 12", "3  12", "3 12 ", "1.5 2"):
         with pytest.raises(ValueError):
             numbers(bad)
+
+
+def test_the_totals_are_counted_over_the_sealed_epochs_only_when_nothing_newer_is_indexed() -> None:
+    """What an index counted is stored as its sealed epochs' totals only while it holds nothing after the last sealed
+    epoch's messages: a message indexed after them (a turn of the head) would be counted into the totals a cold worker
+    adds the head to again."""
+    from threadkeeper.services.recall.index import _only_sealed
+
+    index = ConversationIndex()
+    sealed = [msg(f"sealed message {i} about the garden", id=f"s{i}") for i in range(3)]
+    index.add(sealed)
+    assert _only_sealed(index, [m.id for m in sealed])
+    index.add([msg("a newer message of the head", id="h1")])
+    assert not _only_sealed(index, [m.id for m in sealed]), "a message after the sealed epoch's"
+    assert not _only_sealed(index, ["never-indexed"]), "an epoch none of whose messages were indexed"
+
+
+async def test_a_hit_past_the_bodies_read_first_is_shown_when_the_ones_before_it_cannot_fit(
+        model, prefix, client, monkeypatch) -> None:
+    """Recall reads the bodies of the best candidates first (``BODIES_FIRST``); one whose line cannot fit is passed by
+    its card, unread. When every candidate read first is passed that way and one further down fits, the bodies from
+    that one on are read and it is shown."""
+    from threadkeeper.services.recall import index as module
+
+    monkeypatch.setattr(module, "BODIES_FIRST", 4)
+    p = _pipeline(prefix, client)
+    words = "copper lantern meadow river quartz violet harbor canyon ember willow falcon marble".split()
+    long = [f"Orchard report {i}: alpha beta harvest " + " ".join(f"{w}{i}x{j}" for j in range(14) for w in words)
+            for i in range(8)]
+    short = [f"beta row {i} is fine" for i in range(3)]
+    await _thread(p, [*long, *short, *_filler(90)])
+    read: list[list[int]] = []
+    real = module.Recall.read_bodies
+
+    async def read_bodies(self, conversation_id, index, positions):  # type: ignore[no-untyped-def]
+        wanted = sorted({at for at in positions if index.bodies[at] is None})
+        if wanted:
+            read.append(wanted)
+        return await real(self, conversation_id, index, positions)
+
+    monkeypatch.setattr(module.Recall, "read_bodies", read_bodies)
+    reader = _pipeline(prefix, client)  # (a worker that starts cold: it reads a body when a turn may show it)
+    report = await reader.context(CONV, arriving=[reader.message("how did the alpha beta rows do?", author="carol")])
+    runtime = report.context[-1].text
+    assert RECALL_HEADER in runtime and "beta row" in runtime, "a short hit past the long ones is shown"
+    assert not any(f"Orchard report {i}:" in runtime for i in range(8)), "the long hits cannot fit"
+    assert 2 <= len(read) <= 3, f"the bodies from that hit on were read once it was reached, not one by one: {read}"

@@ -121,7 +121,7 @@ async def test_recall_lets_bodies_go_before_indexes_and_recalls_the_same_blocks(
         index = bounded.recall.loaded(CONV)
         assert index is not None
         if not n:
-            read = [at for at in index.places if index.bodies[at] is not None]
+            read = [at for at in index.placed_positions() if index.bodies[at] is not None]
             assert read, "a turn reads the bodies it may show"
             # less room than the index with the bodies it read: they go before the next turn searches
             bounded.recall.max_bytes = bounded.checkpoints.cached_bytes + index.memory() - 1

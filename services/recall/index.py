@@ -45,6 +45,8 @@ import math
 import operator
 import re
 import weakref
+from array import array
+from bisect import bisect_right
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -218,8 +220,14 @@ class ConversationIndex:
     """Per position: the message, or None while its body was not read (a sealed epoch's message a cold worker took
     from the stored cards: read when a turn shows it, see :meth:`Recall.read_bodies`)."""
     places: dict[int, tuple[str, int]] = field(default_factory=dict)
-    """Per position of a sealed epoch's message: where it is stored (its checkpoint, its offset among that one's), so
-    a body not read, or let go (:meth:`shed`), is read from there."""
+    """Per position of a sealed epoch's message read whole: where it is stored (its checkpoint, its offset among that
+    one's), so a body let go (:meth:`shed`) is read from there again (see :meth:`place`)."""
+    _runs: list[tuple[int, array[int], tuple[str, ...], list[int]]] = field(default_factory=list)
+    """Per sealed epoch taken from its cards (:meth:`add_cards`), in position order: the first position it gave, the
+    index within the epoch of each message it added (4 bytes a message), its checkpoints and where each one's messages
+    begin among the epoch's: where a message whose body was not read is stored (:meth:`place`)."""
+    _run_starts: list[int] = field(default_factory=list)
+    """The first position of each of :attr:`_runs`."""
     targets: list[str] = field(default_factory=list)
     """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
     position: dict[str, int] = field(default_factory=dict)
@@ -329,9 +337,10 @@ class ConversationIndex:
         self.tokens.extend(_picked(cards.tokens, kept))
         self.notes.extend(_picked(cards.notes, kept))
         self.bodies.extend([None] * len(kept))
-        checkpoints = list(itertools.chain.from_iterable(itertools.repeat(cid, count) for cid, count in chain))
-        offsets = list(itertools.chain.from_iterable(range(count) for _, count in chain))
-        self.places.update(zip(positions, zip(_picked(checkpoints, kept), _picked(offsets, kept))))
+        if kept:  # (where they are stored, by epoch: a place each would cost a hundred thousand tuples)
+            self._run_starts.append(first)
+            self._runs.append((first, array("i", kept), tuple(cid for cid, _ in chain),
+                               list(itertools.accumulate((count for _, count in chain), initial=0))))
         written = self.written
         for author, at in zip(authors, positions, strict=True):
             found = written.get(author)
@@ -425,6 +434,26 @@ class ConversationIndex:
                 self.places[at] = place
                 if self.bodies[at] is not None:
                     self._placed.add(at)
+
+    def place(self, position: int) -> tuple[str, int]:
+        """Where the message at ``position`` is stored: its checkpoint and its offset among that one's messages
+        (KeyError: a message of the head, whose place is not known)."""
+        found = self.places.get(position)
+        if found is not None:
+            return found
+        k = bisect_right(self._run_starts, position) - 1
+        if k >= 0:
+            first, taken, checkpoints, starts = self._runs[k]
+            if position - first < len(taken):
+                at = taken[position - first]
+                c = bisect_right(starts, at) - 1
+                return checkpoints[c], at - starts[c]
+        raise KeyError(position)
+
+    def placed_positions(self) -> list[int]:
+        """The positions whose place is known (:meth:`place`), in order."""
+        return sorted({*self.places, *itertools.chain.from_iterable(range(first, first + len(taken))
+                                                                     for first, taken, _, _ in self._runs)})
 
     def took(self, position: int, body: Message) -> None:
         """The body of the message at ``position``, read from its place."""
@@ -783,10 +812,10 @@ class Recall:
         wanted = sorted({p for p in positions if index.bodies[p] is None})
         if not wanted:
             return
-        found = await self.checkpoints.messages_in_place(conversation_id, [index.places[p] for p in wanted])
+        found = await self.checkpoints.messages_in_place(conversation_id, [index.place(p) for p in wanted])
         for p, message in zip(wanted, found, strict=True):
             if message.id != index.ids[p]:
-                cid, offset = index.places[p]
+                cid, offset = index.place(p)
                 raise CorruptRecordError(f"{conversation_id} (checkpoint {cid})",
                                          f"message {offset} is {message.id!r}, its stored card names {index.ids[p]!r}")
             index.took(p, message)
