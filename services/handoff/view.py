@@ -291,8 +291,11 @@ def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequen
         out.extend([STANDING_NOTES_TITLE, *_render_notes(standing, lab)])
         ids.extend(n.id for n in standing)
     given = [n for n in notes if n.id in standing_ids and not standing_note(n)]
-    if given:  # (a line each, without the day: a few, and what they point at is what a question needs)
-        out.extend([REFERENCES_TITLE, *(notebook.note_line(lab(n.id), n.author, n.text) for n in given)])
+    if given:  # (a line per author, without the days: a few, and what they point at is what a question needs)
+        runs: dict[str, list[str]] = {}
+        for n in given:
+            runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")
+        out.extend([REFERENCES_TITLE, *(f"- {author}: " + quote("; ".join(said)) for author, said in runs.items())])
         ids.extend(n.id for n in given)
     rest = [n for n in notes if n.id not in standing_ids]
     notes_text = ""
