@@ -211,7 +211,7 @@ class ConversationIndex:
     card): its role, its author as written (None: none), when it was sent and its tokens."""
     roles: list[str] = field(default_factory=list)
     posters: list[str | None] = field(default_factory=list)
-    created: list[float] = field(default_factory=list)
+    created: array[float] = field(default_factory=lambda: array("d"))
     tokens: list[int] = field(default_factory=list)
     notes: list[int] = field(default_factory=list)
     """Per position: the tokens of the message's note (0: none), from its card: what a line of it costs is known
@@ -250,8 +250,9 @@ class ConversationIndex:
     """Per position: who wrote the message (a person's name, or ``assistant``)."""
     names: dict[str, set[str]] = field(default_factory=dict)
     """The authors a word names: each word of a person's name, and the names people address them by."""
-    written: dict[str, list[int]] = field(default_factory=dict)
-    """Per author: the positions of their messages, in thread order (the author field of the index)."""
+    written: dict[str, array[int]] = field(default_factory=dict)
+    """Per author: the positions of their messages, in thread order (the author field of the index). It and
+    :attr:`created` are arrays of machine numbers: a hundred thousand positions and times cost 1.2 MB, not 6."""
     _capitalized: Counter[str] = field(default_factory=Counter)
     _vocative: Counter[tuple[str, str]] = field(default_factory=Counter)
     asked: set[int] = field(default_factory=set)
@@ -345,7 +346,7 @@ class ConversationIndex:
         for author, at in zip(authors, positions, strict=True):
             found = written.get(author)
             if found is None:
-                written[author] = [at]
+                written[author] = array("i", (at,))
             else:
                 found.append(at)
         self.targets.extend(change[0] if change else ident for ident, change in zip(ids, changes, strict=True))
@@ -418,7 +419,11 @@ class ConversationIndex:
         self.notes.append(noted)
         self.bodies.append(body)
         self.authors.append(author)
-        self.written.setdefault(author, []).append(at)
+        theirs = self.written.get(author)
+        if theirs is None:
+            self.written[author] = array("i", (at,))
+        else:
+            theirs.append(at)
         self.targets.append(change[0] if change else ident)
         return at
 
