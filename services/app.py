@@ -307,7 +307,7 @@ class Pipeline:
             return {}
         history = await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id)
         index = await self.recall.sync(conversation_id, history)
-        return {f"#{ref}": ident for ref, ident in index.refs.items()}
+        return {f"#{ref}": ident for ref, ident in index.ref_map().items()}
 
     # -- what is stored --------------------------------------------------------------------------
 

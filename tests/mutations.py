@@ -1349,6 +1349,13 @@ MUTANTS: list[Mutant] = [
     Mutant("sealed-message-placed-by-its-position", "services/recall/index.py",
            "                at = taken[position - first]\n", "                at = position - first\n",
            ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
+    Mutant("sealed-references-not-looked-up", "services/recall/index.py",
+           "                return self.ids[at] if at > best else ident\n", "                return ident\n",
+           ("tests/test_recall.py", "-k", "resolves_a_short_reference and fakeredis")),
+    Mutant("sealed-references-left-out-of-the-map", "services/recall/index.py",
+           "        found = [(first + i, ref) for first, carried in self._run_refs for i, ref in enumerate(carried) if ref]\n",
+           "        found = []\n",
+           ("tests/test_recall.py", "-k", "cold_worker_reads_what_each_epoch_gave and fakeredis")),
 ]
 
 

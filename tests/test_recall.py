@@ -731,7 +731,7 @@ async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compa
 
 def _same_index(a: ConversationIndex, b: ConversationIndex) -> None:
     assert [a.card(p) for p in range(a.size)] == [b.card(p) for p in range(b.size)] and a.targets == b.targets
-    assert a.position == b.position and a.refs == b.refs and a.authors == b.authors and a.written == b.written
+    assert a.position == b.position and a.ref_map() == b.ref_map() and a.authors == b.authors and a.written == b.written
     assert a.names == b.names and a._capitalized == b._capitalized and a._vocative == b._vocative
     assert a.search.documents == b.search.documents and a.notes == b.notes and a._terms == b._terms
     # (an index built from the totals counted over its sealed epochs holds their terms only as it reads their bodies)
@@ -1478,3 +1478,20 @@ async def test_a_hit_past_the_bodies_read_first_is_shown_when_the_ones_before_it
     assert RECALL_HEADER in runtime and "beta row" in runtime, "a short hit past the long ones is shown"
     assert not any(f"Orchard report {i}:" in runtime for i in range(8)), "the long hits cannot fit"
     assert 2 <= len(read) <= 3, f"the bodies from that hit on were read once it was reached, not one by one: {read}"
+
+
+async def test_a_cold_worker_resolves_a_short_reference_to_a_sealed_message(model, prefix, client) -> None:
+    """A worker that starts cold holds the sealed epochs' short references by epoch, not a map entry each: ``#N`` of a
+    folded message still names it, as it does for the worker that indexed every message as it came."""
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    expected = await p.references(CONV)
+    reader = _pipeline(prefix, client)
+    assert await reader.references(CONV) == expected and len(expected) > 100
+    history = await reader.checkpoints.load_history(CONV)
+    folded = {m.id for m in history.messages}
+    sealed = [label for label, ident in expected.items() if ident not in folded]
+    assert len(sealed) > 50, "most of the thread was folded"
+    for label in sealed[::7]:
+        found = await reader.recall.resolve(CONV, history, label)
+        assert found is not None and found.id == expected[label], label

@@ -245,7 +245,11 @@ class ConversationIndex:
     roots: set[str] = field(default_factory=set)
     """Epoch roots already followed back to their forks."""
     refs: dict[int, str] = field(default_factory=dict)
-    """Message id by short reference (``#N``)."""
+    """Message id by short reference (``#N``), of the messages :meth:`add` indexed; those of the sealed epochs taken
+    from their cards are in :attr:`_run_refs` (see :meth:`ref_id`)."""
+    _run_refs: list[tuple[int, array[int]]] = field(default_factory=list)
+    """Per epoch taken from its cards: its first position and each message's short reference (0: none), 4 bytes a
+    message instead of an entry of :attr:`refs`."""
     authors: list[str] = field(default_factory=list)
     """Per position: who wrote the message (a person's name, or ``assistant``)."""
     names: dict[str, set[str]] = field(default_factory=dict)
@@ -328,8 +332,9 @@ class ConversationIndex:
         else:
             self._derived_cards(authors, changes, [f for f in (derived[i] for i in kept) if f is not None],
                                 _picked(lengths, kept) if lengths else None)
-        self.refs.update((ref, ident) for ref, ident, change in zip(_picked(cards.refs, kept), ids, changes, strict=True)
-                         if ref and change is None)
+        if kept:
+            self._run_refs.append((first, array("i", (ref if ref and change is None else 0 for ref, change
+                                                      in zip(_picked(cards.refs, kept), changes, strict=True)))))
         held.update(zip(ids, positions))
         self.ids.extend(ids)
         self.roles.extend(roles)
@@ -454,6 +459,24 @@ class ConversationIndex:
                 c = bisect_right(starts, at) - 1
                 return checkpoints[c], at - starts[c]
         raise KeyError(position)
+
+    def ref_id(self, ref: int) -> str | None:
+        """The id of the message short reference ``ref`` (``#N``) names: the last one indexed that carries it."""
+        ident = self.refs.get(ref)
+        best = self.position.get(ident, -1) if ident is not None else -1
+        for first, carried in reversed(self._run_refs):
+            if first + len(carried) <= best:
+                break
+            if ref in carried:  # (the last in the epoch: a scan in C, from the end)
+                at = first + len(carried) - 1 - carried[::-1].index(ref)
+                return self.ids[at] if at > best else ident
+        return ident
+
+    def ref_map(self) -> dict[int, str]:
+        """Message id by short reference, for every message indexed (:meth:`ref_id` of each)."""
+        found = [(first + i, ref) for first, carried in self._run_refs for i, ref in enumerate(carried) if ref]
+        found += [(self.position[ident], ref) for ref, ident in self.refs.items() if ident in self.position]
+        return {ref: self.ids[at] for at, ref in sorted(found)}
 
     def placed_positions(self) -> list[int]:
         """The positions whose place is known (:meth:`place`), in order."""
@@ -804,7 +827,7 @@ class Recall:
         """The message ``cited`` names (``#N``, ``N`` or its id) anywhere in the conversation's lineage."""
         index = await self.sync(conversation_id, history)
         ref = parse(cited)
-        ident = index.refs.get(ref) if ref is not None else cited.strip()
+        ident = index.ref_id(ref) if ref is not None else cited.strip()
         position = index.position.get(ident) if ident else None
         if position is None:
             return None
