@@ -169,14 +169,17 @@ def _render_notes(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list
         by_day.setdefault(notebook.day(n.at), []).append(n)
     for d, entries in by_day.items():
         out.append(d)
-        runs: dict[str, list[str]] = {}
-        for n in entries:
-            if n.edited:
-                out.append(notebook.note_line(lab(n.id), n.author, n.text, edited=True))
-            else:
-                runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")
-        out.extend(f"- {author}: " + quote("; ".join(parts)) for author, parts in runs.items())  # one quotation a run
+        out.extend(notebook.note_line(lab(n.id), n.author, n.text, edited=True) for n in entries if n.edited)
+        out.extend(_author_lines([n for n in entries if not n.edited], lab))
     return out
+
+
+def _author_lines(notes: Sequence[NoteEntry], lab: Callable[[str], str]) -> list[str]:
+    """One line per author (in order of their first note), each note ``[id] text``, one quotation a line."""
+    runs: dict[str, list[str]] = {}
+    for n in notes:
+        runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")
+    return [f"- {author}: " + quote("; ".join(parts)) for author, parts in runs.items()]
 
 
 CARRY_SHARE = 1.5
@@ -292,10 +295,7 @@ def _assemble(head: str, sections: Sequence[_Section], title: str, notes: Sequen
         ids.extend(n.id for n in standing)
     given = [n for n in notes if n.id in standing_ids and not standing_note(n)]
     if given:  # (a line per author, without the days: a few, and what they point at is what a question needs)
-        runs: dict[str, list[str]] = {}
-        for n in given:
-            runs.setdefault(n.author, []).append(f"[{lab(n.id)}] {n.text}")
-        out.extend([REFERENCES_TITLE, *(f"- {author}: " + quote("; ".join(said)) for author, said in runs.items())])
+        out.extend([REFERENCES_TITLE, *_author_lines(given, lab)])
         ids.extend(n.id for n in given)
     rest = [n for n in notes if n.id not in standing_ids]
     notes_text = ""

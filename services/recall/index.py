@@ -202,6 +202,21 @@ class Recalled:
     :meth:`Tokenizer.count` takes them): whoever counts a text that carries the block need not count them again."""
 
 
+class _Run(NamedTuple):
+    """A sealed epoch taken from its cards, as :class:`ConversationIndex` keeps it."""
+
+    first: int
+    """The first position it gave."""
+    taken: array[int]
+    """Per position it gave, the message's index within the epoch."""
+    checkpoints: tuple[str, ...]
+    """The epoch's checkpoints, oldest first."""
+    starts: list[int]
+    """Where each checkpoint's messages begin among the epoch's."""
+    refs: array[int]
+    """Per position it gave, the message's short reference (0: none)."""
+
+
 @dataclass
 class ConversationIndex:
     """One conversation's recall index: every message seen, in thread order, searchable once folded."""
@@ -222,12 +237,9 @@ class ConversationIndex:
     places: dict[int, tuple[str, int]] = field(default_factory=dict)
     """Per position of a sealed epoch's message read whole: where it is stored (its checkpoint, its offset among that
     one's), so a body let go (:meth:`shed`) is read from there again (see :meth:`place`)."""
-    _runs: list[tuple[int, array[int], tuple[str, ...], list[int]]] = field(default_factory=list)
-    """Per sealed epoch taken from its cards (:meth:`add_cards`), in position order: the first position it gave, the
-    index within the epoch of each message it added (4 bytes a message), its checkpoints and where each one's messages
-    begin among the epoch's: where a message whose body was not read is stored (:meth:`place`)."""
-    _run_starts: list[int] = field(default_factory=list)
-    """The first position of each of :attr:`_runs`."""
+    _runs: list[_Run] = field(default_factory=list)
+    """Per sealed epoch taken from its cards (:meth:`add_cards`), in position order: where its messages are stored
+    and their short references, 4 bytes a message each instead of a map entry each (:meth:`place`, :meth:`ref_id`)."""
     targets: list[str] = field(default_factory=list)
     """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
     position: dict[str, int] = field(default_factory=dict)
@@ -246,10 +258,7 @@ class ConversationIndex:
     """Epoch roots already followed back to their forks."""
     refs: dict[int, str] = field(default_factory=dict)
     """Message id by short reference (``#N``), of the messages :meth:`add` indexed; those of the sealed epochs taken
-    from their cards are in :attr:`_run_refs` (see :meth:`ref_id`)."""
-    _run_refs: list[tuple[int, array[int]]] = field(default_factory=list)
-    """Per epoch taken from its cards: its first position and each message's short reference (0: none), 4 bytes a
-    message instead of an entry of :attr:`refs`."""
+    from their cards are in :attr:`_runs` (see :meth:`ref_id`)."""
     authors: list[str] = field(default_factory=list)
     """Per position: who wrote the message (a person's name, or ``assistant``)."""
     names: dict[str, set[str]] = field(default_factory=dict)
@@ -332,9 +341,6 @@ class ConversationIndex:
         else:
             self._derived_cards(authors, changes, [f for f in (derived[i] for i in kept) if f is not None],
                                 _picked(lengths, kept) if lengths else None)
-        if kept:
-            self._run_refs.append((first, array("i", (ref if ref and change is None else 0 for ref, change
-                                                      in zip(_picked(cards.refs, kept), changes, strict=True)))))
         held.update(zip(ids, positions))
         self.ids.extend(ids)
         self.roles.extend(roles)
@@ -344,9 +350,10 @@ class ConversationIndex:
         self.notes.extend(_picked(cards.notes, kept))
         self.bodies.extend([None] * len(kept))
         if kept:  # (where they are stored, by epoch: a place each would cost a hundred thousand tuples)
-            self._run_starts.append(first)
-            self._runs.append((first, array("i", kept), tuple(cid for cid, _ in chain),
-                               list(itertools.accumulate((count for _, count in chain), initial=0))))
+            self._runs.append(_Run(first, array("i", kept), tuple(cid for cid, _ in chain),
+                                   list(itertools.accumulate((count for _, count in chain), initial=0)),
+                                   array("i", (ref if ref and change is None else 0 for ref, change
+                                               in zip(_picked(cards.refs, kept), changes, strict=True)))))
         written = self.written
         for author, at in zip(authors, positions, strict=True):
             found = written.get(author)
@@ -451,37 +458,37 @@ class ConversationIndex:
         found = self.places.get(position)
         if found is not None:
             return found
-        k = bisect_right(self._run_starts, position) - 1
+        k = bisect_right(self._runs, position, key=operator.attrgetter("first")) - 1
         if k >= 0:
-            first, taken, checkpoints, starts = self._runs[k]
-            if position - first < len(taken):
-                at = taken[position - first]
-                c = bisect_right(starts, at) - 1
-                return checkpoints[c], at - starts[c]
+            run = self._runs[k]
+            if position - run.first < len(run.taken):
+                at = run.taken[position - run.first]
+                c = bisect_right(run.starts, at) - 1
+                return run.checkpoints[c], at - run.starts[c]
         raise KeyError(position)
 
     def ref_id(self, ref: int) -> str | None:
         """The id of the message short reference ``ref`` (``#N``) names: the last one indexed that carries it."""
         ident = self.refs.get(ref)
         best = self.position.get(ident, -1) if ident is not None else -1
-        for first, carried in reversed(self._run_refs):
-            if first + len(carried) <= best:
+        for run in reversed(self._runs):
+            if run.first + len(run.refs) <= best:
                 break
-            if ref in carried:  # (the last in the epoch: a scan in C, from the end)
-                at = first + len(carried) - 1 - carried[::-1].index(ref)
+            if ref in run.refs:  # (the last in the epoch: a scan in C, from the end)
+                at = run.first + len(run.refs) - 1 - run.refs[::-1].index(ref)
                 return self.ids[at] if at > best else ident
         return ident
 
     def ref_map(self) -> dict[int, str]:
         """Message id by short reference, for every message indexed (:meth:`ref_id` of each)."""
-        found = [(first + i, ref) for first, carried in self._run_refs for i, ref in enumerate(carried) if ref]
+        found = [(run.first + i, ref) for run in self._runs for i, ref in enumerate(run.refs) if ref]
         found += [(self.position[ident], ref) for ref, ident in self.refs.items() if ident in self.position]
         return {ref: self.ids[at] for at, ref in sorted(found)}
 
     def placed_positions(self) -> list[int]:
         """The positions whose place is known (:meth:`place`), in order."""
-        return sorted({*self.places, *itertools.chain.from_iterable(range(first, first + len(taken))
-                                                                     for first, taken, _, _ in self._runs)})
+        return sorted({*self.places, *itertools.chain.from_iterable(range(run.first, run.first + len(run.taken))
+                                                                     for run in self._runs)})
 
     def took(self, position: int, body: Message) -> None:
         """The body of the message at ``position``, read from its place."""

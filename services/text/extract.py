@@ -23,6 +23,8 @@ class _Cue:
 
 
 URL = re.compile(r"<?(https?://[^\s<>|]+)(?:\|[^>]*)?>?")
+BARE_URL = re.compile(r"https?://[^\s<>|]+")
+"""A link as the artifacts take it (without Slack's ``<…|label>`` around it)."""
 TICKET = re.compile(r"(?<![0-9A-Za-z_])[A-Z][A-Z0-9]{1,9}-\d{1,6}(?![0-9A-Za-z_])")
 SHA = re.compile(r"(?<![0-9A-Za-z_])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
 """Ticket keys and commit SHAs are bounded by ASCII letters and digits only: written into text without spaces
@@ -76,7 +78,7 @@ _PROSE_ONLY = frozenset({"sha", "quantity", "date"})
 
 
 _ANY = re.compile("|".join(f"(?P<{name}>{pattern.pattern})" for name, pattern in (
-    ("url", re.compile(r"https?://[^\s<>|]+")), ("ticket", TICKET), ("sha", SHA), ("path", PATH),
+    ("url", BARE_URL), ("ticket", TICKET), ("sha", SHA), ("path", PATH),
     ("quantity", NUMBER_UNIT), ("date", DATE))))
 
 
@@ -106,7 +108,7 @@ one belongs to ("where is the checkout dashboard?"), rarely the reference itself
 words can be relied on to find the message that gave it."""
 
 
-_REFERENCE = re.compile("|".join(pattern.pattern for pattern in (re.compile(r"https?://[^\s<>|]+"), TICKET, SHA, PATH)))
+_REFERENCE = re.compile("|".join(pattern.pattern for pattern in (BARE_URL, TICKET, SHA, PATH)))
 
 
 def holds_reference(text: str) -> bool:
