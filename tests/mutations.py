@@ -1285,7 +1285,7 @@ MUTANTS: list[Mutant] = [
            "                common = held[0] if common is None else common\n",
            ("tests/test_search_index.py", "-k", "not_held")),
     Mutant("feedback-without-the-best-hits-terms", "services/recall/index.py",
-           "                index.fill_terms(unheld)\n        extra =", "                pass\n        extra =",
+           "            index.fill_terms(unheld)\n        extra =", "            pass\n        extra =",
            ("tests/test_recall.py", "-k", "with_the_totals_recalls and fakeredis")),
     Mutant("a-corrupt-bucket-without-terms-built-from-nothing", "services/recall/index.py",
            "                await self.read_bodies(conversation_id, index, unheld)\n                index.fill_terms(unheld)\n"
@@ -1356,6 +1356,19 @@ MUTANTS: list[Mutant] = [
            "        found = [(run.first + i, ref) for run in self._runs for i, ref in enumerate(run.refs) if ref]\n",
            "        found = []\n",
            ("tests/test_recall.py", "-k", "cold_worker_reads_what_each_epoch_gave and fakeredis")),
+    Mutant("widened-query-read-though-the-direct-hits-took-the-room", "services/recall/index.py",
+           "            if not placed.room:\n                return placed\n", "            pass\n",
+           ("tests/test_recall.py", "-k", "whose_direct_hits_take_the_room and fakeredis")),
+    Mutant("no-room-after-the-direct-hits-alone", "services/recall/index.py",
+           "                room = hits < MAX_HITS and budget > MIN_LINE_TOKENS\n", "                room = False\n",
+           ("tests/test_recall.py", "-k", "still_shows_the_widened and fakeredis")),
+    Mutant("running-fold-before-every-turn", "services/handoff/compactor.py",
+           "        if self._folds_ahead(history, incoming, budget):\n", "        if True:\n",
+           ("tests/test_compaction.py", "-k", "folds_ahead_only_near and fakeredis")),
+    Mutant("running-fold-only-at-the-trigger", "services/handoff/compactor.py",
+           "        return self.should_compact(history, incoming, ahead if ahead is not None else budget)\n",
+           "        return self.should_compact(history, incoming, budget)\n",
+           ("tests/test_compaction.py", "-k", "folds_ahead_only_near and fakeredis")),
 ]
 
 

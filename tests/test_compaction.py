@@ -687,6 +687,56 @@ async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, 
         "the newest are shown within the section's share"
 
 
+async def test_a_worker_folds_ahead_only_near_the_next_compaction(
+        model, prefix, client, monkeypatch) -> None:
+    """Before a turn the running fold is brought up to date when the history is past the preparation threshold (the
+    next compaction is near; a worker that holds the fold folds only what each turn adds). A worker that holds nothing
+    of a thread far from its next compaction (its first turn in it after a restart) folds nothing: whatever compacts
+    or plans ahead folds what it must."""
+    from threadkeeper.services.context import measure
+
+    p, _ = pipeline(prefix, client, context_window=6000)
+    folded: list[int] = []
+    original = LedgerBuilder.fold
+
+    def counting(self, messages, changes=None, kept=frozenset()):  # type: ignore[no-untyped-def]
+        messages = list(messages)
+        folded.append(len(messages))
+        return original(self, messages, changes, kept)
+
+    monkeypatch.setattr(LedgerBuilder, "fold", counting)
+    ahead = p.budget.preparing(p.budget.trigger_tokens)
+    assert ahead is not None
+
+    def tokens(history) -> int:  # type: ignore[no-untyped-def]
+        return measure(history, fixed_prompt_tokens=p.budget.fixed_prompt_tokens)
+
+    history = None
+    for i in range(60):  # until the oldest messages are foldable, the history still far below the threshold
+        await chat(p, filler(1, i))
+        history = await p.checkpoints.load_history(CONV)
+        if foldable(history.messages, 2 * p.budget.retained_user_tokens) > 3:
+            break
+    assert history is not None and foldable(history.messages, 2 * p.budget.retained_user_tokens) > 3
+    assert tokens(history) < ahead.trigger_tokens and not history.messages[0].flags.handoff
+    folded.clear()
+    cold, _ = pipeline(prefix, client, context_window=6000)
+    await chat(cold, ["one more status line"], prefix_id="1800")
+    assert folded == [], "a worker's first turn far from the next compaction folds nothing"
+    assert CONV not in cold.compactor._running
+    while tokens(history) < ahead.trigger_tokens:  # past the preparation threshold, below the trigger
+        await chat(p, filler(1, p._next_id))
+        history = await p.checkpoints.load_history(CONV)
+    assert tokens(history) < p.budget.trigger_tokens and not history.messages[0].flags.handoff
+    folded.clear()
+    late, _ = pipeline(prefix, client, context_window=6000)
+    await chat(late, ["and another status line"], prefix_id="1900")
+    assert folded and CONV in late.compactor._running, "near the next compaction, the fold is brought up to date"
+    folded.clear()
+    await chat(late, ["a last status line"], prefix_id="1901")
+    assert CONV in late.compactor._running and max(folded, default=0) <= 2, "then only what each turn adds"
+
+
 async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_thread_writes(
         model, prefix, client, monkeypatch) -> None:
     """Before each turn the compactor folds what no compaction can keep; a compaction then folds only the rest.

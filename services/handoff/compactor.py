@@ -144,10 +144,11 @@ class Compactor:
         planned now; ``waiting`` is called first when the turn has to wait for it (the transport says so)."""
         if history is None:
             return history, None
-        try:
-            await self.advance(conversation_id, history, budget)
-        except CorruptRecordError as exc:  # the compaction, if one is due, reports it
-            log.warning("running fold of %s skipped: %s", conversation_id, exc)
+        if self._folds_ahead(history, incoming, budget):
+            try:
+                await self.advance(conversation_id, history, budget)
+            except CorruptRecordError as exc:  # the compaction, if one is due, reports it
+                log.warning("running fold of %s skipped: %s", conversation_id, exc)
         if not self.should_compact(history, incoming, budget):
             return history, None
         narrated = await self._adoptable(conversation_id, history, notes, waiting)
@@ -161,6 +162,16 @@ class Compactor:
             state = await self.checkpoints.require_state(conversation_id)
             return await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id), report
         return new_history, report
+
+    def _folds_ahead(self, history: History, incoming: Sequence[Message], budget: ContextBudget) -> bool:
+        """Whether the turn brings the running fold up to date before it goes on: when the history is past the
+        earliest preparation threshold (the next compaction is near; a worker that holds the fold folds only what
+        came since). A worker far from the next compaction folds nothing: one that holds nothing of the thread (its
+        first turn in it after a restart, one of many threads it serves in turn) would fold the epoch's hundreds of
+        messages for a compaction that is many turns away; whatever compacts or plans ahead folds them
+        (:meth:`advance`)."""
+        ahead = budget.preparing(budget.trigger_tokens)  # (its lowest: whatever the turns add, from prepare_tokens on)
+        return self.should_compact(history, incoming, ahead if ahead is not None else budget)
 
     def should_compact(self, history: History, incoming: Sequence[Message], budget: ContextBudget) -> bool:
         """Whether this turn compacts first: the history with what arrives reached the trigger.

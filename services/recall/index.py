@@ -16,7 +16,9 @@ The index lives in the worker, per conversation, and is incremental:
   (:meth:`Recall.sync`, which also picks up what other workers wrote).
 * A sealed epoch's segment is stored beside the conversation (:mod:`.postings`): a worker that builds its index from
   the stored epochs searches them through it, reading the postings of each question's terms as it is asked, instead
-  of building a segment of its own.
+  of building a segment of its own. Its first question's direct hits are placed before the widened query is read when
+  they may take all of recall's room (nothing after them is shown then): that query's postings, ten terms from every
+  stored segment, are the most such a turn reads.
 * Messages the context still holds stay *pending*: they cannot be recalled anyway. Once a compaction
   folds them they are indexed as one new segment. Segments of similar size are merged (a log-structured
   layout), so the work per message is logarithmic and a warm query touches a handful of segments.
@@ -200,6 +202,9 @@ class Recalled:
     known: Mapping[str, int] = field(default_factory=dict)
     """Tokens of the block's lines counted when their messages were written (each line with its line break, as
     :meth:`Tokenizer.count` takes them): whoever counts a text that carries the block need not count them again."""
+    room: bool = False
+    """Room was left once the direct hits were placed: candidates after them (the widened query's hits, messages
+    found by their author or day alone) could have been placed too."""
 
 
 class _Run(NamedTuple):
@@ -1071,13 +1076,24 @@ class Recall:
             return Recalled([], "", 0, searched=searchable)
         notes = notes if notes is not None else await self.notes.get(conversation_id)
         direct = len(ranked)
-        # the widened query's terms, whose postings are read now (searched only once every direct hit is placed and
-        # room is left)
-        if widen and ranked:  # (the best hits' terms, read from their bodies when not held)
+        words = set(query)
+        unheld: list[int] = []
+        if widen and ranked:  # the widened query is made of the best hits' terms, read from their bodies when not held
             unheld = index.search.unheld(p for _, p in ranked[:FEEDBACK_HITS])
             if unheld:  # (with the bodies the best direct hits would show, read below otherwise: one round trip)
                 await self.read_bodies(conversation_id, index, [*unheld, *_shown(index, ranked[:BODIES_FIRST], held)])
-                index.fill_terms(unheld)
+        if widen and ranked and index.forms and \
+                sum(index.tokens[p] for _, p in ranked) > cap_tokens + max(0, focus_tokens):
+            # Nothing after the direct hits is placed once they have taken the room. While the sealed epochs are
+            # searched where they are stored (a worker's first turn in the thread) and the direct hits may take it all,
+            # they are placed first: the widened query's postings (ten terms from every stored segment: the most such
+            # a turn reads) are read only when room is left after them.
+            placed = await self._chosen(conversation_id, index, ranked, direct, held, notes, cap_tokens, focus_tokens,
+                                        searchable, header, words)
+            if not placed.room:
+                return placed
+        if unheld:
+            index.fill_terms(unheld)
         extra = index.feedback(ranked, query) if widen and ranked else []
         await self._postings(conversation_id, index, extra)
 
@@ -1086,15 +1102,22 @@ class Recall:
         # something the question words differently
         taken = {position for _, position in wider}
         candidates = [*ranked, *wider, *(sp for sp in alone if sp[1] not in taken)]
-        # The bodies of the messages the best candidates would show (theirs, their neighbours', an edited message's) are
-        # read first; should the choice reach further (a candidate past them that fits), it is made again with the
-        # bodies of the candidates from that one on read.
+        return await self._chosen(conversation_id, index, candidates, direct, held, notes, cap_tokens, focus_tokens,
+                                  searchable, header, words)
+
+    async def _chosen(self, conversation_id: str, index: ConversationIndex, candidates: Sequence[tuple[float, int]],
+                      direct: int, held: set[str], notes: Notes, cap_tokens: int, focus_tokens: int, searchable: int,
+                      header: str, query: set[str]) -> Recalled:
+        """:meth:`_select` over ``candidates`` (the first ``direct`` of them the direct hits), with the bodies it shows
+        read. The bodies of the messages the best candidates would show (theirs, their neighbours', an edited
+        message's) are read first; should the choice reach further (a candidate past them that fits), it is made again
+        with the bodies of the candidates from that one on read."""
         start, reach = 0, BODIES_FIRST
         while True:
             await self.read_bodies(conversation_id, index, _shown(index, candidates[start:reach], held))
             try:
                 return self._select(index, candidates, direct, held, notes, cap_tokens, focus_tokens, searchable,
-                                    header, set(query))
+                                    header, query)
             except Unread as missing:
                 start = next((rank for rank in range(reach, len(candidates))
                               if missing.args[0] in _shown(index, candidates[rank:rank + 1], held)), len(candidates))
@@ -1189,8 +1212,13 @@ class Recall:
             budget -= cost
             return cost
 
+        room = False  # (whether room is left once the direct hits are placed)
+        rank = -1
         for rank, (_, position) in enumerate(ranked):
-            if hits >= MAX_HITS or budget <= MIN_LINE_TOKENS:
+            full = hits >= MAX_HITS or budget <= MIN_LINE_TOKENS
+            if rank == direct:
+                room = not full
+            if full:
                 break
             is_direct = rank < direct
             spent = take(position, max(64, wide // VERBATIM_SHARE), whole_used < whole_budget, is_direct)
@@ -1201,6 +1229,9 @@ class Recall:
             for near in _neighbours(index, index.position.get(index.targets[position], position)):
                 if budget > MIN_LINE_TOKENS:
                     take(near, NEIGHBOUR_TOKENS, False, is_direct, False)
+        else:
+            if rank < direct:  # (the candidates were the direct hits alone, every one of them looked at)
+                room = hits < MAX_HITS and budget > MIN_LINE_TOKENS
         # The handoff's notes give way only to a question whose direct hits alone need more than recall's share.
         direct_tokens = sum(cost for _, cost, is_direct in order if is_direct)
         focused = focus_tokens > 0 and direct_tokens > cap_tokens
@@ -1232,9 +1263,9 @@ class Recall:
                 text = self._render(header, [chosen[mid] for mid in picked])
                 tokens = self.tokenizer.count(text, known)
         if not picked:
-            return Recalled([], "", 0, searched=searchable)
+            return Recalled([], "", 0, searched=searchable, room=room)
         ordered = sorted(picked, key=lambda mid: chosen[mid][0])
-        return Recalled(ordered, text, tokens, hits, searchable, focused, known)
+        return Recalled(ordered, text, tokens, hits, searchable, focused, known, room)
 
     def _estimate(self, source: Message, form: str) -> int:
         """A recalled line's tokens from the counts made when its message was written, rounded up (0: none stored).
