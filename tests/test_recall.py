@@ -917,17 +917,25 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
     assert index.scores(terms) == built.scores(terms)
 
 
-async def test_a_cold_workers_first_question_whose_direct_hits_take_the_room_reads_no_widened_query(
+async def test_a_question_whose_direct_hits_take_the_room_makes_no_widened_query(
         model, prefix, client, monkeypatch) -> None:
-    """Nothing after a question's direct hits is shown once they have taken recall's room. A worker that starts cold
-    (its sealed epochs searched where they are stored) places them first when they may take it all, and reads the
-    widened query's postings (ten terms from every stored segment) only when room is left: it shows what a worker
-    that read every message shows, having read the postings of the question's own terms only. A question that leaves
-    room still reads the widened query's."""
+    """Nothing after a question's direct hits is shown once they have taken recall's room. A worker places them first
+    when they may take it all, and makes the widened query only when room is left: one that starts cold (its sealed
+    epochs searched where they are stored) reads the postings of the question's own terms only, not the widened
+    query's (ten terms from every stored segment), and shows what a worker that read every message shows, which does
+    not score the widened query either. A question that leaves room still reads and scores it."""
     p = _pipeline(prefix, client)
     await _epochs_thread(p)
     builder = _pipeline(prefix, client)
     builder.recall.epochs = None
+    widenings: list[bool] = []
+    feedback = ConversationIndex.feedback
+
+    def counted(self, ranked, query):  # type: ignore[no-untyped-def]
+        widenings.append(self.totalled)
+        return feedback(self, ranked, query)
+
+    monkeypatch.setattr(ConversationIndex, "feedback", counted)
     for question, widened in (("any status update about the weather, the lunch and the pastries?", False),
                               ("which region is the staging cluster in?", True)):
         reader = _pipeline(prefix, client)
@@ -944,6 +952,8 @@ async def test_a_cold_workers_first_question_whose_direct_hits_take_the_room_rea
         assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text, question
         assert asked[0] == list(search_terms(question))
         assert (len(asked) == 2 and bool(asked[1])) == widened, (question, asked)
+        assert widenings == ([True, False] if widened else []), "the worker that read every message, the same"
+        widenings.clear()
 
 
 async def test_a_cold_worker_whose_direct_hits_cannot_fit_still_shows_the_widened_querys(model, prefix, client) -> None:
@@ -954,7 +964,7 @@ async def test_a_cold_worker_whose_direct_hits_cannot_fit_still_shows_the_widene
     words = "copper lantern meadow river quartz violet harbor canyon ember willow falcon marble".split()
     long = [f"Orchard report {i}: alpha beta harvest " + " ".join(f"{w}{i}x{j}" for j in range(14) for w in words)
             for i in range(8)]
-    await _thread(p, [*long, "the orchard harvest crates went to the cold store", *_filler(90)])
+    await _thread(p, [*long, *_filler(45), "the orchard harvest crates went to the cold store", *_filler(45, 45)])
     reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
     builder.recall.epochs = None
     question = "how did the alpha beta rows do?"
@@ -962,7 +972,7 @@ async def test_a_cold_worker_whose_direct_hits_cannot_fit_still_shows_the_widene
     expected = await builder.context(CONV, arriving=[builder.message(question, author="carol")])
     index = reader.recall.loaded(CONV)
     assert index is not None and index.search.stored, "searched where the sealed epochs are stored"
-    assert "harvest crates" in expected.context[-1].text, "found by the widened query"
+    assert "harvest crates" in expected.context[-1].text, "found by the widened query (no neighbour of a hit)"
     assert got.context[-1].text == expected.context[-1].text
 
 

@@ -16,9 +16,10 @@ The index lives in the worker, per conversation, and is incremental:
   (:meth:`Recall.sync`, which also picks up what other workers wrote).
 * A sealed epoch's segment is stored beside the conversation (:mod:`.postings`): a worker that builds its index from
   the stored epochs searches them through it, reading the postings of each question's terms as it is asked, instead
-  of building a segment of its own. Its first question's direct hits are placed before the widened query is read when
-  they may take all of recall's room (nothing after them is shown then): that query's postings, ten terms from every
-  stored segment, are the most such a turn reads.
+  of building a segment of its own.
+* A question's direct hits are placed before the widened query is made when they may take all of recall's room
+  (nothing after them is shown then): that query's ten common terms are the most postings a cold worker's first turn
+  reads, and cost a warm turn as much scoring as the question's own.
 * Messages the context still holds stay *pending*: they cannot be recalled anyway. Once a compaction
   folds them they are indexed as one new segment. Segments of similar size are merged (a log-structured
   layout), so the work per message is logarithmic and a warm query touches a handful of segments.
@@ -153,6 +154,9 @@ ALIAS_MIN = 3
 """A name people address someone by (``thanks Kate!``) names them once it was used this often, each time in
 reply to them, and never for anyone else more often."""
 ASSISTANT = "assistant"
+UNNAMED: dict[str, str] = {"user": "someone", "assistant": ASSISTANT, "system": "someone", "tool": "someone"}
+"""Who wrote a message whose author is not named, by its role: the assistant's own replies are the assistant's, any
+other such message someone's."""
 INDEX_MESSAGE_BYTES = 450
 INDEX_TERM_BYTES = 24
 VOCABULARY_BYTES = 450
@@ -181,7 +185,7 @@ class Unread(LookupError):
 
 def author_of(message: Message) -> str:
     """Who wrote a message, as recall shows and searches it."""
-    return message.author or (ASSISTANT if message.role == "assistant" else "someone")
+    return message.author or UNNAMED[message.role]
 
 
 @dataclass(frozen=True)
@@ -337,7 +341,7 @@ class ConversationIndex:
         ids = _picked(cards.ids, kept)
         roles = ["user" if r == "u" else "assistant" for r in _picked(cards.roles, kept)]
         posters = _picked(cards.authors, kept)
-        authors = [a or (ASSISTANT if r == "assistant" else "someone") for a, r in zip(posters, roles, strict=True)]
+        authors = [a or UNNAMED[r] for a, r in zip(posters, roles, strict=True)]
         changes = [change_target(ident) if ":" in ident else None for ident in ids]
         positions = range(first, first + len(kept))
         if derived is None:
@@ -421,7 +425,7 @@ class ConversationIndex:
         change = change_target(ident)
         if ref and change is None:
             self.refs[ref] = ident
-        author = poster or (ASSISTANT if role == "assistant" else "someone")
+        author = poster or UNNAMED[role]
         if change is None:
             self._learn_names(author, found)
         at = self.position[ident] = self.search.add(found.terms)
@@ -1082,12 +1086,11 @@ class Recall:
             unheld = index.search.unheld(p for _, p in ranked[:FEEDBACK_HITS])
             if unheld:  # (with the bodies the best direct hits would show, read below otherwise: one round trip)
                 await self.read_bodies(conversation_id, index, [*unheld, *_shown(index, ranked[:BODIES_FIRST], held)])
-        if widen and ranked and index.forms and \
-                sum(index.tokens[p] for _, p in ranked) > cap_tokens + max(0, focus_tokens):
-            # Nothing after the direct hits is placed once they have taken the room. While the sealed epochs are
-            # searched where they are stored (a worker's first turn in the thread) and the direct hits may take it all,
-            # they are placed first: the widened query's postings (ten terms from every stored segment: the most such
-            # a turn reads) are read only when room is left after them.
+        if widen and ranked and sum(index.tokens[p] for _, p in ranked) > cap_tokens + max(0, focus_tokens):
+            # Nothing after the direct hits is placed once they have taken the room. When they may take it all, they
+            # are placed first, and the widened query is made, read and searched only when room is left after them:
+            # its ten terms are common ones (their postings, from every stored segment on a worker's first turn in a
+            # thread, are the most such a turn reads; in memory, scoring them costs as much as the question's own).
             placed = await self._chosen(conversation_id, index, ranked, direct, held, notes, cap_tokens, focus_tokens,
                                         searchable, header, words)
             if not placed.room:
