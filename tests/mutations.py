@@ -1367,12 +1367,11 @@ MUTANTS: list[Mutant] = [
            "                room = hits < MAX_HITS and budget > MIN_LINE_TOKENS\n", "                room = False\n",
            ("tests/test_recall.py", "-k", "still_shows_the_widened and fakeredis")),
     Mutant("running-fold-before-every-turn", "services/handoff/compactor.py",
-           "        if self._folds_ahead(history, incoming, budget):\n", "        if True:\n",
-           ("tests/test_compaction.py", "-k", "folds_ahead_only_near and fakeredis")),
-    Mutant("running-fold-only-at-the-trigger", "services/handoff/compactor.py",
-           "        return self.should_compact(history, incoming, ahead if ahead is not None else budget)\n",
-           "        return self.should_compact(history, incoming, budget)\n",
-           ("tests/test_compaction.py", "-k", "folds_ahead_only_near and fakeredis")),
+           "        if self._folds_ahead(conversation_id, history):\n", "        if True:\n",
+           ("tests/test_compaction.py", "-k", "folds_ahead_only_what and fakeredis")),
+    Mutant("running-fold-never-brought-up-to-date-before-a-turn", "services/handoff/compactor.py",
+           "        return running is not None and running.root == history.chain[0]\n", "        return False\n",
+           ("tests/test_compaction.py", "-k", "folds_ahead_only_what and fakeredis")),
 ]
 
 

@@ -687,13 +687,14 @@ async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, 
         "the newest are shown within the section's share"
 
 
-async def test_a_worker_folds_ahead_only_near_the_next_compaction(
+async def test_a_turn_folds_ahead_only_what_came_since_the_fold_its_worker_holds(
         model, prefix, client, monkeypatch) -> None:
-    """Before a turn the running fold is brought up to date when the history is past the preparation threshold (the
-    next compaction is near; a worker that holds the fold folds only what each turn adds). A worker that holds nothing
-    of a thread far from its next compaction (its first turn in it after a restart) folds nothing: whatever compacts
-    or plans ahead folds what it must."""
+    """Before a turn the running fold is brought up to date only when the worker holds it for the epoch (a turn's few
+    messages). A worker that holds nothing of the thread (its first turn in it after a restart) folds nothing while
+    the person waits, far from the next compaction or near it: near it, the next handoff planned ahead after the turn
+    folds the epoch in the background, and the worker holds the fold from then on."""
     from threadkeeper.services.context import measure
+    from threadkeeper.services.handoff import Compactor
 
     p, _ = pipeline(prefix, client, context_window=6000)
     folded: list[int] = []
@@ -705,6 +706,17 @@ async def test_a_worker_folds_ahead_only_near_the_next_compaction(
         return original(self, messages, changes, kept)
 
     monkeypatch.setattr(LedgerBuilder, "fold", counting)
+    before = Compactor.before_turn
+    waited: list[int] = []  # per turn, the messages folded before it went on
+
+    async def timed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        start = len(folded)
+        try:
+            return await before(self, *args, **kwargs)
+        finally:
+            waited.append(sum(folded[start:]))
+
+    monkeypatch.setattr(Compactor, "before_turn", timed)
     ahead = p.budget.preparing(p.budget.trigger_tokens)
     assert ahead is not None
 
@@ -719,22 +731,34 @@ async def test_a_worker_folds_ahead_only_near_the_next_compaction(
             break
     assert history is not None and foldable(history.messages, 2 * p.budget.retained_user_tokens) > 3
     assert tokens(history) < ahead.trigger_tokens and not history.messages[0].flags.handoff
-    folded.clear()
+    waited.clear()
     cold, _ = pipeline(prefix, client, context_window=6000)
     await chat(cold, ["one more status line"], prefix_id="1800")
-    assert folded == [], "a worker's first turn far from the next compaction folds nothing"
+    await cold.settle()
+    assert waited and not any(waited), "a worker's first turn far from the next compaction folds nothing"
     assert CONV not in cold.compactor._running
     while tokens(history) < ahead.trigger_tokens:  # past the preparation threshold, below the trigger
         await chat(p, filler(1, p._next_id))
         history = await p.checkpoints.load_history(CONV)
     assert tokens(history) < p.budget.trigger_tokens and not history.messages[0].flags.handoff
-    folded.clear()
+    waited.clear()
     late, _ = pipeline(prefix, client, context_window=6000)
-    await chat(late, ["and another status line"], prefix_id="1900")
-    assert folded and CONV in late.compactor._running, "near the next compaction, the fold is brought up to date"
-    folded.clear()
-    await chat(late, ["a last status line"], prefix_id="1901")
-    assert CONV in late.compactor._running and max(folded, default=0) <= 2, "then only what each turn adds"
+    for i in range(40):  # until the next handoff is planned ahead (a few turns before the trigger)
+        await chat(late, [f"status line {i} of the late worker"], prefix_id=f"19{i:02d}")
+        await late.settle()
+        if CONV in late.compactor._running:
+            break
+    history = await late.checkpoints.load_history(CONV)
+    assert CONV in late.compactor._running and not history.messages[0].flags.handoff, \
+        "the handoff planned ahead after a turn folded the epoch, before any compaction"
+    assert waited and not any(waited), f"nor near it: the person never waited for the fold: {waited}"
+    waited.clear()
+    for i in range(2):
+        await chat(late, [f"status line {i}: the weather is nice and lunch was good"], prefix_id=f"198{i}")
+    history = await late.checkpoints.load_history(CONV)
+    assert not history.messages[0].flags.handoff
+    assert CONV in late.compactor._running and sum(waited) > 0 and max(waited) <= 4, \
+        f"then each turn folds only what came since: {waited}"
 
 
 async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_thread_writes(

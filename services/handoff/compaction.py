@@ -147,7 +147,7 @@ class RunningFold:
 FOLD_ON_LOOP = 4_000
 """Characters of messages folded into a ledger on the event loop at most (folding reads each message's sentences,
 words and secrets: 0.4 to 0.9 µs a character, so a turn's few messages take a millisecond or two); more are folded in
-a thread (a worker's first turn in an epoch folds its oldest hundreds of messages: 70 to 100 ms on the loop)."""
+a thread (the first fold of an epoch in a worker takes its oldest hundreds of messages: 70 to 100 ms on the loop)."""
 
 
 async def fold(builder: LedgerBuilder, messages: Sequence[Message], changes: Mapping[str, str | None],

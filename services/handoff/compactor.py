@@ -102,7 +102,8 @@ class Compactor:
                       previous: Ledger | None = None, changes: dict[str, str | None] | None = None) -> RunningFold:
         """Fold the committed messages no compaction can keep into the conversation's running fold.
 
-        Called before every turn; ``previous`` and ``changes`` when the caller has them (a compaction), else
+        Called before every turn that holds it (see :meth:`_folds_ahead`), and by whatever compacts or plans a handoff
+        ahead; ``previous`` and ``changes`` when the caller has them (a compaction), else
         the epoch's ledger is read once and the edits last seen are assumed (a compaction checks them)."""
         root = history.chain[0]
         running = self._running.pop(conversation_id, None)
@@ -144,7 +145,7 @@ class Compactor:
         planned now; ``waiting`` is called first when the turn has to wait for it (the transport says so)."""
         if history is None:
             return history, None
-        if self._folds_ahead(history, incoming, budget):
+        if self._folds_ahead(conversation_id, history):
             try:
                 await self.advance(conversation_id, history, budget)
             except CorruptRecordError as exc:  # the compaction, if one is due, reports it
@@ -163,15 +164,14 @@ class Compactor:
             return await self.checkpoints.load_history(conversation_id, state.head_checkpoint_id), report
         return new_history, report
 
-    def _folds_ahead(self, history: History, incoming: Sequence[Message], budget: ContextBudget) -> bool:
-        """Whether the turn brings the running fold up to date before it goes on: when the history is past the
-        earliest preparation threshold (the next compaction is near; a worker that holds the fold folds only what
-        came since). A worker far from the next compaction folds nothing: one that holds nothing of the thread (its
-        first turn in it after a restart, one of many threads it serves in turn) would fold the epoch's hundreds of
-        messages for a compaction that is many turns away; whatever compacts or plans ahead folds them
-        (:meth:`advance`)."""
-        ahead = budget.preparing(budget.trigger_tokens)  # (its lowest: whatever the turns add, from prepare_tokens on)
-        return self.should_compact(history, incoming, ahead if ahead is not None else budget)
+    def _folds_ahead(self, conversation_id: str, history: History) -> bool:
+        """Whether the turn brings the running fold up to date before it goes on: only when this process holds it
+        for the epoch already (a turn's few messages). A process that does not (its first turn in the thread after a
+        restart, one of many threads a worker serves in turn, a fold let go) would fold the epoch's hundreds of
+        messages while the person waits: whatever compacts or plans the next handoff ahead (after the turn, in the
+        background) folds them (:meth:`advance`), and holds the fold from then on."""
+        running = self._running.get(conversation_id)
+        return running is not None and running.root == history.chain[0]
 
     def should_compact(self, history: History, incoming: Sequence[Message], budget: ContextBudget) -> bool:
         """Whether this turn compacts first: the history with what arrives reached the trigger.
