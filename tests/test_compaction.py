@@ -687,6 +687,20 @@ async def test_recorded_entries_survive_a_tool_result_cut_to_fit(model, prefix, 
         "the newest are shown within the section's share"
 
 
+def _counted_folds(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """How many messages each fold into a ledger takes, in order, from now on."""
+    folded: list[int] = []
+    original = LedgerBuilder.fold
+
+    def counting(self, messages, changes=None, kept=frozenset()):  # type: ignore[no-untyped-def]
+        messages = list(messages)
+        folded.append(len(messages))
+        return original(self, messages, changes, kept)
+
+    monkeypatch.setattr(LedgerBuilder, "fold", counting)
+    return folded
+
+
 async def test_a_turn_folds_ahead_only_what_came_since_the_fold_its_worker_holds(
         model, prefix, client, monkeypatch) -> None:
     """Before a turn the running fold is brought up to date only when the worker holds it for the epoch (a turn's few
@@ -697,15 +711,7 @@ async def test_a_turn_folds_ahead_only_what_came_since_the_fold_its_worker_holds
     from threadkeeper.services.handoff import Compactor
 
     p, _ = pipeline(prefix, client, context_window=6000)
-    folded: list[int] = []
-    original = LedgerBuilder.fold
-
-    def counting(self, messages, changes=None, kept=frozenset()):  # type: ignore[no-untyped-def]
-        messages = list(messages)
-        folded.append(len(messages))
-        return original(self, messages, changes, kept)
-
-    monkeypatch.setattr(LedgerBuilder, "fold", counting)
+    folded = _counted_folds(monkeypatch)
     before = Compactor.before_turn
     waited: list[int] = []  # per turn, the messages folded before it went on
 
@@ -792,15 +798,7 @@ async def test_running_fold_writes_the_handoff_a_worker_that_never_saw_the_threa
     history = await p.checkpoints.load_history(CONV)
     assert target.id in {m.id for m in history.messages}, "the edited message is in the epoch"
 
-    folded: list[int] = []
-    original = LedgerBuilder.fold
-
-    def counting(self, messages, changes=None, kept=frozenset()):  # type: ignore[no-untyped-def]
-        messages = list(messages)
-        folded.append(len(messages))
-        return original(self, messages, changes, kept)
-
-    monkeypatch.setattr(LedgerBuilder, "fold", counting)
+    folded = _counted_folds(monkeypatch)
     notes = await warm.notes.get(CONV)
     previous = await warm._previous_ledger(CONV, history)
     running = await warm.advance(CONV, history, p.budget, previous, changes_of(notes))
