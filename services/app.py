@@ -265,6 +265,8 @@ class Pipeline:
         if head.kind is not CheckpointKind.TURN or head.status is not CheckpointStatus.COMPLETED or \
                 time.time() - done_at > RECOVER_WITHIN_SECONDS:
             return None
+        if not head.message_count:
+            return None  # a turn that added no message (a pin, an unpin): the reply before it is an earlier turn's
         last = (await self.checkpoints.load_history(conversation_id, head.id)).messages[-1]
         if last.role != "assistant" or not last.text.strip() or \
                 any(p.type in ("tool_call", "tool_result") for p in last.parts):

@@ -933,6 +933,7 @@ async def test_a_retried_pin_arriving_after_the_unpin_is_not_applied_again(h: Ha
                         headers={"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}) == 200
     await h.settle()
     assert not (await h.stores.notes.get(cid)).pins.get(root), "the retried pin was applied a second time"
+    assert len(h.replies()) == 1, "a pin or an unpin is no message: its turn owes no reply, nor posts the one before"
 
 
 @pytest.mark.parametrize("event", [
