@@ -1375,6 +1375,10 @@ MUTANTS: list[Mutant] = [
     Mutant("running-fold-never-brought-up-to-date-before-a-turn", "services/handoff/compactor.py",
            "        return running is not None and running.root == history.chain[0]\n", "        return False\n",
            ("tests/test_compaction.py", "-k", "folds_ahead_only_what and fakeredis")),
+    Mutant("no-segment-for-an-epoch-sealed-while-no-worker-held-the-index", "services/recall/index.py",
+           "        elif derived is not None:\n",
+           "        elif derived is not None and (not cold or stored is not None or header is not None):\n",
+           ("tests/test_recall.py", "-k", "sealed_while_no_worker")),
 ]
 
 

@@ -1556,3 +1556,32 @@ async def test_a_cold_worker_resolves_a_short_reference_to_a_sealed_message(mode
     for label in sealed[::7]:
         found = await reader.recall.resolve(CONV, history, label)
         assert found is not None and found.id == expected[label], label
+
+
+async def test_an_epoch_sealed_while_no_worker_held_the_index_gets_its_segment_from_the_worker_that_builds_it(
+        model, prefix, client, monkeypatch) -> None:
+    """A thread whose first epoch was sealed while no worker held its index (evicted, a restart): the worker that
+    next builds it derives that epoch and stores its search segment with what it derived, so a later worker that
+    starts cold reads the totals and derives nothing of the sealed epochs (without that one segment, every cold worker
+    derived every epoch)."""
+    from threadkeeper.bench_data import fill_epochs
+    from threadkeeper.persistence import ConversationKeys
+    from threadkeeper.services.recall import Recall
+    from threadkeeper.services.recall import index as module
+
+    p = _pipeline(prefix, client)
+    # (its first sync comes after the first compaction, with no index: then it holds the index as epochs are sealed)
+    await fill_epochs(p.checkpoints, CONV, 1_000, recall=Recall(p.checkpoints, p.notes, p.recall.tokenizer,
+                                                                 epochs=p.recall.epochs))
+    history = await p.checkpoints.load_history(CONV)
+    earlier = await p.checkpoints.earlier_epochs(CONV, history)
+    fields = {f.decode() for f in await client.hkeys(ConversationKeys(prefix, CONV).recall)}
+    assert len(earlier) == 3 and {f"{e.checkpoint.id}:p" for e in earlier} <= fields, "every sealed epoch's segment"
+    decoded: list[int] = []
+    real_decode = module.decode
+    monkeypatch.setattr(module, "decode", lambda raw, ids: decoded.append(len(ids)) or real_decode(raw, ids))
+    reader = _pipeline(prefix, client)
+    got = await reader.context(CONV, arriving=[reader.message("and w7?", author="carol")])
+    index = reader.recall.loaded(CONV)
+    assert index is not None and index.totalled and not decoded, "the totals read, nothing derived of the epochs"
+    assert RECALL_HEADER in got.context[-1].text

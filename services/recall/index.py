@@ -1460,10 +1460,10 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
         if form is not None:
             index.forms[checkpoint_id] = form
             index.search.adopt(checkpoint_id, where)
-        elif derived is not None and (not cold or stored is not None or header is not None):
+        elif derived is not None:
             # (a worker that holds the index has just seen the epoch sealed: it stores the segment, once; a worker
-            # building the index makes a segment that is missing or unusable beside what was stored for the epoch, but
-            # not for an epoch of which nothing was stored: it derives that one already, the next worker makes it)
+            # building the index makes one that is missing or unusable, also for an epoch sealed while no worker held
+            # the index: without it, every later cold worker would derive every epoch, the totals unusable)
             segment = stored_segment.encode(checkpoint_id, ids, derived)
             if segment is not None:
                 made[header is not None].update(segment)
