@@ -95,7 +95,7 @@ MUTANTS: list[Mutant] = [
            "if found < NEIGHBOURS or first_other:", "if found < 0:",
            ("tests/test_recall.py", "-k", "neighbour_and_what_only")),
     Mutant("recall-neighbour-is-the-bots-reply", "services/recall/index.py",
-           'if roles[near] != "assistant":', "if True:",
+           "if roles[near] != _ASSISTANT:", "if True:",
            ("tests/test_recall.py", "-k", "next_persons_message")),
     Mutant("recall-author-field-unscored", "services/recall/index.py",
            "out = [(score + gain_of(position), position)",
@@ -1233,8 +1233,9 @@ MUTANTS: list[Mutant] = [
            "            if conversation_id == current and total <= room:\n",
            "            if conversation_id == current:\n",
            ("tests/test_recall_memory.py", "-k", "least_recently_used and fakeredis")),
-    Mutant("index-estimate-without-its-terms", "services/recall/index.py",
-           "INDEX_TERM_BYTES * self._terms", "0 * self._terms",
+    Mutant("index-estimate-without-its-postings", "services/text/index.py",
+           "        return (sum(s.held for s in self.segments) + sum(s.held for s in self.stored)",
+           "        return (0 + sum(s.held for s in self.stored)",
            ("tests/test_recall_memory.py", "-k", "estimates_the_memory")),
     Mutant("index-estimate-without-the-bodies-read", "services/recall/index.py",
            "        self._body_bytes += message_bytes(body)\n        self._placed.add(position)\n",
@@ -1273,9 +1274,9 @@ MUTANTS: list[Mutant] = [
            ("tests/test_recall.py", "-k", "cold_worker_reads_what and fakeredis")),
     Mutant("stored-postings-read-whole-scored-at-their-offsets", "services/text/index.py",
            "            positions = segment.where[np.asarray(offsets, dtype=np.int64)]\n"
-           "            counts = np.asarray(counts, dtype=np.float64)\n",
+           "            counts = np.asarray(counts, dtype=POSTING)\n",
            "            positions = np.asarray(offsets, dtype=np.int64)\n"
-           "            counts = np.asarray(counts, dtype=np.float64)\n",
+           "            counts = np.asarray(counts, dtype=POSTING)\n",
            ("tests/test_recall.py", "-k", "with_the_totals_recalls and fakeredis")),
     Mutant("stored-postings-read-whole-keep-retained-messages-twice", "services/text/index.py",
            "                positions, counts = positions[live], counts[live]\n", "                pass\n",
@@ -1314,7 +1315,7 @@ MUTANTS: list[Mutant] = [
            "            return await self._synced(conversation_id, history, totals=True)\n",
            ("tests/test_recall.py", "-k", "totals_that_cannot and again and fakeredis")),
     Mutant("stored-segments-kept-by-name-after-the-build", "services/text/index.py",
-           "        self.stored = []\n        self._names = {}\n", "        self.stored = []\n",
+           "        self._kept = 0\n        self._names = {}\n", "        self._kept = 0\n",
            ("tests/test_search_index.py", "-k", "not_held")),
     Mutant("built-postings-keep-read-buckets-alive", "services/text/index.py",
            "            merged = {term: (np.concatenate([p for p, _ in found]), np.concatenate([n for _, n in found]))\n",
@@ -1379,6 +1380,9 @@ MUTANTS: list[Mutant] = [
            "        elif derived is not None:\n",
            "        elif derived is not None and (not cold or stored is not None or header is not None):\n",
            ("tests/test_recall.py", "-k", "sealed_while_no_worker")),
+    Mutant("searchable-count-keeps-a-restored-segment", "services/text/index.py",
+           "        self._kept -= len(segment.positions)\n", "",
+           ("tests/test_search_index.py", "tests/test_recall.py", "-k", "restore or cannot")),
 ]
 
 

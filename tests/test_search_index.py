@@ -140,3 +140,23 @@ def test_documents_whose_terms_are_not_held_score_through_their_stored_postings_
         unheld.feedback([3], [], terms=3)  # (a document's terms are read from its message first)
     unheld.fill(3, corpus[3])
     assert unheld.feedback([3], [], terms=3) == built.feedback([3], [], terms=3)
+
+
+def test_the_searchable_count_holds_as_stored_segments_are_adopted_restored_and_built() -> None:
+    """How many documents are searchable is kept as segments kept elsewhere are adopted (one at a time, hundreds on a
+    cold worker's first turn), one is built from its terms in their place, and the rest are built as one; a document
+    removed meanwhile counts once."""
+    corpus = _corpus(120, seed=5)
+    index = TermIndex()
+    for n in range(4):
+        first = index.add_many(corpus[n * 30:(n + 1) * 30])
+        assert index.adopt(f"cp{n}", list(range(first, first + 30))) == 30 * (n + 1)
+    index.remove(40)  # (a document of the segment built in its place: it leaves the count once)
+    index.restore("cp1")
+    assert index.searchable() == 119 and len(index.stored) == 3
+    index.add_many(corpus[:10])
+    assert index.searchable() == 129
+    index.remove(3)
+    assert index.searchable() == 128
+    index.build_stored()
+    assert index.searchable() == 128 and not index.stored

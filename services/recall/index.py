@@ -157,18 +157,22 @@ ASSISTANT = "assistant"
 UNNAMED: dict[str, str] = {"user": "someone", "assistant": ASSISTANT, "system": "someone", "tool": "someone"}
 """Who wrote a message whose author is not named, by its role: the assistant's own replies are the assistant's, any
 other such message someone's."""
-INDEX_MESSAGE_BYTES = 450
-INDEX_TERM_BYTES = 24
-VOCABULARY_BYTES = 450
+_ROLE = {"u": "user", "a": "assistant"}
+"""A role as an index's column and a stored card write it (a letter), and as a message names it."""
+_LETTER = {"user": ord("u"), "assistant": ord("a")}
+_ASSISTANT = ord("a")
+INDEX_MESSAGE_BYTES = 200
 LINE_BYTES = 300
 """What an index holds in memory (:meth:`ConversationIndex.memory`): per message, its card, its id's place in the
-position map, where it is stored, its slots in the per-position arrays (450 bytes); per search term of a message, its
-pointer in the message's terms and its posting (24 bytes: a term is one string however many messages hold it); per
-term of the thread's vocabulary, the string, its document count and its postings' arrays (450 bytes); per recalled
-line kept made, 300 bytes besides its characters; each body held as :func:`persistence.message_bytes` estimates
-it."""
+position map, where it is stored, its slots in the per-position arrays (200 bytes); its search index as that counts
+it (:meth:`services.text.TermIndex.memory`: the postings it holds, the terms); per recalled line kept made, 300 bytes
+besides its characters; each body held as :func:`persistence.message_bytes` estimates it."""
+
+
 def _picked(column: Sequence[T], kept: Sequence[int]) -> list[T]:
-    """The items of ``column`` at ``kept``, in one call."""
+    """The items of ``column`` at ``kept``, in one call (a slice when they are a range)."""
+    if isinstance(kept, range):
+        return list(column[kept.start:kept.stop])
     if len(kept) > 1:
         return list(operator.itemgetter(*kept)(column))
     return [column[i] for i in kept]
@@ -231,13 +235,16 @@ class ConversationIndex:
     """One conversation's recall index: every message seen, in thread order, searchable once folded."""
 
     ids: list[str] = field(default_factory=list)
-    """Per position: the message's id. With the lists below, what the index holds of it besides its text (its
-    card): its role, its author as written (None: none), when it was sent and its tokens."""
-    roles: list[str] = field(default_factory=list)
-    posters: list[str | None] = field(default_factory=list)
+    """Per position: the message's id. With the columns below, what the index holds of it besides its text (its
+    card): its role, its author, when it was sent and its tokens. They are arrays of machine numbers, a byte to a few
+    a message (:meth:`role`, :meth:`author`, :meth:`poster` read them): a cold worker's index of a long thread takes
+    hundreds of thousands of them at once, and as Python objects each would cost a list slot, some an object of
+    its own, and the collector's time."""
+    roles: bytearray = field(default_factory=bytearray)
+    """Per position: ``a`` (the assistant's message) or ``u`` (a person's), as a byte."""
     created: array[float] = field(default_factory=lambda: array("d"))
-    tokens: list[int] = field(default_factory=list)
-    notes: list[int] = field(default_factory=list)
+    tokens: array[int] = field(default_factory=lambda: array("i"))
+    notes: array[int] = field(default_factory=lambda: array("i"))
     """Per position: the tokens of the message's note (0: none), from its card: what a line of it costs is known
     before its body is read."""
     bodies: list[Message | None] = field(default_factory=list)
@@ -268,13 +275,18 @@ class ConversationIndex:
     refs: dict[int, str] = field(default_factory=dict)
     """Message id by short reference (``#N``), of the messages :meth:`add` indexed; those of the sealed epochs taken
     from their cards are in :attr:`_runs` (see :meth:`ref_id`)."""
-    authors: list[str] = field(default_factory=list)
-    """Per position: who wrote the message (a person's name, or ``assistant``)."""
+    authors: array[int] = field(default_factory=lambda: array("i"))
+    """Per position: who wrote the message (a person's name, or ``assistant``), as its place in :attr:`people`."""
+    unnamed: bytearray = field(default_factory=bytearray)
+    """Per position: 1 when the message names no author (its author is :data:`UNNAMED`'s for its role)."""
+    people: list[str] = field(default_factory=list)
+    """Every author, by the code :attr:`authors` holds."""
+    _codes: dict[str, int] = field(default_factory=dict)
     names: dict[str, set[str]] = field(default_factory=dict)
     """The authors a word names: each word of a person's name, and the names people address them by."""
-    written: dict[str, array[int]] = field(default_factory=dict)
-    """Per author: the positions of their messages, in thread order (the author field of the index). It and
-    :attr:`created` are arrays of machine numbers: a hundred thousand positions and times cost 1.2 MB, not 6."""
+    _written: dict[int, array[int]] = field(default_factory=dict)
+    """Per author's code: the positions of their messages, in thread order (the author field of the index), found
+    when a question first names them (:meth:`written`) and kept up to date from then on."""
     _capitalized: Counter[str] = field(default_factory=Counter)
     _vocative: Counter[tuple[str, str]] = field(default_factory=Counter)
     asked: set[int] = field(default_factory=set)
@@ -328,53 +340,60 @@ class ConversationIndex:
         was derived from the messages is not read (nor their terms held): the totals counted over them are given
         instead (:meth:`counted`), and their segment searched where it is stored (``lengths`` given)."""
         held = self.position
-        kept = [i for i, role in enumerate(cards.roles) if role != "-"]
+        roles = cards.roles
+        kept: Sequence[int] = list(itertools.compress(range(len(roles)), map("-".__ne__, roles)))
         if derived is not None:
             kept = [i for i in kept if derived[i] is not None]
-        indexed = held.keys() & cards.ids  # (messages an earlier epoch gave: one a compaction retained)
+        # (messages an earlier epoch gave, one a compaction retained: looked up in the index, not the index in them)
+        indexed = set(filter(held.__contains__, cards.ids))
         if indexed:
             kept = [i for i in kept if cards.ids[i] not in indexed]
-        if len(set(cards.ids[i] for i in kept)) < len(kept):  # (an id twice in one epoch: the first, as add takes)
-            kept = [i for n, i in enumerate(kept) if all(cards.ids[k] != cards.ids[i] for k in kept[:n])]
-        first = len(self.ids)
-        # (each column picked in one call: a long thread's cold worker adds a hundred thousand cards)
         ids = _picked(cards.ids, kept)
-        roles = ["user" if r == "u" else "assistant" for r in _picked(cards.roles, kept)]
+        if len(set(ids)) < len(kept):  # (an id twice in one epoch: the first, as add takes)
+            kept = [i for n, i in enumerate(kept) if all(cards.ids[k] != cards.ids[i] for k in kept[:n])]
+            ids = _picked(cards.ids, kept)
+        first = len(self.ids)
+        # (each column picked and mapped in one call, none a loop of Python here, a slice where the messages kept are
+        # a run of them (an epoch's own after its handoff and what it retained): a long thread's cold worker adds a
+        # hundred thousand cards)
+        if kept and kept[-1] - kept[0] + 1 == len(kept):
+            kept = range(kept[0], kept[-1] + 1)
+        letters = roles[kept.start:kept.stop] if isinstance(kept, range) else "".join(_picked(roles, kept))
         posters = _picked(cards.authors, kept)
-        authors = [a or UNNAMED[r] for a, r in zip(posters, roles, strict=True)]
-        changes = [change_target(ident) if ":" in ident else None for ident in ids]
-        positions = range(first, first + len(kept))
+        pairs = {pair: self._code((pair[0] or UNNAMED[_ROLE[pair[1]]])) for pair in set(zip(posters, letters))}
+        authors = array("i", map(pairs.__getitem__, zip(posters, letters)))
+        # (an edit or deletion notice's id holds a colon: only those are looked at)
+        changes = {k: change for k in itertools.compress(range(len(ids)), map(operator.contains, ids,
+                                                                               itertools.repeat(":")))
+                   if (change := change_target(ids[k])) is not None}
         if derived is None:
             self.authors.extend(authors)
             self.search.add_unread(_picked(lengths, kept))
         else:
-            self._derived_cards(authors, changes, [f for f in (derived[i] for i in kept) if f is not None],
+            self._derived_cards([self.people[code] for code in authors], [changes.get(k) for k in range(len(ids))],
+                                [f for f in (derived[i] for i in kept) if f is not None],
                                 _picked(lengths, kept) if lengths else None)
-        held.update(zip(ids, positions))
+        held.update(zip(ids, range(first, first + len(kept))))
         self.ids.extend(ids)
-        self.roles.extend(roles)
-        self.posters.extend(posters)
+        self.roles.extend(letters.encode())
+        self.unnamed.extend(map(operator.not_, posters))
         self.created.extend(_picked(cards.created, kept))
         self.tokens.extend(_picked(cards.tokens, kept))
         self.notes.extend(_picked(cards.notes, kept))
-        self.bodies.extend([None] * len(kept))
+        self.bodies.extend(itertools.repeat(None, len(kept)))
         if kept:  # (where they are stored, by epoch: a place each would cost a hundred thousand tuples)
+            refs = array("i", _picked(cards.refs, kept))
+            for k in changes:
+                refs[k] = 0
             self._runs.append(_Run(first, array("i", kept), tuple(cid for cid, _ in chain),
-                                   list(itertools.accumulate((count for _, count in chain), initial=0)),
-                                   array("i", (ref if ref and change is None else 0 for ref, change
-                                               in zip(_picked(cards.refs, kept), changes, strict=True)))))
-        written = self.written
-        for author, at in zip(authors, positions, strict=True):
-            found = written.get(author)
-            if found is None:
-                written[author] = array("i", (at,))
-            else:
-                found.append(at)
-        self.targets.extend(change[0] if change else ident for ident, change in zip(ids, changes, strict=True))
-        mapped = [-1] * len(cards.ids)
-        for i, at in zip(kept, positions):
-            mapped[i] = at
-        where.extend(mapped)
+                                   list(itertools.accumulate((count for _, count in chain), initial=0)), refs))
+        self._written.clear()  # (found again when a question names someone)
+        self.targets.extend(ids)
+        for k, change in changes.items():
+            self.targets[first + k] = change[0]
+        mapped = np.full(len(cards.ids), -1, dtype=np.int64)
+        mapped[slice(kept.start, kept.stop) if isinstance(kept, range) else kept] = np.arange(first, first + len(kept))
+        where.extend(mapped.tolist())
         return len(kept)
 
     def _derived_cards(self, authors: Sequence[str], changes: Sequence[tuple[str, str] | None],
@@ -395,7 +414,7 @@ class ConversationIndex:
                     self._vocatives(author, f)
                 elif f.capitalized:
                     capitalized.append(f.capitalized)
-            self.authors.append(author)
+            self.authors.append(self._code(author))
         self._capitalized.update(itertools.chain.from_iterable(capitalized))
         self.search.add_many([f.terms for f in found], lengths)
         self._terms += sum(len(f.terms) for f in found)
@@ -433,20 +452,50 @@ class ConversationIndex:
         if body is not None:
             self._body_bytes += message_bytes(body)
         self.ids.append(ident)
-        self.roles.append(role)
-        self.posters.append(poster)
+        self.roles.append(_LETTER[role])
+        self.unnamed.append(poster is None)
         self.created.append(created)
         self.tokens.append(tokens)
         self.notes.append(noted)
         self.bodies.append(body)
-        self.authors.append(author)
-        theirs = self.written.get(author)
-        if theirs is None:
-            self.written[author] = array("i", (at,))
-        else:
+        code = self._code(author)
+        self.authors.append(code)
+        theirs = self._written.get(code)
+        if theirs is not None:
             theirs.append(at)
         self.targets.append(change[0] if change else ident)
         return at
+
+    def _code(self, author: str) -> int:
+        """The code :attr:`authors` holds for ``author`` (a new one for a new author)."""
+        code = self._codes.get(author)
+        if code is None:
+            code = self._codes[author] = len(self.people)
+            self.people.append(author)
+        return code
+
+    def author(self, position: int) -> str:
+        """Who wrote the message at ``position`` (a person's name, or ``assistant``)."""
+        return self.people[self.authors[position]]
+
+    def role(self, position: int) -> str:
+        """The role of the message at ``position``: ``user`` or ``assistant``."""
+        return _ROLE[chr(self.roles[position])]
+
+    def poster(self, position: int) -> str | None:
+        """The author the message at ``position`` names (None: none)."""
+        return None if self.unnamed[position] else self.author(position)
+
+    def written(self, author: str) -> Sequence[int]:
+        """The positions of ``author``'s messages, in thread order (the author field of the index)."""
+        code = self._codes.get(author)
+        if code is None:
+            return ()
+        found = self._written.get(code)
+        if found is None:
+            codes = np.frombuffer(self.authors, dtype=np.int32) if len(self.authors) else np.zeros(0, np.int32)
+            found = self._written[code] = array("i", np.flatnonzero(codes == code).astype(np.int32).tobytes())
+        return found
 
     def placed(self, where: Sequence[int], chain: Sequence[tuple[str, int]]) -> None:
         """Note where the messages of a sealed epoch read whole are stored: ``where`` gives, per message of the epoch,
@@ -530,18 +579,17 @@ class ConversationIndex:
 
     def memory(self) -> int:
         """About what the index holds in memory, in bytes (see :data:`INDEX_MESSAGE_BYTES`), kept as messages are
-        added, bodies read and lines made, not counted again. Measured with tracemalloc (what dropping the index frees)
-        on the bench's chat threads (24 search terms a message, 1,745 words in all), built by a worker that starts
-        cold from the stored cards, their postings built in memory and the head epoch's 250 bodies held: 10,000
-        messages 9.7 MB against this estimate's 11.9 MB, 100,000 messages 98.7 MB against 106.2; with 2,000 bodies
-        read on top, 16.5 MB against 19.0 and 105.5 MB against 113.3. On 4,000 messages of 20 to 600 characters over
-        4,000 words, 1.05 to 1.17 times what they hold (``tests/test_recall_memory.py`` holds it within 0.8 to 1.3)."""
-        return (INDEX_MESSAGE_BYTES * len(self.ids) + INDEX_TERM_BYTES * self._terms
-                + VOCABULARY_BYTES * len(self.search.documents) + self._body_bytes + self._line_bytes)
+        added, postings read or built, bodies read and lines made, not counted again. Measured with tracemalloc (what
+        dropping the index frees) on a bench chat thread of 10,000 messages built by a worker that starts cold from the
+        stored cards, its postings then built in memory, the bodies it read let go: 3.80 MB (1.88 of it the search
+        index, estimated 1.84) against this estimate's 3.85 without the head epoch's bodies (the history cache holds
+        those too). On 1,000 to 8,000 messages of 20 to 600 characters over 4,000 words built from their stored cards,
+        1.07 to 1.17 times what they hold (``tests/test_recall_memory.py`` holds it within 0.8 to 1.3)."""
+        return INDEX_MESSAGE_BYTES * len(self.ids) + self.search.memory() + self._body_bytes + self._line_bytes
 
     def card(self, position: int) -> Card:
         """What the index holds of the message at ``position`` besides its text."""
-        return Card(self.ids[position], self.roles[position], self.posters[position], self.created[position],
+        return Card(self.ids[position], self.role(position), self.poster(position), self.created[position],
                     self.tokens[position])
 
     def body(self, position: int) -> Message:
@@ -563,7 +611,8 @@ class ConversationIndex:
 
     def _vocatives(self, author: str, found: Derived) -> None:
         # whom it answers: the last person before it (the assistant's replies in between address nobody)
-        before = next((a for a in reversed(self.authors[-4:]) if a not in (author, ASSISTANT)), None)
+        before = next((a for a in reversed([self.people[c] for c in self.authors[-4:]]) if a not in (author, ASSISTANT)),
+                      None)
         if before is None:
             return
         for word in found.vocatives:
@@ -603,7 +652,7 @@ class ConversationIndex:
         total = max(1, self.search.size)
         boost: dict[str, float] = {}
         for author in named:
-            count = len(self.written.get(author, ()))
+            count = len(self.written(author))
             if count:
                 boost[author] = author_gain(count, total)
         waiting = set(self.search.pending)
@@ -611,7 +660,8 @@ class ConversationIndex:
         dated: dict[int, float] = {}
         # per field matched, its messages nearest the field's edge first, with how far from it each was sent: a named
         # person's newest first, a day's and what came before an event latest first, what came after one earliest first
-        groups: list[list[int]] = [list(reversed(self.written[author])) for author in boost]
+        groups: list[list[int]] = [list(reversed(self.written(author))) for author in boost]
+        gains = {self._codes[author]: gain for author, gain in boost.items()}
         edges: list[tuple[float, bool]] = [(math.inf, False)] * len(groups)
         for start, end in sent:
             inside = [p for p, at in enumerate(self.created) if start <= at < end and p not in unsearchable]
@@ -626,7 +676,7 @@ class ConversationIndex:
             return list(ranked), []
 
         def gain_of(position: int) -> float:
-            return boost.get(self.authors[position], 0.0) + dated.get(position, 0.0)
+            return gains.get(self.authors[position], 0.0) + dated.get(position, 0.0)
 
         out = [(score + gain_of(position), position) for score, position in ranked]
         out.sort(key=lambda sp: (-sp[0], -sp[1]))
@@ -1598,7 +1648,7 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
     Step 1 (shown whatever its length) is the nearest message on each side and, when that one is the hit's author's
     own (people split a thought over several messages), also the next message by someone else: the reply to what
     matched, or what it answered. The rest are step 2 (shown only when short)."""
-    roles, authors = index.roles, index.authors
+    roles, authors = index.roles, index.authors  # (bytes and codes: compared as they are)
     author = authors[base]
     size = len(roles)
     out: list[tuple[int, int, int]] = []  # (step, distance, position)
@@ -1609,7 +1659,7 @@ def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
             # the other person's message after a run of the author's own is looked for past NEIGHBOURS
             if not 0 <= near < size or (found >= NEIGHBOURS and not own):
                 break
-            if roles[near] != "assistant":
+            if roles[near] != _ASSISTANT:
                 first_other = own and authors[near] != author
                 if found < NEIGHBOURS or first_other:
                     out.append((1 if not found or (first_other and found < NEIGHBOURS) else 2, abs(near - base), near))

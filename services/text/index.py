@@ -91,6 +91,12 @@ def length(terms: Sequence[str]) -> int:
     return max(1, len(terms))
 
 
+POSTING = "int32"
+"""A posting's numbers, its document's position and how often it holds the term, as machine integers of 4 bytes: 8 bytes
+a posting where 64-bit positions and float counts took 16 (a long thread's index holds millions). Scores are the same
+to the last bit: the counts are whole numbers, weighed in 64-bit floats."""
+
+
 def postings(documents: Iterable[tuple[int, Sequence[str]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The postings of ``documents`` (position, terms), given in position order: per term, the positions of the
     documents holding it and how often each holds it. The one rule a segment is made by, held in memory
@@ -103,7 +109,20 @@ def postings(documents: Iterable[tuple[int, Sequence[str]]]) -> dict[str, tuple[
                 held = found[term] = ([], [])
             held[0].append(p)
             held[1].append(n)
-    return {t: (np.asarray(ps, dtype=np.int64), np.asarray(ns, dtype=np.float64)) for t, (ps, ns) in found.items()}
+    return {t: (np.asarray(ps, dtype=POSTING), np.asarray(ns, dtype=POSTING)) for t, (ps, ns) in found.items()}
+
+
+ENTRY_BYTES = 300
+"""What a term's postings in a segment hold besides their numbers: the term's slot in the segment's map, the pair of
+arrays and each array's header (:meth:`TermIndex.memory`)."""
+VOCABULARY_BYTES = 120
+"""What a term of the index's vocabulary holds besides its postings: its slot and count in :attr:`TermIndex.documents`
+(the string is the documents' own)."""
+
+
+def held_bytes(found: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:
+    """What the postings ``found`` (by term) hold in memory."""
+    return sum(ps.nbytes + ns.nbytes for ps, ns in found.values()) + ENTRY_BYTES * len(found)
 
 
 class Unread(LookupError):
@@ -130,6 +149,12 @@ class _Segment:
     scaled: dict[str, np.ndarray] = field(default_factory=dict)
     """Term → ``B`` times the length of each document holding it: the part of its weights no document added or
     removed changes (a document's length is fixed when it is added)."""
+    held: int = 0
+    """What its arrays hold in memory, in bytes, kept as they are made (:meth:`TermIndex.memory`)."""
+
+    @classmethod
+    def made(cls, positions: np.ndarray, found: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Segment:
+        return cls(positions, found, held=positions.nbytes + held_bytes(found))
 
 
 @dataclass
@@ -159,6 +184,11 @@ class TermIndex:
     _vectors: Any = None
     """Per position, the document's vector (unit length, float32), once the first one is given."""
     _stale: int = 0
+    _kept: int = 0
+    _held_documents: int = 0
+    _held_terms: int = 0
+    """The documents whose terms are held, and their terms, summed (:meth:`memory`)."""
+    """The documents of the segments kept elsewhere, summed (a cold worker adopts hundreds, one at a time)."""
     """Removed documents still in a segment (they leave it at its next merge)."""
     _names: dict[str, _Segment] = field(default_factory=dict)
     """The segments kept elsewhere, by name (made again whenever they are not :attr:`stored`)."""
@@ -177,6 +207,8 @@ class TermIndex:
     def add(self, terms: Sequence[str]) -> int:
         """A new document, pending until :meth:`searchable`; its position."""
         self.terms.append(tuple(terms))
+        self._held_documents += 1
+        self._held_terms += len(terms)
         position = len(self.terms) - 1
         self._room()
         self._lengths[position] = length(terms)
@@ -190,6 +222,8 @@ class TermIndex:
         (:func:`length` of each), when known already."""
         first = len(self.terms)
         self.terms.extend(tuple(terms) for terms in documents)
+        self._held_documents += len(documents)
+        self._held_terms += sum(map(len, documents))
         self._room()
         if lengths is None:
             lengths = [length(terms) for terms in documents]
@@ -219,6 +253,8 @@ class TermIndex:
         """The terms of a document added without them (read from its message): counted already, held now."""
         if self.terms[position] is None:
             self.terms[position] = tuple(terms)
+            self._held_documents += 1
+            self._held_terms += len(terms)
 
     def _held(self, position: int) -> tuple[str, ...]:
         found = self.terms[position]
@@ -260,13 +296,13 @@ class TermIndex:
         return self._searchable()
 
     def _searchable(self) -> int:
-        return sum(len(s.positions) for s in (*self.segments, *self.stored)) - self._stale
+        return sum(len(s.positions) for s in self.segments) + self._kept - self._stale
 
     def adopt(self, name: str, where: Sequence[int]) -> int:
         """Make the pending documents ``where`` names (per document of a segment kept elsewhere under ``name``: its
         position here, -1 for none) searchable through that segment, without building one: their postings are read
         term by term as queries ask for them (:meth:`unread`, :meth:`take`). How many documents are searchable."""
-        mapped = np.asarray(where, dtype=np.int64)
+        mapped = np.asarray(where, dtype=POSTING)
         held = np.sort(mapped[mapped >= 0])
         chosen = set(held.tolist())
         pending = set(self.pending)
@@ -274,7 +310,8 @@ class TermIndex:
             raise ValueError(f"segment {name!r} names documents that are not pending")
         self.pending = [] if len(chosen) == len(pending) else [p for p in self.pending if p not in chosen]
         self._taken[held] = True
-        self.stored.append(_Segment(held, {}, stored=name, where=mapped))
+        self.stored.append(_Segment(held, {}, stored=name, where=mapped, held=held.nbytes + mapped.nbytes))
+        self._kept += len(held)
         return self._searchable()
 
     def unread(self, query: Iterable[str]) -> dict[str, list[str]]:
@@ -296,7 +333,8 @@ class TermIndex:
             positions = segment.where[np.asarray(offsets, dtype=np.int64)]
             live = positions >= 0
             if len(positions) and live.any():
-                segment.postings[term] = (positions[live], np.asarray(counts, dtype=np.float64)[live])
+                found_here = segment.postings[term] = (positions[live], np.asarray(counts, dtype=POSTING)[live])
+                segment.held += found_here[0].nbytes + found_here[1].nbytes + ENTRY_BYTES
         segment.read.update(read)
 
     def take_all(self, name: str, parts: Iterable[tuple[Sequence[str], Any, Any, Any]]) -> None:
@@ -305,7 +343,7 @@ class TermIndex:
         segment = self._stored(name)
         for terms, sizes, offsets, counts in parts:
             positions = segment.where[np.asarray(offsets, dtype=np.int64)]
-            counts = np.asarray(counts, dtype=np.float64)
+            counts = np.asarray(counts, dtype=POSTING)
             live = positions >= 0
             if not live.all():  # (a document indexed from an earlier segment: its postings are that one's)
                 starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -316,7 +354,9 @@ class TermIndex:
             for term, end in zip(terms, ends, strict=True):
                 if end > start:
                     segment.postings[term] = (positions[start:end], counts[start:end])
+                    segment.held += ENTRY_BYTES
                 start = end
+            segment.held += positions.nbytes + counts.nbytes  # (the terms' arrays are views of these)
             segment.read.update(terms)
         segment.whole = True
 
@@ -351,11 +391,14 @@ class TermIndex:
             merged = {term: (np.concatenate([p for p, _ in found]), np.concatenate([n for _, n in found]))
                       for term, found in parts.items()}
             positions = np.concatenate([s.positions for s in self.stored])
-            self.segments = [_Segment(positions, merged), *self.segments]
+            self.segments = [_Segment.made(positions, merged), *self.segments]
         else:
             positions = np.sort(np.concatenate([s.positions for s in self.stored])).tolist()
-            self.segments = [self._build(positions), *self.segments]
+            built = self._build(positions)
+            self._stale -= len(positions) - len(built.positions)  # (a removed document is not built in)
+            self.segments = [built, *self.segments]
         self.stored = []
+        self._kept = 0
         self._names = {}
 
     def whole(self) -> bool:
@@ -367,8 +410,11 @@ class TermIndex:
         terms, as :meth:`searchable` builds one."""
         segment = self._stored(name)
         self.stored = [s for s in self.stored if s is not segment]
+        self._kept -= len(segment.positions)
         self._names = {}
-        self.segments = [self._build(segment.positions.tolist()), *self.segments]
+        built = self._build(segment.positions.tolist())
+        self._stale -= len(segment.positions) - len(built.positions)  # (a removed document is not built in)
+        self.segments = [built, *self.segments]
 
     def indexing(self, ready: int) -> int:
         """How many documents :meth:`searchable` would index for ``ready`` new ones (its merges included): its cost."""
@@ -384,7 +430,7 @@ class TermIndex:
 
     def _build(self, positions: list[int]) -> _Segment:
         kept = sorted(p for p in positions if p not in self.removed)
-        return _Segment(np.asarray(kept, dtype=np.int64), postings((p, self._held(p)) for p in kept))
+        return _Segment.made(np.asarray(kept, dtype=np.int64), postings((p, self._held(p)) for p in kept))
 
     def _merged(self, before: _Segment, last: _Segment) -> _Segment:
         """Two segments as one, without their removed documents (``before`` holds the earlier positions)."""
@@ -399,7 +445,7 @@ class TermIndex:
             if len(ps):
                 postings[term] = (ps, ns)
         positions = np.concatenate([before.positions, last.positions])
-        return _Segment(positions[self._alive[positions]], postings)
+        return _Segment.made(positions[self._alive[positions]], postings)
 
     def hits(self, query: Sequence[str], *, limit: int | None = None, among: Any = None) -> tuple[Any, Any]:
         """``(scores, positions)`` (numpy) of the searchable documents that share a term with ``query``, best first
@@ -426,6 +472,8 @@ class TermIndex:
                         scaled = segment.scaled.get(term)
                         if scaled is None:
                             scaled = segment.scaled[term] = B * self._lengths[ps]
+                            segment.held += scaled.nbytes
+                        segment.held -= weighed[1].nbytes if weighed is not None else 0
                         # idf * ns / (K1 * (1 - B + B * length / average) + ns), the same operations in the same
                         # order (so the same scores to the last bit), in one array made here
                         norm = scaled / average
@@ -433,6 +481,7 @@ class TermIndex:
                         np.multiply(K1, norm, out=norm)
                         np.add(norm, ns, out=norm)
                         weighed = segment.weights[term] = (stamp, np.divide(idf * ns, norm, out=norm))
+                        segment.held += norm.nbytes
                     read_positions.append(ps)
                     read_weights.append(weighed[1])
         if not read_positions:
@@ -574,6 +623,14 @@ class TermIndex:
                 if self.documents[term] > 0:
                     weight[term] += math.log(1 + size / self.documents[term])
         return heapq.nlargest(terms, weight, key=weight.__getitem__)
+
+    def memory(self) -> int:
+        """About what the index holds in memory, in bytes: its segments' arrays as made (:attr:`_Segment.held`, with
+        :data:`ENTRY_BYTES` a term of each), the terms held (a slot a document, a tuple and a slot a term), the
+        vocabulary's counts and the per-document arrays."""
+        return (sum(s.held for s in self.segments) + sum(s.held for s in self.stored) + 8 * len(self.terms)
+                + 56 * self._held_documents + 8 * self._held_terms + VOCABULARY_BYTES * len(self.documents)
+                + len(self._alive) * 11 + (self._vectors.nbytes if self._vectors is not None else 0))
 
     @property
     def total_length(self) -> int:
