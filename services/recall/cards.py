@@ -23,12 +23,17 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from threadkeeper.persistence import Message
 
 from .derived import Derived, Unusable
 from .postings import numbers
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from .._numpy import np
 
 FORMAT = 2
 """The stored form's version: raise it when the form changes."""
@@ -54,17 +59,19 @@ class Card(NamedTuple):
 
 
 class Cards(NamedTuple):
-    """An epoch's cards, a list per field, one item per message of the epoch (role ``-``: one the index never
-    takes)."""
+    """An epoch's cards, a column per field, one item per message of the epoch (role ``-``: one the index never
+    takes); the numbers as numpy arrays (a cold worker takes them into its index as they are, a hundred thousand at a
+    time)."""
 
     ids: list[str]
     roles: str
     authors: list[str | None]
-    refs: list[int]
-    """0: none."""
-    created: list[float]
-    tokens: list[int]
-    notes: list[int]
+    refs: Any
+    """0: none (integers)."""
+    created: Any
+    """Unix times (64-bit floats)."""
+    tokens: Any
+    notes: Any
     """The tokens of each message's note (0: none): whether a line of it fits, known before its body is read."""
 
 
@@ -104,11 +111,14 @@ def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:
             raise Unusable(f"{len(lines) - 1} fields of cards, not 7")
         count = sum(n for _, n in chain)
         if not count:
-            return Cards([], "", [], [], [], [], [])
+            empty = np.zeros(0, dtype=np.int64)
+            return Cards([], "", [], empty, np.zeros(0), empty, empty)
         ids, roles, authors = lines[1].split("\t"), lines[2], lines[3].split("\t")
-        # (the integer columns parsed in one call each: a cold worker decodes the cards of every epoch)
-        cards = Cards(ids, roles, [a or None for a in authors], numbers(lines[4]).tolist(),
-                      [float(t) for t in lines[5].split(" ")], numbers(lines[6]).tolist(), numbers(lines[7]).tolist())
+        # (each number column parsed in one call: a cold worker decodes the cards of every epoch)
+        times = lines[5].split(" ")
+        cards = Cards(ids, roles, [a or None for a in authors], numbers(lines[4]),
+                      np.fromiter(map(float, times), dtype=np.float64, count=len(times)), numbers(lines[6]),
+                      numbers(lines[7]))
         if any(len(column) != count for column in cards) or not all(ids) or roles.strip("ua-"):
             raise Unusable(f"cards of {[len(column) for column in cards]} messages for {count}")
         return cards

@@ -161,6 +161,7 @@ _ROLE = {"u": "user", "a": "assistant"}
 """A role as an index's column and a stored card write it (a letter), and as a message names it."""
 _LETTER = {"user": ord("u"), "assistant": ord("a")}
 _ASSISTANT = ord("a")
+_DASH = ord("-")
 INDEX_MESSAGE_BYTES = 200
 LINE_BYTES = 300
 """What an index holds in memory (:meth:`ConversationIndex.memory`): per message, its card, its id's place in the
@@ -341,60 +342,65 @@ class ConversationIndex:
         instead (:meth:`counted`), and their segment searched where it is stored (``lengths`` given)."""
         held = self.position
         roles = cards.roles
-        kept: Sequence[int] = list(itertools.compress(range(len(roles)), map("-".__ne__, roles)))
+        size = len(roles)
+        # (each column picked and mapped in one call, none a loop of Python here, a slice where the messages kept are
+        # a run of them (an epoch's own after its handoff and what it retained): a long thread's cold worker adds a
+        # hundred thousand cards, two hundred and fifty an epoch)
+        letters = np.frombuffer(roles.encode(), dtype=np.uint8)
+        keep = letters != _DASH
         if derived is not None:
-            kept = [i for i in kept if derived[i] is not None]
+            keep &= np.fromiter(map(operator.is_not, derived, itertools.repeat(None)), dtype=bool, count=size)
         # (messages an earlier epoch gave, one a compaction retained: looked up in the index, not the index in them)
         indexed = set(filter(held.__contains__, cards.ids))
         if indexed:
-            kept = [i for i in kept if cards.ids[i] not in indexed]
-        ids = _picked(cards.ids, kept)
-        if len(set(ids)) < len(kept):  # (an id twice in one epoch: the first, as add takes)
-            kept = [i for n, i in enumerate(kept) if all(cards.ids[k] != cards.ids[i] for k in kept[:n])]
-            ids = _picked(cards.ids, kept)
+            keep[list(itertools.compress(range(size), map(indexed.__contains__, cards.ids)))] = False
+        kept = np.flatnonzero(keep)
+        count = len(kept)
+        pick: Any = slice(int(kept[0]), int(kept[-1]) + 1) if count and kept[-1] - kept[0] + 1 == count else kept
+        ids = cards.ids[pick] if isinstance(pick, slice) else _picked(cards.ids, kept.tolist())
+        if len(set(ids)) < count:  # (an id twice in one epoch: the first, as add takes)
+            firsts = dict(zip(reversed(ids), reversed(kept.tolist())))
+            kept = np.asarray(sorted(firsts.values()), dtype=np.int64)
+            count, pick = len(kept), kept
+            ids = _picked(cards.ids, kept.tolist())
         first = len(self.ids)
-        # (each column picked and mapped in one call, none a loop of Python here, a slice where the messages kept are
-        # a run of them (an epoch's own after its handoff and what it retained): a long thread's cold worker adds a
-        # hundred thousand cards)
-        if kept and kept[-1] - kept[0] + 1 == len(kept):
-            kept = range(kept[0], kept[-1] + 1)
-        letters = roles[kept.start:kept.stop] if isinstance(kept, range) else "".join(_picked(roles, kept))
-        posters = _picked(cards.authors, kept)
-        pairs = {pair: self._code((pair[0] or UNNAMED[_ROLE[pair[1]]])) for pair in set(zip(posters, letters))}
-        authors = array("i", map(pairs.__getitem__, zip(posters, letters)))
+        posters = cards.authors[pick] if isinstance(pick, slice) else _picked(cards.authors, kept.tolist())
+        picked_letters = letters[pick].tobytes().decode()
+        pairs = {pair: self._code((pair[0] or UNNAMED[_ROLE[pair[1]]])) for pair in set(zip(posters, picked_letters))}
+        authors = array("i", map(pairs.__getitem__, zip(posters, picked_letters)))
         # (an edit or deletion notice's id holds a colon: only those are looked at)
-        changes = {k: change for k in itertools.compress(range(len(ids)), map(operator.contains, ids,
-                                                                               itertools.repeat(":")))
+        changes = {k: change for k in itertools.compress(range(count), map(operator.contains, ids,
+                                                                           itertools.repeat(":")))
                    if (change := change_target(ids[k])) is not None}
         if derived is None:
             self.authors.extend(authors)
-            self.search.add_unread(_picked(lengths, kept))
+            self.search.add_unread(np.asarray(lengths)[pick])
         else:
-            self._derived_cards([self.people[code] for code in authors], [changes.get(k) for k in range(len(ids))],
-                                [f for f in (derived[i] for i in kept) if f is not None],
-                                _picked(lengths, kept) if lengths else None)
-        held.update(zip(ids, range(first, first + len(kept))))
+            self._derived_cards([self.people[code] for code in authors], [changes.get(k) for k in range(count)],
+                                [f for f in (derived[i] for i in kept.tolist()) if f is not None],
+                                np.asarray(lengths)[pick].tolist() if len(lengths) else None)
+        held.update(zip(ids, range(first, first + count)))
         self.ids.extend(ids)
-        self.roles.extend(letters.encode())
+        self.roles.extend(letters[pick].tobytes())
         self.unnamed.extend(map(operator.not_, posters))
-        self.created.extend(_picked(cards.created, kept))
-        self.tokens.extend(_picked(cards.tokens, kept))
-        self.notes.extend(_picked(cards.notes, kept))
-        self.bodies.extend(itertools.repeat(None, len(kept)))
-        if kept:  # (where they are stored, by epoch: a place each would cost a hundred thousand tuples)
-            refs = array("i", _picked(cards.refs, kept))
+        self.created.frombytes(np.asarray(cards.created, dtype=np.float64)[pick].tobytes())
+        self.tokens.frombytes(np.asarray(cards.tokens)[pick].astype(np.int32).tobytes())
+        self.notes.frombytes(np.asarray(cards.notes)[pick].astype(np.int32).tobytes())
+        self.bodies.extend(itertools.repeat(None, count))
+        if count:  # (where they are stored, by epoch: a place each would cost a hundred thousand tuples)
+            refs = array("i", np.asarray(cards.refs)[pick].astype(np.int32).tobytes())
             for k in changes:
                 refs[k] = 0
-            self._runs.append(_Run(first, array("i", kept), tuple(cid for cid, _ in chain),
-                                   list(itertools.accumulate((count for _, count in chain), initial=0)), refs))
+            self._runs.append(_Run(first, array("i", kept.astype(np.int32).tobytes()), tuple(cid for cid, _ in chain),
+                                   list(itertools.accumulate((n for _, n in chain), initial=0)), refs))
         self._written.clear()  # (found again when a question names someone)
         self.targets.extend(ids)
         for k, change in changes.items():
             self.targets[first + k] = change[0]
-        mapped = np.full(len(cards.ids), -1, dtype=np.int64)
-        mapped[slice(kept.start, kept.stop) if isinstance(kept, range) else kept] = np.arange(first, first + len(kept))
+        mapped = np.full(size, -1, dtype=np.int64)
+        mapped[pick] = np.arange(first, first + count)
         where.extend(mapped.tolist())
-        return len(kept)
+        return count
 
     def _derived_cards(self, authors: Sequence[str], changes: Sequence[tuple[str, str] | None],
                        found: Sequence[Derived], lengths: Sequence[int] | None) -> None:
@@ -1410,7 +1416,8 @@ def _uncounted(epochs: Sequence[tuple[str, Sequence[tuple[str, int]], bytes | No
             if header is None or held is None:
                 raise Unusable("not stored")
             cards = stored_cards.decode(held, chain)
-            form = stored_segment.decode_header(header, cards.ids, [role != "-" for role in cards.roles])
+            form = stored_segment.decode_header(header, cards.ids, np.frombuffer(cards.roles.encode(), dtype=np.uint8)
+                                                != _DASH)
         except Unusable as exc:
             log.debug("recall in %s: the cards or segment of epoch %s cannot be used without what was derived (%s)",
                       conversation_id, checkpoint_id, exc)

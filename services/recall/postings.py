@@ -74,8 +74,9 @@ class Stored(NamedTuple):
     terms: tuple[int, ...]
     """Per bucket, how many terms it holds (0: not stored)."""
     messages: int
-    lengths: tuple[int, ...] = ()
-    """Per message of the epoch, its document's length (0: one the index never takes)."""
+    lengths: Any = ()
+    """Per message of the epoch, its document's length (0: one the index never takes): integers, as read (a numpy
+    array)."""
 
     def fields(self, epoch: str, terms: Iterable[str]) -> dict[int, list[str]]:
         """The non-empty buckets that hold ``terms``, and which of them each holds."""
@@ -132,9 +133,9 @@ def numbers(text: str) -> Any:
     return found
 
 
-def decode_header(raw: bytes, ids: Sequence[str], taken: Sequence[bool]) -> Stored:
+def decode_header(raw: bytes, ids: Sequence[str], taken: Any) -> Stored:
     """The header :func:`encode` stored for the messages ``ids`` names, checked against which of them the index takes
-    (``taken``, per message: the same messages taken; their terms are those the header's rules derive, so their
+    (``taken``, per message, booleans or a boolean array: the same messages taken; their terms are those the header's rules derive, so their
     lengths are the header's); raises :class:`.derived.Unusable`, saying why, when it cannot be used."""
     try:
         first, lengths, counts = zlib.decompress(raw).decode().split("\n")
@@ -148,13 +149,12 @@ def decode_header(raw: bytes, ids: Sequence[str], taken: Sequence[bool]) -> Stor
         if len(found) != len(taken) or bool(
                 np.any((found == 0) == np.asarray(taken, dtype=bool)) or np.any(found < 0)):
             raise Unusable("its documents are not the messages the index takes")
-        held = tuple(found.tolist())
         if words[5:] != [str(buckets), str(int(np.count_nonzero(found))), str(int(found.sum()))]:
             raise Unusable(f"its counts disagree with its documents: {first[:80]!r}")
         terms = tuple(int(n) for n in counts.split(" "))
         if len(terms) != buckets or buckets < 1:
             raise Unusable(f"{len(terms)} bucket counts for {buckets} buckets")
-        return Stored(buckets, _tag(first), terms, len(ids), held)
+        return Stored(buckets, _tag(first), terms, len(ids), found)
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
 

@@ -241,7 +241,7 @@ class TermIndex:
         self.terms.extend(itertools.repeat(None, len(lengths)))
         self._room()
         self._lengths[first:len(self.terms)] = lengths
-        self._length += sum(lengths)
+        self._length += int(np.sum(lengths))
         self.pending.extend(range(first, len(self.terms)))
         return first
 
@@ -304,11 +304,16 @@ class TermIndex:
         term by term as queries ask for them (:meth:`unread`, :meth:`take`). How many documents are searchable."""
         mapped = np.asarray(where, dtype=POSTING)
         held = np.sort(mapped[mapped >= 0])
-        chosen = set(held.tolist())
-        pending = set(self.pending)
-        if not chosen <= pending:
-            raise ValueError(f"segment {name!r} names documents that are not pending")
-        self.pending = [] if len(chosen) == len(pending) else [p for p in self.pending if p not in chosen]
+        pending = self.pending
+        if len(held) == len(pending) and (not len(held) or (held[0] == pending[0] and held[-1] == pending[-1]
+                                                             and held[-1] - held[0] + 1 == len(held)
+                                                             and pending[-1] - pending[0] + 1 == len(pending))):
+            self.pending = []  # (every pending document, a run of positions: what a cold worker adopts, epoch by epoch)
+        else:
+            chosen = set(held.tolist())
+            if len(chosen) < len(held) or not chosen <= set(pending):
+                raise ValueError(f"segment {name!r} names documents that are not pending")
+            self.pending = [p for p in pending if p not in chosen]
         self._taken[held] = True
         self.stored.append(_Segment(held, {}, stored=name, where=mapped, held=held.nbytes + mapped.nbytes))
         self._kept += len(held)
