@@ -1144,7 +1144,7 @@ MUTANTS: list[Mutant] = [
            "        if stored is None or held is None:\n", "        if True:\n",
            ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
     Mutant("stored-cards-read-whatever-chain-they-name", "services/recall/cards.py",
-           "        if lines[0] != _header(chain):\n", "        if False:\n",
+           "        if first.decode() != _header(chain):\n", "        if False:\n",
            ("tests/test_recall.py", "-k", "cards_that_cannot and fakeredis")),
     Mutant("unusable-stored-cards-left-in-place", "services/recall/index.py",
            "                    made[epoch.cards is not None][stored_cards.field(checkpoint_id)] = held\n",
@@ -1196,7 +1196,7 @@ MUTANTS: list[Mutant] = [
            "        for _, near in _around(index, base):\n            out.append",
            ("tests/test_recall.py", "-k", "its_neighbours_that_may_be_shown")),
     Mutant("cards-without-the-notes-tokens", "services/recall/cards.py",
-           '" ".join(str(note_tokens(m)) for m in messages)', '" ".join("0" for m in messages)',
+           "np.asarray([note_tokens(m) for m in messages], dtype=\"<i4\")", "np.asarray([0 for m in messages], dtype=\"<i4\")",
            ("tests/test_recall.py", "-k", "reads_no_earlier_epoch_whole and fakeredis")),
     Mutant("a-segment-header-for-other-messages-used", "services/recall/postings.py",
            "np.any((found == 0) == np.asarray(taken, dtype=bool)) or np.any(found < 0)", "np.any(found < 0)",
@@ -1383,6 +1383,13 @@ MUTANTS: list[Mutant] = [
     Mutant("searchable-count-keeps-a-restored-segment", "services/text/index.py",
            "        self._kept -= len(segment.positions)\n", "",
            ("tests/test_search_index.py", "tests/test_recall.py", "-k", "restore or cannot")),
+    Mutant("cards-columns-read-from-one-offset", "services/recall/cards.py",
+           "            at += size * count\n", "",
+           ("tests/test_recall.py", "-k", "either_form")),
+    Mutant("cards-of-the-form-before-refused", "services/recall/cards.py",
+           "        if data.startswith(f\"tk-cards {TEXT_FORMAT} \".encode()):\n            return _text(data, chain, count)\n",
+           "",
+           ("tests/test_recall.py", "-k", "either_form")),
 ]
 
 

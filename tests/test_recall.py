@@ -1587,3 +1587,49 @@ async def test_an_epoch_sealed_while_no_worker_held_the_index_gets_its_segment_f
     index = reader.recall.loaded(CONV)
     assert index is not None and index.totalled and not decoded, "the totals read, nothing derived of the epochs"
     assert RECALL_HEADER in got.context[-1].text
+
+
+def _epoch_messages() -> list:  # type: ignore[type-arg]
+    """An epoch as stored: a handoff, people's messages (one unnamed), the assistant's reply, an edit's notice."""
+    messages = [msg("[handoff]", id="h1", handoff=True), msg("the ticket is OPS-4471", id="1700.000001", author="alice"),
+                msg("thanks", id="1700.000002", author=None), msg("noted", role="assistant", id="1700.000003", author=None),
+                msg("the ticket is OPS-4472", id="1700.000001:edit:e1", author="alice")]
+    return [m.model_copy(update={"ref": n + 40, "created_at": 1_700_000_000.123456 + n * 61.5, "note_tokens": [n],
+                                 "note": "a note" if n else None}) for n, m in enumerate(messages)]
+
+
+def test_an_epochs_cards_are_read_as_stored_in_either_form_and_refused_when_cut_short() -> None:
+    """An epoch's cards are stored with their numbers as machine numbers (read in one call a column) and read back
+    exactly: ids, roles (the handoff's never taken), authors (an unnamed message's none), references, times to the
+    last bit, tokens and notes' tokens. Cards stored in the form before (every column as text) are still read alike;
+    cards cut short or naming an author they do not list are refused."""
+    import zlib
+
+    from threadkeeper.services.recall import cards as stored_cards
+    from threadkeeper.services.recall.derived import Unusable, derive
+
+    messages = _epoch_messages()
+    chain = [("cp1", 2), ("cp2", 3)]
+    raw = stored_cards.encode(chain, messages, [derive(m) for m in messages])
+    assert raw is not None and zlib.decompress(raw).startswith(b"tk-cards 3 5 ")
+    text = "\n".join([stored_cards._header(chain, stored_cards.TEXT_FORMAT), "\t".join(m.id for m in messages),
+                      "-uua" + "u", "\t".join(m.author or "" for m in messages), " ".join(str(m.ref) for m in messages),
+                      " ".join(repr(m.created_at) for m in messages), " ".join(str(m.tokens) for m in messages),
+                      " ".join(str(stored_cards.note_tokens(m)) for m in messages)])
+    for stored in (raw, zlib.compress(text.encode())):
+        cards = stored_cards.decode(stored, chain)
+        assert cards.ids == [m.id for m in messages] and cards.roles == "-uuau"
+        assert cards.authors == ["U1", "alice", None, None, "alice"]
+        assert cards.refs.tolist() == [m.ref for m in messages]
+        assert cards.created.tolist() == [m.created_at for m in messages], "to the last bit"
+        assert cards.tokens.tolist() == [m.tokens for m in messages] and cards.notes.tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(Unusable):
+        stored_cards.decode(raw, [("cp1", 2), ("cp2", 4)])  # (another chain's)
+    data = zlib.decompress(raw)
+    with pytest.raises(Unusable):
+        stored_cards.decode(zlib.compress(data[:-3]), chain)  # (cut short)
+    head, ids, people, columns = data.split(b"\n", 3)
+    bad = bytearray(columns)
+    bad[5:9] = (7).to_bytes(4, "little")  # (the first message's author: the eighth of two listed)
+    with pytest.raises(Unusable):
+        stored_cards.decode(zlib.compress(b"\n".join([head, ids, people, bytes(bad)])), chain)

@@ -9,13 +9,16 @@ hash (:class:`persistence.EpochIndexStore`), field ``E:c`` for the epoch ending 
 starts cold reads them with what was derived and reads a message's body only when a turn shows it
 (:meth:`persistence.CheckpointStore.messages_in_place`).
 
-The stored form is compressed text, a column per field so it is read in a few splits: a header line
-``tk-cards <format> <messages> <chain digest>``, then the messages' ids (tab-separated), their roles (a letter each:
-``u`` a person's, ``a`` the assistant's, ``-`` one the index never takes), their authors (tab-separated, empty: none),
-their references, the times they were sent, their tokens and their notes' tokens (space-separated; 0: none). The chain digest names the
-epoch's checkpoints and how many messages each adds: completed checkpoints never change, so a chain names its messages
-for good, and cards made for another chain (another epoch, another format, a corrupt value) are not used: the epoch's
-messages are read and the cards made again, with one log line.
+The stored form is compressed, a column per field so a cold worker reads each in one call, never a message at a time:
+a header line ``tk-cards <format> <messages> <chain digest>``, a line of the messages' ids (tab-separated), a line of
+the epoch's authors (tab-separated, each once), then the columns as little-endian numbers: the roles (a letter each:
+``u`` a person's, ``a`` the assistant's, ``-`` one the index never takes), each message's author as its place in that
+line (4 bytes; -1: none), its reference (4 bytes; 0: none), when it was sent (an 8-byte float), its tokens and its
+note's tokens (4 bytes each; 0: none). Cards of the form before (format 2: every column as text, the numbers
+space-separated) are still read. The chain digest names the epoch's checkpoints and how many messages each adds:
+completed checkpoints never change, so a chain names its messages for good, and cards made for another chain (another
+epoch, an unknown format, a corrupt value) are not used: the epoch's messages are read and the cards made again, with
+one log line.
 """
 
 from __future__ import annotations
@@ -35,8 +38,12 @@ if TYPE_CHECKING:
 else:
     from .._numpy import np
 
-FORMAT = 2
+FORMAT = 3
 """The stored form's version: raise it when the form changes."""
+TEXT_FORMAT = 2
+"""The form before, every column as text: still read."""
+_COLUMNS = (("<i4", 4), ("<i4", 4), ("<f8", 8), ("<i4", 4), ("<i4", 4))
+"""After the roles' letters: the authors' places, references, times sent, tokens and notes' tokens, as stored."""
 
 
 def field(epoch: str) -> str:
@@ -78,9 +85,9 @@ class Cards(NamedTuple):
 _ROLES = {"user": "u", "assistant": "a"}
 
 
-def _header(chain: Sequence[tuple[str, int]]) -> str:
+def _header(chain: Sequence[tuple[str, int]], form: int = FORMAT) -> str:
     digest = hashlib.blake2b("\n".join(f"{cid} {n}" for cid, n in chain).encode(), digest_size=12).hexdigest()
-    return f"tk-cards {FORMAT} {sum(n for _, n in chain)} {digest}"
+    return f"tk-cards {form} {sum(n for _, n in chain)} {digest}"
 
 
 def encode(chain: Sequence[tuple[str, int]], messages: Sequence[Message], derived: Sequence[Derived | None],
@@ -90,37 +97,64 @@ def encode(chain: Sequence[tuple[str, int]], messages: Sequence[Message], derive
     if any(not m.id or any(c in f for f in (m.id, m.author or "") for c in "\t\n\r") for m in messages):
         return None
     taken = [found is not None for found in derived]
-    lines = [_header(chain), "\t".join(m.id for m in messages),
-             "".join(_ROLES.get(m.role, "-") if t else "-" for m, t in zip(messages, taken, strict=True)),
-             "\t".join(m.author or "" for m in messages),
-             " ".join(str(m.ref or 0) for m in messages),
-             " ".join(repr(m.created_at) for m in messages),
-             " ".join(str(m.tokens) for m in messages),
-             " ".join(str(note_tokens(m)) for m in messages)]
-    return zlib.compress("\n".join(lines).encode(), 1)
+    people = list(dict.fromkeys(m.author for m in messages if m.author))
+    place = {author: at for at, author in enumerate(people)}
+    roles = "".join(_ROLES.get(m.role, "-") if t else "-" for m, t in zip(messages, taken, strict=True))
+    columns = [np.asarray([place[m.author] if m.author else -1 for m in messages], dtype="<i4"),
+               np.asarray([m.ref or 0 for m in messages], dtype="<i4"),
+               np.asarray([m.created_at for m in messages], dtype="<f8"),
+               np.asarray([m.tokens for m in messages], dtype="<i4"),
+               np.asarray([note_tokens(m) for m in messages], dtype="<i4")]
+    head = "\n".join([_header(chain), "\t".join(m.id for m in messages), "\t".join(people), ""]).encode()
+    return zlib.compress(head + roles.encode() + b"".join(column.tobytes() for column in columns), 1)
 
 
 def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:
     """The cards :func:`encode` stored for the epoch of ``chain``; raises :class:`.derived.Unusable`, saying why, when
     they cannot be used (made for another chain or format, corrupt or cut short)."""
     try:
-        lines = zlib.decompress(raw).decode().split("\n")
-        if lines[0] != _header(chain):
-            raise Unusable(f"cards made otherwise: {lines[0][:80]!r}")
-        if len(lines) != 8:
-            raise Unusable(f"{len(lines) - 1} fields of cards, not 7")
+        data = zlib.decompress(raw)
         count = sum(n for _, n in chain)
+        if data.startswith(f"tk-cards {TEXT_FORMAT} ".encode()):
+            return _text(data, chain, count)
+        first, ids_line, people_line, columns = data.split(b"\n", 3)
+        if first.decode() != _header(chain):
+            raise Unusable(f"cards made otherwise: {first[:80].decode(errors='replace')!r}")
+        if len(columns) != count * (1 + sum(size for _, size in _COLUMNS)):
+            raise Unusable(f"{len(columns)} bytes of columns for {count} messages")
         if not count:
-            empty = np.zeros(0, dtype=np.int64)
-            return Cards([], "", [], empty, np.zeros(0), empty, empty)
-        ids, roles, authors = lines[1].split("\t"), lines[2], lines[3].split("\t")
-        # (each number column parsed in one call: a cold worker decodes the cards of every epoch)
-        times = lines[5].split(" ")
-        cards = Cards(ids, roles, [a or None for a in authors], numbers(lines[4]),
-                      np.fromiter(map(float, times), dtype=np.float64, count=len(times)), numbers(lines[6]),
-                      numbers(lines[7]))
-        if any(len(column) != count for column in cards) or not all(ids) or roles.strip("ua-"):
-            raise Unusable(f"cards of {[len(column) for column in cards]} messages for {count}")
-        return cards
+            return Cards([], "", [], *(np.zeros(0, dtype=kind) for kind, _ in _COLUMNS[1:]))
+        ids, roles = ids_line.decode().split("\t"), columns[:count].decode()
+        people: list[str | None] = [*people_line.decode().split("\t"), None] if people_line else [None]
+        numbers, at = [], count
+        for kind, size in _COLUMNS:  # (each column read as it is stored: no number parsed)
+            numbers.append(np.frombuffer(columns, dtype=kind, count=count, offset=at))
+            at += size * count
+        places = numbers[0]
+        if len(ids) != count or not all(ids) or roles.strip("ua-") or bool(
+                np.any(places < -1) or np.any(places >= len(people) - 1)):
+            raise Unusable(f"cards of {len(ids)} messages for {count}, or roles or authors unknown")
+        # (an author's place -1 reads the last item, None)
+        return Cards(ids, roles, list(map(people.__getitem__, places.tolist())), *numbers[1:])
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+
+
+def _text(data: bytes, chain: Sequence[tuple[str, int]], count: int) -> Cards:
+    """Cards of the form before (:data:`TEXT_FORMAT`): every column as text."""
+    lines = data.decode().split("\n")
+    if lines[0] != _header(chain, TEXT_FORMAT):
+        raise Unusable(f"cards made otherwise: {lines[0][:80]!r}")
+    if len(lines) != 8:
+        raise Unusable(f"{len(lines) - 1} fields of cards, not 7")
+    if not count:
+        empty = np.zeros(0, dtype=np.int64)
+        return Cards([], "", [], empty, np.zeros(0), empty, empty)
+    ids, roles, authors = lines[1].split("\t"), lines[2], lines[3].split("\t")
+    times = lines[5].split(" ")
+    cards = Cards(ids, roles, [a or None for a in authors], numbers(lines[4]),
+                  np.fromiter(map(float, times), dtype=np.float64, count=len(times)), numbers(lines[6]),
+                  numbers(lines[7]))
+    if any(len(column) != count for column in cards) or not all(ids) or roles.strip("ua-"):
+        raise Unusable(f"cards of {[len(column) for column in cards]} messages for {count}")
+    return cards
