@@ -1390,6 +1390,14 @@ MUTANTS: list[Mutant] = [
            "        if data.startswith(f\"tk-cards {TEXT_FORMAT} \".encode()):\n            return _text(data, chain, count)\n",
            "",
            ("tests/test_recall.py", "-k", "either_form")),
+    Mutant("cards-unnamed-authors-by-the-wrong-role", "services/recall/index.py",
+           "                for role, chosen in ((\"assistant\", ~named & assistant), (\"user\", ~named & ~assistant)):\n",
+           "                for role, chosen in ((\"user\", ~named & assistant), (\"assistant\", ~named & ~assistant)):\n",
+           ("tests/test_recall.py", "-k", "reads_what_each_epoch_gave and fakeredis")),
+    Mutant("cards-authors-at-their-epochs-places-unshifted", "services/recall/index.py",
+           "            codes = table[np.where(named, places + shift[pick], 0)]\n",
+           "            codes = table[np.where(named, places, 0)]\n",
+           ("tests/test_recall.py", "-k", "reads_what_each_epoch_gave and fakeredis")),
 ]
 
 

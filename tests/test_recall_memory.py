@@ -87,7 +87,7 @@ def test_an_index_estimates_the_memory_it_holds_within_a_stated_factor() -> None
 
         def build() -> ConversationIndex:
             index = ConversationIndex()
-            index.add_cards(stored_cards.decode(held, chain), stored_derived.decode(kept, ids), chain, [])
+            index.add_cards([(stored_cards.decode(held, chain), chain, ())], stored_derived.decode(kept, ids))
             index.search.searchable()
             for at in range(0, read * 4, 4):
                 index.took(at, Message.model_validate_json(stored[at]))

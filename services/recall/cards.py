@@ -80,6 +80,10 @@ class Cards(NamedTuple):
     tokens: Any
     notes: Any
     """The tokens of each message's note (0: none): whether a line of it fits, known before its body is read."""
+    people: tuple[str, ...] = ()
+    places: Any = None
+    """As stored (format 3): the epoch's authors, each once, and each message's author as its place among them (-1:
+    none), a numpy array: what :attr:`authors` lists, for whoever maps them at once. None: not stored so."""
 
 
 _ROLES = {"user": "u", "assistant": "a"}
@@ -123,9 +127,11 @@ def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:
         if len(columns) != count * (1 + sum(size for _, size in _COLUMNS)):
             raise Unusable(f"{len(columns)} bytes of columns for {count} messages")
         if not count:
-            return Cards([], "", [], *(np.zeros(0, dtype=kind) for kind, _ in _COLUMNS[1:]))
+            empty = np.zeros(0, dtype=np.int32)
+            return Cards([], "", [], empty, np.zeros(0), empty, empty, (), empty)
         ids, roles = ids_line.decode().split("\t"), columns[:count].decode()
-        people: list[str | None] = [*people_line.decode().split("\t"), None] if people_line else [None]
+        listed = tuple(people_line.decode().split("\t")) if people_line else ()
+        people: list[str | None] = [*listed, None]
         numbers, at = [], count
         for kind, size in _COLUMNS:  # (each column read as it is stored: no number parsed)
             numbers.append(np.frombuffer(columns, dtype=kind, count=count, offset=at))
@@ -135,7 +141,9 @@ def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:
                 np.any(places < -1) or np.any(places >= len(people) - 1)):
             raise Unusable(f"cards of {len(ids)} messages for {count}, or roles or authors unknown")
         # (an author's place -1 reads the last item, None)
-        return Cards(ids, roles, list(map(people.__getitem__, places.tolist())), *numbers[1:])
+        refs, created, tokens, notes = numbers[1:]
+        return Cards(ids, roles, list(map(people.__getitem__, places.tolist())), refs, created, tokens, notes, listed,
+                     places)
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
 
@@ -155,6 +163,6 @@ def _text(data: bytes, chain: Sequence[tuple[str, int]], count: int) -> Cards:
     cards = Cards(ids, roles, [a or None for a in authors], numbers(lines[4]),
                   np.fromiter(map(float, times), dtype=np.float64, count=len(times)), numbers(lines[6]),
                   numbers(lines[7]))
-    if any(len(column) != count for column in cards) or not all(ids) or roles.strip("ua-"):
-        raise Unusable(f"cards of {[len(column) for column in cards]} messages for {count}")
+    if any(len(column) != count for column in cards[:7]) or not all(ids) or roles.strip("ua-"):
+        raise Unusable(f"cards of {[len(column) for column in cards[:7]]} messages for {count}")
     return cards

@@ -170,6 +170,13 @@ it (:meth:`services.text.TermIndex.memory`: the postings it holds, the terms); p
 besides its characters; each body held as :func:`persistence.message_bytes` estimates it."""
 
 
+def _joined(epochs: Sequence[tuple[stored_cards.Cards, Sequence[tuple[str, int]], Any]]) -> tuple[Any, Any, Any, Any]:
+    """Every epoch's references, times, tokens and notes' tokens, each column as one array."""
+    refs, created, tokens, notes = ([np.asarray(getattr(c, name)) for c, _, _ in epochs]
+                                    for name in ("refs", "created", "tokens", "notes"))
+    return np.concatenate(refs), np.concatenate(created), np.concatenate(tokens), np.concatenate(notes)
+
+
 def _picked(column: Sequence[T], kept: Sequence[int]) -> list[T]:
     """The items of ``column`` at ``kept``, in one call (a slice when they are a range)."""
     if isinstance(kept, range):
@@ -332,75 +339,116 @@ class ConversationIndex:
             added += 1
         return added
 
-    def add_cards(self, cards: stored_cards.Cards, derived: Sequence[Derived | None] | None,
-                  chain: Sequence[tuple[str, int]], where: list[int], lengths: Sequence[int] = ()) -> int:
-        """Index an epoch's messages from their stored cards, without their bodies (read when shown, from where
-        ``chain``, the epoch's checkpoints and how many messages each adds, says they are), as :meth:`add` indexes
-        the messages, in bulk; ``where`` gets, per message, the position it took (-1: none). ``lengths``: per message,
-        its document's length as its epoch's stored segment holds it, when that was read. ``derived`` None: what
-        was derived from the messages is not read (nor their terms held): the totals counted over them are given
-        instead (:meth:`counted`), and their segment searched where it is stored (``lengths`` given)."""
+    def add_cards(self, epochs: Sequence[tuple[stored_cards.Cards, Sequence[tuple[str, int]], Any]],
+                  derived: Sequence[Derived | None] | None = None) -> list[Any]:
+        """Index sealed epochs' messages from their stored cards, without their bodies (read when shown, from where each
+        epoch's chain, its checkpoints and how many messages each adds, says they are), as :meth:`add` indexes the
+        messages, in bulk: ``epochs`` gives, oldest first, each epoch's cards, its chain and its documents' lengths as
+        its stored segment holds them (``()``: not read). ``derived``: what was derived from their messages, in
+        order; None: not read (nor their terms held): the totals counted over them are given instead
+        (:meth:`counted`), and each epoch's segment is searched where it is stored (its lengths given). Returns, per
+        epoch, the position each of its messages took (a numpy array; -1: none)."""
         held = self.position
-        roles = cards.roles
-        size = len(roles)
-        # (each column picked and mapped in one call, none a loop of Python here, a slice where the messages kept are
-        # a run of them (an epoch's own after its handoff and what it retained): a long thread's cold worker adds a
-        # hundred thousand cards, two hundred and fifty an epoch)
-        letters = np.frombuffer(roles.encode(), dtype=np.uint8)
+        if len(epochs) == 1:
+            cards = epochs[0][0]
+        else:  # (every column of every epoch at once: a cold worker adds hundreds of epochs, 250 messages each)
+            cards = stored_cards.Cards(list(itertools.chain.from_iterable(c.ids for c, _, _ in epochs)),
+                                       "".join(c.roles for c, _, _ in epochs),
+                                       list(itertools.chain.from_iterable(c.authors for c, _, _ in epochs)),
+                                       *_joined(epochs))
+        sizes = [len(c.roles) for c, _, _ in epochs]
+        offsets = list(itertools.accumulate(sizes, initial=0))
+        size = offsets[-1]
+        lengths = (np.concatenate([np.asarray(found) for _, _, found in epochs])
+                   if all(len(found) or not n for (_, _, found), n in zip(epochs, sizes, strict=True)) else None)
+        # (each column picked and mapped in one call, none a loop of Python here)
+        letters = np.frombuffer(cards.roles.encode(), dtype=np.uint8)
         keep = letters != _DASH
         if derived is not None:
             keep &= np.fromiter(map(operator.is_not, derived, itertools.repeat(None)), dtype=bool, count=size)
-        # (messages an earlier epoch gave, one a compaction retained: looked up in the index, not the index in them)
-        indexed = set(filter(held.__contains__, cards.ids))
-        if indexed:
-            keep[list(itertools.compress(range(size), map(indexed.__contains__, cards.ids)))] = False
-        kept = np.flatnonzero(keep)
-        count = len(kept)
-        pick: Any = slice(int(kept[0]), int(kept[-1]) + 1) if count and kept[-1] - kept[0] + 1 == count else kept
-        ids = cards.ids[pick] if isinstance(pick, slice) else _picked(cards.ids, kept.tolist())
-        if len(set(ids)) < count:  # (an id twice in one epoch: the first, as add takes)
-            firsts = dict(zip(reversed(ids), reversed(kept.tolist())))
-            kept = np.asarray(sorted(firsts.values()), dtype=np.int64)
-            count, pick = len(kept), kept
-            ids = _picked(cards.ids, kept.tolist())
+        # The first message of each id is added, once: a compaction's retained copies, in the next epoch, are not
+        # (nor a message this index holds already)
+        candidates = np.flatnonzero(keep).tolist()
+        named = _picked(cards.ids, candidates)
+        firsts: dict[str, int] = {}
+        flags: Iterable[bool] = map(operator.eq, map(firsts.setdefault, named, candidates), candidates)
+        if held:
+            flags = map(operator.and_, flags, map(operator.not_, map(held.__contains__, named)))
+        kept_list = list(itertools.compress(candidates, flags))
+        kept = np.asarray(kept_list, dtype=np.int64)
+        count = len(kept_list)
+        pick: Any = slice(kept_list[0], kept_list[-1] + 1) if count and kept_list[-1] - kept_list[0] + 1 == count \
+            else kept
+        ids = _picked(cards.ids, kept_list)
         first = len(self.ids)
-        posters = cards.authors[pick] if isinstance(pick, slice) else _picked(cards.authors, kept.tolist())
-        picked_letters = letters[pick].tobytes().decode()
-        pairs = {pair: self._code((pair[0] or UNNAMED[_ROLE[pair[1]]])) for pair in set(zip(posters, picked_letters))}
-        authors = array("i", map(pairs.__getitem__, zip(posters, picked_letters)))
+        authors, unnamed = self._authors_of(epochs, cards, letters, kept_list, pick)
         # (an edit or deletion notice's id holds a colon: only those are looked at)
         changes = {k: change for k in itertools.compress(range(count), map(operator.contains, ids,
                                                                            itertools.repeat(":")))
                    if (change := change_target(ids[k])) is not None}
         if derived is None:
+            if lengths is None:
+                raise ValueError("cards added without what was derived need their documents' lengths")
             self.authors.extend(authors)
-            self.search.add_unread(np.asarray(lengths)[pick])
+            self.search.add_unread(lengths[pick])
         else:
             self._derived_cards([self.people[code] for code in authors], [changes.get(k) for k in range(count)],
-                                [f for f in (derived[i] for i in kept.tolist()) if f is not None],
-                                np.asarray(lengths)[pick].tolist() if len(lengths) else None)
+                                [f for f in (derived[i] for i in kept_list) if f is not None],
+                                lengths[pick].tolist() if lengths is not None and len(lengths) else None)
         held.update(zip(ids, range(first, first + count)))
         self.ids.extend(ids)
         self.roles.extend(letters[pick].tobytes())
-        self.unnamed.extend(map(operator.not_, posters))
+        self.unnamed.extend(unnamed)
         self.created.frombytes(np.asarray(cards.created, dtype=np.float64)[pick].tobytes())
         self.tokens.frombytes(np.asarray(cards.tokens)[pick].astype(np.int32).tobytes())
         self.notes.frombytes(np.asarray(cards.notes)[pick].astype(np.int32).tobytes())
         self.bodies.extend(itertools.repeat(None, count))
-        if count:  # (where they are stored, by epoch: a place each would cost a hundred thousand tuples)
-            refs = array("i", np.asarray(cards.refs)[pick].astype(np.int32).tobytes())
-            for k in changes:
-                refs[k] = 0
-            self._runs.append(_Run(first, array("i", kept.astype(np.int32).tobytes()), tuple(cid for cid, _ in chain),
-                                   list(itertools.accumulate((n for _, n in chain), initial=0)), refs))
         self._written.clear()  # (found again when a question names someone)
         self.targets.extend(ids)
         for k, change in changes.items():
             self.targets[first + k] = change[0]
+        refs = np.asarray(cards.refs)[pick].astype(np.int32)
+        if changes:
+            refs[list(changes)] = 0
+        # per epoch: where its messages are stored, a run of positions (a place each would cost a hundred thousand
+        # tuples), and where each of its messages went
+        bounds = np.searchsorted(kept, offsets).tolist()
         mapped = np.full(size, -1, dtype=np.int64)
         mapped[pick] = np.arange(first, first + count)
-        where.extend(mapped.tolist())
-        return count
+        out = []
+        for (_, chain, _), start, end, low, high in zip(epochs, offsets, offsets[1:], bounds, bounds[1:], strict=False):
+            if high > low:
+                self._runs.append(_Run(first + low, array("i", (kept[low:high] - start).astype(np.int32).tobytes()),
+                                       tuple(map(operator.itemgetter(0), chain)),
+                                       list(itertools.accumulate(map(operator.itemgetter(1), chain), initial=0)),
+                                       array("i", refs[low:high].tobytes())))
+            out.append(mapped[start:end])
+        return out
+
+    def _authors_of(self, epochs: Sequence[tuple[stored_cards.Cards, Sequence[tuple[str, int]], Any]],
+                    cards: stored_cards.Cards, letters: Any, kept: list[int], pick: Any) -> tuple[array[int], bytes]:
+        """The authors' codes of the messages :meth:`add_cards` keeps (``kept`` of ``cards``, every epoch's columns at
+        once; ``pick``: the same as a slice or an array), and whether each names none. Mapped with numpy from each
+        epoch's list of its authors where they were stored so, else message by message."""
+        if all(c.places is not None for c, _, _ in epochs):
+            people = [author for c, _, _ in epochs for author in c.people]
+            # each epoch's places into one list of every epoch's people (-1 stays: none)
+            shift = np.repeat(np.asarray(list(itertools.accumulate((len(c.people) for c, _, _ in epochs), initial=0))
+                                         [:-1], dtype=np.int64), [len(c.roles) for c, _, _ in epochs])
+            places = np.concatenate([np.asarray(c.places, dtype=np.int64) for c, _, _ in epochs])[pick]
+            table = np.asarray([self._code(author) for author in people] or [0], dtype=np.int32)
+            named = places >= 0
+            codes = table[np.where(named, places + shift[pick], 0)]
+            if not named.all():  # (who wrote a message that names no author: its role says)
+                assistant = letters[pick] == _ASSISTANT
+                for role, chosen in (("assistant", ~named & assistant), ("user", ~named & ~assistant)):
+                    if chosen.any():
+                        codes[chosen] = self._code(UNNAMED[role])
+            return array("i", codes.tobytes()), (~named).astype(np.uint8).tobytes()
+        posters = _picked(cards.authors, kept)
+        picked_letters = letters[pick].tobytes().decode()
+        pairs = {pair: self._code((pair[0] or UNNAMED[_ROLE[pair[1]]])) for pair in set(zip(posters, picked_letters))}
+        return array("i", map(pairs.__getitem__, zip(posters, picked_letters))), bytes(map(operator.not_, posters))
 
     def _derived_cards(self, authors: Sequence[str], changes: Sequence[tuple[str, str] | None],
                        found: Sequence[Derived], lengths: Sequence[int] | None) -> None:
@@ -1476,21 +1524,38 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
     which nothing was stored, and for those for which what was stored could not be used."""
     made: tuple[dict[str, bytes], dict[str, bytes]] = ({}, {})
     last: Sequence[str] = ()
-    for at, epoch in enumerate(epochs):
+    start = 0
+    if counted is not None and prefix > 1 and all(e.taken is not None and e.taken.derived is None and
+                                                  e.taken.form is not None for e in epochs[:prefix]):
+        # the epochs the totals were counted over, taken from their cards at once (a cold worker's hundreds of them)
+        batch = [(e.taken.cards, e.chain, e.taken.form.lengths) for e in epochs[:prefix]
+                 if e.taken is not None and e.taken.form is not None]
+        placed = index.add_cards(batch)
+        index.search.adopt_all([(e.checkpoint_id, where) for e, where in zip(epochs[:prefix], placed, strict=True)])
+        for epoch in epochs[:prefix]:
+            assert epoch.taken is not None and epoch.taken.form is not None
+            index.forms[epoch.checkpoint_id] = epoch.taken.form
+            index.sealed.append((epoch.checkpoint_id, tuple(epoch.chain)))
+            last = epoch.taken.ids
+        settled(sum(len(e.taken.ids) for e in epochs[:prefix] if e.taken is not None))
+        start = prefix
+    for at, epoch in enumerate(epochs[start:], start=start):
         if counted is not None and at == prefix and not _counted_in(index, counted):
             return None
         checkpoint_id, stored, header = epoch.checkpoint_id, epoch.stored, epoch.header
         form: stored_segment.Stored | None = None
         derived: list[Derived | None] | None = None
-        where: list[int] = []
+        where: Any = []
         if epoch.taken is not None and epoch.taken.derived is None:  # (the totals counted over the epochs are used)
             ids, cards, form = epoch.taken.ids, epoch.taken.cards, epoch.taken.form
-            settled(index.add_cards(cards, None, epoch.chain, where, form.lengths if form is not None else ()))
+            where = index.add_cards([(cards, epoch.chain, form.lengths if form is not None else ())])[0]
+            settled(len(ids))
         elif epoch.taken is not None and epoch.taken.derived is not None:
             ids, cards, derived = epoch.taken.ids, epoch.taken.cards, epoch.taken.derived
             if cold and header is not None:
                 form = _header_of(checkpoint_id, header, ids, derived, unusable)
-            settled(index.add_cards(cards, derived, epoch.chain, where, form.lengths if form is not None else ()))
+            where = index.add_cards([(cards, epoch.chain, form.lengths if form is not None else ())], derived)[0]
+            settled(len(ids))
         else:
             messages = epoch.messages or []
             ids = [m.id for m in messages]

@@ -302,21 +302,28 @@ class TermIndex:
         """Make the pending documents ``where`` names (per document of a segment kept elsewhere under ``name``: its
         position here, -1 for none) searchable through that segment, without building one: their postings are read
         term by term as queries ask for them (:meth:`unread`, :meth:`take`). How many documents are searchable."""
-        mapped = np.asarray(where, dtype=POSTING)
-        held = np.sort(mapped[mapped >= 0])
+        return self.adopt_all([(name, where)])
+
+    def adopt_all(self, segments: Sequence[tuple[str, Any]]) -> int:
+        """:meth:`adopt` of each of ``segments`` (name, where), at once: a cold worker adopts hundreds."""
+        maps = [np.asarray(where, dtype=POSTING) for _, where in segments]
+        helds = [np.sort(mapped[mapped >= 0]) for mapped in maps]
+        every = np.concatenate(helds) if helds else np.zeros(0, dtype=POSTING)
         pending = self.pending
-        if len(held) == len(pending) and (not len(held) or (held[0] == pending[0] and held[-1] == pending[-1]
-                                                             and held[-1] - held[0] + 1 == len(held)
-                                                             and pending[-1] - pending[0] + 1 == len(pending))):
-            self.pending = []  # (every pending document, a run of positions: what a cold worker adopts, epoch by epoch)
+        if len(every) == len(pending) and (not len(every) or (
+                every[0] == pending[0] and every[-1] == pending[-1] and bool(np.all(np.diff(every) == 1))
+                and pending[-1] - pending[0] + 1 == len(pending))):
+            self.pending = []  # (every pending document, a run of positions: what a cold worker adopts)
         else:
-            chosen = set(held.tolist())
-            if len(chosen) < len(held) or not chosen <= set(pending):
-                raise ValueError(f"segment {name!r} names documents that are not pending")
+            chosen = set(every.tolist())
+            if len(chosen) < len(every) or not chosen <= set(pending):
+                raise ValueError(f"segments {[name for name, _ in segments][:3]!r} name documents that are not "
+                                 "pending, or one twice")
             self.pending = [p for p in pending if p not in chosen]
-        self._taken[held] = True
-        self.stored.append(_Segment(held, {}, stored=name, where=mapped, held=held.nbytes + mapped.nbytes))
-        self._kept += len(held)
+        self._taken[every] = True
+        for (name, _), mapped, held in zip(segments, maps, helds, strict=True):
+            self.stored.append(_Segment(held, {}, stored=name, where=mapped, held=held.nbytes + mapped.nbytes))
+        self._kept += len(every)
         return self._searchable()
 
     def unread(self, query: Iterable[str]) -> dict[str, list[str]]:
