@@ -1398,6 +1398,9 @@ MUTANTS: list[Mutant] = [
            "            codes = table[np.where(named, places + shift[pick], 0)]\n",
            "            codes = table[np.where(named, places, 0)]\n",
            ("tests/test_recall.py", "-k", "reads_what_each_epoch_gave and fakeredis")),
+    Mutant("neighbours-kept-from-one-search-to-the-next", "services/recall/index.py",
+           "                if index is not None:\n                    index.near.clear()\n", "",
+           ("tests/test_recall.py", "-k", "neighbour")),
 ]
 
 

@@ -1633,3 +1633,20 @@ def test_an_epochs_cards_are_read_as_stored_in_either_form_and_refused_when_cut_
     bad[5:9] = (7).to_bytes(4, "little")  # (the first message's author: the eighth of two listed)
     with pytest.raises(Unusable):
         stored_cards.decode(zlib.compress(b"\n".join([head, ids, people, bytes(bad)])), chain)
+
+
+async def test_a_hits_neighbours_are_found_in_each_search_not_kept_from_the_last(model, prefix, client) -> None:
+    """A search finds each hit's neighbours once (the bodies it reads and the choice both ask) and lets them go when
+    it ends: a reply that came after the hit, the thread's last message when it was first found, is shown with it
+    by the next search."""
+    p = _pipeline(prefix, client)
+    await _thread(p, [*_filler(6), "the kestrel sighting was at the north pier"])
+    history = await p.checkpoints.load_history(CONV)
+    first = await p.recall.search(CONV, history, [], ["kestrel"], 3_000)
+    index = p.recall.loaded(CONV)
+    assert index is not None and not index.near, "let go when the search ends"
+    hit = index.position[first.ids[-1]]
+    assert first.ids[-1] == index.ids[hit] and hit == index.size - 1 - sum(r == ord("a") for r in index.roles[hit:])
+    p.recall.observe(CONV, [msg("yes, saw it too around noon", id="1700.999999", author="bob")])
+    second = await p.recall.search(CONV, history, [], ["kestrel"], 3_000)
+    assert "1700.999999" in second.ids and "1700.999999" not in first.ids, "the reply after the hit, its neighbour"

@@ -317,6 +317,9 @@ class ConversationIndex:
     """The estimated memory of :attr:`lines`."""
     _placed: set[int] = field(default_factory=set)
     """The positions whose body is held and whose place is known: those :meth:`shed` lets go."""
+    near: dict[int, list[int]] = field(default_factory=dict)
+    """During a search (nothing changes the index meanwhile): each hit's neighbours found so far (:func:`_neighbours`),
+    let go when it ends."""
 
     def add(self, messages: Sequence[Message], derived: Sequence[Derived | None] | None = None, *,
             where: list[int] | None = None) -> int:
@@ -1154,9 +1157,14 @@ class Recall:
         if history is None or not query or cap_tokens <= 64:
             return Recalled([], "", 0)
         async with self._lock(conversation_id):  # nothing changes the index while it is searched
-            return await self._search(conversation_id, history, context, query, cap_tokens, notes=notes, keep=keep,
-                                      header=header, widen=widen, named=named, sent=sent, events=events,
-                                      focus_tokens=focus_tokens, meaning=meaning)
+            try:
+                return await self._search(conversation_id, history, context, query, cap_tokens, notes=notes,
+                                          keep=keep, header=header, widen=widen, named=named, sent=sent,
+                                          events=events, focus_tokens=focus_tokens, meaning=meaning)
+            finally:
+                index = self._indexes.get(conversation_id) or self._unkept.get(conversation_id)
+                if index is not None:
+                    index.near.clear()
 
     async def _search(self, conversation_id: str, history: History, context: Sequence[Message], query: Sequence[str],
                       cap_tokens: int, *, notes: Notes | None, keep: Callable[[Card], bool] | None, header: str,
@@ -1707,9 +1715,14 @@ def _shown(index: ConversationIndex, ranked: Iterable[tuple[float, int]], held: 
 
 def _neighbours(index: ConversationIndex, base: int) -> list[int]:
     """The positions of the messages shown with the hit at ``base`` when there is room, nearest first: those
-    :func:`_around` gives, further out only short ones (the replies around what matched, not whole exchanges)."""
-    tokens = index.tokens
-    return [near for step, near in _around(index, base) if step == 1 or tokens[near] <= SHORT_TOKENS]
+    :func:`_around` gives, further out only short ones (the replies around what matched, not whole exchanges). Found
+    once a search (:attr:`ConversationIndex.near`): the bodies to read and the choice both ask."""
+    found = index.near.get(base)
+    if found is None:
+        tokens = index.tokens
+        found = index.near[base] = [near for step, near in _around(index, base)
+                                    if step == 1 or tokens[near] <= SHORT_TOKENS]
+    return found
 
 
 def _around(index: ConversationIndex, base: int) -> list[tuple[int, int]]:
