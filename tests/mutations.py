@@ -1401,6 +1401,9 @@ MUTANTS: list[Mutant] = [
     Mutant("neighbours-kept-from-one-search-to-the-next", "services/recall/index.py",
            "                if index is not None:\n                    index.near.clear()\n", "",
            ("tests/test_recall.py", "-k", "neighbour")),
+    Mutant("cards-say-no-edit-notices", "services/recall/cards.py",
+           "listed, places, b\":\" in ids_line)", "listed, places, False)",
+           ("tests/test_recall.py", "-k", "edit and fakeredis")),
 ]
 
 

@@ -364,6 +364,10 @@ async def test_edited_messages_are_recalled_as_they_read_now_and_deleted_ones_ne
     text = report.context[-1].text
     assert "2025-06-30" in text and "(edited)" in text and "2025-03-31" not in text
     assert "eu-west-3" not in text and "1700.000001" not in report.context[-1].source_ids
+    cold = _pipeline(prefix, client)  # (a worker that starts cold: the edit's and deletion's notices from the cards)
+    again = await cold.context(CONV, arriving=[cold.message("when does the vendor contract renew? and "
+                                                            "where is the staging cluster?")])
+    assert again.context[-1].text == text
 
 
 async def test_a_message_recalled_before_its_edit_is_recalled_as_it_reads_after_it(model, prefix, client) -> None:
@@ -1619,7 +1623,7 @@ def test_an_epochs_cards_are_read_as_stored_in_either_form_and_refused_when_cut_
     for stored in (raw, zlib.compress(text.encode())):
         cards = stored_cards.decode(stored, chain)
         assert cards.ids == [m.id for m in messages] and cards.roles == "-uuau"
-        assert cards.authors == ["U1", "alice", None, None, "alice"]
+        assert stored_cards.posters(cards) == ["U1", "alice", None, None, "alice"]
         assert cards.refs.tolist() == [m.ref for m in messages]
         assert cards.created.tolist() == [m.created_at for m in messages], "to the last bit"
         assert cards.tokens.tolist() == [m.tokens for m in messages] and cards.notes.tolist() == [0, 1, 2, 3, 4]

@@ -72,7 +72,9 @@ class Cards(NamedTuple):
 
     ids: list[str]
     roles: str
-    authors: list[str | None]
+    authors: list[str | None] | None
+    """Each message's author as written (None: none); None when they are read from :attr:`places` instead
+    (:func:`posters` gives them either way)."""
     refs: Any
     """0: none (integers)."""
     created: Any
@@ -84,6 +86,9 @@ class Cards(NamedTuple):
     places: Any = None
     """As stored (format 3): the epoch's authors, each once, and each message's author as its place among them (-1:
     none), a numpy array: what :attr:`authors` lists, for whoever maps them at once. None: not stored so."""
+    notices: bool = True
+    """Whether an id may be an edit's or a deletion's notice (one holds a colon; False: none does, known from the
+    stored line of ids at once)."""
 
 
 _ROLES = {"user": "u", "assistant": "a"}
@@ -131,21 +136,26 @@ def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:
             return Cards([], "", [], empty, np.zeros(0), empty, empty, (), empty)
         ids, roles = ids_line.decode().split("\t"), columns[:count].decode()
         listed = tuple(people_line.decode().split("\t")) if people_line else ()
-        people: list[str | None] = [*listed, None]
         numbers, at = [], count
         for kind, size in _COLUMNS:  # (each column read as it is stored: no number parsed)
             numbers.append(np.frombuffer(columns, dtype=kind, count=count, offset=at))
             at += size * count
         places = numbers[0]
         if len(ids) != count or not all(ids) or roles.strip("ua-") or bool(
-                np.any(places < -1) or np.any(places >= len(people) - 1)):
+                np.any(places < -1) or np.any(places >= len(listed))):
             raise Unusable(f"cards of {len(ids)} messages for {count}, or roles or authors unknown")
-        # (an author's place -1 reads the last item, None)
         refs, created, tokens, notes = numbers[1:]
-        return Cards(ids, roles, list(map(people.__getitem__, places.tolist())), refs, created, tokens, notes, listed,
-                     places)
+        return Cards(ids, roles, None, refs, created, tokens, notes, listed, places, b":" in ids_line)
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+
+
+def posters(cards: Cards) -> list[str | None]:
+    """Each message's author as written (None: none)."""
+    if cards.authors is not None:
+        return cards.authors
+    people: list[str | None] = [*cards.people, None]  # (a place -1 reads the last item: none)
+    return list(map(people.__getitem__, cards.places.tolist()))
 
 
 def _text(data: bytes, chain: Sequence[tuple[str, int]], count: int) -> Cards:
@@ -160,9 +170,8 @@ def _text(data: bytes, chain: Sequence[tuple[str, int]], count: int) -> Cards:
         return Cards([], "", [], empty, np.zeros(0), empty, empty)
     ids, roles, authors = lines[1].split("\t"), lines[2], lines[3].split("\t")
     times = lines[5].split(" ")
-    cards = Cards(ids, roles, [a or None for a in authors], numbers(lines[4]),
-                  np.fromiter(map(float, times), dtype=np.float64, count=len(times)), numbers(lines[6]),
-                  numbers(lines[7]))
-    if any(len(column) != count for column in cards[:7]) or not all(ids) or roles.strip("ua-"):
-        raise Unusable(f"cards of {[len(column) for column in cards[:7]]} messages for {count}")
-    return cards
+    columns = [ids, roles, [a or None for a in authors], numbers(lines[4]),
+               np.fromiter(map(float, times), dtype=np.float64, count=len(times)), numbers(lines[6]), numbers(lines[7])]
+    if any(len(column) != count for column in columns) or not all(ids) or roles.strip("ua-"):
+        raise Unusable(f"cards of {[len(column) for column in columns]} messages for {count}")
+    return Cards(*columns)

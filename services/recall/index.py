@@ -357,8 +357,7 @@ class ConversationIndex:
         else:  # (every column of every epoch at once: a cold worker adds hundreds of epochs, 250 messages each)
             cards = stored_cards.Cards(list(itertools.chain.from_iterable(c.ids for c, _, _ in epochs)),
                                        "".join(c.roles for c, _, _ in epochs),
-                                       list(itertools.chain.from_iterable(c.authors for c, _, _ in epochs)),
-                                       *_joined(epochs))
+                                       None, *_joined(epochs))
         sizes = [len(c.roles) for c, _, _ in epochs]
         offsets = list(itertools.accumulate(sizes, initial=0))
         size = offsets[-1]
@@ -382,13 +381,13 @@ class ConversationIndex:
         count = len(kept_list)
         pick: Any = slice(kept_list[0], kept_list[-1] + 1) if count and kept_list[-1] - kept_list[0] + 1 == count \
             else kept
-        ids = _picked(cards.ids, kept_list)
+        ids = named if count == len(candidates) else _picked(cards.ids, kept_list)
         first = len(self.ids)
         authors, unnamed = self._authors_of(epochs, cards, letters, kept_list, pick)
         # (an edit or deletion notice's id holds a colon: only those are looked at)
         changes = {k: change for k in itertools.compress(range(count), map(operator.contains, ids,
                                                                            itertools.repeat(":")))
-                   if (change := change_target(ids[k])) is not None}
+                   if (change := change_target(ids[k])) is not None} if any(c.notices for c, _, _ in epochs) else {}
         if derived is None:
             if lengths is None:
                 raise ValueError("cards added without what was derived need their documents' lengths")
@@ -448,7 +447,7 @@ class ConversationIndex:
                     if chosen.any():
                         codes[chosen] = self._code(UNNAMED[role])
             return array("i", codes.tobytes()), (~named).astype(np.uint8).tobytes()
-        posters = _picked(cards.authors, kept)
+        posters = _picked(list(itertools.chain.from_iterable(stored_cards.posters(c) for c, _, _ in epochs)), kept)
         picked_letters = letters[pick].tobytes().decode()
         pairs = {pair: self._code((pair[0] or UNNAMED[_ROLE[pair[1]]])) for pair in set(zip(posters, picked_letters))}
         return array("i", map(pairs.__getitem__, zip(posters, picked_letters))), bytes(map(operator.not_, posters))
@@ -1162,7 +1161,7 @@ class Recall:
                                           keep=keep, header=header, widen=widen, named=named, sent=sent,
                                           events=events, focus_tokens=focus_tokens, meaning=meaning)
             finally:
-                index = self._indexes.get(conversation_id) or self._unkept.get(conversation_id)
+                index = self.loaded(conversation_id) or self._unkept.get(conversation_id)
                 if index is not None:
                     index.near.clear()
 
