@@ -1067,7 +1067,8 @@ MUTANTS: list[Mutant] = [
            "in (\"may\", \"mar\", \"march\") and not name[0].isupper()", "in ()",
            ("tests/test_recall.py", "-k", "names_days")),
     Mutant("stored-epoch-segment-never-searched", "services/recall/index.py",
-           "            index.search.adopt(checkpoint_id, where)\n", "            pass\n",
+           "        index.search.adopt_all([(e.checkpoint_id, where) for e, where in zip(epochs[:prefix], placed, strict=True)])\n",
+           "        pass\n",
            ("tests/test_recall.py", "-k", "stored_segment_reading_only and fakeredis")),
     Mutant("stored-postings-scored-at-their-offsets", "services/text/index.py",
            "            positions = segment.where[np.asarray(offsets, dtype=np.int64)]\n            live = positions >= 0\n",
@@ -1395,8 +1396,8 @@ MUTANTS: list[Mutant] = [
            "                for role, chosen in ((\"user\", ~named & assistant), (\"assistant\", ~named & ~assistant)):\n",
            ("tests/test_recall.py", "-k", "reads_what_each_epoch_gave and fakeredis")),
     Mutant("cards-authors-at-their-epochs-places-unshifted", "services/recall/index.py",
-           "            codes = table[np.where(named, places + shift[pick], 0)]\n",
-           "            codes = table[np.where(named, places, 0)]\n",
+           "            listed = np.where(named, places + shift[pick], 0)\n",
+           "            listed = np.where(named, places, 0)\n",
            ("tests/test_recall.py", "-k", "reads_what_each_epoch_gave and fakeredis")),
     Mutant("neighbours-kept-from-one-search-to-the-next", "services/recall/index.py",
            "                if index is not None:\n                    index.near.clear()\n", "",
@@ -1404,6 +1405,9 @@ MUTANTS: list[Mutant] = [
     Mutant("cards-say-no-edit-notices", "services/recall/cards.py",
            "listed, places, b\":\" in ids_line)", "listed, places, False)",
            ("tests/test_recall.py", "-k", "edit and fakeredis")),
+    Mutant("cards-index-knows-every-listed-author", "services/recall/index.py",
+           "            for at in np.unique(listed[named]).tolist():", "            for at in range(len(people)):",
+           ("tests/test_recall.py", "-k", "only_the_authors")),
 ]
 
 

@@ -1033,8 +1033,9 @@ async def test_a_cold_workers_first_question_decodes_many_epochs_postings_in_a_t
     assert found.text == on_loop.text and "garden plan" in found.text
 
 
+@pytest.mark.parametrize("totals", [True, False], ids=["totals", "no-totals"])
 async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_when_a_turn_may_show_it(
-        model, prefix, client, monkeypatch) -> None:
+        model, prefix, client, monkeypatch, totals: bool) -> None:
     """Whoever derives a sealed epoch also stores its messages' cards (id, role, author, reference, when sent, tokens).
     A worker that starts cold indexes the earlier epochs from their cards and what was derived, reads none of them
     whole, and reads a message's body only when a turn may show it (the best candidates and their neighbours, each
@@ -1048,6 +1049,9 @@ async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_
     key = ConversationKeys(prefix, CONV).recall
     stored = await client.hgetall(key)
     assert len(sealed) >= 3 and {f"{e.id}:c".encode() for e in sealed} <= set(stored), "each sealed epoch's cards"
+    if not totals:  # (each epoch then taken from its cards and what was derived from it, one at a time)
+        await client.hdel(key, "totals")
+        stored.pop(b"totals")
     reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
     builder.recall.epochs = None
     store = reader.recall.checkpoints
@@ -1081,7 +1085,10 @@ async def test_a_cold_worker_reads_no_earlier_epoch_whole_and_reads_a_body_only_
     _same_index(index, built)
     unread = {index.ids[at] for at in index.placed_positions() if index.bodies[at] is None}
     assert unread and not unread & shown, "what was shown was read"
-    assert await client.hgetall(key) == stored, "read, not written again"
+    now = await client.hgetall(key)
+    if not totals:  # (the totals are stored by the worker that counted them)
+        assert now.pop(b"totals")
+    assert now == stored, "read, not written again"
 
 
 async def _recalled_as_derived_anew(prefix, client, caplog):  # type: ignore[no-untyped-def]
@@ -1654,3 +1661,24 @@ async def test_a_hits_neighbours_are_found_in_each_search_not_kept_from_the_last
     p.recall.observe(CONV, [msg("yes, saw it too around noon", id="1700.999999", author="bob")])
     second = await p.recall.search(CONV, history, [], ["kestrel"], 3_000)
     assert "1700.999999" in second.ids and "1700.999999" not in first.ids, "the reply after the hit, its neighbour"
+
+
+def test_an_index_built_from_cards_knows_only_the_authors_of_the_messages_it_took() -> None:
+    """A sealed epoch's stored list of authors also names those of messages the index never takes (a handoff, a
+    deletion's notice): an index built from the cards knows only the authors of the messages it took, as one built
+    from the messages does."""
+    from threadkeeper.services.recall import cards as stored_cards
+    from threadkeeper.services.recall.derived import derive
+
+    messages = [msg("[handoff]", id="h1", author="compactor", handoff=True),
+                msg("the ticket is OPS-4471", id="1700.000001", author="alice"),
+                msg("thanks", id="1700.000002", author="bob")]
+    found = [derive(m) for m in messages]
+    chain = [("cp1", len(messages))]
+    raw = stored_cards.encode(chain, messages, found)
+    assert raw is not None
+    from_cards, from_messages = ConversationIndex(), ConversationIndex()
+    from_cards.add_cards([(stored_cards.decode(raw, chain), chain, ())], found)
+    from_messages.add(messages)
+    assert sorted(from_cards.people) == sorted(from_messages.people) == ["alice", "bob"]
+    assert [from_cards.author(p) for p in range(2)] == ["alice", "bob"]

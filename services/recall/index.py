@@ -438,9 +438,12 @@ class ConversationIndex:
             shift = np.repeat(np.asarray(list(itertools.accumulate((len(c.people) for c, _, _ in epochs), initial=0))
                                          [:-1], dtype=np.int64), [len(c.roles) for c, _, _ in epochs])
             places = np.concatenate([np.asarray(c.places, dtype=np.int64) for c, _, _ in epochs])[pick]
-            table = np.asarray([self._code(author) for author in people] or [0], dtype=np.int32)
             named = places >= 0
-            codes = table[np.where(named, places + shift[pick], 0)]
+            listed = np.where(named, places + shift[pick], 0)
+            table = np.zeros(max(1, len(people)), dtype=np.int32)
+            for at in np.unique(listed[named]).tolist():  # (only the authors of the messages kept are the index's)
+                table[at] = self._code(people[at])
+            codes = table[listed]
             if not named.all():  # (who wrote a message that names no author: its role says)
                 assistant = letters[pick] == _ASSISTANT
                 for role, chosen in (("assistant", ~named & assistant), ("user", ~named & ~assistant)):
