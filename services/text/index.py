@@ -184,12 +184,12 @@ class TermIndex:
     _vectors: Any = None
     """Per position, the document's vector (unit length, float32), once the first one is given."""
     _stale: int = 0
+    """Removed documents still in a segment (they leave it at its next merge)."""
     _kept: int = 0
+    """The documents of the segments kept elsewhere, summed (a cold worker adopts hundreds)."""
     _held_documents: int = 0
     _held_terms: int = 0
     """The documents whose terms are held, and their terms, summed (:meth:`memory`)."""
-    """The documents of the segments kept elsewhere, summed (a cold worker adopts hundreds, one at a time)."""
-    """Removed documents still in a segment (they leave it at its next merge)."""
     _names: dict[str, _Segment] = field(default_factory=dict)
     """The segments kept elsewhere, by name (made again whenever they are not :attr:`stored`)."""
 
