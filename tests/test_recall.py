@@ -982,6 +982,39 @@ async def test_a_cold_worker_whose_direct_hits_cannot_fit_still_shows_the_widene
     assert got.context[-1].text == expected.context[-1].text
 
 
+async def test_a_cold_workers_first_turn_builds_the_sealed_epochs_in_memory_after_its_reply(model, prefix,
+                                                                                           client) -> None:
+    """A worker that starts cold searches the sealed epochs where they are stored for its first turn; once that turn's
+    reply is out, it builds them in memory, so its next turn reads no postings and builds nothing before it answers;
+    what it recalls stays what a worker that read every message recalls."""
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    await reader.submit(CONV, QUESTIONS[1], author="carol", id="1800.000001")
+    await reader.run(CONV)
+    index = reader.recall.loaded(CONV)
+    assert index is not None and index.totalled and not index.search.stored and index.search.segments, \
+        "built in memory after the reply"
+    read: list[list[str]] = []
+    stored = reader.recall.epochs
+    assert stored is not None
+    get = stored.get
+
+    async def counted(conversation_id: str, fields: list[str]) -> dict[str, bytes]:
+        read.append(fields)
+        return await get(conversation_id, fields)
+
+    stored.get = counted  # type: ignore[method-assign]
+    built: list[int] = []
+    build = index.search.build_stored
+    index.search.build_stored = lambda: (built.append(1), build())[1]  # type: ignore[method-assign]
+    got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
+    expected = await builder.context(CONV, arriving=[builder.message(QUESTIONS[0], author="carol")])
+    assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+    assert reader.recall.loaded(CONV) is index and not read and not built, "the next turn reads and builds nothing"
+
+
 def _on_the_loop(monkeypatch, module, name: str) -> list[bool]:  # type: ignore[no-untyped-def]
     """Whether each call of ``module.name`` ran on the main thread (the event loop's), in order."""
     import threading

@@ -16,6 +16,7 @@ from threadkeeper.persistence import Message, TextPart
 from threadkeeper.services.recall import RECALL_HEADER, ConversationIndex
 from threadkeeper.services.recall import cards as stored_cards
 from threadkeeper.services.recall import derived as stored_derived
+from threadkeeper.services.recall.index import INDEX_MESSAGE_BYTES
 
 
 @pytest.fixture
@@ -173,3 +174,115 @@ async def test_the_least_recently_used_index_goes_and_one_over_the_room_is_not_k
     expected = await holder.context(CONV, arriving=[holder.message(QUESTIONS[1], author="carol")])
     assert p.recall.loaded(CONV) is None, "over the room alone: not kept"
     assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+
+
+async def test_a_worker_rotating_over_more_threads_than_its_room_keeps_the_same_indexes(model, prefix, client,
+                                                                                         monkeypatch) -> None:
+    """Four threads taken in turn by a worker whose room holds two of their indexes: the two it kept first stay and
+    answer every round from memory, the other two are built for their turns and not kept (least recently used alone
+    would build every index every round and keep none when its thread comes again); a thread then asked more often
+    than a kept one takes that one's room."""
+    from threadkeeper.services.recall import index as module
+
+    threads = [f"{CONV}-r{i}" for i in range(4)]
+    p = _pipeline(prefix, client)
+    said = iter(range(1, 10_000))
+
+    async def turn(cid: str) -> None:
+        await p.submit(cid, f"what about the ferries, {next(said)}?", author="carol", id=f"1800.{next(said):06d}")
+        await p.run(cid)
+
+    for cid in threads:  # (each thread's own messages, and its index built once with room for all)
+        for i in range(20):
+            await p.submit(cid, f"ferry timetable {i} for {cid} and the harbour", author="dana", id=f"1700.{i:06d}")
+            await p.run(cid)
+    sizes = [index.memory() for cid in threads if (index := p.recall.loaded(cid)) is not None]
+    assert len(sizes) == 4
+    # room for two indexes as they grow over the turns below, not for three (the history cache's share left out)
+    monkeypatch.setattr(type(p.checkpoints), "cached_bytes", property(lambda _: 0))
+    p.recall.max_bytes = int(2.8 * max(sizes))
+    built: list[str] = []
+
+    class Counted(module.ConversationIndex):
+        def __init__(self) -> None:
+            super().__init__()
+            built.append("")
+
+    monkeypatch.setattr(module, "ConversationIndex", Counted)
+    p.recall._indexes.clear()  # (a worker that holds none of them, as after a restart)
+    p.recall._uses.clear()
+    for cid in threads:
+        await turn(cid)
+    kept = [cid for cid in threads if p.recall.loaded(cid) is not None]
+    assert kept == threads[:2], kept
+    for _ in range(3):
+        built.clear()
+        for cid in threads:
+            await turn(cid)
+        assert [cid for cid in threads if p.recall.loaded(cid) is not None] == kept, "the same ones stay"
+        assert len(built) == 2, "only the two not kept are built again"
+    for _ in range(3):  # (the fourth thread, now asked more often than the others)
+        await turn(threads[3])
+    assert p.recall.loaded(threads[3]) is not None, "asked more often: it takes a room"
+    assert sum(p.recall.loaded(cid) is not None for cid in threads[:2]) == 1
+    assert all(index.memory() < p.recall.max_bytes / 2 for cid in threads if (index := p.recall.loaded(cid)))
+
+
+async def test_an_index_held_through_compactions_counts_and_lets_go_of_the_bodies_each_fork_sealed(model, prefix,
+                                                                                                  client) -> None:
+    """The head's bodies are the history cache's, counted there: an index counts a message's body once a fork
+    sealed it, and can then let it go (read again from where it is stored when a turn shows it), where it held every
+    body it was given for as long as it was kept; what it recalls stays the same."""
+    p, holder = _pipeline(prefix, client), _pipeline(prefix, client)
+    await _epochs_thread(p)
+    index = p.recall.loaded(CONV)
+    assert index is not None
+    head = {m.id for m in (await p.checkpoints.load_history(CONV)).messages}
+    sealed = [at for at, body in enumerate(index.bodies) if body is not None and index.ids[at] not in head]
+    assert sealed and index._body_bytes > 0, "bodies sealed by the forks, counted"
+    assert index._head_bytes > 0 and index.memory() == INDEX_MESSAGE_BYTES * index.size + index.ids.memory() + \
+        index.search.memory() + index._body_bytes + index._line_bytes, "the head's bodies not counted"
+    index.shed()
+    assert index._body_bytes == 0
+    assert {index.ids[at] for at, body in enumerate(index.bodies) if body is not None} <= head, \
+        "every sealed body let go (the head's are the history cache's)"
+    for question in QUESTIONS:
+        got = await p.context(CONV, arriving=[p.message(question, author="carol")])
+        expected = await holder.context(CONV, arriving=[holder.message(question, author="carol")])
+        assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
+
+
+async def test_a_thread_used_often_long_ago_gives_way_to_one_used_now(model, prefix, client, monkeypatch) -> None:
+    """The uses that decide which index keeps the room weigh recent ones most (every count halved each
+    :data:`USES_WINDOW` uses): a thread asked six times, then another asked again and again, takes its room within
+    four turns (counting every use alike, it would take seven)."""
+    from threadkeeper.services.recall import index as module
+
+    threads = [f"{CONV}-old", f"{CONV}-new"]
+    p = _pipeline(prefix, client)
+    said = iter(range(1, 10_000))
+
+    async def turn(cid: str) -> None:
+        await p.submit(cid, f"what about the ferries, {next(said)}?", author="carol", id=f"1800.{next(said):06d}")
+        await p.run(cid)
+
+    for cid in threads:
+        for i in range(20):
+            await p.submit(cid, f"ferry timetable {i} for {cid} and the harbour", author="dana", id=f"1700.{i:06d}")
+            await p.run(cid)
+    sizes = [index.memory() for cid in threads if (index := p.recall.loaded(cid)) is not None]
+    monkeypatch.setattr(type(p.checkpoints), "cached_bytes", property(lambda _: 0))
+    monkeypatch.setattr(module, "USES_WINDOW", 4)
+    p.recall.max_bytes = int(1.6 * max(sizes))
+    p.recall._indexes.clear()
+    p.recall._uses.clear()
+    p.recall._counted = 0
+    for _ in range(6):
+        await turn(threads[0])
+    assert p.recall.loaded(threads[0]) is not None
+    taken = 0
+    while p.recall.loaded(threads[1]) is None and taken < 10:
+        await turn(threads[1])
+        taken += 1
+    assert p.recall.loaded(threads[1]) is not None and p.recall.loaded(threads[0]) is None
+    assert taken <= 4, taken

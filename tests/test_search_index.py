@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from threadkeeper.services.text import TermIndex, search_terms
+from threadkeeper.services.text.index import Packed
 
 WORDS = ("cluster staging deploy rollback ticket outage billing region service friday drill pager rota budget "
          "invoice kestrel falcon osprey gateway latency").split()
@@ -79,6 +80,29 @@ def test_one_segment_scores_as_bm25s_does() -> None:
     assert np.allclose(ours, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_term_held_hundreds_of_times_by_one_document_scores_as_bm25s_does_and_merges_with_the_rest() -> None:
+    """A segment keeps its counts in a byte each while every one fits; one holding a term 300 times keeps them wider,
+    and scores and merges the same."""
+    corpus = _corpus(120, seed=5)
+    corpus[40] = ["kestrel"] * 300 + ["cluster"]
+    index = TermIndex()
+    for terms in corpus[:60]:
+        index.add(terms)
+    index.searchable()
+    for terms in corpus[60:]:
+        index.add(terms)
+    index.searchable()
+    assert [s.postings.counts.dtype.itemsize for s in index.segments if isinstance(s.postings, Packed)] == [4]
+    reference = bm25s.BM25()
+    reference.index(corpus, show_progress=False)
+    for query in (["kestrel"], ["kestrel", "cluster", "latency"]):
+        ours = np.zeros(len(corpus))
+        scores, positions = index.hits(query)
+        ours[positions] = scores
+        assert np.allclose(ours, reference.get_scores(query), rtol=1e-5, atol=1e-6)
+        assert int(positions[0]) == 40 or query != ["kestrel"]
+
+
 def test_documents_whose_terms_are_not_held_score_through_their_stored_postings_as_if_built_from_terms() -> None:
     """Documents added by their lengths alone (the totals of their terms counted elsewhere) are searched through
     segments kept elsewhere: by the postings read for a question's terms, then by every posting once all are read,
@@ -131,8 +155,9 @@ def test_documents_whose_terms_are_not_held_score_through_their_stored_postings_
     assert not unheld.stored and len(unheld.segments) == 1 and None in unheld.terms
     gc.collect()
     assert not any(ref() for ref in read), "the segments kept elsewhere, and the buckets read for them, let go"
-    assert all(p.base is None and n.base is None for p, n in unheld.segments[0].postings.values()), \
-        "each term's postings its own arrays, not views that keep a read bucket's alive"
+    packed = unheld.segments[0].postings
+    assert isinstance(packed, Packed) and packed.positions.base is None and packed.counts.base is None, \
+        "the postings in arrays of their own, not views that keep a read bucket's alive"
     for query in (["kestrel", "region"], ["gateway"], ["budget", "pager", "osprey"]):
         assert unheld.scores(query) == built.scores(query)
         assert unheld.holding(query) == [p for p, terms in enumerate(corpus) if set(query) <= set(terms)]

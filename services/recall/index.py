@@ -96,6 +96,7 @@ from . import postings as stored_segment
 from . import totals as stored_totals
 from .cards import Card, note_tokens
 from .derived import Derived, Unusable, change_target, decode, derive, encode, terms_of
+from .ids import Ids, Positions, Targets
 
 if TYPE_CHECKING:
     import numpy as np
@@ -162,12 +163,17 @@ _ROLE = {"u": "user", "a": "assistant"}
 _LETTER = {"user": ord("u"), "assistant": ord("a")}
 _ASSISTANT = ord("a")
 _DASH = ord("-")
-INDEX_MESSAGE_BYTES = 200
+USES_WINDOW = 1_000
+"""How many uses of the indexes (a turn's sync brings an index up to a new history: one use) are counted before every
+conversation's count is halved: what decides which index stays when a new one needs the room (:meth:`Recall._evict`)
+weighs recent use most."""
+INDEX_MESSAGE_BYTES = 40
 LINE_BYTES = 300
-"""What an index holds in memory (:meth:`ConversationIndex.memory`): per message, its card, its id's place in the
-position map, where it is stored, its slots in the per-position arrays (200 bytes); its search index as that counts
-it (:meth:`services.text.TermIndex.memory`: the postings it holds, the terms); per recalled line kept made, 300 bytes
-besides its characters; each body held as :func:`persistence.message_bytes` estimates it."""
+"""What an index holds in memory (:meth:`ConversationIndex.memory`): per message, its card, where it is stored, its
+slots in the per-position arrays (40 bytes), and its id as the packed ids count it (:meth:`.ids.Ids.memory`); its
+search index as that counts it (:meth:`services.text.TermIndex.memory`: the postings it holds, the terms); per recalled
+line kept made, 300 bytes besides its characters; each body held but the head's as :func:`persistence.message_bytes`
+estimates it."""
 
 
 def _joined(epochs: Sequence[tuple[stored_cards.Cards, Sequence[tuple[str, int]], Any]]) -> tuple[Any, Any, Any, Any]:
@@ -242,8 +248,8 @@ class _Run(NamedTuple):
 class ConversationIndex:
     """One conversation's recall index: every message seen, in thread order, searchable once folded."""
 
-    ids: list[str] = field(default_factory=list)
-    """Per position: the message's id. With the columns below, what the index holds of it besides its text (its
+    ids: Ids = field(default_factory=Ids)
+    """Per position: the message's id, packed (:class:`.ids.Ids`, which also finds an id's position). With the columns below, what the index holds of it besides its text (its
     card): its role, its author, when it was sent and its tokens. They are arrays of machine numbers, a byte to a few
     a message (:meth:`role`, :meth:`author`, :meth:`poster` read them): a cold worker's index of a long thread takes
     hundreds of thousands of them at once, and as Python objects each would cost a list slot, some an object of
@@ -264,9 +270,8 @@ class ConversationIndex:
     _runs: list[_Run] = field(default_factory=list)
     """Per sealed epoch taken from its cards (:meth:`add_cards`), in position order: where its messages are stored
     and their short references, 4 bytes a message each instead of a map entry each (:meth:`place`, :meth:`ref_id`)."""
-    targets: list[str] = field(default_factory=list)
-    """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
-    position: dict[str, int] = field(default_factory=dict)
+    _changed: dict[int, str] = field(default_factory=dict)
+    """Per position of an edit notice: the id of the message it edits, which a hit on it stands for (:meth:`target`)."""
     search: TermIndex = field(default_factory=TermIndex)
     """The messages' search terms, by position; one pending is not searchable yet (its message was still in the
     context when last asked)."""
@@ -312,7 +317,12 @@ class ConversationIndex:
     _terms: int = 0
     """The search terms of the messages indexed, summed."""
     _body_bytes: int = 0
-    """The estimated memory of the bodies held (:func:`persistence.message_bytes`)."""
+    """The estimated memory of the bodies held (:func:`persistence.message_bytes`), but the head's."""
+    _head: list[int] = field(default_factory=list)
+    """The positions of the messages added from the head's history (since its last fork), whose bodies are the
+    history cache's (:class:`persistence.CheckpointStore`), counted there, not in :meth:`memory`, until a fork seals
+    them (:meth:`seal_head`)."""
+    _head_bytes: int = 0
     _line_bytes: int = 0
     """The estimated memory of :attr:`lines`."""
     _placed: set[int] = field(default_factory=set)
@@ -322,12 +332,13 @@ class ConversationIndex:
     let go when it ends."""
 
     def add(self, messages: Sequence[Message], derived: Sequence[Derived | None] | None = None, *,
-            where: list[int] | None = None) -> int:
+            where: list[int] | None = None, head: bool = False) -> int:
         """Index the messages not indexed yet, in order; ``derived``: what :func:`derive` gives each of them (read
-        from where it was stored), else derived here. ``where`` gets, per message, the position it took (-1: none)."""
+        from where it was stored), else derived here. ``where`` gets, per message, the position it took (-1: none).
+        ``head``: they are the head's, their bodies the history cache's (see :attr:`_head`)."""
         added = 0
         for i, m in enumerate(messages):
-            if m.id in self.position:
+            if self.ids.find(m.id) >= 0:
                 if where is not None:
                     where.append(-1)
                 continue
@@ -336,7 +347,7 @@ class ConversationIndex:
                 if where is not None:
                     where.append(-1)
                 continue
-            at = self._put(m.id, m.role, m.author, m.ref, m.created_at, m.tokens, note_tokens(m), m, found)
+            at = self._put(m.id, m.role, m.author, m.ref, m.created_at, m.tokens, note_tokens(m), m, found, head)
             if where is not None:
                 where.append(at)
             added += 1
@@ -351,7 +362,7 @@ class ConversationIndex:
         order; None: not read (nor their terms held): the totals counted over them are given instead
         (:meth:`counted`), and each epoch's segment is searched where it is stored (its lengths given). Returns, per
         epoch, the position each of its messages took (a numpy array; -1: none)."""
-        held = self.position
+        held = self.ids
         if len(epochs) == 1:
             cards = epochs[0][0]
         else:  # (every column of every epoch at once: a cold worker adds hundreds of epochs, 250 messages each)
@@ -375,7 +386,7 @@ class ConversationIndex:
         firsts: dict[str, int] = {}
         flags: Iterable[bool] = map(operator.eq, map(firsts.setdefault, named, candidates), candidates)
         if held:
-            flags = map(operator.and_, flags, map(operator.not_, map(held.__contains__, named)))
+            flags = map(operator.and_, flags, map((-1).__eq__, map(held.find, named)))
         kept_list = list(itertools.compress(candidates, flags))
         kept = np.asarray(kept_list, dtype=np.int64)
         count = len(kept_list)
@@ -397,7 +408,6 @@ class ConversationIndex:
             self._derived_cards([self.people[code] for code in authors], [changes.get(k) for k in range(count)],
                                 [f for f in (derived[i] for i in kept_list) if f is not None],
                                 lengths[pick].tolist() if lengths is not None and len(lengths) else None)
-        held.update(zip(ids, range(first, first + count)))
         self.ids.extend(ids)
         self.roles.extend(letters[pick].tobytes())
         self.unnamed.extend(unnamed)
@@ -406,9 +416,8 @@ class ConversationIndex:
         self.notes.frombytes(np.asarray(cards.notes)[pick].astype(np.int32).tobytes())
         self.bodies.extend(itertools.repeat(None, count))
         self._written.clear()  # (found again when a question names someone)
-        self.targets.extend(ids)
         for k, change in changes.items():
-            self.targets[first + k] = change[0]
+            self._changed[first + k] = change[0]
         refs = np.asarray(cards.refs)[pick].astype(np.int32)
         if changes:
             refs[list(changes)] = 0
@@ -499,18 +508,21 @@ class ConversationIndex:
             self.search.fill(position, terms_of(self.body(position).text))
 
     def _put(self, ident: str, role: str, poster: str | None, ref: int | None, created: float, tokens: int,
-             noted: int, body: Message | None, found: Derived) -> int:
+             noted: int, body: Message | None, found: Derived, head: bool = False) -> int:
         change = change_target(ident)
         if ref and change is None:
             self.refs[ref] = ident
         author = poster or UNNAMED[role]
         if change is None:
             self._learn_names(author, found)
-        at = self.position[ident] = self.search.add(found.terms)
+        at = self.search.add(found.terms)
         self._terms += len(found.terms)
-        if body is not None:
+        if body is not None and head:
+            self._head.append(at)
+            self._head_bytes += message_bytes(body)
+        elif body is not None:
             self._body_bytes += message_bytes(body)
-        self.ids.append(ident)
+        self.ids.append(ident)  # (at the position the search index gave: one of each, added together)
         self.roles.append(_LETTER[role])
         self.unnamed.append(poster is None)
         self.created.append(created)
@@ -522,8 +534,35 @@ class ConversationIndex:
         theirs = self._written.get(code)
         if theirs is not None:
             theirs.append(at)
-        self.targets.append(change[0] if change else ident)
+        if change:
+            self._changed[at] = change[0]
         return at
+
+    @property
+    def targets(self) -> Targets:
+        """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
+        return Targets(self.ids, self._changed)
+
+    def target(self, position: int) -> str:
+        """The message id a hit on the message at ``position`` stands for (see :attr:`targets`)."""
+        found = self._changed.get(position)
+        return found if found is not None else self.ids[position]
+
+    @property
+    def position(self) -> Positions:
+        """Each message id's position."""
+        return Positions(self.ids)
+
+    def source(self, position: int) -> int:
+        """The position of the message a hit on the message at ``position`` stands for (see :meth:`target`): its
+        own, or for an edit notice the edited message's (its own when that one is not indexed)."""
+        found = self._changed.get(position)
+        return position if found is None else self.at(found, position)
+
+    def at(self, ident: str, default: int) -> int:
+        """The position of the message ``ident``, ``default`` when it is not indexed."""
+        found = self.ids.find(ident)
+        return default if found < 0 else found
 
     def _code(self, author: str) -> int:
         """The code :attr:`authors` holds for ``author`` (a new one for a new author)."""
@@ -556,18 +595,39 @@ class ConversationIndex:
             found = self._written[code] = array("i", np.flatnonzero(codes == code).astype(np.int32).tobytes())
         return found
 
-    def placed(self, where: Sequence[int], chain: Sequence[tuple[str, int]]) -> None:
+    def seal_head(self) -> None:
+        """The head's messages were sealed by a fork (the history cache may let them go): their bodies count in
+        :meth:`memory` from now on, and are let go with the others' once their places are known (:meth:`placed`)."""
+        self._body_bytes += self._head_bytes
+        self._head_bytes = 0
+        self._head.clear()
+
+    def placed(self, where: Sequence[int], chain: Sequence[tuple[str, int]],
+               messages: Sequence[Message] | None = None) -> None:
         """Note where the messages of a sealed epoch read whole are stored: ``where`` gives, per message of the epoch,
         the position it took (-1: none); ``chain``, its checkpoints and how many messages each adds. Their bodies can
-        then be let go (:meth:`shed`) and read again."""
+        then be let go (:meth:`shed`) and read again. With the epoch's ``messages``, so are those of them indexed
+        before (the head's, when this fork sealed them) whose place was not known: the first epoch that holds one is
+        where it was written (a later one holds a compaction's copy, perhaps shortened)."""
         places = [(cid, j) for cid, count in chain for j in range(count)]
         if len(places) != len(where):  # (not the epoch's messages as stored: their bodies stay)
             return
-        for at, place in zip(where, places, strict=True):
+        for k, (at, place) in enumerate(zip(where, places, strict=True)):
+            if at < 0 and messages is not None and (at := self.ids.find(messages[k].id)) >= 0:
+                if self.tokens[at] != messages[k].tokens or not self._placeless(at):
+                    continue
             if at >= 0:
                 self.places[at] = place
                 if self.bodies[at] is not None:
                     self._placed.add(at)
+
+    def _placeless(self, position: int) -> bool:
+        """Whether the place of the message at ``position`` is not known."""
+        try:
+            self.place(position)
+        except KeyError:
+            return True
+        return False
 
     def place(self, position: int) -> tuple[str, int]:
         """Where the message at ``position`` is stored: its checkpoint and its offset among that one's messages
@@ -587,7 +647,7 @@ class ConversationIndex:
     def ref_id(self, ref: int) -> str | None:
         """The id of the message short reference ``ref`` (``#N``) names: the last one indexed that carries it."""
         ident = self.refs.get(ref)
-        best = self.position.get(ident, -1) if ident is not None else -1
+        best = self.ids.find(ident) if ident is not None else -1
         for run in reversed(self._runs):
             if run.first + len(run.refs) <= best:
                 break
@@ -599,7 +659,7 @@ class ConversationIndex:
     def ref_map(self) -> dict[int, str]:
         """Message id by short reference, for every message indexed (:meth:`ref_id` of each)."""
         found = [(run.first + i, ref) for run in self._runs for i, ref in enumerate(run.refs) if ref]
-        found += [(self.position[ident], ref) for ref, ident in self.refs.items() if ident in self.position]
+        found += [(at, ref) for ref, ident in self.refs.items() if (at := self.ids.find(ident)) >= 0]
         return {ref: self.ids[at] for at, ref in sorted(found)}
 
     def placed_positions(self) -> list[int]:
@@ -638,13 +698,16 @@ class ConversationIndex:
 
     def memory(self) -> int:
         """About what the index holds in memory, in bytes (see :data:`INDEX_MESSAGE_BYTES`), kept as messages are
-        added, postings read or built, bodies read and lines made, not counted again. Measured with tracemalloc (what
-        dropping the index frees) on a bench chat thread of 10,000 messages built by a worker that starts cold from the
-        stored cards, its postings then built in memory, the bodies it read let go: 3.80 MB (1.88 of it the search
-        index, estimated 1.84) against this estimate's 3.85 without the head epoch's bodies (the history cache holds
-        those too). On 1,000 to 8,000 messages of 20 to 600 characters over 4,000 words built from their stored cards,
-        1.07 to 1.17 times what they hold (``tests/test_recall_memory.py`` holds it within 0.8 to 1.3)."""
-        return INDEX_MESSAGE_BYTES * len(self.ids) + self.search.memory() + self._body_bytes + self._line_bytes
+        added, postings read or built, bodies read and lines made, not counted again; the head's bodies are the
+        history cache's, counted there (see :attr:`_head`). Measured with tracemalloc (what dropping the index frees)
+        on a bench chat thread of 10,000 messages built by a worker that starts cold from the stored cards, its
+        postings then built in memory after its first reply, two turns taken: 3.36 MB against this estimate's 3.11
+        (1.05 of it the search index, 0.44 the ids, 1.1 the bodies it read); 3.80 MB before the ids were packed and a
+        segment's postings held in three arrays. On 1,000 to 8,000 messages of 20 to 600 characters over 4,000 words
+        built from their stored cards, 0.98 to 1.10 times what they hold (``tests/test_recall_memory.py`` holds it
+        within 0.8 to 1.3)."""
+        return (INDEX_MESSAGE_BYTES * len(self.ids) + self.ids.memory() + self.search.memory() + self._body_bytes
+                + self._line_bytes)
 
     def card(self, position: int) -> Card:
         """What the index holds of the message at ``position`` besides its text."""
@@ -684,8 +747,8 @@ class ConversationIndex:
     def shortened(self, message: Message) -> bool:
         """Whether ``message`` is a shortened copy of an indexed message (a compaction cut the oldest message it
         kept): what the context holds of it is not all it said."""
-        position = self.position.get(message.id)
-        return position is not None and message.tokens < self.tokens[position]
+        position = self.ids.find(message.id)
+        return position >= 0 and message.tokens < self.tokens[position]
 
     def named(self, text: str) -> set[str]:
         """The people ``text`` names (by a word of their name or a name they are addressed by)."""
@@ -696,7 +759,7 @@ class ConversationIndex:
 
     def ready(self, held: AbstractSet[str]) -> list[int]:
         """The pending positions whose messages the context no longer holds (those :meth:`searchable` takes)."""
-        return [p for p in self.search.pending if self.targets[p] not in held]
+        return [p for p in self.search.pending if self.target(p) not in held]
 
     def by_fields(self, ranked: Sequence[tuple[float, int]], named: AbstractSet[str],
                   sent: Sequence[tuple[float, float]] = ()) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
@@ -804,7 +867,13 @@ class Recall:
     bodies the indexes read and the lines they made go, least recently used index first (a turn reads again the few it
     shows, in one round trip), then whole indexes, least recently used first (rebuilding one is a cold worker's first
     turn); the index of the turn's own conversation, when it alone holds more, is used for the turn and not kept. They
-    are also bounded by ``max_messages`` messages in all (never the turn's own index)."""
+    are also bounded by ``max_messages`` messages in all (never the turn's own index).
+
+    An index a worker did not hold before its turn takes the room of another only when its conversation was used more
+    often of late (uses counted per conversation, halved every :data:`USES_WINDOW` uses), else it is used for the turn
+    and not kept: a worker rotating over more long threads than its room holds keeps the same ones, answered from
+    memory, instead of building every index and letting each go before its thread comes again (least recently used
+    alone keeps none of them then); a thread used more often takes the room of one used less."""
 
     def __init__(self, checkpoints: CheckpointStore, notes: NotesStore, tokenizer: Tokenizer, *,
                  max_messages: int = 200_000, max_bytes: int = 128 * 1024 * 1024, embedder: Embedder | None = None,
@@ -829,6 +898,10 @@ class Recall:
         """The tokens of each block header counted (:data:`RECALL_HEADER`, the search tool's)."""
         self._locks: dict[str, asyncio.Lock] = {}
         """Per conversation: held while its index is read or changed (the heavy part in a thread)."""
+        self._uses: Counter[str] = Counter()
+        """Per conversation, how often its index was used of late (see :data:`USES_WINDOW`)."""
+        self._counted = 0
+        """The uses counted since the counts were last halved."""
 
     def loaded(self, conversation_id: str) -> ConversationIndex | None:
         return self._indexes.get(conversation_id)
@@ -839,7 +912,7 @@ class Recall:
         index = self._indexes.get(conversation_id)
         lock = self._locks.get(conversation_id)
         if index is not None and not (lock is not None and lock.locked()):
-            index.add(messages)
+            index.add(messages, head=True)
 
     def _lock(self, conversation_id: str) -> asyncio.Lock:
         lock = self._locks.get(conversation_id)
@@ -857,16 +930,13 @@ class Recall:
         it only once built; so does one that has many messages to add. ``totals`` False: the stored totals are not
         read (they disagreed with the cards once: another worker may store such totals again meanwhile)."""
         index = self._indexes.get(conversation_id) or self._unkept.get(conversation_id)
+        newcomer = conversation_id not in self._indexes
+        if index is None or index.synced != (history.checkpoint.id, len(history.messages)):
+            self._use(conversation_id)
         if index is None:
             await numpy_imported()  # (a new index's arrays are numpy's: its first import, off the loop)
         if index is not None and index.search.stored and index.synced != (history.checkpoint.id, len(history.messages)):
-            # the index's first turn searched its sealed epochs through their stored segments; from its next turn on
-            # they are searched in memory (each new question's postings are not read from Redis again), built off the loop
-            # (from their stored postings, read whole, when their messages' terms are not held)
-            if index.totalled:
-                await self._whole(conversation_id, index)
-            await asyncio.to_thread(_built_then_trimmed, index.search.build_stored)
-            index.forms.clear()
+            await self._in_memory(conversation_id, index)  # (when the last turn's reply did not: see after_reply)
         built = index or ConversationIndex()
         counted: stored_totals.Totals | None = None
         forks = built.epochs
@@ -926,6 +996,8 @@ class Recall:
                          stored.get(stored_cards.field(e.id)), e.id in bad)
                   for e, t in zip(chains, taken, strict=True)]
         synced, added = built.synced
+        if synced not in history.chain:  # (a fork sealed the head's messages since the last history given)
+            built.seal_head()
         # (the head's messages are mostly indexed already when this worker holds the index: those of the last history
         # given, when this one extends it, are not looked at again)
         head = history.messages[added:] if synced in history.chain else history.messages
@@ -945,16 +1017,53 @@ class Recall:
         built.synced = (history.checkpoint.id, len(history.messages))
         self._indexes[conversation_id] = built
         self._indexes.move_to_end(conversation_id)
-        self._evict(conversation_id)
+        self._evict(conversation_id, newcomer=newcomer)
         return built
+
+    async def _in_memory(self, conversation_id: str, index: ConversationIndex) -> None:
+        """The index's first turn searched its sealed epochs through their stored segments; from then on they are
+        searched in memory (each new question's postings are not read from Redis again), built off the loop (from
+        their stored postings, read whole, when their messages' terms are not held)."""
+        if index.totalled:
+            await self._whole(conversation_id, index)
+        await asyncio.to_thread(_built_then_trimmed, index.search.build_stored)
+        index.forms.clear()
+
+    async def after_reply(self, conversation_id: str) -> None:
+        """A turn's reply went out: an index this worker keeps whose sealed epochs are still searched where they are
+        stored (it was built for this turn) builds them in memory now, off the path of any reply, so the next turn
+        in the conversation finds it ready (else that turn would build it first). Nothing when Redis cannot be
+        read now (the next turn does it)."""
+        index = self._indexes.get(conversation_id)
+        if index is None or not index.search.stored:
+            return
+        async with self._lock(conversation_id):
+            if self._indexes.get(conversation_id) is not index or not index.search.stored:
+                return
+            try:
+                await self._in_memory(conversation_id, index)
+            except StoreUnavailableError as exc:
+                log.warning("recall in %s: its index is built in memory by the next turn instead: %s",
+                            conversation_id, exc)
+                return
+            self._evict(conversation_id)
+
+    def _use(self, conversation_id: str) -> None:
+        """Count a use of the conversation's index; every :data:`USES_WINDOW` uses, every count is halved (those
+        halved to nothing are forgotten)."""
+        self._uses[conversation_id] += 1
+        self._counted += 1
+        if self._counted >= USES_WINDOW:
+            self._counted = 0
+            self._uses = Counter({c: n // 2 for c, n in self._uses.items() if n > 1})
 
     async def resolve(self, conversation_id: str, history: History, cited: str) -> Message | None:
         """The message ``cited`` names (``#N``, ``N`` or its id) anywhere in the conversation's lineage."""
         index = await self.sync(conversation_id, history)
         ref = parse(cited)
         ident = index.ref_id(ref) if ref is not None else cited.strip()
-        position = index.position.get(ident) if ident else None
-        if position is None:
+        position = index.at(ident, -1) if ident else -1
+        if position < 0:
             return None
         await self.read_bodies(conversation_id, index, [position])
         return index.body(position)
@@ -1023,10 +1132,11 @@ class Recall:
                        *(stored_segment.bucket_field(name, b) for b in range(form.buckets) if form.terms[b])]
         await self.epochs.drop(conversation_id, fields)
 
-    def _evict(self, current: str) -> None:
+    def _evict(self, current: str, *, newcomer: bool = False) -> None:
         """Bring the indexes within their bounds (see :class:`Recall`); ``current``: the conversation whose turn syncs
-        its index now (under its lock). Another conversation's index that a turn is using (its lock held) keeps its
-        bodies, and leaves only this worker's keeping."""
+        its index now (under its lock), ``newcomer`` when this worker did not hold it before (it takes another's room
+        only when used more often than that one). Another conversation's index that a turn is using (its lock held)
+        keeps its bodies, and leaves only this worker's keeping."""
         room = self.max_bytes - self.checkpoints.cached_bytes
         total = sum(index.memory() for index in self._indexes.values())
         if total > room:
@@ -1039,8 +1149,14 @@ class Recall:
         for conversation_id in list(self._indexes):  # (least recently used first: the turn's own index is the last)
             if total <= room and count <= self.max_messages:
                 break
+            if conversation_id not in self._indexes:  # (the turn's own, not kept already)
+                continue
             if conversation_id == current and total <= room:
                 break  # (the message count never takes the turn's own index)
+            if newcomer and conversation_id != current and current in self._indexes and \
+                    self._uses[conversation_id] >= self._uses[current]:
+                # (an index held, used at least as often: the new one is used for its turn and not kept)
+                conversation_id = current
             index = self._indexes.pop(conversation_id)
             if conversation_id == current:
                 self._unkept[conversation_id] = index
@@ -1266,10 +1382,10 @@ class Recall:
 
         def take(position: int, limit: int, full: bool, is_direct: bool, is_hit: bool = True) -> int:
             nonlocal budget
-            target = index.targets[position]
+            target = index.target(position)
             if target in chosen or target in held:
                 return 0
-            source_at = index.position.get(target, position)
+            source_at = index.source(position)
             changed = index.ids[source_at] in notes.changes
             if not changed and not (index.tokens[source_at] > (limit if full else LONG_TOKENS) and is_hit):
                 # what its line costs at least, from its card: one that cannot fit is passed by unread
@@ -1343,7 +1459,7 @@ class Recall:
                 continue
             hits += 1
             whole_used += spent
-            for near in _neighbours(index, index.position.get(index.targets[position], position)):
+            for near in _neighbours(index, index.source(position)):
                 if budget > MIN_LINE_TOKENS:
                     take(near, NEIGHBOUR_TOKENS, False, is_direct, False)
         else:
@@ -1586,7 +1702,7 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
                 if held is not None:
                     made[epoch.cards is not None][stored_cards.field(checkpoint_id)] = held
             index.add(messages, derived, where=where)
-            index.placed(where, epoch.chain)
+            index.placed(where, epoch.chain, messages)
             if cold and header is not None:
                 form = _header_of(checkpoint_id, header, ids, derived, unusable)
         if form is not None:
@@ -1608,7 +1724,7 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
         raw = stored_totals.encode(index.counted())
         if raw is not None:
             made[1][stored_totals.FIELD] = raw
-    index.add(head)
+    index.add(head, head=True)
     if unusable:
         log.warning("recall in %s: what was stored for %d of %d epochs cannot be used (%s); deriving it again",
                     conversation_id, len(unusable), len(epochs), next(iter(unusable.values())))
@@ -1628,7 +1744,7 @@ def _counted_in(index: ConversationIndex, counted: stored_totals.Totals) -> bool
 def _only_sealed(index: ConversationIndex, last: Sequence[str]) -> bool:
     """Whether the index holds nothing after the messages of its last sealed epoch (``last``: their ids), whose totals
     are then what it counted."""
-    positions = [index.position[ident] for ident in last if ident in index.position]
+    positions = [at for ident in last if (at := index.ids.find(ident)) >= 0]
     return bool(positions) and max(positions) == len(index.ids) - 1
 
 
@@ -1705,13 +1821,13 @@ def _shown(index: ConversationIndex, ranked: Iterable[tuple[float, int]], held: 
     ``held`` holds (it is not shown, nor are its neighbours)."""
     out: list[int] = []
     for _, position in ranked:
-        target = index.targets[position]
+        target = index.target(position)
         if target in held:
             continue
-        base = index.position.get(target, position)
+        base = index.source(position)
         out.append(base)
         for near in _neighbours(index, base):
-            out.append(index.position.get(index.targets[near], near))
+            out.append(index.source(near))
     return out
 
 

@@ -18,8 +18,9 @@ import heapq
 import itertools
 import math
 import re
+from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any
@@ -113,16 +114,126 @@ def postings(documents: Iterable[tuple[int, Sequence[str]]]) -> dict[str, tuple[
 
 
 ENTRY_BYTES = 300
-"""What a term's postings in a segment hold besides their numbers: the term's slot in the segment's map, the pair of
-arrays and each array's header (:meth:`TermIndex.memory`)."""
-VOCABULARY_BYTES = 120
+"""What a term's postings read from a segment kept elsewhere hold besides their numbers: the term's slot in the
+segment's map, the pair of arrays and each array's header (:meth:`TermIndex.memory`)."""
+SLOT_BYTES = 60
+"""What a term of a segment built in memory (:class:`Packed`) holds besides its postings' numbers: its slot in the
+segment's map, the number of that slot and where its postings start."""
+VOCABULARY_BYTES = 40
 """What a term of the index's vocabulary holds besides its postings: its slot and count in :attr:`TermIndex.documents`
 (the string is the documents' own)."""
 
 
-def held_bytes(found: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:
-    """What the postings ``found`` (by term) hold in memory."""
-    return sum(ps.nbytes + ns.nbytes for ps, ns in found.values()) + ENTRY_BYTES * len(found)
+COUNT_MAX = 255
+"""A segment built in memory whose counts are all at most this keeps them in a byte each (:class:`Packed`): a term
+is rarely held more than a few times by one message. Scores are the same to the last bit (whole numbers)."""
+
+
+class Packed(Mapping[str, tuple[Any, Any]]):
+    """The postings of a segment built in memory, by term, in three arrays: every term's positions one after another
+    (each term's in position order), their counts beside them, and where each term's start. Reading a term's gives
+    views of those. A term's pair of arrays of its own cost about 300 bytes besides its numbers (their headers, a
+    tuple, a slot), more than the numbers of most terms: a thread's vocabulary runs to tens of thousands of terms,
+    most of them held by one message or two."""
+
+    __slots__ = ("counts", "positions", "slots", "starts")
+
+    def __init__(self, slots: dict[str, int], starts: array[int], positions: np.ndarray, counts: np.ndarray) -> None:
+        self.slots = slots
+        """Term → its number: its postings are ``positions[starts[n]:starts[n + 1]]``."""
+        self.starts = starts
+        self.positions = positions
+        self.counts = counts
+
+    @classmethod
+    def made(cls, documents: Iterable[tuple[int, Sequence[str]]]) -> Packed:
+        """The postings of ``documents`` (position, terms), given in position order (see :func:`postings`)."""
+        slots: dict[str, int] = {}
+        numbers: array[int] = array("i")
+        positions: array[int] = array("q")
+        counts: array[int] = array("i")
+        for p, terms in documents:
+            for term, n in Counter(terms).items():
+                number = slots.get(term)
+                if number is None:
+                    number = slots[term] = len(slots)
+                numbers.append(number)
+                positions.append(p)
+                counts.append(n)
+        return cls.sorted(slots, np.frombuffer(numbers, dtype=np.int32), np.frombuffer(positions, dtype=np.int64),
+                          np.frombuffer(counts, dtype=np.int32))
+
+    @classmethod
+    def joined(cls, parts: Sequence[Mapping[str, tuple[Any, Any]]], alive: Any = None) -> Packed:
+        """``parts``' postings as one, in the order given (each holding later positions than the one before), without
+        the documents ``alive`` (by position) says are removed; a term left with no posting is not held."""
+        slots: dict[str, int] = {}
+        numbers, positions, counts = [], [], []
+        for part in parts:
+            if isinstance(part, Packed):
+                remap = np.fromiter((slots.setdefault(term, len(slots)) for term in part.slots), dtype=np.int32,
+                                    count=len(part.slots))
+                sizes: Any = np.diff(np.frombuffer(part.starts, dtype=np.int64))
+                numbers.append(np.repeat(remap, sizes))
+                positions.append(part.positions)
+                counts.append(part.counts)
+                continue
+            for term, (ps, ns) in part.items():
+                numbers.append(np.full(len(ps), slots.setdefault(term, len(slots)), dtype=np.int32))
+                positions.append(ps)
+                counts.append(ns)
+        if not numbers:
+            return cls.sorted({}, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32))
+        every, where, often = np.concatenate(numbers), np.concatenate(positions), np.concatenate(counts)
+        if alive is not None:
+            live = alive[where]
+            if not live.all():
+                every, where, often = every[live], where[live], often[live]
+        return cls.sorted(slots, every, where, often)
+
+    @classmethod
+    def sorted(cls, slots: dict[str, int], numbers: Any, positions: Any, counts: Any) -> Packed:
+        """Postings given as each one's term (its number in ``slots``), position and count, each term's in position
+        order, arranged term after term."""
+        order = np.argsort(numbers, kind="stable")
+        sizes = np.bincount(numbers, minlength=len(slots))
+        if len(sizes) and not sizes.all():  # (terms left with no posting: numbered again without them)
+            held = sizes > 0
+            renumber = np.cumsum(held) - 1
+            slots = {term: int(renumber[n]) for term, n in slots.items() if held[n]}
+            sizes = sizes[held]
+        starts = array("q", bytes(8))
+        starts.frombytes(np.cumsum(sizes, dtype=np.int64).tobytes())
+        counts = np.asarray(counts)
+        small = not len(counts) or int(counts.max()) <= COUNT_MAX
+        return cls(slots, starts, np.asarray(positions, dtype=POSTING)[order],
+                   counts.astype(np.uint8 if small else POSTING)[order])
+
+    def get(self, term: str, default: Any = None) -> Any:  # (a search's hottest lookup: no KeyError raised)
+        number = self.slots.get(term)
+        if number is None:
+            return default
+        start, end = self.starts[number], self.starts[number + 1]
+        return self.positions[start:end], self.counts[start:end]
+
+    def __getitem__(self, term: str) -> tuple[Any, Any]:
+        found = self.get(term)
+        if found is None:
+            raise KeyError(term)
+        return found  # type: ignore[no-any-return]
+
+    def __contains__(self, term: object) -> bool:
+        return term in self.slots
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.slots)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def bytes(self) -> int:
+        """What it holds in memory (see :data:`SLOT_BYTES`)."""
+        return self.positions.nbytes + self.counts.nbytes + SLOT_BYTES * len(self.slots)
 
 
 class Unread(LookupError):
@@ -132,8 +243,9 @@ class Unread(LookupError):
 @dataclass
 class _Segment:
     positions: np.ndarray
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]
-    """Term → the positions of the documents holding it and how often each holds it."""
+    postings: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    """Term → the positions of the documents holding it and how often each holds it (:class:`Packed` for a segment
+    built in memory, a dict of those read so far for one kept elsewhere)."""
     stored: str | None = None
     """For a segment kept elsewhere (:meth:`TermIndex.adopt`): the name it is kept under. Its postings are read term
     by term as queries ask for them (:meth:`TermIndex.take`); ``postings`` holds those read so far."""
@@ -153,8 +265,13 @@ class _Segment:
     """What its arrays hold in memory, in bytes, kept as they are made (:meth:`TermIndex.memory`)."""
 
     @classmethod
-    def made(cls, positions: np.ndarray, found: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Segment:
-        return cls(positions, found, held=positions.nbytes + held_bytes(found))
+    def made(cls, positions: np.ndarray, found: Packed) -> _Segment:
+        return cls(positions, found, held=positions.nbytes + found.bytes())
+
+    def read_into(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The postings of a segment kept elsewhere, which those read are put in."""
+        assert isinstance(self.postings, dict), "a segment built in memory holds all its postings"
+        return self.postings
 
 
 @dataclass
@@ -345,7 +462,7 @@ class TermIndex:
             positions = segment.where[np.asarray(offsets, dtype=np.int64)]
             live = positions >= 0
             if len(positions) and live.any():
-                found_here = segment.postings[term] = (positions[live], np.asarray(counts, dtype=POSTING)[live])
+                found_here = segment.read_into()[term] = (positions[live], np.asarray(counts, dtype=POSTING)[live])
                 segment.held += found_here[0].nbytes + found_here[1].nbytes + ENTRY_BYTES
         segment.read.update(read)
 
@@ -365,7 +482,7 @@ class TermIndex:
             start = 0
             for term, end in zip(terms, ends, strict=True):
                 if end > start:
-                    segment.postings[term] = (positions[start:end], counts[start:end])
+                    segment.read_into()[term] = (positions[start:end], counts[start:end])
                     segment.held += ENTRY_BYTES
                 start = end
             segment.held += positions.nbytes + counts.nbytes  # (the terms' arrays are views of these)
@@ -390,18 +507,9 @@ class TermIndex:
         if not self.stored:
             return
         if all(s.whole for s in self.stored):
-            parts: dict[str, list[tuple[Any, Any]]] = {}
-            for segment in self.stored:  # (in position order: a later segment's documents come after)
-                for term, found in segment.postings.items():
-                    held = parts.get(term)
-                    if held is None:
-                        parts[term] = [found]
-                    else:
-                        held.append(found)
-            # (each term's arrays made anew, even from one segment: a read bucket's arrays, which every term of the bucket
-            # shares, are let go)
-            merged = {term: (np.concatenate([p for p, _ in found]), np.concatenate([n for _, n in found]))
-                      for term, found in parts.items()}
+            # (in position order: a later segment's documents come after; the arrays made anew, so the read buckets'
+            # arrays, which every term of a bucket shares, are let go)
+            merged = Packed.joined([s.postings for s in self.stored])
             positions = np.concatenate([s.positions for s in self.stored])
             self.segments = [_Segment.made(positions, merged), *self.segments]
         else:
@@ -442,22 +550,13 @@ class TermIndex:
 
     def _build(self, positions: list[int]) -> _Segment:
         kept = sorted(p for p in positions if p not in self.removed)
-        return _Segment.made(np.asarray(kept, dtype=np.int64), postings((p, self._held(p)) for p in kept))
+        return _Segment.made(np.asarray(kept, dtype=np.int64), Packed.made((p, self._held(p)) for p in kept))
 
     def _merged(self, before: _Segment, last: _Segment) -> _Segment:
         """Two segments as one, without their removed documents (``before`` holds the earlier positions)."""
-        postings = {}
-        for term in before.postings.keys() | last.postings.keys():
-            parts = [s.postings[term] for s in (before, last) if term in s.postings]
-            ps = np.concatenate([p for p, _ in parts]) if len(parts) > 1 else parts[0][0]
-            ns = np.concatenate([n for _, n in parts]) if len(parts) > 1 else parts[0][1]
-            live = self._alive[ps]
-            if not live.all():
-                ps, ns = ps[live], ns[live]
-            if len(ps):
-                postings[term] = (ps, ns)
         positions = np.concatenate([before.positions, last.positions])
-        return _Segment.made(positions[self._alive[positions]], postings)
+        return _Segment.made(positions[self._alive[positions]],
+                             Packed.joined([before.postings, last.postings], self._alive))
 
     def hits(self, query: Sequence[str], *, limit: int | None = None, among: Any = None) -> tuple[Any, Any]:
         """``(scores, positions)`` (numpy) of the searchable documents that share a term with ``query``, best first
@@ -638,7 +737,8 @@ class TermIndex:
 
     def memory(self) -> int:
         """About what the index holds in memory, in bytes: its segments' arrays as made (:attr:`_Segment.held`, with
-        :data:`ENTRY_BYTES` a term of each), the terms held (a slot a document, a tuple and a slot a term), the
+        :data:`SLOT_BYTES` a term of a segment built in memory, :data:`ENTRY_BYTES` a term read from one kept
+        elsewhere), the terms held (a slot a document, a tuple and a slot a term), the
         vocabulary's counts and the per-document arrays."""
         return (sum(s.held for s in self.segments) + sum(s.held for s in self.stored) + 8 * len(self.terms)
                 + 56 * self._held_documents + 8 * self._held_terms + VOCABULARY_BYTES * len(self.documents)

@@ -170,6 +170,12 @@ class ContextAssembler:
         if self.recall is not None:
             self.recall.observe(conversation_id, messages)
 
+    async def after_reply(self, conversation_id: str) -> None:
+        """A turn's reply went out: what the next turn would otherwise prepare first is prepared now
+        (:meth:`services.recall.Recall.after_reply`)."""
+        if self.recall is not None:
+            await self.recall.after_reply(conversation_id)
+
     # -- a paused turn -------------------------------------------------------------------------
 
     @staticmethod

@@ -224,6 +224,8 @@ class ReplyExecutor:
                         self.config.prepare_compaction:
                     # after its reply: the next handoff may be planned ahead, off the path of any reply
                     self.compactor.prepare_after(conversation_id, result.checkpoint_id, self.budget)
+                if result is not None and result.status in ("completed", "recorded"):
+                    await self.assembler.after_reply(conversation_id)  # (and what recall readies for the next turn)
                 opening = None  # the next turn opens with the lease renewed
                 if result is not None:
                     results.append(result)
