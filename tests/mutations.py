@@ -1401,7 +1401,7 @@ MUTANTS: list[Mutant] = [
            "listed, places, b\":\" in ids_line)", "listed, places, False)",
            ("tests/test_recall.py", "-k", "edit and fakeredis")),
     Mutant("cards-index-knows-every-listed-author", "services/recall/index.py",
-           "            for at in np.unique(listed[named]).tolist():", "            for at in range(len(people)):",
+           "            for at in np.flatnonzero(used).tolist():", "            for at in range(len(people)):",
            ("tests/test_recall.py", "-k", "only_the_authors")),
     Mutant("packed-postings-not-grouped-by-term", "services/text/index.py",
            "        return cls(slots, starts, np.asarray(positions, dtype=POSTING)[order],\n",
@@ -1432,6 +1432,9 @@ MUTANTS: list[Mutant] = [
     Mutant("recall-built-in-memory-only-by-the-next-turn", "services/turn/executor.py",
            "                    await self.assembler.after_reply(conversation_id)", "                    pass",
            ("tests/test_recall.py", "-k", "after_its_reply and fakeredis")),
+    Mutant("first-of-each-id-by-hash-alone", "services/recall/index.py",
+           "        if named[order[k + 1]] != named[order[k]]:\n", "        if False:\n",
+           ("tests/test_recall_ids.py", "-k", "share_a_hash")),
 ]
 
 

@@ -51,3 +51,15 @@ def test_an_edit_notice_stands_for_the_message_it_edits() -> None:
     ids = Ids(["m1", "m1:edit:1", "m2"])
     targets = Targets(ids, {1: "m1"})
     assert list(targets) == ["m1", "m1", "m2"] and targets[2] == "m2" and targets == ["m1", "m1", "m2"]
+
+
+def test_the_first_of_each_id_is_found_by_hash_and_by_the_ids_where_two_share_a_hash() -> None:
+    import numpy as np
+
+    from threadkeeper.services.recall.index import _firsts
+
+    named = ["a", "b", "a", "c", "b"]
+    assert _firsts(named, np.asarray([1, 2, 1, 3, 2])).tolist() == [True, True, False, True, False]
+    assert _firsts(named, np.asarray([7, 7, 7, 7, 7])).tolist() == [True, True, False, True, False], \
+        "ids of one hash told apart by their text"
+    assert _firsts([], np.zeros(0, dtype=np.int64)).tolist() == []

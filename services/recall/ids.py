@@ -84,8 +84,9 @@ class Ids(Sequence[str]):
                           np.fromiter((p for _, p in recent), dtype=np.int32, count=len(recent)))
         return at
 
-    def extend(self, ids: Sequence[str]) -> None:
-        """Add ``ids`` (none held yet, none twice) at the next positions, in order."""
+    def extend(self, ids: Sequence[str], hashes: Any = None) -> None:
+        """Add ``ids`` (none held yet, none twice) at the next positions, in order; ``hashes``: theirs (``hash`` of
+        each, as an array), when made already."""
         if not ids:
             return
         first = len(self._ends)
@@ -99,11 +100,12 @@ class Ids(Sequence[str]):
         ends += len(self._blob)
         self._blob += data
         self._ends.frombytes(ends.tobytes())
-        self._add_run(np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids)),
-                      np.arange(first, first + len(ids), dtype=np.int32))
+        if hashes is None:
+            hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+        self._add_run(np.asarray(hashes, dtype=np.int64), np.arange(first, first + len(ids), dtype=np.int32))
 
     def _add_run(self, hashes: Any, positions: Any) -> None:
-        order = np.argsort(hashes, kind="stable")
+        order = np.argsort(hashes)
         runs = [*self._runs, (hashes[order], positions[order])]
         while len(runs) > 1 and len(runs[-2][0]) <= len(runs[-1][0]):
             (later, at_later), (earlier, at_earlier) = runs.pop(), runs.pop()

@@ -183,6 +183,24 @@ def _joined(epochs: Sequence[tuple[stored_cards.Cards, Sequence[tuple[str, int]]
     return np.concatenate(refs), np.concatenate(created), np.concatenate(tokens), np.concatenate(notes)
 
 
+def _firsts(named: Sequence[str], hashes: Any) -> Any:
+    """Per id of ``named`` (``hashes``: their hashes), whether it is the first of that id, as a boolean array: found
+    by the hashes in one call; where two ids share a hash, by the ids themselves."""
+    first = np.ones(len(named), dtype=bool)
+    if len(named) < 2:
+        return first
+    order = np.argsort(hashes, kind="stable")  # (an id's copies in thread order, the first first)
+    ordered = hashes[order]
+    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
+    for k in repeats.tolist():  # (a compaction's retained copy, or another id of the same hash)
+        if named[order[k + 1]] != named[order[k]]:
+            seen: dict[str, int] = {}
+            return np.fromiter((seen.setdefault(n, k) == k for k, n in enumerate(named)), dtype=bool,
+                               count=len(named))
+    first[order[repeats + 1]] = False
+    return first
+
+
 def _picked(column: Sequence[T], kept: Sequence[int]) -> list[T]:
     """The items of ``column`` at ``kept``, in one call (a slice when they are a range)."""
     if isinstance(kept, range):
@@ -381,14 +399,15 @@ class ConversationIndex:
             keep &= np.fromiter(map(operator.is_not, derived, itertools.repeat(None)), dtype=bool, count=size)
         # The first message of each id is added, once: a compaction's retained copies, in the next epoch, are not
         # (nor a message this index holds already)
-        candidates = np.flatnonzero(keep).tolist()
+        chosen = np.flatnonzero(keep)
+        candidates = chosen.tolist()
         named = _picked(cards.ids, candidates)
-        firsts: dict[str, int] = {}
-        flags: Iterable[bool] = map(operator.eq, map(firsts.setdefault, named, candidates), candidates)
+        hashes = np.fromiter(map(hash, named), dtype=np.int64, count=len(named))
+        flags = _firsts(named, hashes)
         if held:
-            flags = map(operator.and_, flags, map((-1).__eq__, map(held.find, named)))
-        kept_list = list(itertools.compress(candidates, flags))
-        kept = np.asarray(kept_list, dtype=np.int64)
+            flags &= np.fromiter(map((-1).__eq__, map(held.find, named)), dtype=bool, count=len(named))
+        kept = chosen[flags]
+        kept_list = kept.tolist()
         count = len(kept_list)
         pick: Any = slice(kept_list[0], kept_list[-1] + 1) if count and kept_list[-1] - kept_list[0] + 1 == count \
             else kept
@@ -408,7 +427,7 @@ class ConversationIndex:
             self._derived_cards([self.people[code] for code in authors], [changes.get(k) for k in range(count)],
                                 [f for f in (derived[i] for i in kept_list) if f is not None],
                                 lengths[pick].tolist() if lengths is not None and len(lengths) else None)
-        self.ids.extend(ids)
+        self.ids.extend(ids, hashes[flags])
         self.roles.extend(letters[pick].tobytes())
         self.unnamed.extend(unnamed)
         self.created.frombytes(np.asarray(cards.created, dtype=np.float64)[pick].tobytes())
@@ -450,7 +469,9 @@ class ConversationIndex:
             named = places >= 0
             listed = np.where(named, places + shift[pick], 0)
             table = np.zeros(max(1, len(people)), dtype=np.int32)
-            for at in np.unique(listed[named]).tolist():  # (only the authors of the messages kept are the index's)
+            used = np.zeros(len(table), dtype=bool)
+            used[listed[named]] = True
+            for at in np.flatnonzero(used).tolist():  # (only the authors of the messages kept are the index's)
                 table[at] = self._code(people[at])
             codes = table[listed]
             if not named.all():  # (who wrote a message that names no author: its role says)
@@ -1810,7 +1831,7 @@ def _take_whole(index: ConversationIndex, plan: Mapping[str, Sequence[int]], raw
             parts = [stored_segment.decode_whole(raw.get(stored_segment.bucket_field(name, b)), form, b)
                      for b in buckets]
             index.search.take_all(name, parts)
-        except (Unusable, IndexError) as exc:
+        except (ValueError, IndexError) as exc:  # (Unusable is a ValueError)
             bad[name] = f"epoch {name}: {exc}"
     return bad
 

@@ -178,10 +178,14 @@ class Packed(Mapping[str, tuple[Any, Any]]):
                 positions.append(part.positions)
                 counts.append(part.counts)
                 continue
+            held: list[int] = []
+            lengths: list[int] = []
             for term, (ps, ns) in part.items():
-                numbers.append(np.full(len(ps), slots.setdefault(term, len(slots)), dtype=np.int32))
+                held.append(slots.setdefault(term, len(slots)))
+                lengths.append(len(ps))
                 positions.append(ps)
                 counts.append(ns)
+            numbers.append(np.repeat(np.asarray(held, dtype=np.int32), lengths))
         if not numbers:
             return cls.sorted({}, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32))
         every, where, often = np.concatenate(numbers), np.concatenate(positions), np.concatenate(counts)
@@ -458,7 +462,7 @@ class TermIndex:
         """The postings of the terms ``read`` as the segment kept under ``name`` holds them: ``found``, per term it
         holds, its documents (by their place in the stored form) and how often each holds it."""
         segment = self._stored(name)
-        for term, (offsets, counts) in found.items():
+        for term, (offsets, counts) in found.items() if not segment.whole else ():  # (a whole one holds them all)
             positions = segment.where[np.asarray(offsets, dtype=np.int64)]
             live = positions >= 0
             if len(positions) and live.any():
@@ -470,6 +474,10 @@ class TermIndex:
         """Every posting the segment kept under ``name`` holds, in ``parts``: each some terms, how many of its
         documents hold each, and their places in the stored form and how often each holds it, term after term."""
         segment = self._stored(name)
+        slots: dict[str, int] = {}
+        every: list[Any] = []
+        positions_read: list[Any] = []
+        counts_read: list[Any] = []
         for terms, sizes, offsets, counts in parts:
             positions = segment.where[np.asarray(offsets, dtype=np.int64)]
             counts = np.asarray(counts, dtype=POSTING)
@@ -478,15 +486,21 @@ class TermIndex:
                 starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
                 sizes = np.add.reduceat(live.astype(np.int64), starts) if len(starts) else sizes
                 positions, counts = positions[live], counts[live]
-            ends = np.cumsum(sizes).tolist()
-            start = 0
-            for term, end in zip(terms, ends, strict=True):
-                if end > start:
-                    segment.read_into()[term] = (positions[start:end], counts[start:end])
-                    segment.held += ENTRY_BYTES
-                start = end
-            segment.held += positions.nbytes + counts.nbytes  # (the terms' arrays are views of these)
+            for term in terms:
+                if slots.setdefault(term, len(slots)) != len(slots) - 1:
+                    raise ValueError(f"segment {name!r} holds the postings of {term!r} twice")
+            every.append(np.asarray(sizes, dtype=np.int64))
+            positions_read.append(positions)
+            counts_read.append(counts)
             segment.read.update(terms)
+        # (the segment's postings as one: a pair of arrays per term cost more than most terms' numbers, and merging
+        # hundreds of such segments into one was most of the work of building them in memory)
+        sizes_all: Any = np.concatenate(every) if every else np.zeros(0, dtype=np.int64)
+        packed = Packed.sorted(slots, np.repeat(np.arange(len(slots), dtype=np.int32), sizes_all),
+                               np.concatenate(positions_read) if positions_read else np.zeros(0, dtype=np.int64),
+                               np.concatenate(counts_read) if counts_read else np.zeros(0, dtype=np.int32))
+        segment.postings = packed
+        segment.held = segment.positions.nbytes + segment.where.nbytes + packed.bytes()
         segment.whole = True
 
     def stored_positions(self, name: str) -> list[int]:
