@@ -1435,6 +1435,9 @@ MUTANTS: list[Mutant] = [
     Mutant("first-of-each-id-by-hash-alone", "services/recall/index.py",
            "        if named[order[k + 1]] != named[order[k]]:\n", "        if False:\n",
            ("tests/test_recall_ids.py", "-k", "share_a_hash")),
+    Mutant("recall-build-after-reply-fails-the-turn", "services/recall/index.py",
+           "            except ThreadkeeperError as exc:  # (the reply is out", "            except KeyError as exc:  # (the reply is out",
+           ("tests/test_recall.py", "-k", "outage_after and fakeredis")),
 ]
 
 

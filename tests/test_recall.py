@@ -1015,6 +1015,48 @@ async def test_a_cold_workers_first_turn_builds_the_sealed_epochs_in_memory_afte
     assert reader.recall.loaded(CONV) is index and not read and not built, "the next turn reads and builds nothing"
 
 
+async def test_a_store_outage_after_a_cold_reply_leaves_the_build_to_the_next_turn(model, prefix, client, caplog,
+                                                                                  monkeypatch) -> None:
+    """Redis unreachable while the sealed epochs would be built in memory after a cold worker's reply: the turn is
+    answered all the same, one line says so, and the next turn builds them and recalls what a worker that read every
+    message recalls."""
+    from threadkeeper.persistence import StoreUnavailableError
+
+    p = _pipeline(prefix, client)
+    await _epochs_thread(p)
+    reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
+    builder.recall.epochs = None
+    stored = reader.recall.epochs
+    assert stored is not None
+    get, after = stored.get, reader.recall.after_reply
+    down = False
+
+    async def flaky(conversation_id: str, fields: list[str]) -> dict[str, bytes]:
+        if down:
+            raise StoreUnavailableError("redis: connection refused")
+        return await get(conversation_id, fields)
+
+    async def outage_after(conversation_id: str) -> None:  # (Redis down once the reply is out)
+        nonlocal down
+        down = True
+        try:
+            await after(conversation_id)
+        finally:
+            down = False
+
+    monkeypatch.setattr(stored, "get", flaky)
+    monkeypatch.setattr(reader.recall, "after_reply", outage_after)
+    await reader.submit(CONV, QUESTIONS[1], author="carol", id="1800.000001")
+    results = await reader.run(CONV)
+    assert results and results[-1].status == "completed"
+    index = reader.recall.loaded(CONV)
+    assert index is not None and index.search.stored, "not built: Redis was down"
+    assert "built in memory by the next turn" in caplog.text
+    got = await reader.context(CONV, arriving=[reader.message(QUESTIONS[0], author="carol")])
+    expected = await builder.context(CONV, arriving=[builder.message(QUESTIONS[0], author="carol")])
+    assert got.context[-1].text == expected.context[-1].text and not index.search.stored
+
+
 def _on_the_loop(monkeypatch, module, name: str) -> list[bool]:  # type: ignore[no-untyped-def]
     """Whether each call of ``module.name`` ran on the main thread (the event loop's), in order."""
     import threading

@@ -24,7 +24,32 @@ ID_BYTES = 20
 """What an id holds besides its characters: where it ends (8 bytes), its hash (8) and its position (4)."""
 
 
-class Ids(Sequence[str]):
+class _Strings(Sequence[str]):
+    """Strings by position, each read as asked for (:meth:`_at`)."""
+
+    __slots__ = ()
+
+    def _at(self, position: int) -> str:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, position: int) -> str: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[str]: ...
+
+    def __getitem__(self, position: int | slice) -> str | list[str]:
+        if isinstance(position, slice):
+            return [self._at(p) for p in range(*position.indices(len(self)))]
+        return self._at(position)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Ids(_Strings):
     """Message ids by position (each at most once: :meth:`find` gives its position)."""
 
     __slots__ = ("_blob", "_ends", "_recent", "_runs")
@@ -44,15 +69,7 @@ class Ids(Sequence[str]):
     def __len__(self) -> int:
         return len(self._ends)
 
-    @overload
-    def __getitem__(self, position: int) -> str: ...
-
-    @overload
-    def __getitem__(self, position: slice) -> list[str]: ...
-
-    def __getitem__(self, position: int | slice) -> str | list[str]:
-        if isinstance(position, slice):
-            return [self[p] for p in range(*position.indices(len(self)))]
+    def _at(self, position: int) -> str:
         if position < 0:
             position += len(self._ends)
         end = self._ends[position]  # (IndexError past the end)
@@ -64,9 +81,9 @@ class Ids(Sequence[str]):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Ids):
             return self._blob == other._blob and self._ends == other._ends
-        return isinstance(other, Sequence) and list(self) == list(other)
+        return super().__eq__(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def __contains__(self, ident: object) -> bool:
         return isinstance(ident, str) and self.find(ident) >= 0
@@ -173,7 +190,7 @@ class Positions:
     __hash__ = None  # type: ignore[assignment]
 
 
-class Targets(Sequence[str]):
+class Targets(_Strings):
     """Per position, the message id a hit stands for: its own, or for an edit notice the edited message's (a view of
     :class:`Ids` and the few notices')."""
 
@@ -186,19 +203,6 @@ class Targets(Sequence[str]):
     def __len__(self) -> int:
         return len(self.ids)
 
-    @overload
-    def __getitem__(self, position: int) -> str: ...
-
-    @overload
-    def __getitem__(self, position: slice) -> list[str]: ...
-
-    def __getitem__(self, position: int | slice) -> str | list[str]:
-        if isinstance(position, slice):
-            return [self[p] for p in range(*position.indices(len(self)))]
+    def _at(self, position: int) -> str:
         found = self.changed.get(position)
         return found if found is not None else self.ids[position]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]

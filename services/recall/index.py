@@ -68,6 +68,7 @@ from threadkeeper.persistence import (
     Notes,
     NotesStore,
     StoreUnavailableError,
+    ThreadkeeperError,
     VectorStore,
     message_bytes,
     settled,
@@ -1053,8 +1054,8 @@ class Recall:
     async def after_reply(self, conversation_id: str) -> None:
         """A turn's reply went out: an index this worker keeps whose sealed epochs are still searched where they are
         stored (it was built for this turn) builds them in memory now, off the path of any reply, so the next turn
-        in the conversation finds it ready (else that turn would build it first). Nothing when Redis cannot be
-        read now (the next turn does it)."""
+        in the conversation finds it ready (else that turn would build it first). Nothing when what is stored
+        cannot be read now (the next turn does it, with one log line here)."""
         index = self._indexes.get(conversation_id)
         if index is None or not index.search.stored:
             return
@@ -1063,7 +1064,7 @@ class Recall:
                 return
             try:
                 await self._in_memory(conversation_id, index)
-            except StoreUnavailableError as exc:
+            except ThreadkeeperError as exc:  # (the reply is out: the next turn tries again, as it did before)
                 log.warning("recall in %s: its index is built in memory by the next turn instead: %s",
                             conversation_id, exc)
                 return
