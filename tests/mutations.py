@@ -1438,6 +1438,12 @@ MUTANTS: list[Mutant] = [
     Mutant("recall-build-after-reply-fails-the-turn", "services/recall/index.py",
            "            except ThreadkeeperError as exc:  # (the reply is out", "            except KeyError as exc:  # (the reply is out",
            ("tests/test_recall.py", "-k", "outage_after and fakeredis")),
+    Mutant("recall-measures-every-index-each-turn", "services/recall/index.py",
+           "        self._changed.add(current)\n", "        self._sizes.clear()\n        self._changed.add(current)\n",
+           ("tests/test_recall_memory.py", "-k", "measures_only and fakeredis")),
+    Mutant("recall-never-measures-again", "services/recall/index.py",
+           "        if self._measured >= REMEASURE:", "        if False:",
+           ("tests/test_recall_memory.py", "-k", "measures_only and fakeredis")),
 ]
 
 

@@ -286,3 +286,29 @@ async def test_a_thread_used_often_long_ago_gives_way_to_one_used_now(model, pre
         taken += 1
     assert p.recall.loaded(threads[1]) is not None and p.recall.loaded(threads[0]) is None
     assert taken <= 4, taken
+
+
+async def test_a_turn_measures_only_the_indexes_that_changed_since_they_were_last_measured(model, prefix, client,
+                                                                                            monkeypatch) -> None:
+    """A worker keeping many threads' indexes measures, on each turn, the turn's own and those that changed since
+    (a search, an observed turn): not every index it keeps; every one again after :data:`REMEASURE` turns."""
+    from threadkeeper.services.recall import index as module
+
+    threads = [f"{CONV}-m{i}" for i in range(12)]
+    p = _pipeline(prefix, client)
+    for cid in threads:
+        for i in range(2):
+            await p.submit(cid, f"ferry timetable {i} for {cid}", author="dana", id=f"1700.{i:06d}")
+            await p.run(cid)
+    assert all(p.recall.loaded(cid) is not None for cid in threads)
+    measured: list[int] = []
+    memory = module.ConversationIndex.memory
+    monkeypatch.setattr(module.ConversationIndex, "memory", lambda self: (measured.append(1), memory(self))[1])
+    await p.submit(threads[0], "what about the ferries?", author="carol", id="1800.000001")
+    await p.run(threads[0])
+    assert 0 < len(measured) <= 3, len(measured)
+    monkeypatch.setattr(module, "REMEASURE", 1)
+    measured.clear()
+    await p.submit(threads[1], "and the harbour?", author="carol", id="1800.000002")
+    await p.run(threads[1])
+    assert len(measured) >= len(threads), "every index measured again"

@@ -164,6 +164,9 @@ _ROLE = {"u": "user", "a": "assistant"}
 _LETTER = {"user": ord("u"), "assistant": ord("a")}
 _ASSISTANT = ord("a")
 _DASH = ord("-")
+REMEASURE = 256
+"""Every index kept is measured again after this many bounds brought (:meth:`Recall._evict`), whatever changed it;
+between those, only the indexes that changed (:attr:`Recall._changed`)."""
 USES_WINDOW = 1_000
 """How many uses of the indexes (a turn's sync brings an index up to a new history: one use) are counted before every
 conversation's count is halved: what decides which index stays when a new one needs the room (:meth:`Recall._evict`)
@@ -924,6 +927,14 @@ class Recall:
         """Per conversation, how often its index was used of late (see :data:`USES_WINDOW`)."""
         self._counted = 0
         """The uses counted since the counts were last halved."""
+        self._sizes: dict[str, tuple[int, int]] = {}
+        """Per index kept: its memory and its messages, as last measured (:meth:`_evict`), so a turn measures again
+        only the indexes that changed since (a worker keeps hundreds)."""
+        self._changed: set[str] = set()
+        """The conversations whose indexes changed since they were last measured: each that a sync, a search, an
+        observed turn or a build after a reply touched."""
+        self._measured = 0
+        """Bounds brought since every index was last measured (see :data:`REMEASURE`)."""
 
     def loaded(self, conversation_id: str) -> ConversationIndex | None:
         return self._indexes.get(conversation_id)
@@ -935,6 +946,7 @@ class Recall:
         lock = self._locks.get(conversation_id)
         if index is not None and not (lock is not None and lock.locked()):
             index.add(messages, head=True)
+            self._changed.add(conversation_id)
 
     def _lock(self, conversation_id: str) -> asyncio.Lock:
         lock = self._locks.get(conversation_id)
@@ -1088,6 +1100,7 @@ class Recall:
         if position < 0:
             return None
         await self.read_bodies(conversation_id, index, [position])
+        self._changed.add(conversation_id)
         return index.body(position)
 
     async def read_bodies(self, conversation_id: str, index: ConversationIndex, positions: Iterable[int]) -> None:
@@ -1160,14 +1173,27 @@ class Recall:
         only when used more often than that one). Another conversation's index that a turn is using (its lock held)
         keeps its bodies, and leaves only this worker's keeping."""
         room = self.max_bytes - self.checkpoints.cached_bytes
-        total = sum(index.memory() for index in self._indexes.values())
+        self._measured += 1
+        if self._measured >= REMEASURE:  # (every index measured again now and then, whatever changed it)
+            self._measured = 0
+            self._sizes.clear()
+        self._changed.add(current)
+        for conversation_id in self._changed:
+            self._sizes.pop(conversation_id, None)
+        self._changed.clear()
+        sizes = self._sizes
+        for conversation_id, index in self._indexes.items():
+            if conversation_id not in sizes:
+                sizes[conversation_id] = (index.memory(), index.size)
+        total = sum(sizes[conversation_id][0] for conversation_id in self._indexes)
         if total > room:
             for conversation_id, index in self._indexes.items():
                 if total <= room:
                     break
                 if conversation_id == current or not self._busy(conversation_id):
                     total -= index.shed()
-        count = sum(index.size for index in self._indexes.values())
+                    sizes[conversation_id] = (index.memory(), index.size)
+        count = sum(sizes[conversation_id][1] for conversation_id in self._indexes)
         for conversation_id in list(self._indexes):  # (least recently used first: the turn's own index is the last)
             if total <= room and count <= self.max_messages:
                 break
@@ -1182,8 +1208,9 @@ class Recall:
             index = self._indexes.pop(conversation_id)
             if conversation_id == current:
                 self._unkept[conversation_id] = index
-            total -= index.memory()
-            count -= index.size
+            held, messages = sizes.pop(conversation_id)
+            total -= held
+            count -= messages
             if not self._busy(conversation_id):
                 self._locks.pop(conversation_id, None)
 
@@ -1224,6 +1251,7 @@ class Recall:
         if self.embedder is not None:
             async with self._lock(conversation_id):  # (it gives the index's messages their vectors)
                 meaning = await self._meaning(conversation_id, index, asked)
+                self._changed.add(conversation_id)  # (vectors read or made)
         return await self.search(conversation_id, history, context, query, cap_tokens, widen=True, named=named,
                                  sent=sent_within(asked, tz), events=events, focus_tokens=focus_tokens, notes=notes,
                                  meaning=meaning)
@@ -1302,6 +1330,7 @@ class Recall:
                                           keep=keep, header=header, widen=widen, named=named, sent=sent,
                                           events=events, focus_tokens=focus_tokens, meaning=meaning)
             finally:
+                self._changed.add(conversation_id)  # (it read bodies, postings, made lines)
                 index = self.loaded(conversation_id) or self._unkept.get(conversation_id)
                 if index is not None:
                     index.near.clear()
