@@ -72,7 +72,7 @@ def test_index_searches_only_what_left_the_context_and_merges_segments() -> None
         index.searchable(held={m.id for m in messages[chunk + 10:chunk + 20]})
     assert index.searchable(held=set()) == 300
     assert len(index.search.segments) <= 6, "segments of similar size are merged"
-    hits = [index.targets[pos] for _, pos in index.scores(list(search_terms("topic3")))]
+    hits = [index.target(pos) for _, pos in index.scores(list(search_terms("topic3")))]
     assert set(hits) == {f"x{i}" for i in range(300) if i % 7 == 3}
     index.add(messages[:5])
     assert index.size == 300, "a message is indexed once"
@@ -111,10 +111,10 @@ def test_the_widened_query_finds_what_shares_no_word_with_the_question_after_eve
     index.add([msg(t, id=f"w{i}") for i, t in enumerate(talk)])
     index.searchable(held=set())
     query = list(search_terms("what game do they like?"))
-    direct = [index.targets[pos] for _, pos in index.scores(query)]
+    direct = [index.target(pos) for _, pos in index.scores(query)]
     assert direct == ["w0"], "only the first message says 'game'"
     ranked = index.scores(query)
-    widened = [index.targets[pos] for _, pos in index.widening(ranked, index.feedback(ranked, query))]
+    widened = [index.target(pos) for _, pos in index.widening(ranked, index.feedback(ranked, query))]
     assert widened[0] == "w1", "the best hit's words (play, Friday, night) find the answer, and only new hits"
 
 
@@ -131,12 +131,12 @@ def test_the_author_is_a_field_a_question_naming_someone_scores() -> None:
     index.searchable(held=set())
     query = list(search_terms("what did ana say about the quarterly zeppelin budget review?"))
     ranked, alone = index.by_fields(index.scores(query), {"ana"})
-    assert [index.targets[p] for _, p in ranked] == ["b0", "a0"], "a score, not a reordering"
+    assert [index.target(p) for _, p in ranked] == ["b0", "a0"], "a score, not a reordering"
     closer = list(search_terms("what did ana say about the zeppelin?"))
-    assert [index.targets[p] for _, p in index.scores(closer)] == ["b0", "a0"]
-    assert [index.targets[p] for _, p in index.by_fields(index.scores(closer), {"ana"})[0]] == ["a0", "b0"], \
+    assert [index.target(p) for _, p in index.scores(closer)] == ["b0", "a0"]
+    assert [index.target(p) for _, p in index.by_fields(index.scores(closer), {"ana"})[0]] == ["a0", "b0"], \
         "the author's field outweighs a few more mentions of the same word"
-    assert "a1" in {index.targets[p] for _, p in alone}, "found by who wrote it"
+    assert "a1" in {index.target(p) for _, p in alone}, "found by who wrote it"
     assert {index.author(p) for _, p in alone} == {"ana"} and all(score > 0 for score, _ in alone)
     assert index.by_fields(index.scores(query), set()) == (index.scores(query), [])
 
@@ -189,11 +189,11 @@ def test_the_day_a_message_was_sent_is_a_field_a_question_naming_a_day_scores() 
     query = list(search_terms(question.text))
     sent = sent_within([question])
     ranked, alone = index.by_fields(index.scores(query), set(), sent)
-    assert ranked == [] and [index.targets[p] for _, p in alone] == ["told"], "found by its day alone"
+    assert ranked == [] and [index.target(p) for _, p in alone] == ["told"], "found by its day alone"
     fireworks = list(search_terms("the fireworks on 31 Dec 2023"))
-    plain = [index.targets[p] for _, p in index.scores(fireworks)]
+    plain = [index.target(p) for _, p in index.scores(fireworks)]
     assert plain[0] == "other", "without the day field, the shorter message matches best"
-    assert [index.targets[p] for _, p in index.by_fields(index.scores(fireworks), set(), sent)[0]] == ["told", "other"]
+    assert [index.target(p) for _, p in index.by_fields(index.scores(fireworks), set(), sent)[0]] == ["told", "other"]
     assert index.by_fields(index.scores(fireworks), set(), []) == (index.scores(fireworks), [])
 
 
@@ -228,11 +228,11 @@ def test_a_question_dated_by_an_event_scores_the_messages_on_its_side_of_the_fir
     before = index.event_spans(named_events(question.text, question.created_at))
     assert before == [(-math.inf, start + 31 * 3_600)], "the first message that spoke of the launch"
     ranked, alone = index.by_fields(index.scores(query), set(), before)
-    assert {index.targets[p] for _, p in ranked} == {"launch", "again"}
-    assert [index.targets[p] for _, p in alone][:2] == ["booked", "a29"], "found by when it was sent, nearest first"
+    assert {index.target(p) for _, p in ranked} == {"launch", "again"}
+    assert [index.target(p) for _, p in alone][:2] == ["booked", "a29"], "found by when it was sent, nearest first"
     after = index.event_spans([(True, ("launch",))])
     _, alone = index.by_fields(index.scores(query), set(), after)
-    assert [index.targets[p] for _, p in alone][:2] == ["invoice", "b30"], "the earliest after it first"
+    assert [index.target(p) for _, p in alone][:2] == ["invoice", "b30"], "the earliest after it first"
     assert index.event_spans([(False, ("outag",))]) == [], "never spoken of: no span"
     assert index.by_fields(index.scores(query), set(), []) == (index.scores(query), [])
 
@@ -614,7 +614,8 @@ async def test_a_message_a_compaction_kept_only_in_part_is_recalled_whole(model,
     cut = [m for m in history.messages if index.shortened(m)]
     assert cut, "the compaction kept its oldest message in part"
     target = cut[0]
-    original = index.body(index.position[target.id]).text
+    assert index.ids.find(target.id) >= 0
+    original = index.body(index.ids.find(target.id)).text
     report = await p.context(CONV, arriving=[p.message(
         " ".join(original.split()[:12]) + "?", author="carol")])
     assert target.id in report.context[-1].source_ids, "what the context holds of it is not all it said"
@@ -734,8 +735,9 @@ async def test_a_worker_holding_the_index_takes_what_another_wrote_after_a_compa
 
 
 def _same_index(a: ConversationIndex, b: ConversationIndex) -> None:
-    assert [a.card(p) for p in range(a.size)] == [b.card(p) for p in range(b.size)] and a.targets == b.targets
-    assert a.position == b.position and a.ref_map() == b.ref_map()
+    assert [a.card(p) for p in range(a.size)] == [b.card(p) for p in range(b.size)]
+    assert [a.target(p) for p in range(a.size)] == [b.target(p) for p in range(b.size)]
+    assert a.ids == b.ids and all(a.ids.find(i) == p for p, i in enumerate(b.ids)) and a.ref_map() == b.ref_map()
     assert [a.author(p) for p in range(a.size)] == [b.author(p) for p in range(b.size)]
     assert {who: list(a.written(who)) for who in a.people} == {who: list(b.written(who)) for who in b.people}
     assert a.names == b.names and a._capitalized == b._capitalized and a._vocative == b._vocative
@@ -1731,7 +1733,8 @@ async def test_a_hits_neighbours_are_found_in_each_search_not_kept_from_the_last
     first = await p.recall.search(CONV, history, [], ["kestrel"], 3_000)
     index = p.recall.loaded(CONV)
     assert index is not None and not index.near, "let go when the search ends"
-    hit = index.position[first.ids[-1]]
+    hit = index.ids.find(first.ids[-1])
+    assert hit >= 0
     assert first.ids[-1] == index.ids[hit] and hit == index.size - 1 - sum(r == ord("a") for r in index.roles[hit:])
     p.recall.observe(CONV, [msg("yes, saw it too around noon", id="1700.999999", author="bob")])
     second = await p.recall.search(CONV, history, [], ["kestrel"], 3_000)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from threadkeeper.services.recall import ids as module
-from threadkeeper.services.recall.ids import Ids, Positions, Targets
+from threadkeeper.services.recall.ids import Ids
 
 _ID = st.one_of(st.integers(0, 10**9).map(lambda n: f"17000{n:010d}.{n % 999_983:06d}"),
                 st.text(min_size=1, max_size=12), st.just("1700.000001:edit:1700.000002"))
@@ -31,7 +31,6 @@ def test_every_id_is_found_at_its_position_however_it_was_added(batches, others)
     assert list(ids) == expected and len(ids) == len(expected) and ids == expected
     assert all(ids.find(ident) == at and ids[at] == ident for at, ident in enumerate(expected))
     assert all(ids.find(other) == -1 and other not in ids for other in others if other not in seen)
-    assert Positions(ids) == {ident: at for at, ident in enumerate(expected)}
 
 
 def test_ids_added_one_at_a_time_join_the_sorted_runs_and_are_still_found(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -45,12 +44,6 @@ def test_ids_added_one_at_a_time_join_the_sorted_runs_and_are_still_found(monkey
     assert [ids.find(f"a{i}") for i in range(50)] == list(range(20, 70))
     assert ids.find("b3") == 3 and ids.find("c4") == 74 and ids.find("a50") == -1 and ids[-1] == "c4"
     assert ids[68:71] == ["a48", "a49", "c0"]
-
-
-def test_an_edit_notice_stands_for_the_message_it_edits() -> None:
-    ids = Ids(["m1", "m1:edit:1", "m2"])
-    targets = Targets(ids, {1: "m1"})
-    assert list(targets) == ["m1", "m1", "m2"] and targets[2] == "m2" and targets == ["m1", "m1", "m2"]
 
 
 def test_the_first_of_each_id_is_found_by_hash_and_by_the_ids_where_two_share_a_hash() -> None:

@@ -24,32 +24,7 @@ ID_BYTES = 20
 """What an id holds besides its characters: where it ends (8 bytes), its hash (8) and its position (4)."""
 
 
-class _Strings(Sequence[str]):
-    """Strings by position, each read as asked for (:meth:`_at`)."""
-
-    __slots__ = ()
-
-    def _at(self, position: int) -> str:
-        raise NotImplementedError
-
-    @overload
-    def __getitem__(self, position: int) -> str: ...
-
-    @overload
-    def __getitem__(self, position: slice) -> list[str]: ...
-
-    def __getitem__(self, position: int | slice) -> str | list[str]:
-        if isinstance(position, slice):
-            return [self._at(p) for p in range(*position.indices(len(self)))]
-        return self._at(position)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class Ids(_Strings):
+class Ids(Sequence[str]):
     """Message ids by position (each at most once: :meth:`find` gives its position)."""
 
     __slots__ = ("_blob", "_ends", "_recent", "_runs")
@@ -69,7 +44,15 @@ class Ids(_Strings):
     def __len__(self) -> int:
         return len(self._ends)
 
-    def _at(self, position: int) -> str:
+    @overload
+    def __getitem__(self, position: int) -> str: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[str]: ...
+
+    def __getitem__(self, position: int | slice) -> str | list[str]:
+        if isinstance(position, slice):
+            return [self[p] for p in range(*position.indices(len(self)))]
         if position < 0:
             position += len(self._ends)
         end = self._ends[position]  # (IndexError past the end)
@@ -81,9 +64,9 @@ class Ids(_Strings):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Ids):
             return self._blob == other._blob and self._ends == other._ends
-        return super().__eq__(other)
+        return isinstance(other, Sequence) and list(self) == list(other)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]
 
     def __contains__(self, ident: object) -> bool:
         return isinstance(ident, str) and self.find(ident) >= 0
@@ -156,53 +139,3 @@ class Ids(_Strings):
     def memory(self) -> int:
         """What it holds in memory, in bytes (see :data:`ID_BYTES`), the ids added one at a time as a map's."""
         return len(self._blob) + ID_BYTES * len(self._ends) + 150 * len(self._recent)
-
-
-class Positions:
-    """An index's ids as a map from each to its position (a view of :class:`Ids`)."""
-
-    __slots__ = ("ids",)
-
-    def __init__(self, ids: Ids) -> None:
-        self.ids = ids
-
-    def get(self, ident: str, default: int | None = None) -> int | None:
-        at = self.ids.find(ident)
-        return default if at < 0 else at
-
-    def __getitem__(self, ident: str) -> int:
-        at = self.ids.find(ident)
-        if at < 0:
-            raise KeyError(ident)
-        return at
-
-    def __contains__(self, ident: object) -> bool:
-        return ident in self.ids
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Positions):
-            return self.ids == other.ids
-        return isinstance(other, dict) and other == {ident: p for p, ident in enumerate(self.ids)}
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class Targets(_Strings):
-    """Per position, the message id a hit stands for: its own, or for an edit notice the edited message's (a view of
-    :class:`Ids` and the few notices')."""
-
-    __slots__ = ("changed", "ids")
-
-    def __init__(self, ids: Ids, changed: dict[int, str]) -> None:
-        self.ids = ids
-        self.changed = changed
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def _at(self, position: int) -> str:
-        found = self.changed.get(position)
-        return found if found is not None else self.ids[position]

@@ -97,7 +97,7 @@ from . import postings as stored_segment
 from . import totals as stored_totals
 from .cards import Card, note_tokens
 from .derived import Derived, Unusable, change_target, decode, derive, encode, terms_of
-from .ids import Ids, Positions, Targets
+from .ids import Ids
 
 if TYPE_CHECKING:
     import numpy as np
@@ -340,11 +340,10 @@ class ConversationIndex:
     """The search terms of the messages indexed, summed."""
     _body_bytes: int = 0
     """The estimated memory of the bodies held (:func:`persistence.message_bytes`), but the head's."""
-    _head: list[int] = field(default_factory=list)
-    """The positions of the messages added from the head's history (since its last fork), whose bodies are the
-    history cache's (:class:`persistence.CheckpointStore`), counted there, not in :meth:`memory`, until a fork seals
-    them (:meth:`seal_head`)."""
     _head_bytes: int = 0
+    """The estimated memory of the bodies of the messages added from the head's history (since its last fork): they
+    are the history cache's (:class:`persistence.CheckpointStore`), counted there, not in :meth:`memory`, until a fork
+    seals them (:meth:`seal_head`)."""
     _line_bytes: int = 0
     """The estimated memory of :attr:`lines`."""
     _placed: set[int] = field(default_factory=set)
@@ -357,7 +356,7 @@ class ConversationIndex:
             where: list[int] | None = None, head: bool = False) -> int:
         """Index the messages not indexed yet, in order; ``derived``: what :func:`derive` gives each of them (read
         from where it was stored), else derived here. ``where`` gets, per message, the position it took (-1: none).
-        ``head``: they are the head's, their bodies the history cache's (see :attr:`_head`)."""
+        ``head``: they are the head's, their bodies the history cache's (see :attr:`_head_bytes`)."""
         added = 0
         for i, m in enumerate(messages):
             if self.ids.find(m.id) >= 0:
@@ -543,7 +542,6 @@ class ConversationIndex:
         at = self.search.add(found.terms)
         self._terms += len(found.terms)
         if body is not None and head:
-            self._head.append(at)
             self._head_bytes += message_bytes(body)
         elif body is not None:
             self._body_bytes += message_bytes(body)
@@ -563,20 +561,11 @@ class ConversationIndex:
             self._changed[at] = change[0]
         return at
 
-    @property
-    def targets(self) -> Targets:
-        """Per position: the message id a hit stands for (an edit notice stands for the edited message)."""
-        return Targets(self.ids, self._changed)
-
     def target(self, position: int) -> str:
-        """The message id a hit on the message at ``position`` stands for (see :attr:`targets`)."""
+        """The message id a hit on the message at ``position`` stands for: its own, or for an edit notice the edited
+        message's."""
         found = self._changed.get(position)
         return found if found is not None else self.ids[position]
-
-    @property
-    def position(self) -> Positions:
-        """Each message id's position."""
-        return Positions(self.ids)
 
     def source(self, position: int) -> int:
         """The position of the message a hit on the message at ``position`` stands for (see :meth:`target`): its
@@ -625,7 +614,6 @@ class ConversationIndex:
         :meth:`memory` from now on, and are let go with the others' once their places are known (:meth:`placed`)."""
         self._body_bytes += self._head_bytes
         self._head_bytes = 0
-        self._head.clear()
 
     def placed(self, where: Sequence[int], chain: Sequence[tuple[str, int]],
                messages: Sequence[Message] | None = None) -> None:
@@ -724,7 +712,7 @@ class ConversationIndex:
     def memory(self) -> int:
         """About what the index holds in memory, in bytes (see :data:`INDEX_MESSAGE_BYTES`), kept as messages are
         added, postings read or built, bodies read and lines made, not counted again; the head's bodies are the
-        history cache's, counted there (see :attr:`_head`). Measured with tracemalloc (what dropping the index frees)
+        history cache's, counted there (see :attr:`_head_bytes`). Measured with tracemalloc (what dropping the index frees)
         on a bench chat thread of 10,000 messages built by a worker that starts cold from the stored cards, its
         postings then built in memory after its first reply, two turns taken: 3.36 MB against this estimate's 3.11
         (1.05 of it the search index, 0.44 the ids, 1.1 the bodies it read); 3.80 MB before the ids were packed and a

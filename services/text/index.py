@@ -101,16 +101,9 @@ to the last bit: the counts are whole numbers, weighed in 64-bit floats."""
 def postings(documents: Iterable[tuple[int, Sequence[str]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The postings of ``documents`` (position, terms), given in position order: per term, the positions of the
     documents holding it and how often each holds it. The one rule a segment is made by, held in memory
-    (:meth:`TermIndex.searchable`) or stored (a sealed epoch's, :mod:`services.recall.postings`)."""
-    found: dict[str, tuple[list[int], list[int]]] = {}
-    for p, terms in documents:
-        for term, n in Counter(terms).items():
-            held = found.get(term)
-            if held is None:
-                held = found[term] = ([], [])
-            held[0].append(p)
-            held[1].append(n)
-    return {t: (np.asarray(ps, dtype=POSTING), np.asarray(ns, dtype=POSTING)) for t, (ps, ns) in found.items()}
+    (:meth:`TermIndex.searchable`, as :class:`Packed` holds them) or stored (a sealed epoch's,
+    :mod:`services.recall.postings`)."""
+    return dict(Packed.made(documents).items())
 
 
 ENTRY_BYTES = 300
@@ -147,7 +140,8 @@ class Packed(Mapping[str, tuple[Any, Any]]):
 
     @classmethod
     def made(cls, documents: Iterable[tuple[int, Sequence[str]]]) -> Packed:
-        """The postings of ``documents`` (position, terms), given in position order (see :func:`postings`)."""
+        """The postings of ``documents`` (position, terms), given in position order: per term, the positions of the
+        documents holding it and how often each holds it (the rule :func:`postings` gives by term)."""
         slots: dict[str, int] = {}
         numbers: array[int] = array("i")
         positions: array[int] = array("q")
