@@ -905,7 +905,8 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
             continue
         assert {s.stored for s in index.search.stored} == sealed and not built.search.stored, \
             "no segment built for a sealed epoch"
-        assert asked[0] == ["totals"], "first the totals counted over the sealed epochs (they name them)"
+        assert asked[0] == ["totals", "runs"], \
+            "first the totals counted over the sealed epochs (they name them), and the runs they are stored in"
         assert asked[1] and all(f.endswith((":p", ":c")) for f in asked[1]), \
             "then the headers, with the cards (nothing derived from the epochs)"
         read = [f for fields in asked[2:] for f in fields]

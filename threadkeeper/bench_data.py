@@ -127,7 +127,8 @@ async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_ep
                       per_turn: int = 10, recall: Recall | None = None) -> str:
     """A conversation of ``messages`` chat messages (:func:`chat_messages`) over compaction epochs of ``per_epoch``
     each. With ``recall``, each compaction is followed by what a worker's turn after it does for recall: its index
-    takes the sealed epoch, and stores what it derived from it (what a worker starting cold reads)."""
+    takes the sealed epoch, and stores what it derived from it, and once its reply is out the runs its sealed epochs
+    make (what a worker starting cold reads)."""
     chat = chat_messages(messages)
     head: str | None = None
     for start in range(0, messages, per_turn):
@@ -138,6 +139,7 @@ async def fill_epochs(store: CheckpointStore, cid: str, messages: int, *, per_ep
             head = fork.id
             if recall is not None:
                 await recall.sync(cid, await store.load_history(cid, head))
+                await recall.after_reply(cid)
         cp = await store.start_turn(cid, parent_id=head, from_head=False)
         await store.append(cid, cp.id, chat[start:start + per_turn])
         await store.commit(cid, cp.id, expected_head=head)

@@ -109,13 +109,36 @@ def encode(chain: Sequence[tuple[str, int]], messages: Sequence[Message], derive
     people = list(dict.fromkeys(m.author for m in messages if m.author))
     place = {author: at for at, author in enumerate(people)}
     roles = "".join(_ROLES.get(m.role, "-") if t else "-" for m, t in zip(messages, taken, strict=True))
-    columns = [np.asarray([place[m.author] if m.author else -1 for m in messages], dtype="<i4"),
-               np.asarray([m.ref or 0 for m in messages], dtype="<i4"),
-               np.asarray([m.created_at for m in messages], dtype="<f8"),
-               np.asarray([m.tokens for m in messages], dtype="<i4"),
-               np.asarray([note_tokens(m) for m in messages], dtype="<i4")]
-    head = "\n".join([_header(chain), "\t".join(m.id for m in messages), "\t".join(people), ""]).encode()
-    return zlib.compress(head + roles.encode() + b"".join(column.tobytes() for column in columns), 1)
+    return _encoded(chain, [m.id for m in messages], people, roles,
+                    [[place[m.author] if m.author else -1 for m in messages], [m.ref or 0 for m in messages],
+                     [m.created_at for m in messages], [m.tokens for m in messages],
+                     [note_tokens(m) for m in messages]])
+
+
+def _encoded(chain: Sequence[tuple[str, int]], ids: Sequence[str], people: Sequence[str], roles: str,
+             columns: Sequence[Any]) -> bytes:
+    """The stored form of cards (each column as :data:`_COLUMNS` stores it)."""
+    head = "\n".join([_header(chain), "\t".join(ids), "\t".join(people), ""]).encode()
+    return zlib.compress(head + roles.encode() + b"".join(
+        np.asarray(column, dtype=kind).tobytes() for column, (kind, _) in zip(columns, _COLUMNS, strict=True)), 1)
+
+
+def joined(chain: Sequence[tuple[str, int]], parts: Sequence[Cards]) -> bytes:
+    """The stored cards of consecutive epochs' messages together, as one epoch whose ``chain`` is theirs one after
+    the other (a run of epochs, :mod:`.runs`), from each one's cards (``parts``, oldest first): what :func:`encode`
+    stores for their messages (the authors listed once each, in the order they first wrote)."""
+    people: dict[str, int] = {}
+    places = []
+    for cards in parts:
+        local = [*cards.people] if cards.places is not None else list(dict.fromkeys(a for a in posters(cards) if a))
+        found = np.asarray(cards.places, dtype=np.int64) if cards.places is not None else np.asarray(
+            [local.index(a) if a else -1 for a in posters(cards)], dtype=np.int64)
+        table = np.asarray([people.setdefault(author, len(people)) for author in local] + [-1], dtype=np.int64)
+        places.append(table[found])  # (a place -1 reads the last item: none)
+    return _encoded(chain, [i for cards in parts for i in cards.ids], list(people), "".join(c.roles for c in parts),
+                    [np.concatenate(places) if places else np.zeros(0, dtype=np.int64),
+                     *(np.concatenate([np.asarray(getattr(c, name)) for c in parts]) if parts else np.zeros(0)
+                       for name in ("refs", "created", "tokens", "notes"))])
 
 
 def decode(raw: bytes, chain: Sequence[tuple[str, int]]) -> Cards:

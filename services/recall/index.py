@@ -94,6 +94,7 @@ from ..text import (
 )
 from . import cards as stored_cards
 from . import postings as stored_segment
+from . import runs as stored_runs
 from . import totals as stored_totals
 from .cards import Card, note_tokens
 from .derived import Derived, Unusable, change_target, decode, derive, encode, terms_of
@@ -171,6 +172,9 @@ USES_WINDOW = 1_000
 """How many uses of the indexes (a turn's sync brings an index up to a new history: one use) are counted before every
 conversation's count is halved: what decides which index stays when a new one needs the room (:meth:`Recall._evict`)
 weighs recent use most."""
+RUNS_DUE = 1_024
+"""At most this many conversations wait for their runs to be brought up to date after a reply (more: forgotten, the
+next epoch sealed in each brings them up to date)."""
 INDEX_MESSAGE_BYTES = 40
 LINE_BYTES = 300
 """What an index holds in memory (:meth:`ConversationIndex.memory`): per message, its card, where it is stored, its
@@ -326,6 +330,8 @@ class ConversationIndex:
     _vocative: Counter[tuple[str, str]] = field(default_factory=Counter)
     asked: set[int] = field(default_factory=set)
     """With an embedding model: the positions whose stored vector was read for (once each)."""
+    runs: int = 0
+    """How many of its sealed epochs the stored runs were last brought up to (:mod:`.runs`)."""
     synced: tuple[str, int] = ("", 0)
     """The checkpoint of the last history given to :meth:`Recall.sync` and how many of its messages were added:
     a later history whose chain holds that checkpoint begins with those same messages."""
@@ -923,6 +929,9 @@ class Recall:
         observed turn or a build after a reply touched."""
         self._measured = 0
         """Bounds brought since every index was last measured (see :data:`REMEASURE`)."""
+        self._runs_due: dict[str, tuple[tuple[str, tuple[tuple[str, int], ...]], ...]] = {}
+        """Per conversation whose index sealed epochs that its stored runs may not cover yet: those epochs, merged into
+        runs after the turn's reply (:meth:`after_reply`, :mod:`.runs`)."""
 
     def loaded(self, conversation_id: str) -> ConversationIndex | None:
         return self._indexes.get(conversation_id)
@@ -961,13 +970,15 @@ class Recall:
             await self._in_memory(conversation_id, index)  # (when the last turn's reply did not: see after_reply)
         built = index or ConversationIndex()
         counted: stored_totals.Totals | None = None
+        listing: list[stored_runs.Run] = []
         forks = built.epochs
         if self.epochs is not None and index is None and totals and any(m.flags.handoff for m in history.messages):
             # a cold worker reads first the totals counted over the sealed epochs (see :mod:`.totals`): they name those
             # epochs and their chains, so the lineage is walked back only to the newest of them (a history that holds
-            # no handoff was never compacted: nothing to read)
-            counted = _counted(conversation_id, (await self.epochs.get(conversation_id, [stored_totals.FIELD])).get(
-                stored_totals.FIELD))
+            # no handoff was never compacted: nothing to read); and the runs their epochs are stored in (:mod:`.runs`)
+            first = await self.epochs.get(conversation_id, [stored_totals.FIELD, stored_runs.FIELD])
+            counted = _counted(conversation_id, first.get(stored_totals.FIELD))
+            listing = stored_runs.decode(first.get(stored_runs.FIELD))
             if counted is not None:
                 forks = {counted.epochs[-1][0]}
         stopped: list[str] = []
@@ -988,18 +999,33 @@ class Recall:
         sealed = sum(n for e in chains for _, n in e.chain)
         many = sealed > OFF_LOOP
         stored: dict[str, bytes] = {}
-        taken: list[_Taken | None] = [None] * len(chains)
         unusable: dict[str, str] = {}
         bad: set[str] = set()
+        covers: dict[str, tuple[tuple[str, tuple[tuple[str, int], ...]], ...]] = {}
+        """Per run read as one epoch (:mod:`.runs`): the sealed epochs it stands for."""
+        if self.epochs is not None and cold and counted is not None and listing:
+            chains, covers = _in_runs(chains, prefix, listing)
+            prefix -= sum(len(c) - 1 for c in covers.values())
+        taken: list[_Taken | None] = [None] * len(chains)
         if self.epochs is not None and cold:
             stored = await self.epochs.get(conversation_id, [
                 *(f for e in chains for f in (stored_segment.header_field(e.id), stored_cards.field(e.id))),
                 *(e.id for e in chains[prefix:])])
             if counted is not None:
-                listed = [(e.id, e.chain, stored.get(stored_segment.header_field(e.id)),
-                           stored.get(stored_cards.field(e.id))) for e in chains[:prefix]]
-                found = await asyncio.to_thread(_uncounted, listed, conversation_id) if many else _uncounted(
-                    listed, conversation_id)
+                found = await self._uncounted(conversation_id, chains[:prefix], stored, many)
+                if found is None and covers:  # a run cannot be used: its epochs are read one by one
+                    log.warning("recall in %s: a run of its sealed epochs cannot be used; reading them one by one, "
+                                "and its runs are made again after the reply", conversation_id)
+                    await self.epochs.drop(conversation_id, [stored_runs.FIELD])
+                    chains = [*(EpochChain(epoch, (), chain) for c in chains[:prefix]
+                                for epoch, chain in covers.get(c.id, ((c.id, c.chain),))), *chains[prefix:]]
+                    prefix += sum(len(c) - 1 for c in covers.values())
+                    covers, listing = {}, []
+                    taken = [None] * len(chains)
+                    stored.update(await self.epochs.get(conversation_id, [
+                        f for e in chains[:prefix] for f in (stored_segment.header_field(e.id), stored_cards.field(e.id))
+                        if f not in stored]))
+                    found = await self._uncounted(conversation_id, chains[:prefix], stored, many)
                 if found is None:
                     stored.update(await self.epochs.get(conversation_id, [e.id for e in chains[:prefix]]))
                     counted, prefix = None, 0
@@ -1015,7 +1041,7 @@ class Recall:
         read = iter(await self.checkpoints.epoch_messages(conversation_id, unread))
         epochs = [_Epoch(e.id, e.chain, next(read).messages if t is None else None, t,
                          stored.get(e.id), stored.get(stored_segment.header_field(e.id)),
-                         stored.get(stored_cards.field(e.id)), e.id in bad)
+                         stored.get(stored_cards.field(e.id)), e.id in bad, covers.get(e.id, ()))
                   for e, t in zip(chains, taken, strict=True)]
         synced, added = built.synced
         if synced not in history.chain:  # (a fork sealed the head's messages since the last history given)
@@ -1037,10 +1063,26 @@ class Recall:
         if (derived[0] or derived[1]) and self.epochs is not None:
             await self.epochs.put(conversation_id, derived[0], unusable=derived[1])
         built.synced = (history.checkpoint.id, len(history.messages))
+        if self.epochs is not None and len(built.sealed) >= stored_runs.FANOUT and built.runs != len(built.sealed):
+            # the runs its sealed epochs make are brought up to date once the turn's reply is out (:meth:`after_reply`)
+            built.runs = len(built.sealed)
+            if not (cold and stored_runs.complete([epoch for epoch, _ in built.sealed], listing)):
+                if len(self._runs_due) >= RUNS_DUE:
+                    self._runs_due.clear()
+                self._runs_due[conversation_id] = tuple(built.sealed)
         self._indexes[conversation_id] = built
         self._indexes.move_to_end(conversation_id)
         self._evict(conversation_id, newcomer=newcomer)
         return built
+
+    async def _uncounted(self, conversation_id: str, chains: Sequence[EpochChain], stored: Mapping[str, bytes],
+                         many: bool) -> list[_Taken] | None:
+        """:func:`_uncounted` of the sealed epochs (or runs) ``chains`` as ``stored`` holds them (in a thread when
+        ``many``)."""
+        listed = [(e.id, e.chain, stored.get(stored_segment.header_field(e.id)), stored.get(stored_cards.field(e.id)))
+                  for e in chains]
+        return await asyncio.to_thread(_uncounted, listed, conversation_id) if many else _uncounted(
+            listed, conversation_id)
 
     async def _in_memory(self, conversation_id: str, index: ConversationIndex) -> None:
         """The index's first turn searched its sealed epochs through their stored segments; from then on they are
@@ -1056,6 +1098,15 @@ class Recall:
         stored (it was built for this turn) builds them in memory now, off the path of any reply, so the next turn
         in the conversation finds it ready (else that turn would build it first). Nothing when what is stored
         cannot be read now (the next turn does it, with one log line here)."""
+        sealed = self._runs_due.pop(conversation_id, None)
+        if sealed is not None and self.epochs is not None:
+            try:
+                made = await stored_runs.update(self.epochs, conversation_id, sealed)
+            except ThreadkeeperError as exc:  # (the next turn that sees an epoch sealed tries again)
+                log.warning("recall in %s: its sealed epochs are merged into runs later: %s", conversation_id, exc)
+            else:
+                if made:
+                    log.debug("recall in %s: %d runs of its sealed epochs stored", conversation_id, made)
         index = self._indexes.get(conversation_id)
         if index is None or not index.search.stored:
             return
@@ -1601,6 +1652,25 @@ class _Epoch(NamedTuple):
     """Its stored cards."""
     bad_cards: bool = False
     """Its stored cards cannot be used (made again in their place)."""
+    covers: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    """A run of sealed epochs read as one (:mod:`.runs`): those epochs, each with its chain (none: an epoch)."""
+
+
+def _in_runs(chains: Sequence[EpochChain], prefix: int, listing: Sequence[stored_runs.Run],
+            ) -> tuple[list[EpochChain], dict[str, tuple[tuple[str, tuple[tuple[str, int], ...]], ...]]]:
+    """``chains``, the first ``prefix`` of them the sealed epochs the totals name, with each run ``listing`` names
+    that stores some of those together in their place (one epoch whose chain is theirs one after the other); and per
+    run taken, the epochs it stands for."""
+    out: list[EpochChain] = []
+    covers: dict[str, tuple[tuple[str, tuple[tuple[str, int], ...]], ...]] = {}
+    for start, count, run in stored_runs.grouped([e.id for e in chains[:prefix]], listing):
+        if run is None:
+            out.append(chains[start])
+            continue
+        part = chains[start:start + count]
+        covers[run] = tuple((e.id, e.chain) for e in part)
+        out.append(EpochChain(run, (), tuple(link for e in part for link in e.chain)))
+    return [*out, *chains[prefix:]], covers
 
 
 def _counted(conversation_id: str, raw: bytes | None) -> stored_totals.Totals | None:
@@ -1700,7 +1770,7 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
         for epoch in epochs[:prefix]:
             assert epoch.taken is not None and epoch.taken.form is not None
             index.forms[epoch.checkpoint_id] = epoch.taken.form
-            index.sealed.append((epoch.checkpoint_id, tuple(epoch.chain)))
+            index.sealed.extend(epoch.covers or [(epoch.checkpoint_id, tuple(epoch.chain))])
             last = epoch.taken.ids
         settled(sum(len(e.taken.ids) for e in epochs[:prefix] if e.taken is not None))
         start = prefix
@@ -1754,7 +1824,7 @@ def _add_all(index: ConversationIndex, epochs: Sequence[_Epoch], head: Sequence[
             segment = stored_segment.encode(checkpoint_id, ids, derived)
             if segment is not None:
                 made[header is not None].update(segment)
-        index.sealed.append((checkpoint_id, tuple(epoch.chain)))
+        index.sealed.extend(epoch.covers or [(checkpoint_id, tuple(epoch.chain))])
         last = ids
     if counted is not None and len(epochs) == prefix and not _counted_in(index, counted):
         return None

@@ -31,7 +31,7 @@ import hashlib
 import itertools
 import warnings
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..text import length, postings
@@ -102,16 +102,24 @@ def encode(epoch: str, ids: Sequence[str], derived: Sequence[Derived | None]) ->
     documents = [(offset, found.terms) for offset, found in enumerate(derived) if found is not None]
     if any(not t or any(c.isspace() for c in t) for _, terms in documents for t in terms):
         return None
-    made = postings(documents)
+    return encode_made(epoch, ids, [0 if found is None else length(found.terms) for found in derived],
+                       postings(documents))
+
+
+def encode_made(epoch: str, ids: Sequence[str], lengths: Sequence[int], made: Mapping[str, tuple[Any, Any]],
+                ) -> dict[str, bytes]:
+    """The fields of the stored segment named ``epoch`` whose messages are ``ids``, of documents ``lengths`` long (0:
+    a message the index never takes), holding the postings ``made`` (per term, the offsets of the messages holding it,
+    ascending, and how often each does): what :func:`encode` stores, and a run of epochs (:mod:`.runs`) too."""
     buckets = max(1, min(MAX_BUCKETS, len(made) // TERMS_PER_BUCKET))
     held: list[list[tuple[str, Any, Any]]] = [[] for _ in range(buckets)]
     for term, (offsets, counts) in sorted(made.items()):
         held[bucket_of(term, buckets)].append((term, offsets, counts))
-    lengths = ["-" if found is None else str(length(found.terms)) for found in derived]
-    first = _first_line(ids, buckets, len(documents), sum(length(t) for _, t in documents))
+    first = _first_line(ids, buckets, sum(1 for n in lengths if n), sum(lengths))
     tag = _tag(first)
     out = {header_field(epoch): zlib.compress(
-        "\n".join([first, " ".join(lengths), " ".join(str(len(b)) for b in held)]).encode(), 1)}
+        "\n".join([first, " ".join(str(n) if n else "-" for n in lengths),
+                   " ".join(str(len(b)) for b in held)]).encode(), 1)}
     for bucket, terms in enumerate(held):
         if terms:
             names = " ".join(f"{term} {len(offsets)}" for term, offsets, _ in terms)
@@ -157,6 +165,19 @@ def decode_header(raw: bytes, ids: Sequence[str], taken: Any) -> Stored:
         return Stored(buckets, _tag(first), terms, len(ids), found)
     except (zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+
+
+def stored_fields(epoch: str, header: bytes) -> list[str]:
+    """The fields of ``epoch``'s stored segment, as its ``header`` names them: the header's, then its non-empty
+    buckets'; raises :class:`.derived.Unusable` when the header cannot be read."""
+    try:
+        first, _, counts = zlib.decompress(header).decode().split("\n")
+        terms = [int(n) for n in counts.split(" ")]
+        if len(terms) != int(first.split(" ")[5]):
+            raise Unusable(f"{len(terms)} bucket counts in a header that says {first.split(' ')[5]}")
+    except (zlib.error, UnicodeDecodeError, ValueError, IndexError) as exc:
+        raise exc if isinstance(exc, Unusable) else Unusable(f"{type(exc).__name__}: {exc}") from None
+    return [header_field(epoch), *(bucket_field(epoch, b) for b, n in enumerate(terms) if n)]
 
 
 def _bucket(raw: bytes | None, stored: Stored, bucket: int) -> tuple[list[str], list[int], Any, int]:
