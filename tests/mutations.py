@@ -1470,6 +1470,10 @@ MUTANTS: list[Mutant] = [
     Mutant("runs-unusable-listing-kept", "services/recall/index.py",
            "                    await self.epochs.drop(conversation_id, [stored_runs.FIELD])", "                    pass",
            ("tests/test_recall_runs.py", "-k", "cannot_be_used and fakeredis")),
+    Mutant("notes-chosen-twice-share-what-was-covered", "services/handoff/notebook.py",
+           "        covered: set[str] = set()\n        days: set[str] = set()",
+           "        covered: set[str] = self.__dict__.setdefault(\"_covered\", set())\n        days: set[str] = set()",
+           ("tests/test_notes.py", "-k", "weighed_once")),
 ]
 
 

@@ -156,6 +156,26 @@ def test_a_tight_cap_shows_fewer_notes_each_whole_and_a_roomy_one_all_of_them() 
     assert len(roomy.notes) == 5 and roomy.tokens > tight.tokens
 
 
+def test_notes_weighed_once_are_chosen_within_each_cap_as_alone(monkeypatch) -> None:
+    """A handoff chooses what it shows and then what it carries from the same candidate notes: weighed once (their
+    words read once each), each cap's choice is what choosing within it alone gives."""
+    from threadkeeper.services.handoff import notebook
+
+    tokenizer = Tokenizer("gpt-4o")
+    texts = [f"note {i}: {' '.join(f'word{(i * 7 + k) % 40}' for k in range(6))} OPS-{i % 9} must ship by Friday"
+             for i in range(60)]
+    stats = TermStats()
+    fresh = stats.add([terms(t) for t in texts])
+    pool = [NoteEntry(id=f"m{i}", author=("ann", "bo", "cy")[i % 3], at=float(i * 40_000), text=t, fresh=f,
+                      question=i % 5 == 0) for i, (t, f) in enumerate(zip(texts, fresh, strict=True))]
+    read: list[str] = []
+    monkeypatch.setattr(notebook, "terms", lambda text: read.append(text) or terms(text))
+    weighed = notebook.Pool(pool, stats, now=3e6, count=tokenizer.count)
+    assert len(read) == len(pool), "each note's words read once"
+    for cap in (40, 200, 800, 5_000):
+        assert weighed.select(cap) == select(pool, stats, cap_tokens=cap, now=3e6, count=tokenizer.count)
+
+
 def test_a_note_costs_what_the_counts_made_at_commit_say() -> None:
     """Compaction never recounts a committed note: the counts stored with the message give the same cost."""
     from threadkeeper.persistence import Message, TextPart

@@ -164,73 +164,91 @@ def select(candidates: Sequence[NoteEntry], stats: TermStats, *, cap_tokens: int
            count: Callable[[str], int], label: Callable[[str], str] = str) -> Selection:
     """The notes worth most within ``cap_tokens`` (day headings and author lead-ins included), by lazy greedy
     selection on the information each adds per token."""
-    pool: list[_Candidate] = []
-    idf: dict[str, float] = {}
-    days_of: dict[int, str] = {}
+    return Pool(candidates, stats, now=now, count=count, label=label).select(cap_tokens)
 
-    def rarity(t: str) -> float:
-        base = idf.get(t)
-        if base is None:
-            kind = IDENTIFIER_WEIGHT * max(1.0, len(t) / IDENTIFIER_CHARS) if is_identifier(t) \
-                else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
-            base = idf[t] = stats.idf(t) * kind
-        return base
 
-    for entry in candidates:
-        tokens = entry.tokens if entry.tokens > 0 else note_cost(entry, count, label=label)
-        weight = REPLY_WEIGHT if entry.reply else 1.0
-        if entry.question:
-            weight *= QUESTION_WEIGHT
-        if x.CONSTRAINT.search(entry.text):
-            weight *= CONSTRAINT_WEIGHT
-        weight *= 0.5 ** (max(0.0, (now - entry.at) / 86_400) / HALF_LIFE_DAYS)
-        note_terms, fresh = terms(entry.text), frozenset(entry.fresh)
-        weighted = [(t, rarity(t) if t in fresh else rarity(t) * ECHO_WEIGHT) for t in sorted(note_terms | fresh)]
-        key = int(entry.at // 86_400)
-        d = days_of.get(key) or days_of.setdefault(key, day(entry.at))
-        pool.append(_Candidate(entry, note_terms, weighted, weight, tokens, d,
-                               None if entry.edited else (d, entry.author)))
-    covered: set[str] = set()
-    days: set[str] = set()
-    lines: set[tuple[str, str]] = set()
-    authors = {author: author_cost(author, count) for author in {c.entry.author for c in pool}}
+class Pool:
+    """Candidate notes weighed once (their words' rarity, their kind, their age, what each costs), to choose among
+    within one cap or several (a handoff chooses what it shows, then what it carries, from the same notes)."""
 
-    def cost(c: _Candidate) -> int:
-        extra = 0 if c.day in days else DAY_HEADING_TOKENS
-        if c.line is not None and c.line not in lines:
-            extra += authors[c.entry.author]
-        return c.tokens + extra
+    def __init__(self, candidates: Sequence[NoteEntry], stats: TermStats, *, now: float,
+                 count: Callable[[str], int], label: Callable[[str], str] = str) -> None:
+        pool: list[_Candidate] = []
+        idf: dict[str, float] = {}
+        days_of: dict[int, str] = {}
 
-    def value(c: _Candidate) -> float:
-        gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in c.weighted)
-        return gain * c.weight / cost(c)
+        def rarity(t: str) -> float:
+            base = idf.get(t)
+            if base is None:
+                kind = IDENTIFIER_WEIGHT * max(1.0, len(t) / IDENTIFIER_CHARS) if is_identifier(t) \
+                    else CJK_PAIR_WEIGHT if not t.isascii() and _CJK(t) else 1.0
+                base = idf[t] = stats.idf(t) * kind
+            return base
 
-    chosen: list[NoteEntry] = []
-    said: set[tuple[str, str]] = set()
-    picked: list[str] = []
-    used = 0
-    heap = [(-value(c), c.entry.at, c.entry.id, i) for i, c in enumerate(pool)]
-    heapq.heapify(heap)
-    while heap and used < cap_tokens:
-        _, at, ident, i = heapq.heappop(heap)
-        c = pool[i]
-        current = value(c)
-        if heap and current < -heap[0][0] - 1e-12:
-            heapq.heappush(heap, (-current, at, ident, i))
-            continue
-        if current <= 0 or (c.entry.author, c.entry.text) in said:
-            continue  # nothing of value, or the same person saying the same thing again
-        spend = cost(c)
-        if used + spend > cap_tokens:
-            continue
-        entry = c.entry if c.entry.tokens == c.tokens else c.entry.model_copy(update={"tokens": c.tokens})
-        chosen.append(entry)
-        picked.append(ident)
-        used += spend
-        covered |= c.terms
-        said.add((c.entry.author, c.entry.text))
-        days.add(c.day)
-        if c.line is not None:
-            lines.add(c.line)
-    chosen.sort(key=lambda e: (e.at, e.id))
-    return Selection(chosen, len(pool) - len(chosen), used, picked)
+        for entry in candidates:
+            tokens = entry.tokens if entry.tokens > 0 else note_cost(entry, count, label=label)
+            weight = REPLY_WEIGHT if entry.reply else 1.0
+            if entry.question:
+                weight *= QUESTION_WEIGHT
+            if x.CONSTRAINT.search(entry.text):
+                weight *= CONSTRAINT_WEIGHT
+            weight *= 0.5 ** (max(0.0, (now - entry.at) / 86_400) / HALF_LIFE_DAYS)
+            note_terms, fresh = terms(entry.text), frozenset(entry.fresh)
+            weighted = [(t, rarity(t) if t in fresh else rarity(t) * ECHO_WEIGHT) for t in sorted(note_terms | fresh)]
+            key = int(entry.at // 86_400)
+            d = days_of.get(key) or days_of.setdefault(key, day(entry.at))
+            pool.append(_Candidate(entry, note_terms, weighted, weight, tokens, d,
+                                   None if entry.edited else (d, entry.author)))
+        self.pool = pool
+        self.authors = {author: author_cost(author, count) for author in {c.entry.author for c in pool}}
+        self._gains = [sum(w for _, w in c.weighted) * c.weight for c in pool]
+        """Per candidate, what it adds with nothing chosen yet (the first value of each, before its cost)."""
+
+    def select(self, cap_tokens: int) -> Selection:
+        """The notes worth most within ``cap_tokens``, by lazy greedy selection on the information each adds per
+        token (what another chosen note said already counts for less)."""
+        pool, authors = self.pool, self.authors
+        covered: set[str] = set()
+        days: set[str] = set()
+        lines: set[tuple[str, str]] = set()
+
+        def cost(c: _Candidate) -> int:
+            extra = 0 if c.day in days else DAY_HEADING_TOKENS
+            if c.line is not None and c.line not in lines:
+                extra += authors[c.entry.author]
+            return c.tokens + extra
+
+        def value(c: _Candidate) -> float:
+            gain = sum(w * COVERED_WEIGHT if t in covered else w for t, w in c.weighted)
+            return gain * c.weight / cost(c)
+
+        chosen: list[NoteEntry] = []
+        said: set[tuple[str, str]] = set()
+        picked: list[str] = []
+        used = 0
+        heap = [(-gain / cost(c), c.entry.at, c.entry.id, i) for i, (c, gain) in enumerate(zip(pool, self._gains,
+                                                                                               strict=True))]
+        heapq.heapify(heap)
+        while heap and used < cap_tokens:
+            _, at, ident, i = heapq.heappop(heap)
+            c = pool[i]
+            current = value(c)
+            if heap and current < -heap[0][0] - 1e-12:
+                heapq.heappush(heap, (-current, at, ident, i))
+                continue
+            if current <= 0 or (c.entry.author, c.entry.text) in said:
+                continue  # nothing of value, or the same person saying the same thing again
+            spend = cost(c)
+            if used + spend > cap_tokens:
+                continue
+            entry = c.entry if c.entry.tokens == c.tokens else c.entry.model_copy(update={"tokens": c.tokens})
+            chosen.append(entry)
+            picked.append(ident)
+            used += spend
+            covered |= c.terms
+            said.add((c.entry.author, c.entry.text))
+            days.add(c.day)
+            if c.line is not None:
+                lines.add(c.line)
+        chosen.sort(key=lambda e: (e.at, e.id))
+        return Selection(chosen, len(pool) - len(chosen), used, picked)

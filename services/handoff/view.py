@@ -230,7 +230,8 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
     shown = {line.ids[0] for section in sections if section.name in ("asks", "decisions", "suspect")
              for line in section.lines if line.ids}  # their lines already carry the message's own words
     candidates = [n for n in ledger.notes if n.id not in deleted and n.id not in shown]
-    chosen = notebook.select(candidates, ledger.stats, cap_tokens=notes_cap, now=now, count=count, label=lab)
+    pool = notebook.Pool(candidates, ledger.stats, now=now, count=count, label=lab)  # (weighed once: chosen from twice)
+    chosen = pool.select(notes_cap)
     notes = list(chosen.notes)
     evicted += chosen.evicted
     picked = list(chosen.picked)
@@ -252,8 +253,7 @@ def render_handoff(ledger: Ledger, narrative: Sequence[NarrativeEntry], suspects
     # (an ask evicted, a suspect mark cleared), the note competes again.
     held = {n.id: n for n in notes}
     pressure = max(0, carry_tokens - cap_tokens) if carry_tokens is not None else 0
-    reserve = notebook.select(candidates, ledger.stats, cap_tokens=int(notes_cap * CARRY_SHARE) + pressure, now=now,
-                              count=count, label=lab)
+    reserve = pool.select(cap_tokens=int(notes_cap * CARRY_SHARE) + pressure)
     for n in reserve.notes:
         held.setdefault(n.id, n)
     carried = sorted([*held.values(), *(n for n in ledger.notes if n.id in shown and n.id not in deleted)],
