@@ -1221,7 +1221,7 @@ MUTANTS: list[Mutant] = [
            "            t = t | {p for w in t if is_identifier(w) for p in word_parts(w)}\n", "",
            ("tests/test_notes.py", "-k", "parts_the_thread")),
     Mutant("recall-bodies-never-let-go", "services/recall/index.py",
-           "                    total -= index.shed()\n", "                    total -= 0\n",
+           "                    index.shed()\n", "                    pass\n",
            ("tests/test_recall_memory.py", "-k", "lets_bodies_go and fakeredis")),
     Mutant("recall-room-ignores-the-history-cache", "services/recall/index.py",
            "room = self.max_bytes - self.checkpoints.cached_bytes", "room = self.max_bytes",
@@ -1474,6 +1474,9 @@ MUTANTS: list[Mutant] = [
            "        covered: set[str] = set()\n        days: set[str] = set()",
            "        covered: set[str] = self.__dict__.setdefault(\"_covered\", set())\n        days: set[str] = set()",
            ("tests/test_notes.py", "-k", "weighed_once")),
+    Mutant("recall-sums-keep-what-changed-before", "services/recall/index.py",
+           "            total, count = total - held, count - messages\n", "",
+           ("tests/test_recall_memory.py", "-k", "measures_only and fakeredis")),
 ]
 
 

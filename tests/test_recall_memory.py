@@ -176,6 +176,13 @@ async def test_the_least_recently_used_index_goes_and_one_over_the_room_is_not_k
     assert got.context[-1].text == expected.context[-1].text and RECALL_HEADER in got.context[-1].text
 
 
+def _holding_none(recall) -> None:  # type: ignore[no-untyped-def]
+    """``recall`` as a worker that holds no index (after a restart): none kept, none measured."""
+    recall._indexes.clear()
+    recall._sizes.clear()
+    recall._held = (0, 0)
+
+
 async def test_a_worker_rotating_over_more_threads_than_its_room_keeps_the_same_indexes(model, prefix, client,
                                                                                          monkeypatch) -> None:
     """Four threads taken in turn by a worker whose room holds two of their indexes: the two it kept first stay and
@@ -209,7 +216,7 @@ async def test_a_worker_rotating_over_more_threads_than_its_room_keeps_the_same_
             built.append("")
 
     monkeypatch.setattr(module, "ConversationIndex", Counted)
-    p.recall._indexes.clear()  # (a worker that holds none of them, as after a restart)
+    _holding_none(p.recall)  # (a worker that holds none of them, as after a restart)
     p.recall._uses.clear()
     for cid in threads:
         await turn(cid)
@@ -274,7 +281,7 @@ async def test_a_thread_used_often_long_ago_gives_way_to_one_used_now(model, pre
     monkeypatch.setattr(type(p.checkpoints), "cached_bytes", property(lambda _: 0))
     monkeypatch.setattr(module, "USES_WINDOW", 4)
     p.recall.max_bytes = int(1.6 * max(sizes))
-    p.recall._indexes.clear()
+    _holding_none(p.recall)
     p.recall._uses.clear()
     p.recall._counted = 0
     for _ in range(6):
@@ -312,3 +319,14 @@ async def test_a_turn_measures_only_the_indexes_that_changed_since_they_were_las
     await p.submit(threads[1], "and the harbour?", author="carol", id="1800.000002")
     await p.run(threads[1])
     assert len(measured) >= len(threads), "every index measured again"
+    # what the kept indexes hold is summed as each changes, never added up anew: the sums stay those of their sizes
+    # as last measured, as turns change them and the bound lets them go
+    monkeypatch.setattr(module, "REMEASURE", 256)
+    p.recall.max_messages = 20
+    for n, cid in enumerate(threads * 2):
+        await p.submit(cid, f"and the timetable {n}?", author="carol", id=f"1900.{n:06d}")
+        await p.run(cid)
+        sizes = p.recall._sizes
+        assert set(sizes) == set(p.recall._indexes) and len(sizes) < len(threads)
+        assert p.recall._held == (sum(b for b, _ in sizes.values()), sum(m for _, m in sizes.values()))
+        assert p.recall._held[1] <= 20 or list(sizes) == [cid]

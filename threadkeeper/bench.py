@@ -320,16 +320,25 @@ def _counted(client: aioredis.Redis) -> Iterator[list[int]]:
         del client.execute_command, client.pipeline
 
 
-async def _sweep_bench(local: Settings, client: aioredis.Redis, n: int, progress: Callable[[str], None],
-                       ) -> dict[str, float]:
+async def _sweep_bench(local: Settings, url: str, n: int, progress: Callable[[str], None]) -> dict[str, float]:
     """The idle sweep draining ``n`` idle threads of one workspace, every third in a channel with memory off (those
     owe nothing): the passes it takes at the default claims per pass, the Redis commands of the busiest pass and
     of all of them, and the wall time."""
+    progress(f"memory: the idle sweep draining {n:,} threads")
+    # a client of its own: what is counted is what the sweep sends, not what other work of this process sends meanwhile
+    client = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+        url, timeout=30, max_connections=local.threadkeeper_redis_max_connections))
+    try:
+        return await _sweep_passes(local, client, n)
+    finally:
+        await client.aclose()
+
+
+async def _sweep_passes(local: Settings, client: aioredis.Redis, n: int) -> dict[str, float]:
     from threadkeeper.persistence.keys import activity_key
     from threadkeeper.services import Tokenizer
     from threadkeeper.services.memory import Memory, MemoryConfig
 
-    progress(f"memory: the idle sweep draining {n:,} threads")
     stores = build_stores(local, client=client)
     team = "TSWEEP"
     threads = [Conversation.slack(team, "COFF" if i % 3 == 1 else "CON", f"1700000000.{i:06d}", "public")
@@ -744,7 +753,7 @@ async def run_bench(settings: Settings, *, quick: bool, progress: Callable[[str]
                                        15 if quick else 41, progress, quick=quick))
         out.update(await _memory_bench(local, client, (10_000,) if quick else (10_000, 100_000),
                                        15 if quick else 41, progress))
-        out.update(await _sweep_bench(local, client, 1_000 if quick else 10_000, progress))
+        out.update(await _sweep_bench(local, url, 1_000 if quick else 10_000, progress))
         out.update(await _listing_bench(local, client, 2_000 if quick else 20_000, progress))
     finally:
         progress("cleaning up")

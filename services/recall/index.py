@@ -929,6 +929,9 @@ class Recall:
         observed turn or a build after a reply touched."""
         self._measured = 0
         """Bounds brought since every index was last measured (see :data:`REMEASURE`)."""
+        self._held = (0, 0)
+        """The memory and the messages of the indexes kept, summed as last measured (:attr:`_sizes`): kept up to date
+        as each changes, so a turn's bound costs what changed, not a step per index kept."""
         self._runs_due: dict[str, tuple[tuple[str, tuple[tuple[str, int], ...]], ...]] = {}
         """Per conversation whose index sealed epochs that its stored runs may not cover yet: those epochs, merged into
         runs after the turn's reply (:meth:`after_reply`, :mod:`.runs`)."""
@@ -1212,27 +1215,33 @@ class Recall:
         only when used more often than that one). Another conversation's index that a turn is using (its lock held)
         keeps its bodies, and leaves only this worker's keeping."""
         room = self.max_bytes - self.checkpoints.cached_bytes
+        sizes = self._sizes
         self._measured += 1
+        self._changed.add(current)
         if self._measured >= REMEASURE:  # (every index measured again now and then, whatever changed it)
             self._measured = 0
-            self._sizes.clear()
-        self._changed.add(current)
-        for conversation_id in self._changed:
-            self._sizes.pop(conversation_id, None)
+            sizes.clear()
+            self._held = (0, 0)
+            self._changed.update(self._indexes)
+        total, count = self._held
+        for conversation_id in self._changed:  # (the sums of what the kept indexes hold: kept as they change)
+            held, messages = sizes.pop(conversation_id, (0, 0))
+            total, count = total - held, count - messages
+            index = self._indexes.get(conversation_id)
+            if index is not None:
+                sizes[conversation_id] = (held, messages) = (index.memory(), index.size)
+                total, count = total + held, count + messages
         self._changed.clear()
-        sizes = self._sizes
-        for conversation_id, index in self._indexes.items():
-            if conversation_id not in sizes:
-                sizes[conversation_id] = (index.memory(), index.size)
-        total = sum(sizes[conversation_id][0] for conversation_id in self._indexes)
         if total > room:
             for conversation_id, index in self._indexes.items():
                 if total <= room:
                     break
                 if conversation_id == current or not self._busy(conversation_id):
-                    total -= index.shed()
+                    index.shed()
+                    held, messages = sizes[conversation_id]
                     sizes[conversation_id] = (index.memory(), index.size)
-        count = sum(sizes[conversation_id][1] for conversation_id in self._indexes)
+                    total += sizes[conversation_id][0] - held
+                    count += sizes[conversation_id][1] - messages
         for conversation_id in list(self._indexes):  # (least recently used first: the turn's own index is the last)
             if total <= room and count <= self.max_messages:
                 break
@@ -1252,6 +1261,7 @@ class Recall:
             count -= messages
             if not self._busy(conversation_id):
                 self._locks.pop(conversation_id, None)
+        self._held = (total, count)
 
     def _busy(self, conversation_id: str) -> bool:
         lock = self._locks.get(conversation_id)
