@@ -1477,6 +1477,10 @@ MUTANTS: list[Mutant] = [
     Mutant("recall-sums-keep-what-changed-before", "services/recall/index.py",
            "            total, count = total - held, count - messages\n", "",
            ("tests/test_recall_memory.py", "-k", "measures_only and fakeredis")),
+    Mutant("sweep-reads-the-job-of-a-thread-where-memory-is-off", "services/memory/extraction.py",
+           "            if not self.gate.allows(where.workspace) or not self.gate.channel_on(",
+           "            if False and not self.gate.allows(where.workspace) or False and not self.gate.channel_on(",
+           ("tests/test_memory_sweep.py", "-k", "command_each")),
 ]
 
 

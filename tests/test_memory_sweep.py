@@ -67,6 +67,26 @@ async def test_the_sweep_extracts_every_idle_thread_past_memory_off_ones_in_boun
     assert await p.memory.sweep() == []
 
 
+async def test_threads_where_memory_is_off_leave_the_registry_for_a_command_each(redis_client, prefix) -> None:
+    """A thread whose channel has memory off, or whose workspace memory does not serve, leaves the sweep's registry
+    for one command: each workspace's switches are read once a pass, its extraction job and notes not at all."""
+    p, st = pipeline(prefix, redis_client, settings=dict(ON))
+    p.memory.config = dataclasses.replace(p.memory.config, claims_per_sweep=PER_PASS)
+    await st.memory.set_switch(T, f"channel:{OFF_CHANNEL}", False)
+    off = [Conversation.slack(T, OFF_CHANNEL, f"1700000000.{i:06d}", "public") for i in range(60)]
+    elsewhere = [Conversation.slack("T2", ON_CHANNEL, f"1700000001.{i:06d}", "public") for i in range(60)]
+    await _idle(st, [c for pair in zip(off, elsewhere, strict=True) for c in pair])
+    p.memory.clock = lambda: time.time() + 3600
+    costs = []
+    for _ in range(2):
+        with counted_commands(redis_client, pipelines=True) as sent:
+            assert await p.memory.sweep() == []
+        costs.append(len(sent))
+    assert await redis_client.zcard(activity_key(prefix)) == 0
+    assert max(costs) <= 4 * PER_PASS + 4, costs
+    assert await st.memory.job(T, off[0].id) == await st.memory.job(T, "never-seen"), "no job written for them"
+
+
 async def test_a_thread_behind_a_hundred_memory_off_threads_is_extracted_on_the_next_passes(redis_client,
                                                                                              prefix) -> None:
     p, st = pipeline(prefix, redis_client, settings=dict(ON))

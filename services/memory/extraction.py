@@ -318,10 +318,17 @@ class Extractor:
                                                     limit=self.config.claims_per_sweep * 4)
         done: list[Extraction] = []
         touched: set[tuple[str, str]] = set()
+        switches: dict[str, dict[str, bool]] = {}  # (each workspace's stored switches, read once a sweep)
         for cid, activity in found:
             if len(done) >= self.config.claims_per_sweep:
                 break
             where = Conversation.of(cid)
+            if self.gate.allows(where.workspace) and where.workspace not in switches:
+                switches[where.workspace] = (await self.store.state(where.workspace))[0]
+            if not self.gate.allows(where.workspace) or not self.gate.channel_on(where.channel,
+                                                                              switches[where.workspace]):
+                await self.store.settle(cid, activity)  # memory is off there: it leaves the registry at once
+                continue
             job = await self.store.job(where.workspace, cid)
             if job.activity >= activity or (job.outcome == "failed" and job.attempts >= self.config.max_attempts):
                 await self.store.settle(cid, activity)
