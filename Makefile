@@ -87,9 +87,9 @@ eval: $(STAMP)
 	$(BIN)/threadkeeper eval continuity
 
 # Pin what the current environment holds (after changing dependencies and passing make test); the optional
-# langgraph-redis extra is pinned too.
+# speed (hiredis) and langgraph-redis extras are pinned too.
 constraints: $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[langgraph-redis]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[speed,langgraph-redis]'
 	@{ echo "# Versions every install uses (make, deploy/install.sh, the image): the set the suite passed with."; \
 	   echo "# Regenerate after changing dependencies: make constraints"; \
 	   $(BIN)/python -m pip freeze --exclude-editable --disable-pip-version-check | grep -v -i '^pyflakes=='; } > constraints.txt
