@@ -161,6 +161,19 @@ async def written(p: Any, conversation_id: str, text: str) -> str:
     return REF.sub(lambda m: references.get(m.group(0), m.group(0)), text)
 
 
+def fields_read(recall: Any, monkeypatch: Any) -> list[list[str]]:
+    """The fields of the ``:recall`` hash that ``recall`` reads from now on, one list per read (a round trip)."""
+    asked: list[list[str]] = []
+    real = recall.epochs.get
+
+    async def get(conversation_id: str, fields: list[str]) -> dict[str, bytes]:
+        asked.append(list(fields))
+        return await real(conversation_id, fields)
+
+    monkeypatch.setattr(recall.epochs, "get", get)
+    return asked
+
+
 @contextmanager
 def counted_commands(client: Any, *, pipelines: bool = False) -> Iterator[list[str]]:
     """The names of the Redis commands ``client`` sends while the block runs, in order; with ``pipelines``, each

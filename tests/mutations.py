@@ -1481,6 +1481,12 @@ MUTANTS: list[Mutant] = [
            "            if not self.gate.allows(where.workspace) or not self.gate.channel_on(",
            "            if False and not self.gate.allows(where.workspace) or False and not self.gate.channel_on(",
            ("tests/test_memory_sweep.py", "-k", "command_each")),
+    Mutant("cold-ids-run-one-position-off", "services/recall/index.py",
+           "(np.cumsum(flags) - 1 + first)[chosen_order]", "(np.cumsum(flags) + first)[chosen_order]",
+           ("tests/test_recall_runs.py", "-k", "few_runs and fakeredis")),
+    Mutant("ids-run-given-sorted-taken-unsorted", "services/recall/ids.py",
+           "        if not ordered:\n            order = np.argsort(hashes)", "        if ordered:\n            order = np.argsort(hashes)",
+           ("tests/test_recall_ids.py",)),
 ]
 
 

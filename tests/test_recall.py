@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from factories import msg
-from fakes import Step, pipeline, scripted, written
+from fakes import Step, fields_read, pipeline, scripted, written
 
 from threadkeeper.persistence import InboxItem, Notes
 from threadkeeper.services import Conversation
@@ -885,14 +885,7 @@ async def test_a_cold_worker_searches_each_sealed_epoch_through_its_stored_segme
     buckets = [f.decode() for f in await client.hkeys(key) if f.count(b":") == 2]
     reader, builder = _pipeline(prefix, client), _pipeline(prefix, client)
     builder.recall.epochs = None
-    asked: list[list[str]] = []
-    real = reader.recall.epochs.get
-
-    async def get(conversation_id: str, fields: list[str]) -> dict[str, bytes]:
-        asked.append(list(fields))
-        return await real(conversation_id, fields)
-
-    monkeypatch.setattr(reader.recall.epochs, "get", get)
+    asked = fields_read(reader.recall, monkeypatch)
     for n, question in enumerate(QUESTIONS):
         got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
         expected = await builder.context(CONV, arriving=[builder.message(question, author="carol")])

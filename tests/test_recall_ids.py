@@ -14,20 +14,28 @@ _ID = st.one_of(st.integers(0, 10**9).map(lambda n: f"17000{n:010d}.{n % 999_983
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.lists(_ID, max_size=40)), max_size=40), st.lists(_ID, max_size=20))
+@given(st.lists(st.tuples(st.integers(0, 2), st.lists(_ID, max_size=40)), max_size=40), st.lists(_ID, max_size=20))
 def test_every_id_is_found_at_its_position_however_it_was_added(batches, others) -> None:  # type: ignore[no-untyped-def]
+    """One at a time, in bulk, or in bulk with their hashes sorted already (as a cold worker's index adds them)."""
+    import numpy as np
+
     ids, expected = Ids(), []
     seen: set[str] = set()
-    for one_by_one, batch in batches:
+    for how, batch in batches:
         batch = [i for i in dict.fromkeys(batch) if i not in seen]
         seen.update(batch)
-        if one_by_one:
+        if how == 0:
             for ident in batch:
                 assert ids.append(ident) == len(expected)
                 expected.append(ident)
-        else:
+            continue
+        if how == 1:
             ids.extend(batch)
-            expected.extend(batch)
+        else:
+            hashes = np.fromiter(map(hash, batch), dtype=np.int64, count=len(batch))
+            order = np.argsort(hashes, kind="stable")
+            ids.extend(batch, ordered=(hashes[order], (len(expected) + np.arange(len(batch)))[order]))
+        expected.extend(batch)
     assert list(ids) == expected and len(ids) == len(expected) and ids == expected
     assert all(ids.find(ident) == at and ids[at] == ident for at, ident in enumerate(expected))
     assert all(ids.find(other) == -1 and other not in ids for other in others if other not in seen)

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 from factories import msg
-from fakes import pipeline, scripted
+from fakes import fields_read, pipeline, scripted
 
 from threadkeeper.bench_data import fill_epochs
 from threadkeeper.persistence import ConversationKeys
@@ -108,18 +108,6 @@ async def _long_thread(p, messages: int = 900) -> None:  # type: ignore[no-untyp
                       recall=Recall(p.checkpoints, p.notes, p.recall.tokenizer, epochs=p.recall.epochs))
 
 
-def _reading(p, monkeypatch) -> list[list[str]]:  # type: ignore[no-untyped-def]
-    asked: list[list[str]] = []
-    real = p.recall.epochs.get
-
-    async def get(conversation_id: str, fields: list[str]) -> dict[str, bytes]:
-        asked.append(list(fields))
-        return await real(conversation_id, fields)
-
-    monkeypatch.setattr(p.recall.epochs, "get", get)
-    return asked
-
-
 async def test_a_cold_worker_reads_a_long_threads_sealed_epochs_as_a_few_runs_and_recalls_the_same(
         model, prefix, client, monkeypatch) -> None:
     """89 sealed epochs are stored as a run of 64 and three of 8 (the runs merged into the larger one removed), and a
@@ -140,12 +128,15 @@ async def test_a_cold_worker_reads_a_long_threads_sealed_epochs_as_a_few_runs_an
         return got.context[-1].text
 
     reader, _ = pipeline(prefix, client, context_window=4096)
-    asked = _reading(reader, monkeypatch)
+    asked = fields_read(reader.recall, monkeypatch)
     text = await context(reader)
     assert RECALL_HEADER in text
     assert asked[0] == ["totals", "runs"] and len(asked[1]) == 2 * 5, "the headers and cards of 4 runs and 1 epoch"
     index = reader.recall.loaded(CONV)
     assert index is not None and index.totalled and len(index.forms) == 5 and len(index.sealed) == 89
+    assert all(index.ids.find(ident) == at for at, ident in enumerate(index.ids)), "each id found where it is"
+    cited = await reader.recall.resolve(CONV, await reader.checkpoints.load_history(CONV), "#345")
+    assert cited is not None and cited.ref == 345
     await client.hdel(key, stored_runs.FIELD)
     each, _ = pipeline(prefix, client, context_window=4096)
     assert await context(each) == text
@@ -178,7 +169,7 @@ async def test_a_run_that_cannot_be_used_is_read_epoch_by_epoch_and_made_again_a
     expected = (await first.context(CONV, arriving=[first.message(question, author="carol")])).context[-1].text
     await client.hset(key, stored_cards.field(listing[1].name), b"not cards")
     reader, _ = pipeline(prefix, client, context_window=4096)
-    asked = _reading(reader, monkeypatch)
+    asked = fields_read(reader.recall, monkeypatch)
     with caplog.at_level(logging.WARNING, logger="threadkeeper.recall"):
         got = await reader.context(CONV, arriving=[reader.message(question, author="carol")])
     assert got.context[-1].text == expected
@@ -190,6 +181,6 @@ async def test_a_run_that_cannot_be_used_is_read_epoch_by_epoch_and_made_again_a
     await reader.recall.after_reply(CONV)
     assert stored_runs.decode(await client.hget(key, stored_runs.FIELD)) == listing
     again, _ = pipeline(prefix, client, context_window=4096)
-    asked = _reading(again, monkeypatch)
+    asked = fields_read(again.recall, monkeypatch)
     assert (await again.context(CONV, arriving=[again.message(question, author="carol")])).context[-1].text == expected
     assert len(asked[1]) == 2 * 5, "2 runs and 3 epochs"

@@ -84,9 +84,10 @@ class Ids(Sequence[str]):
                           np.fromiter((p for _, p in recent), dtype=np.int32, count=len(recent)))
         return at
 
-    def extend(self, ids: Sequence[str], hashes: Any = None) -> None:
+    def extend(self, ids: Sequence[str], hashes: Any = None, *, ordered: tuple[Any, Any] | None = None) -> None:
         """Add ``ids`` (none held yet, none twice) at the next positions, in order; ``hashes``: theirs (``hash`` of
-        each, as an array), when made already."""
+        each, as an array), when made already; ``ordered``: instead, their hashes sorted and the positions they take
+        in that order (arrays), when sorted already."""
         if not ids:
             return
         first = len(self._ends)
@@ -100,13 +101,18 @@ class Ids(Sequence[str]):
         ends += len(self._blob)
         self._blob += data
         self._ends.frombytes(ends.tobytes())
+        if ordered is not None:
+            self._add_run(np.asarray(ordered[0], dtype=np.int64), np.asarray(ordered[1], dtype=np.int32), ordered=True)
+            return
         if hashes is None:
             hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
         self._add_run(np.asarray(hashes, dtype=np.int64), np.arange(first, first + len(ids), dtype=np.int32))
 
-    def _add_run(self, hashes: Any, positions: Any) -> None:
-        order = np.argsort(hashes)
-        runs = [*self._runs, (hashes[order], positions[order])]
+    def _add_run(self, hashes: Any, positions: Any, *, ordered: bool = False) -> None:
+        if not ordered:
+            order = np.argsort(hashes)
+            hashes, positions = hashes[order], positions[order]
+        runs = [*self._runs, (hashes, positions)]
         while len(runs) > 1 and len(runs[-2][0]) <= len(runs[-1][0]):
             (later, at_later), (earlier, at_earlier) = runs.pop(), runs.pop()
             both = np.concatenate([np.frombuffer(earlier, dtype=np.int64) if isinstance(earlier, array) else earlier,

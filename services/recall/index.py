@@ -191,13 +191,15 @@ def _joined(epochs: Sequence[tuple[stored_cards.Cards, Sequence[tuple[str, int]]
     return np.concatenate(refs), np.concatenate(created), np.concatenate(tokens), np.concatenate(notes)
 
 
-def _firsts(named: Sequence[str], hashes: Any) -> Any:
+def _firsts(named: Sequence[str], hashes: Any, order: Any = None) -> Any:
     """Per id of ``named`` (``hashes``: their hashes), whether it is the first of that id, as a boolean array: found
-    by the hashes in one call; where two ids share a hash, by the ids themselves."""
+    by the hashes in one call; where two ids share a hash, by the ids themselves. ``order``: the hashes' stable sort
+    (``np.argsort(hashes, kind="stable")``), when made already."""
     first = np.ones(len(named), dtype=bool)
     if len(named) < 2:
         return first
-    order = np.argsort(hashes, kind="stable")  # (an id's copies in thread order, the first first)
+    if order is None:
+        order = np.argsort(hashes, kind="stable")  # (an id's copies in thread order, the first first)
     ordered = hashes[order]
     repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
     for k in repeats.tolist():  # (a compaction's retained copy, or another id of the same hash)
@@ -412,7 +414,8 @@ class ConversationIndex:
         candidates = chosen.tolist()
         named = _picked(cards.ids, candidates)
         hashes = np.fromiter(map(hash, named), dtype=np.int64, count=len(named))
-        flags = _firsts(named, hashes)
+        order = np.argsort(hashes, kind="stable")  # (sorted once: what finds the copies also sorts the ids' run)
+        flags = _firsts(named, hashes, order)
         if held:
             flags &= np.fromiter(map((-1).__eq__, map(held.find, named)), dtype=bool, count=len(named))
         kept = chosen[flags]
@@ -436,7 +439,8 @@ class ConversationIndex:
             self._derived_cards([self.people[code] for code in authors], [changes.get(k) for k in range(count)],
                                 [f for f in (derived[i] for i in kept_list) if f is not None],
                                 lengths[pick].tolist() if lengths is not None and len(lengths) else None)
-        self.ids.extend(ids, hashes[flags])
+        chosen_order = order[flags[order]]  # (the ids kept, in their hashes' order, each with the position it takes)
+        self.ids.extend(ids, ordered=(hashes[chosen_order], (np.cumsum(flags) - 1 + first)[chosen_order]))
         self.roles.extend(letters[pick].tobytes())
         self.unnamed.extend(unnamed)
         self.created.frombytes(np.asarray(cards.created, dtype=np.float64)[pick].tobytes())
