@@ -1487,6 +1487,10 @@ MUTANTS: list[Mutant] = [
     Mutant("ids-run-given-sorted-taken-unsorted", "services/recall/ids.py",
            "        if not ordered:\n            order = np.argsort(hashes)", "        if ordered:\n            order = np.argsort(hashes)",
            ("tests/test_recall_ids.py",)),
+    Mutant("runs-older-worker-overwrites-a-newer-listing", "services/recall/runs.py",
+           "    if any(run.first not in at or run.last not in at for run in listed):",
+           "    if False:",
+           ("tests/test_recall_runs.py", "-k", "few_runs and fakeredis")),
 ]
 
 

@@ -152,6 +152,11 @@ async def test_a_cold_worker_reads_a_long_threads_sealed_epochs_as_a_few_runs_an
     # its reply out, the worker that read each epoch stores the runs again
     await each.recall.after_reply(CONV)
     assert stored_runs.decode(await client.hget(key, stored_runs.FIELD)) == listing
+    # a worker that saw fewer epochs sealed (its turn began before the last forks) leaves a newer listing as it is
+    stored = {f.decode() for f in await client.hkeys(key)}
+    assert await stored_runs.update(p.recall.epochs, CONV, index.sealed[:63]) == 0  # (it would make 7 runs of 8)
+    assert stored_runs.decode(await client.hget(key, stored_runs.FIELD)) == listing
+    assert {f.decode() for f in await client.hkeys(key)} == stored, "no run of the newer listing removed"
 
 
 async def test_a_run_that_cannot_be_used_is_read_epoch_by_epoch_and_made_again_after_the_reply(

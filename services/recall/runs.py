@@ -186,16 +186,20 @@ async def update(store: EpochIndexStore, conversation_id: str, sealed: Sealed) -
     """Store the runs :func:`plan` makes of the conversation's ``sealed`` epochs that are not stored yet, each merged
     from the runs stored within it and its other epochs (read in two round trips, merged in a thread; from its epochs
     alone when a run within it cannot be used), then the listing of them all, and remove the runs it no longer names.
+    Nothing when the listing names a run over epochs ``sealed`` does not hold: a worker that saw more of them sealed
+    stored it, and one that saw fewer (a turn in flight since before the last fork) leaves it as it is.
     How many runs were made (0: all were stored, or what their epochs store cannot be used yet: the reader of those
     epochs makes it again)."""
     epochs = [epoch for epoch, _ in sealed]
     listed = decode((await store.get(conversation_id, [FIELD])).get(FIELD))
+    at = {epoch: i for i, epoch in enumerate(epochs)}
+    if any(run.first not in at or run.last not in at for run in listed):
+        return 0  # (another worker, which saw more epochs sealed, stored these: its listing stands)
     runs = wanted(epochs)
     missing = [run for run in runs if run not in set(listed)]
     if not missing:
         return 0
     stale = [run for run in listed if run not in set(runs)]
-    at = {epoch: i for i, epoch in enumerate(epochs)}
     fields: dict[str, bytes] | None = None
     held: dict[str, list[str]] = {}
     for within in ([run for run in listed if run.first in at], []):
